@@ -1,0 +1,54 @@
+# Every target runs tools from .venv by path, so nothing needs activating.
+# `make test` is what CI runs (through .ci/run).
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+# ruff is given only the directories that exist: ruff fails on a missing path,
+# and tests/ or property_tests/ may not exist yet in a young checkout.
+LINT_PATHS := $(wildcard cells scheduler runner tests property_tests bench examples)
+
+# Extra arguments for `make bench`, e.g. `make bench BENCH_ARGS="cells --quick"`.
+BENCH_ARGS ?=
+
+.PHONY: venv test demo bench soak clean
+
+venv: $(STAMP)
+
+# Re-install only when pyproject.toml is newer than the stamp; the stamp is
+# written last, so a failed install is retried on the next run. The editable
+# install maps the top-level packages that existed when it ran: after adding
+# one, `touch pyproject.toml` so the next target re-installs.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install -e '.[test,bench]'
+	touch $(STAMP)
+
+# Each line stops make on a nonzero exit, so the first failure fails the target.
+# pytest's exit 5 (no tests collected) fails it too: an empty suite is not a pass.
+test: venv
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/ruff format --check $(LINT_PATHS)
+	$(BIN)/mypy --strict cells scheduler runner
+	$(BIN)/pytest tests
+	$(BIN)/pytest property_tests
+
+demo: venv
+	$(BIN)/python -m examples.demo
+
+bench: venv
+	$(BIN)/python -m bench $(BENCH_ARGS)
+
+# The long Hypothesis run; the property_tests conftest reads HYPOTHESIS_PROFILE.
+soak: venv
+	HYPOTHESIS_PROFILE=nightly $(BIN)/pytest property_tests
+
+# Removes what the tools generate, the venv included (the next target that
+# needs it recreates it). Keeps .hypothesis/ (its example database holds the
+# failures Hypothesis found) and .cellweave/ (data a program wrote).
+clean:
+	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache
+	find . -path ./.git -prune -o -type d -name __pycache__ -prune -exec rm -rf {} +

@@ -1,0 +1,105 @@
+"""cells: durable JSON-like documents, links, replicas, transactions and stores.
+
+What it is: values and their equality, deterministic ids, scoped addresses,
+links, the replica (confirmed state plus pending local commits), transactions
+with read logs and basis checks, the one change channel (value-bearing
+notifications), settle outcomes, and the stores (`MemoryStore`, `SQLiteStore`).
+What it is not: scheduling (see `scheduler`) or patterns (see `runner`);
+nothing here imports them.
+"""
+
+from ._address import DocKey as DocKey
+from ._address import Identity as Identity
+from ._address import Link as Link
+from ._address import Path as Path
+from ._address import Scope as Scope
+from ._cell import Cell as Cell
+from ._cell import CellHost as CellHost
+from ._cell import Space as Space
+from ._codec import canonical_bytes as canonical_bytes
+from ._codec import decode_json as decode_json
+from ._codec import encode_json as encode_json
+from ._codec import entity_id as entity_id
+from ._links import MAX_HOPS as MAX_HOPS
+from ._links import read_value as read_value
+from ._links import resolve as resolve
+from ._outcome import RETRYABLE as RETRYABLE
+from ._outcome import CommitResult as CommitResult
+from ._outcome import Outcome as Outcome
+from ._outcome import classify as classify
+from ._pending import Pending as Pending
+from ._replica import Change as Change
+from ._replica import Notification as Notification
+from ._replica import Replica as Replica
+from ._replica import edit_with_retry as edit_with_retry
+from ._store import LoadGate as LoadGate
+from ._store import StoreBase as StoreBase
+from ._store import VerdictGate as VerdictGate
+from ._transaction import Transaction as Transaction
+from ._values import MISSING as MISSING
+from ._values import get_path as get_path
+from ._values import normalize as normalize
+from ._values import set_path as set_path
+from ._values import value_equal as value_equal
+from .errors import CellweaveError as CellweaveError
+from .errors import CommitRejected as CommitRejected
+from .errors import ConflictError as ConflictError
+from .errors import CorruptStoreError as CorruptStoreError
+from .errors import InternalError as InternalError
+from .errors import InvalidValueError as InvalidValueError
+from .errors import LinkCycleError as LinkCycleError
+from .errors import PreconditionFailedError as PreconditionFailedError
+from .errors import StoreError as StoreError
+from .errors import TransactionAborted as TransactionAborted
+from .errors import TransactionError as TransactionError
+from .stores import MemoryStore as MemoryStore
+from .stores import SQLiteStore as SQLiteStore
+
+__all__ = [
+    "MAX_HOPS",
+    "MISSING",
+    "RETRYABLE",
+    "Cell",
+    "CellHost",
+    "CellweaveError",
+    "Change",
+    "CommitRejected",
+    "CommitResult",
+    "ConflictError",
+    "CorruptStoreError",
+    "DocKey",
+    "Identity",
+    "InternalError",
+    "InvalidValueError",
+    "Link",
+    "LinkCycleError",
+    "LoadGate",
+    "MemoryStore",
+    "Notification",
+    "Outcome",
+    "Path",
+    "Pending",
+    "PreconditionFailedError",
+    "Replica",
+    "SQLiteStore",
+    "Scope",
+    "Space",
+    "StoreBase",
+    "StoreError",
+    "Transaction",
+    "TransactionAborted",
+    "TransactionError",
+    "VerdictGate",
+    "canonical_bytes",
+    "classify",
+    "decode_json",
+    "edit_with_retry",
+    "encode_json",
+    "entity_id",
+    "get_path",
+    "normalize",
+    "read_value",
+    "resolve",
+    "set_path",
+    "value_equal",
+]

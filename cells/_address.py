@@ -1,0 +1,134 @@
+"""Addresses: which document, which instance of it, and which place inside it.
+
+A document's canonical address is `(space, id, scope)`. `scope` is one of
+`"space"` (one shared instance), `"user"` (one instance per principal) or
+`"session"` (one per principal and session). A resolution `Identity`
+`(principal, session)` selects the physical instance: `DocKey` is that
+physical key, and the only key storage and the replica know.
+
+Invariants
+- A `DocKey` at scope "space" has empty principal and session; at "user" a
+  non-empty principal and empty session; at "session" both non-empty.
+- `Link` holds a canonical address (scope kind, never an instance) plus a
+  value-relative path, so the same stored link resolves to each reader's own
+  instance.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Literal, Protocol, TypeAlias, runtime_checkable
+
+import msgspec
+
+from .errors import InvalidValueError
+
+Scope: TypeAlias = Literal["space", "user", "session"]
+SCOPES: Final[tuple[Scope, ...]] = ("space", "user", "session")
+PathElem: TypeAlias = str | int
+Path: TypeAlias = tuple[PathElem, ...]
+
+
+class Identity(msgspec.Struct, frozen=True):
+    """Who is reading or writing: selects the instance of `user` and `session` documents."""
+
+    principal: str
+    session: str
+
+    def __post_init__(self) -> None:
+        for field, value in (("principal", self.principal), ("session", self.session)):
+            if not isinstance(value, str) or not value:
+                raise InvalidValueError(
+                    f"Identity.{field} must be a non-empty string, got {value!r}", value=value
+                )
+
+
+class DocKey(msgspec.Struct, frozen=True):
+    """The physical key of one document instance."""
+
+    space: str
+    id: str
+    scope: Scope = "space"
+    principal: str = ""
+    session: str = ""
+
+    @property
+    def scope_key(self) -> str:
+        """The storage layer's scope key: "space", "user:<p>" or "session:<p>:<s>"."""
+        if self.scope == "space":
+            return "space"
+        if self.scope == "user":
+            return f"user:{self.principal}"
+        return f"session:{self.principal}:{self.session}"
+
+    def __str__(self) -> str:
+        return f"{self.space}/{self.scope_key}/{self.id}"
+
+
+def check_scope(scope: object, *, where: str) -> Scope:
+    if scope not in SCOPES:
+        raise InvalidValueError(
+            f"{where}: scope must be one of {', '.join(map(repr, SCOPES))}, got {scope!r}",
+            value=scope,
+        )
+    return scope
+
+
+def instance_key(space: str, id: str, scope: Scope, identity: Identity) -> DocKey:
+    """The physical key of `(space, id, scope)` for `identity`.  O(1)."""
+    if scope == "space":
+        return DocKey(space, id)
+    if scope == "user":
+        return DocKey(space, id, "user", identity.principal)
+    if scope == "session":
+        return DocKey(space, id, "session", identity.principal, identity.session)
+    check_scope(scope, where=f"document {space}/{id}")
+    raise AssertionError("unreachable")
+
+
+def check_path(path: tuple[Any, ...], *, where: str) -> Path:
+    """Validate a path: a tuple of str (dict keys) and non-negative int (list indices)."""
+    for i, elem in enumerate(path):
+        if isinstance(elem, bool) or not isinstance(elem, (str, int)):
+            raise InvalidValueError(
+                f"{where}: path element {i} must be a str or int, got {type(elem).__name__}"
+                f" {elem!r}",
+                path=tuple(path[:i]),
+                value=elem,
+            )
+        if isinstance(elem, int) and elem < 0:
+            raise InvalidValueError(
+                f"{where}: list index {elem} at path element {i} is negative",
+                path=tuple(path[:i]),
+                value=elem,
+            )
+    return path
+
+
+class Link(msgspec.Struct, frozen=True):
+    """A reference to a place: a document (canonical address) and a value-relative path.
+
+    Links are values: they can be stored inside documents, and reads follow them.
+    """
+
+    space: str
+    id: str
+    scope: Scope = "space"
+    path: Path = ()
+
+    def key(self, identity: Identity) -> DocKey:
+        """The physical document this link names for `identity`."""
+        return instance_key(self.space, self.id, self.scope, identity)
+
+    def child(self, *path: PathElem) -> Link:
+        return Link(self.space, self.id, self.scope, self.path + path)
+
+    def __str__(self) -> str:
+        tail = "".join(f"[{p!r}]" for p in self.path)
+        return f"<{self.space}/{self.scope}/{self.id}{tail}>"
+
+
+@runtime_checkable
+class Linkable(Protocol):
+    """Anything that stands for a place (a `Cell`, a pattern reference): stored as a link."""
+
+    def link(self) -> Link: ...

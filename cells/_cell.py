@@ -1,0 +1,259 @@
+"""`Cell`: a handle on one place (a document and a path), for one resolution identity.
+
+Reads follow links (`get()` returns plain data: a list of links reads as the
+list of values they point at). Writes follow links along the path, but
+replace a link stored exactly at the cell itself. Outside a transaction each
+write opens and commits its own; with `with_tx(tx)` they stage into `tx`.
+
+`pull`, `sink` and `observe` need a scheduler; cells made by a `Runtime`
+have one (their *host*). Cells made directly from a `Space` raise a clear
+error for those three.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ._address import DocKey, Identity, Link, Path, PathElem, check_path
+from ._codec import entity_id
+from ._links import VALUE, read_value, resolve
+from ._outcome import CommitResult
+from ._pending import Pending
+from ._replica import Replica
+from ._transaction import Transaction
+from ._values import MISSING, Value, thaw
+from .errors import CellweaveError, InvalidValueError
+
+if TYPE_CHECKING:
+    from ._address import Scope
+
+
+class CellHost(Protocol):
+    """What a scheduler provides to cells: demand-driven reads and effects."""
+
+    async def pull(self, cell: Cell) -> Value: ...
+
+    def sink(self, cell: Cell, fn: Callable[[Value], None]) -> Callable[[], None]: ...
+
+    def observe(self, cell: Cell) -> Any: ...
+
+
+class Cell:
+    """A place in a document, seen by one identity. Made by a `Space` or a `Runtime`."""
+
+    __slots__ = ("_host", "_identity", "_link", "_replica", "_tx")
+
+    def __init__(
+        self,
+        replica: Replica,
+        identity: Identity,
+        link: Link,
+        *,
+        tx: Transaction | None = None,
+        host: CellHost | None = None,
+    ) -> None:
+        self._replica = replica
+        self._identity = identity
+        self._link = link
+        self._tx = tx
+        self._host = host
+
+    # -- address
+    @property
+    def space(self) -> str:
+        return self._link.space
+
+    @property
+    def id(self) -> str:
+        return self._link.id
+
+    @property
+    def scope(self) -> Scope:
+        return self._link.scope
+
+    @property
+    def path(self) -> Path:
+        return self._link.path
+
+    @property
+    def identity(self) -> Identity:
+        return self._identity
+
+    @property
+    def doc_key(self) -> DocKey:
+        """The physical document instance this cell's identity selects."""
+        return self._link.key(self._identity)
+
+    @property
+    def tx(self) -> Transaction | None:
+        return self._tx
+
+    def link(self) -> Link:
+        return self._link
+
+    def __repr__(self) -> str:
+        bound = " (in tx)" if self._tx is not None else ""
+        return f"Cell({self._link}{bound})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Cell):
+            return NotImplemented
+        return self._link == other._link and self._identity == other._identity
+
+    def __hash__(self) -> int:
+        return hash((self._link, self._identity))
+
+    def _derive(self, link: Link, tx: Transaction | None = None) -> Cell:
+        return Cell(self._replica, self._identity, link, tx=tx or self._tx, host=self._host)
+
+    def key(self, *path: PathElem) -> Cell:
+        """The cell at a nested path (`cell.key("items", 0)`)."""
+        check_path(path, where=f"{self!r}.key()")
+        return self._derive(self._link.child(*path))
+
+    def __getitem__(self, elem: PathElem) -> Cell:
+        return self.key(elem)
+
+    def with_tx(self, tx: Transaction) -> Cell:
+        """The same cell bound to `tx`: reads and writes go through it."""
+        if tx.identity != self._identity:
+            raise CellweaveError(
+                f"{self!r} belongs to identity {self._identity!r}; the transaction acts for"
+                f" {tx.identity!r}"
+            )
+        return Cell(self._replica, self._identity, self._link, tx=tx, host=self._host)
+
+    # -- reads
+    def _reader(self) -> Transaction:
+        return self._tx if self._tx is not None else self._replica.edit(self._identity)
+
+    def get(self) -> Value:
+        """The current visible value as plain data (a fresh copy; links followed). No scheduling."""
+        tx = self._reader()
+        return thaw(read_value(tx, self._link))
+
+    def resolve(self) -> Cell:
+        """Follow links to the cell they end at."""
+        return self._derive(resolve(self._reader(), self._link))
+
+    # -- writes
+    def _write(self, stage: Callable[[Transaction, DocKey, Path], None]) -> Pending[CommitResult]:
+        tx = self._tx
+        own = tx is None
+        if tx is None:
+            tx = self._replica.edit(self._identity)
+        try:
+            target = resolve(tx, self._link, follow_last=False)
+            stage(tx, target.key(self._identity), (VALUE, *target.path))
+        except BaseException:
+            if own:
+                tx.abort("write failed")
+            raise
+        if own:
+            return tx.commit()
+        return tx.done()
+
+    def set(self, value: Any) -> Pending[CommitResult]:
+        """Write `value` here. Returns the pending result of the transaction it went into."""
+        return self._write(lambda tx, key, path: tx.write(key, path, value))
+
+    def delete(self) -> Pending[CommitResult]:
+        return self._write(lambda tx, key, path: tx.write(key, path, MISSING))
+
+    def update(self, mapping: Mapping[str, Any]) -> Pending[CommitResult]:
+        """Write each key of `mapping` below this cell (other keys are kept)."""
+        if not isinstance(mapping, Mapping):
+            raise InvalidValueError(
+                f"{self!r}.update() takes a mapping, got {type(mapping).__name__}", value=mapping
+            )
+
+        def stage(tx: Transaction, key: DocKey, path: Path) -> None:
+            for k, v in mapping.items():
+                tx.write(key, (*path, k), v)
+
+        return self._write(stage)
+
+    def push(self, item: Any) -> Pending[CommitResult]:
+        """Append `item` to the list here (an absent value becomes `[item]`)."""
+
+        def stage(tx: Transaction, key: DocKey, path: Path) -> None:
+            current = tx.read(key, path, shallow=True)
+            if current is MISSING or current is None:
+                tx.write(key, path, [item])
+            elif type(current) is list:
+                tx.write(key, (*path, len(current)), item)
+            else:
+                raise InvalidValueError(
+                    f"{self!r}.push(): the value here is a {type(current).__name__}, not a list",
+                    value=current,
+                )
+
+        return self._write(stage)
+
+    # -- reactive (need a host)
+    def _need_host(self, what: str) -> CellHost:
+        if self._host is None:
+            raise CellweaveError(
+                f"{self!r}.{what}() needs a scheduler: use a cell from a Runtime (rt.get_cell)"
+            )
+        return self._host
+
+    async def pull(self) -> Value:
+        return await self._need_host("pull").pull(self)
+
+    def sink(self, fn: Callable[[Value], None]) -> Callable[[], None]:
+        return self._need_host("sink").sink(self, fn)
+
+    def observe(self) -> Any:
+        return self._need_host("observe").observe(self)
+
+
+class Space:
+    """One space of a replica, seen by one identity: the plain (scheduler-free) entry point.
+
+    >>> from cells import MemoryStore, Space
+    >>> sp = Space(MemoryStore(), "notes")
+    >>> c = sp.get_cell({"note": 1})
+    >>> _ = c.set({"title": "hi"}); sp.replica.pump()
+    1
+    >>> c.key("title").get()
+    'hi'
+    """
+
+    def __init__(
+        self,
+        store_or_replica: Any,
+        space: str = "default",
+        *,
+        principal: str = "local",
+        session: str = "local",
+        host: CellHost | None = None,
+    ) -> None:
+        if not isinstance(space, str) or not space:
+            raise InvalidValueError(f"Space: space must be a non-empty str, got {space!r}")
+        self.replica = (
+            store_or_replica if isinstance(store_or_replica, Replica) else Replica(store_or_replica)
+        )
+        self.space = space
+        self.identity = Identity(principal, session)
+        self.host = host
+
+    def __repr__(self) -> str:
+        return f"<Space {self.space!r} as {self.identity.principal}/{self.identity.session}>"
+
+    def edit(self, *, source: object = None) -> Transaction:
+        return self.replica.edit(self.identity, source=source)
+
+    def cell(self, id: str, *, scope: Scope = "space", path: Path = ()) -> Cell:
+        from ._address import check_scope
+
+        check_scope(scope, where=f"cell {id!r}")
+        return Cell(self.replica, self.identity, Link(self.space, id, scope, path), host=self.host)
+
+    def get_cell(
+        self, cause: Any, *, scope: Scope = "space", tx: Transaction | None = None
+    ) -> Cell:
+        """The cell whose id derives from `cause` alone (scope is a separate coordinate)."""
+        c = self.cell(entity_id(cause), scope=scope)
+        return c.with_tx(tx) if tx is not None else c

@@ -1,0 +1,144 @@
+"""Encodings: JSON on disk, and canonical bytes for hashing identities.
+
+Disk form (`encode_json` / `decode_json`): plain JSON, with two reserved
+single-key objects under the key "/":
+- `{"/": {"link@1": {"space": ..., "id": ..., "scope": ..., "path": [...]}}}` for a link;
+- `{"/": {"num@1": "NaN" | "Infinity" | "-Infinity" | "-0"}}` for numbers JSON cannot spell.
+User dicts whose only key is "/" are refused at the write boundary, so the
+two never collide.
+
+Canonical form (`canonical_bytes`): a type-tagged msgpack encoding with dict
+keys sorted, so equal values (by `value_equal`) encode identically in any
+process, and values of different kinds never do. `entity_id(cause)` hashes it.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import math
+from typing import Any
+
+import msgspec
+
+from ._address import Link, Linkable
+from ._values import Value, normalize
+from .errors import CorruptStoreError
+
+_json_encoder = msgspec.json.Encoder()
+_json_decoder = msgspec.json.Decoder()
+_msgpack_encoder = msgspec.msgpack.Encoder()
+
+
+def _special_float(x: float) -> str | None:
+    if x != x:
+        return "NaN"
+    if x == math.inf:
+        return "Infinity"
+    if x == -math.inf:
+        return "-Infinity"
+    if x == 0.0 and math.copysign(1.0, x) < 0:
+        return "-0"
+    return None
+
+
+def to_wire(value: Value) -> Any:
+    """Replace links and special floats by their tagged JSON objects.  O(size)."""
+    t = type(value)
+    if t is dict:
+        return {k: to_wire(v) for k, v in value.items()}
+    if t is list:
+        return [to_wire(v) for v in value]
+    if t is float:
+        tag = _special_float(value)
+        return value if tag is None else {"/": {"num@1": tag}}
+    if t is Link:
+        return {
+            "/": {
+                "link@1": {
+                    "space": value.space,
+                    "id": value.id,
+                    "scope": value.scope,
+                    "path": list(value.path),
+                }
+            }
+        }
+    return value
+
+
+_FLOATS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf, "-0": -0.0}
+
+
+def from_wire(value: Any) -> Value:
+    """Inverse of `to_wire`.  O(size)."""
+    t = type(value)
+    if t is dict:
+        if len(value) == 1 and "/" in value:
+            tagged = value["/"]
+            if type(tagged) is dict and len(tagged) == 1:
+                if "link@1" in tagged:
+                    body = tagged["link@1"]
+                    return Link(
+                        body["space"], body["id"], body.get("scope", "space"), tuple(body["path"])
+                    )
+                if "num@1" in tagged and tagged["num@1"] in _FLOATS:
+                    return _FLOATS[tagged["num@1"]]
+            raise CorruptStoreError(f"unknown tagged value in stored data: {value!r}")
+        return {k: from_wire(v) for k, v in value.items()}
+    if t is list:
+        return [from_wire(v) for v in value]
+    return value
+
+
+def encode_json(value: Value) -> bytes:
+    return _json_encoder.encode(to_wire(value))
+
+
+def decode_json(data: bytes | str) -> Value:
+    return from_wire(_json_decoder.decode(data))
+
+
+def _tagged(value: Value) -> Any:
+    t = type(value)
+    if value is None:
+        return ("n",)
+    if t is bool:
+        return ("b", value)
+    if t is int:
+        return ("i", value)
+    if t is float:
+        if value != value:
+            return ("f", "nan")
+        return ("f", value.hex())
+    if t is str:
+        return ("s", value)
+    if t is list:
+        return ("l", [_tagged(v) for v in value])
+    if t is dict:
+        return ("d", [(k, _tagged(value[k])) for k in sorted(value)])
+    if t is Link:
+        return ("L", value.space, value.id, value.scope, [_tagged(p) for p in value.path])
+    raise AssertionError(f"not a normalized value: {type(value).__name__}")
+
+
+def canonical_bytes(value: Any) -> bytes:
+    """Canonical, type-tagged bytes of a JSON-like value (normalized first).
+
+    Links (and cells) reduce to their address. Deterministic across processes
+    and Python hash seeds.  O(size · log(keys)).
+    """
+    return _msgpack_encoder.encode(_tagged(normalize(value, where="cause")))
+
+
+def entity_id(cause: Any) -> str:
+    """A document id derived deterministically from `cause` (any JSON-like value).
+
+    Equal causes (by `value_equal`, dict key order ignored) give equal ids in
+    every process; different causes give different ids (SHA-256).
+    """
+    digest = hashlib.sha256(canonical_bytes(cause)).digest()
+    return "of:" + base64.b32encode(digest).decode("ascii").rstrip("=").lower()
+
+
+def is_link_value(value: Any) -> bool:
+    return type(value) is Link or isinstance(value, Linkable)

@@ -1,0 +1,114 @@
+"""Following links: resolution with logged probes, and materializing values.
+
+Every hop is logged as a shallow read of the link's position, so re-pointing,
+adding or removing a link re-triggers whoever resolved through it; the final
+deep read at the target covers a link appearing anywhere along the path.
+Resolution stops with `LinkCycleError` on a cycle or after `MAX_HOPS` hops;
+it never hangs.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from ._address import Link, Path
+from ._transaction import Transaction
+from ._values import MISSING, Value
+from .errors import LinkCycleError
+
+MAX_HOPS: Final = 100
+VALUE: Final = "value"
+"""Cell data lives under this key of a document; the rest of the document is metadata."""
+
+
+def _first_link(root: Value, path: Path) -> tuple[int, Link] | None:
+    node = root
+    for i, elem in enumerate(path):
+        if type(node) is Link:
+            return i, node
+        t = type(node)
+        if t is dict and type(elem) is str:
+            node = node.get(elem, MISSING)
+        elif t is list and type(elem) is int and elem < len(node):
+            node = node[elem]
+        else:
+            return None
+        if node is MISSING:
+            return None
+    if type(node) is Link:
+        return len(path), node
+    return None
+
+
+def resolve(tx: Transaction, link: Link, *, follow_last: bool = True) -> Link:
+    """The link's final place after following every link along its path.
+
+    With `follow_last=False` a link sitting exactly at the final position is
+    not followed (writes replace it).  O(hops · path length).
+    """
+    current = link
+    seen: set[tuple[object, Path]] = set()
+    chain: list[str] = [str(link)]
+    for _ in range(MAX_HOPS):
+        key = current.key(tx.identity)
+        found = _first_link(tx.peek(key, (VALUE,)), current.path)
+        if found is None:
+            return current
+        at, target = found
+        if at == len(current.path) and not follow_last:
+            return current
+        tx.read(key, (VALUE, *current.path[:at]), shallow=True)
+        marker = (key, current.path[:at])
+        if marker in seen:
+            raise LinkCycleError(
+                f"link cycle: {' -> '.join(chain)} comes back to {current}", chain=tuple(chain)
+            )
+        seen.add(marker)
+        current = Link(target.space, target.id, target.scope, target.path + current.path[at:])
+        chain.append(str(current))
+    raise LinkCycleError(
+        f"following {link} took more than {MAX_HOPS} hops: {' -> '.join(chain[:5])} ...",
+        chain=tuple(chain),
+    )
+
+
+def read_value(tx: Transaction, link: Link, *, log: bool = True) -> Value:
+    """The value at `link`, with links inside it followed (a list of links reads as values)."""
+    return _read(tx, link, log, frozenset())
+
+
+def _read(tx: Transaction, link: Link, log: bool, active: frozenset[tuple[object, Path]]) -> Value:
+    final = resolve(tx, link)
+    key = final.key(tx.identity)
+    marker = (key, final.path)
+    if marker in active:
+        raise LinkCycleError(f"the value at {final} contains a link back to itself")
+    value = tx.read(key, (VALUE, *final.path), log=log)
+    return _materialize(tx, value, log, active | {marker})
+
+
+def _materialize(
+    tx: Transaction, value: Value, log: bool, active: frozenset[tuple[object, Path]]
+) -> Value:
+    t = type(value)
+    if t is Link:
+        return _read(tx, value, log, active)
+    if t is dict:
+        out = None
+        for k, v in value.items():
+            m = _materialize(tx, v, log, active) if type(v) in (dict, list, Link) else v
+            if m is not v and out is None:
+                out = dict(value)
+            if out is not None:
+                out[k] = m
+        return value if out is None else out
+    if t is list:
+        items = None
+        for i, v in enumerate(value):
+            m = _materialize(tx, v, log, active) if type(v) in (dict, list, Link) else v
+            if m is not v and items is None:
+                items = list(value)
+            if items is not None:
+                items[i] = m
+        return value if items is None else items
+    return value

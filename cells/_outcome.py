@@ -1,0 +1,102 @@
+"""Settle outcomes: the one classifier that sorts every way a transaction can end.
+
+Every transaction settles exactly once: committed (`OK`), rejected, or
+aborted. `classify(error)` is total: each `CommitRejected` subclass maps to
+one outcome and anything else (including an error class invented tomorrow)
+is `NON_RETRYABLE`. Retrying is an allow-list (`RETRYABLE`): a new kind of
+failure is not retried until someone argues that a re-run can converge.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Final
+
+import attrs
+
+from .errors import (
+    CommitRejected,
+    ConflictError,
+    DependencyRejectedError,
+    InconsistentBasisError,
+    LivenessError,
+    PreconditionFailedError,
+    TerminalCommitError,
+    TransactionAborted,
+)
+
+
+class Outcome(enum.Enum):
+    """How a transaction settled."""
+
+    OK = "ok"
+    STALE_BASIS = "stale-basis"
+    """A conflict or a local inconsistency: a re-run against fresher state can succeed."""
+    PERMANENT = "permanent"
+    """A commit-time precondition failed (a create-only document already exists)."""
+    TERMINAL = "terminal"
+    """The store refuses the data itself."""
+    LIVENESS = "liveness"
+    """Never evaluated (connection lost, a load failed)."""
+    ABORTED = "aborted"
+    """`abort()` was called before the commit."""
+    NON_RETRYABLE = "non-retryable"
+    """Everything else, including every unknown error."""
+
+    def __repr__(self) -> str:
+        return f"Outcome.{self.name}"
+
+
+_BY_CLASS: Final[tuple[tuple[type[BaseException], Outcome], ...]] = (
+    (ConflictError, Outcome.STALE_BASIS),
+    (InconsistentBasisError, Outcome.STALE_BASIS),
+    (DependencyRejectedError, Outcome.STALE_BASIS),
+    (PreconditionFailedError, Outcome.PERMANENT),
+    (TerminalCommitError, Outcome.TERMINAL),
+    (LivenessError, Outcome.LIVENESS),
+    (TransactionAborted, Outcome.ABORTED),
+)
+
+RETRYABLE: Final[frozenset[Outcome]] = frozenset({Outcome.STALE_BASIS, Outcome.LIVENESS})
+"""Outcomes `edit_with_retry` retries. ABORTED is not here: an abort is the caller's decision."""
+
+
+def classify(error: BaseException | None) -> Outcome:
+    """The outcome for `error` (`None` means success). Total: unknown errors are NON_RETRYABLE."""
+    if error is None:
+        return Outcome.OK
+    for cls, outcome in _BY_CLASS:
+        if isinstance(error, cls):
+            return outcome
+    return Outcome.NON_RETRYABLE
+
+
+def error_for(outcome: Outcome, message: str) -> CommitRejected:
+    """A fresh error of the class that `classify` maps to `outcome` (used by test gates)."""
+    if outcome is Outcome.STALE_BASIS:
+        return ConflictError(message)
+    if outcome is Outcome.PERMANENT:
+        return PreconditionFailedError(message)
+    if outcome is Outcome.TERMINAL:
+        return TerminalCommitError(message)
+    if outcome is Outcome.LIVENESS:
+        return LivenessError(message)
+    if outcome is Outcome.ABORTED:
+        return TransactionAborted(message)
+    if outcome is Outcome.NON_RETRYABLE:
+        return CommitRejected(message)
+    raise ValueError(f"no rejection error for {outcome!r}")
+
+
+@attrs.frozen
+class CommitResult:
+    """What `await tx.commit()` returns: `ok`, the `outcome`, and the `error` if any."""
+
+    outcome: Outcome
+    error: BaseException | None = None
+    seq: int | None = None
+    """The store sequence number the commit got, if it reached the store and was accepted."""
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome is Outcome.OK

@@ -1,0 +1,211 @@
+"""Results that arrive later, and the mailbox that delivers them.
+
+cellweave propagates synchronously and uses the event loop only as a wake-up
+source. A store's verdicts and loads arrive on a replica's `Mailbox`; the
+mailbox is drained by whoever is driving: a running asyncio loop (drained via
+`call_soon_threadsafe`), `Replica.pump()` (called by `settle()`), or a
+synchronous waiter. `Pending` is the result handle: awaitable inside a loop,
+and also inspectable (`done()`, `result()`) without one.
+
+Invariants
+- A `Pending` resolves at most once; callbacks run exactly once, in order.
+- Mailbox items run in posting order, on the draining thread, never re-entrantly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import threading
+from collections.abc import Callable, Generator
+from typing import Any, Generic, TypeVar
+
+from .errors import TransactionError
+
+T = TypeVar("T")
+
+
+class Mailbox:
+    """A thread-safe FIFO of callbacks, drained on the thread that drives the replica."""
+
+    __slots__ = ("_cond", "_draining", "_items", "_loop", "_scheduled")
+
+    def __init__(self) -> None:
+        self._items: collections.deque[Callable[[], None]] = collections.deque()
+        self._cond = threading.Condition()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._scheduled = False
+        self._draining = False
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Drain on `loop` from now on (called whenever someone awaits inside a loop)."""
+        with self._cond:
+            self._loop = loop
+            if self._items:
+                self._schedule_locked()
+
+    def attach_running_loop(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        if loop is not self._loop:
+            self.attach(loop)
+
+    def post(self, fn: Callable[[], None]) -> None:
+        with self._cond:
+            self._items.append(fn)
+            self._schedule_locked()
+            self._cond.notify_all()
+
+    def _schedule_locked(self) -> None:
+        loop = self._loop
+        if loop is None or self._scheduled:
+            return
+        try:
+            loop.call_soon_threadsafe(self.drain)
+        except (
+            RuntimeError
+        ):  # the loop was closed (asyncio.run returned): go back to manual pumping
+            self._loop = None
+            return
+        self._scheduled = True
+
+    def drain(self) -> int:
+        """Run every queued callback in order; returns how many ran. Not re-entrant."""
+        with self._cond:
+            self._scheduled = False
+            if self._draining:
+                return 0
+            self._draining = True
+        ran = 0
+        try:
+            while True:
+                with self._cond:
+                    if not self._items:
+                        return ran
+                    fn = self._items.popleft()
+                fn()
+                ran += 1
+        finally:
+            with self._cond:
+                self._draining = False
+
+    def wait_for_items(self, timeout: float) -> bool:
+        """Block until something is queued (for synchronous waiters). False on timeout."""
+        with self._cond:
+            if self._items:
+                return True
+            return self._cond.wait_for(lambda: bool(self._items), timeout)
+
+
+class Pending(Generic[T]):
+    """A value that arrives later: `await` it inside a loop, or check `done()` / `result()`."""
+
+    __slots__ = ("_callbacks", "_done", "_error", "_mailbox", "_value")
+
+    def __init__(self, mailbox: Mailbox | None = None) -> None:
+        self._done = False
+        self._value: T | None = None
+        self._error: BaseException | None = None
+        self._callbacks: list[Callable[[Pending[T]], None]] = []
+        self._mailbox = mailbox
+
+    def __repr__(self) -> str:
+        if not self._done:
+            return "<Pending>"
+        if self._error is not None:
+            return f"<Pending error={self._error!r}>"
+        return f"<Pending value={self._value!r}>"
+
+    def done(self) -> bool:
+        return self._done
+
+    def result(self) -> T:
+        """The value; raises its error. Drains the mailbox first if not done yet."""
+        if not self._done and self._mailbox is not None:
+            self._mailbox.drain()
+        if not self._done:
+            raise TransactionError(
+                "result is not available yet: it waits on the store (a held gate, or an"
+                " asynchronous store); await it, or call wait()"
+            )
+        if self._error is not None:
+            raise self._error
+        return self._value  # type: ignore[return-value]
+
+    def wait(self, timeout: float = 30.0) -> T:
+        """Block the calling thread until resolved (drains the mailbox meanwhile).
+
+        For plain scripts. Raises `TimeoutError` after `timeout` seconds, for
+        example when a test gate holds the verdict.
+        """
+        import time
+
+        deadline = time.monotonic() + timeout
+        while not self._done:
+            if self._mailbox is None:
+                break
+            self._mailbox.drain()
+            if self._done:
+                break
+            left = deadline - time.monotonic()
+            got = left > 0 and self._mailbox.wait_for_items(min(left, 0.05))
+            if not got and time.monotonic() >= deadline:
+                raise TimeoutError(f"still pending after {timeout} s")
+        return self.result()
+
+    def add_done_callback(self, fn: Callable[[Pending[T]], None]) -> None:
+        if self._done:
+            fn(self)
+        else:
+            self._callbacks.append(fn)
+
+    def _resolve(self, value: T) -> None:
+        self._finish(value, None)
+
+    def _fail(self, error: BaseException) -> None:
+        self._finish(None, error)
+
+    def _finish(self, value: T | None, error: BaseException | None) -> None:
+        if self._done:
+            raise TransactionError("a Pending result was resolved twice (this is a bug)")
+        self._done = True
+        self._value = value
+        self._error = error
+        callbacks, self._callbacks = self._callbacks, []
+        for fn in callbacks:
+            fn(self)
+
+    def __await__(self) -> Generator[Any, None, T]:
+        if not self._done:
+            loop = asyncio.get_running_loop()
+            if self._mailbox is not None:
+                self._mailbox.attach(loop)
+                self._mailbox.drain()
+            if not self._done:
+                fut: asyncio.Future[None] = loop.create_future()
+                loop_thread = threading.get_ident()  # __await__ runs on the loop's thread
+
+                def wake(_: Pending[T]) -> None:
+                    def set_result() -> None:
+                        if not fut.done():
+                            fut.set_result(None)
+
+                    if threading.get_ident() == loop_thread:
+                        set_result()
+                    else:
+                        loop.call_soon_threadsafe(set_result)
+
+                self.add_done_callback(wake)
+                yield from fut.__await__()
+        return self.result()
+
+
+def resolved(value: T) -> Pending[T]:
+    p: Pending[T] = Pending()
+    p._resolve(value)
+    return p

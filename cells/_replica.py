@@ -1,0 +1,442 @@
+"""The replica: one runtime's client-side view of a store.
+
+Per document it keeps the *confirmed* state (the store's, as last heard)
+and *pending layers* (this replica's commits still waiting for a verdict);
+the *visible* value is the layers folded over the confirmed state. Every
+visible change is announced on the one change channel as a value-bearing
+`Notification` (`commit`, `revert`, `integrate`, `load`), with the whole
+document before and after.
+
+- `commit`: synchronously inside `Transaction.commit()`, after the local apply.
+- `revert`: after a rejection drops the layer; computed against the current
+  confirmed state, so it never stomps newer integrated values.
+- `integrate`: another session's accepted commit (or an own acceptance that
+  moved the visible value).
+- `load`: a document arrived from the store after it was read as not yet loaded.
+
+Invariants (checked by `_check`)
+- visible == fold(layers over confirmed) for every document;
+- layers of a document are in increasing local seq order, and every layer
+  belongs to a commit in flight;
+- a document's version changes exactly when its visible value changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, Literal
+
+import attrs
+
+from ._address import DocKey, Identity, Path
+from ._outcome import CommitResult, Outcome
+from ._pending import Mailbox, Pending
+from ._store import CommitRequest, DocState, ReadClaim, StoreBase, Verdict, Write
+from ._transaction import Transaction, TxDoc
+from ._values import MISSING, Value, get_path, set_path, value_equal
+from .errors import InconsistentBasisError, TransactionError
+
+NotificationKind = Literal["commit", "revert", "integrate", "load"]
+
+
+@attrs.frozen
+class Change:
+    """One document's visible value before and after a change."""
+
+    key: DocKey
+    before: Value
+    after: Value
+
+
+@attrs.frozen
+class Notification:
+    """One visible transition of the replica (the only change channel)."""
+
+    kind: NotificationKind
+    changes: tuple[Change, ...]
+    source: Transaction | None = None
+    reason: BaseException | None = None
+
+
+class Layer:
+    __slots__ = ("seq", "writes")
+
+    def __init__(self, seq: int, writes: list[tuple[Path, Value]]):
+        self.seq = seq
+        self.writes = writes
+
+    def __repr__(self) -> str:
+        return f"Layer({self.seq}, {self.writes!r})"
+
+
+class DocRecord:
+    __slots__ = ("confirmed", "confirmed_seq", "layers", "loaded", "loading", "version", "visible")
+
+    def __init__(self) -> None:
+        self.confirmed: Value = MISSING
+        self.confirmed_seq = 0
+        self.layers: list[Layer] = []
+        self.visible: Value = MISSING
+        self.version = 0
+        self.loaded = False
+        self.loading = False
+
+    def fold(self) -> Value:
+        v = self.confirmed
+        for layer in self.layers:
+            for path, value in layer.writes:
+                v = set_path(v, path, value)
+        return v
+
+
+@attrs.define
+class ReplicaStats:
+    """Counted work (for benchmarks and diagnostics; observes, never decides)."""
+
+    commits_sent: int = 0
+    commits_elided: int = 0
+    local_stale: int = 0
+    accepted: int = 0
+    rejected: int = 0
+    notifications: int = 0
+    loads: int = 0
+
+
+def _same(a: Value, b: Value) -> bool:
+    if a is b:
+        return True
+    if (a is MISSING) != (b is MISSING):
+        return False
+    return value_equal(a, b)
+
+
+def _compact(paths: Iterable[Path]) -> list[Path]:
+    """Sorted unique paths with every path below another one removed."""
+    out: list[Path] = []
+    for p in sorted(set(paths), key=lambda p: (len(p), [str(e) for e in p])):
+        if not any(p[: len(q)] == q for q in out):
+            out.append(p)
+    return out
+
+
+class Replica:
+    """A runtime's replica of a store. Create one per runtime (session)."""
+
+    def __init__(self, store: StoreBase, *, session_id: str | None = None) -> None:
+        self.store = store
+        self.mailbox = Mailbox()
+        self._docs: dict[DocKey, DocRecord] = {}
+        self._subscribers: list[Callable[[Notification], None]] = []
+        self._next_seq = 1
+        self._in_flight: dict[int, Transaction] = {}
+        self._sync_waiters: dict[DocKey, list[Callable[[BaseException | None], None]]] = {}
+        self.stats = ReplicaStats()
+        self.session_id = store.connect(self, session_id)
+        self.closed = False
+
+    def __repr__(self) -> str:
+        return (
+            f"<Replica {self.session_id} docs={len(self._docs)} in_flight={len(self._in_flight)}>"
+        )
+
+    # ------------------------------------------------------------------ public
+    def edit(self, identity: Identity, *, source: object = None) -> Transaction:
+        if self.closed:
+            raise TransactionError(f"replica {self.session_id} is closed")
+        return Transaction(self, identity, source=source)
+
+    def subscribe(self, fn: Callable[[Notification], None]) -> Callable[[], None]:
+        """Receive every notification; returns a function that unsubscribes."""
+        self._subscribers.append(fn)
+
+        def cancel() -> None:
+            if fn in self._subscribers:
+                self._subscribers.remove(fn)
+
+        return cancel
+
+    def visible(self, key: DocKey) -> Value:
+        """The visible document (loading it if needed; MISSING while a held load waits)."""
+        return self._record(key).visible
+
+    def is_loaded(self, key: DocKey) -> bool:
+        rec = self._docs.get(key)
+        return rec is not None and rec.loaded
+
+    def in_flight(self) -> int:
+        """Commits applied locally and still waiting for their verdict."""
+        return len(self._in_flight)
+
+    def pump(self) -> int:
+        """Deliver everything the store has answered so far (verdicts, loads, foreign changes)."""
+        return self.mailbox.drain()
+
+    def sync(self, keys: Iterable[DocKey]) -> Pending[None]:
+        """Load or catch up `keys` with the store; resolves when all have answered.
+
+        Always goes through the store (a held load holds it, even for a loaded
+        document). Fails with the first load error.
+        """
+        pending: Pending[None] = Pending(self.mailbox)
+        keys = list(dict.fromkeys(keys))
+        remaining = [len(keys)]
+        if not keys:
+            self.mailbox.post(lambda: pending._resolve(None))
+            return pending
+
+        def one_done(error: BaseException | None) -> None:
+            if pending.done():
+                return
+            if error is not None:
+                pending._fail(error)
+                return
+            remaining[0] -= 1
+            if remaining[0] == 0:
+                pending._resolve(None)
+
+        for key in keys:
+            self._sync_waiters.setdefault(key, []).append(one_done)
+            rec = self._docs.get(key)
+            if rec is None:
+                rec = self._docs[key] = DocRecord()
+            if not rec.loading:
+                rec.loading = True
+                self.store.load(self, key)
+        return pending
+
+    def close(self) -> None:
+        self.closed = True
+        self.store.disconnect(self.session_id)
+
+    # ------------------------------------------------------------------ records
+    def _record(self, key: DocKey) -> DocRecord:
+        rec = self._docs.get(key)
+        if rec is None:
+            rec = self._docs[key] = DocRecord()
+            state = self.store.load_now(key)
+            if state is None:
+                rec.loading = True
+                self.store.load(self, key)
+            else:
+                self.stats.loads += 1
+                rec.loaded = True
+                rec.confirmed = rec.visible = state.value
+                rec.confirmed_seq = state.seq
+        return rec
+
+    def _notify(self, nf: Notification) -> None:
+        if not nf.changes:
+            return
+        self.stats.notifications += 1
+        errors: list[Exception] = []
+        for fn in list(self._subscribers):
+            try:
+                fn(nf)
+            except Exception as exc:  # every subscriber hears every change
+                errors.append(exc)
+        if errors:
+            if len(errors) == 1:
+                raise errors[0]
+            raise ExceptionGroup(f"{len(errors)} subscribers failed on a {nf.kind}", errors)
+
+    def _refresh(self, key: DocKey, rec: DocRecord, changes: list[Change]) -> None:
+        before = rec.visible
+        after = rec.fold()
+        rec.visible = after
+        if not _same(before, after):
+            rec.version += 1
+            changes.append(Change(key, before, after))
+
+    # ------------------------------------------------------------------ commit
+    def _ops_for(self, td: TxDoc, visible: Value) -> list[tuple[Path, Value]]:
+        ops: list[tuple[Path, Value]] = []
+        for path in _compact(td.written):
+            target = path
+            # Lift a write that created a level, or changed a list's length, to that
+            # level: the store's leaf-overlap rule must see the key set / length change.
+            for i in range(len(path)):
+                prefix = path[:i]
+                base = get_path(td.baseline, prefix)
+                work = get_path(td.working, prefix)
+                if i > 0 and base is MISSING:
+                    target = prefix
+                    break
+                if type(base) is list and (type(work) is not list or len(work) != len(base)):
+                    target = prefix
+                    break
+            new = get_path(td.working, target)
+            if _same(new, get_path(visible, target)):
+                continue
+            ops.append((target, new))
+        if len(ops) > 1:
+            keep = set(_compact(p for p, _ in ops))
+            ops = [(p, v) for p, v in ops if p in keep]
+        return ops
+
+    def _commit(self, tx: Transaction) -> None:
+        docs = tx.documents()
+        for key, td in docs.items():
+            if td.read and self._docs[key].version != td.version:
+                self.stats.local_stale += 1
+                tx._settle(
+                    CommitResult(
+                        Outcome.STALE_BASIS,
+                        InconsistentBasisError(
+                            f"{key} changed locally after this transaction first read it"
+                        ),
+                    )
+                )
+                return
+        per_doc: list[tuple[DocKey, list[tuple[Path, Value]]]] = []
+        for key, td in docs.items():
+            if td.written:
+                ops = self._ops_for(td, self._docs[key].visible)
+                if ops:
+                    per_doc.append((key, ops))
+        if not per_doc and not tx._create_only:
+            self.stats.commits_elided += 1
+            tx._settle(CommitResult(Outcome.OK))
+            return
+        seq = self._next_seq
+        self._next_seq += 1
+        changes: list[Change] = []
+        writes: list[Write] = []
+        for key, ops in per_doc:
+            rec = self._docs[key]
+            rec.layers.append(Layer(seq, ops))
+            self._refresh(key, rec, changes)
+            writes.extend(Write(key, p, v) for p, v in ops)
+        reads: list[ReadClaim] = []
+        deps: set[int] = set()
+        for key, td in docs.items():
+            if not td.read:
+                continue
+            deps.update(td.deps)
+            deep = _compact(p for p, shallow in td.reads if not shallow)
+            reads.extend(ReadClaim(key, p, False, td.basis_seq) for p in deep)
+            shallow_paths = {p for p, s in td.reads if s}
+            reads.extend(
+                ReadClaim(key, p, True, td.basis_seq)
+                for p in sorted(shallow_paths, key=str)
+                if not any(p[: len(q)] == q for q in deep)
+            )
+        request = CommitRequest(
+            self.session_id,
+            seq,
+            tuple(reads),
+            frozenset(deps),
+            tuple(writes),
+            frozenset(tx._create_only),
+        )
+        self._in_flight[seq] = tx
+        self.stats.commits_sent += 1
+        try:
+            self._notify(Notification("commit", tuple(changes), tx))
+        finally:
+            self.store.submit(self, request)
+
+    # ------------------------------------------------------------------ store listener
+    def on_verdict(self, request: CommitRequest, verdict: Verdict) -> None:
+        tx = self._in_flight.pop(request.local_seq, None)
+        if tx is None:
+            return  # replica was closed meanwhile; nothing to settle
+        changes: list[Change] = []
+        for key in sorted(request.keys, key=str):
+            rec = self._docs[key]
+            rec.layers = [lay for lay in rec.layers if lay.seq != request.local_seq]
+            if (
+                verdict.error is None
+                and verdict.seq is not None
+                and verdict.seq > rec.confirmed_seq
+            ):
+                rec.confirmed = verdict.docs.get(key, rec.confirmed)
+                rec.confirmed_seq = verdict.seq
+                rec.loaded = True
+            self._refresh(key, rec, changes)
+        if verdict.error is None:
+            self.stats.accepted += 1
+            result = CommitResult(Outcome.OK, seq=verdict.seq)
+            try:
+                self._notify(Notification("integrate", tuple(changes), None))
+            finally:
+                tx._settle(result)
+        else:
+            self.stats.rejected += 1
+            from ._outcome import classify
+
+            result = CommitResult(classify(verdict.error), verdict.error)
+            try:
+                self._notify(Notification("revert", tuple(changes), tx, verdict.error))
+            finally:
+                tx._settle(result)
+
+    def on_foreign(self, seq: int, docs: dict[DocKey, Value]) -> None:
+        changes: list[Change] = []
+        for key, value in docs.items():
+            rec = self._docs.get(key)
+            if rec is None or not rec.loaded or seq <= rec.confirmed_seq:
+                continue
+            rec.confirmed = value
+            rec.confirmed_seq = seq
+            self._refresh(key, rec, changes)
+        self._notify(Notification("integrate", tuple(changes), None))
+
+    def on_loaded(self, key: DocKey, state: DocState | None, error: BaseException | None) -> None:
+        rec = self._docs.get(key)
+        if rec is None:
+            rec = self._docs[key] = DocRecord()
+        rec.loading = False
+        waiters = self._sync_waiters.pop(key, [])
+        changes: list[Change] = []
+        if state is not None and (not rec.loaded or state.seq > rec.confirmed_seq):
+            self.stats.loads += 1
+            rec.confirmed = state.value
+            rec.confirmed_seq = state.seq
+            rec.loaded = True
+            self._refresh(key, rec, changes)
+        try:
+            self._notify(Notification("load", tuple(changes), None))
+        finally:
+            for fn in waiters:
+                fn(error)
+
+    # ------------------------------------------------------------------ invariants
+    def _check(self) -> None:
+        for key, rec in self._docs.items():
+            assert _same(rec.visible, rec.fold()), f"visible value of {key} is not the fold"
+            seqs = [lay.seq for lay in rec.layers]
+            assert seqs == sorted(seqs), f"layers of {key} out of order"
+            for s in seqs:
+                assert s in self._in_flight, f"layer {s} of {key} has no commit in flight"
+        for seq, tx in self._in_flight.items():
+            assert tx.status == "committing", (seq, tx)
+
+
+async def edit_with_retry(
+    replica: Replica,
+    identity: Identity,
+    fn: Callable[[Transaction], Any],
+    *,
+    attempts: int = 5,
+) -> CommitResult:
+    """Run `fn(tx)` in a fresh transaction and commit; retry only allow-listed outcomes.
+
+    Retries happen for `RETRYABLE` outcomes (STALE_BASIS, LIVENESS) up to
+    `attempts` times in all; every other outcome is returned at once.
+    """
+    from ._outcome import RETRYABLE
+
+    if attempts < 1:
+        raise ValueError(f"edit_with_retry: attempts must be >= 1, got {attempts}")
+    result: CommitResult | None = None
+    for _ in range(attempts):
+        tx = replica.edit(identity)
+        fn(tx)
+        if tx.status == "aborted":
+            assert tx.result is not None
+            return tx.result
+        result = await tx.commit()
+        if result.ok or result.outcome not in RETRYABLE:
+            return result
+    assert result is not None
+    return result

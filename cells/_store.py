@@ -1,0 +1,457 @@
+"""The store protocol: what a replica sends, what a store answers, and the test gates.
+
+A store is the authoritative side. Each replica connects as one *session*
+and submits `CommitRequest`s; the store validates them (reads against writes
+since each read's basis, pending dependencies, create-only preconditions),
+assigns a gap-free sequence number to accepted ones, and answers with a
+`Verdict` delivered on the replica's mailbox, never inside `submit`. Other
+sessions learn about accepted commits as `ForeignChange`s.
+
+`StoreBase` holds what every backend shares: sessions, verdict and load
+gates (`store.testing`), the validation rules (`validate_commit`), fan-out
+of changes to other sessions. A backend supplies `_evaluate` (validate and
+apply one commit atomically) and `_read` (one document's current state).
+
+Invariants
+- Per session, commits are evaluated in submission order (FIFO), unless a
+  test gate releases them out of order, in which case a commit whose
+  dependency is unresolved is rejected (never evaluated against a guess).
+- A create-only document is accepted at most once, ever (deletion does not
+  reset it).
+- Conflict detection over-approximates, never under-approximates.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol
+
+import attrs
+
+from ._address import DocKey, Path
+from ._outcome import Outcome, error_for
+from ._pending import Mailbox
+from ._values import MISSING, Value
+from .errors import (
+    CommitRejected,
+    ConflictError,
+    DependencyRejectedError,
+    LivenessError,
+    PreconditionFailedError,
+    StoreError,
+)
+
+# --------------------------------------------------------------------------- records
+
+
+@attrs.frozen
+class ReadClaim:
+    """A read the store must validate: nothing overlapping `path` written after `basis_seq`."""
+
+    key: DocKey
+    path: Path
+    shallow: bool
+    basis_seq: int
+
+
+@attrs.frozen
+class Write:
+    """One leaf write: `value` at full-document `path` (`MISSING` deletes)."""
+
+    key: DocKey
+    path: Path
+    value: Value
+
+
+@attrs.frozen
+class CommitRequest:
+    session_id: str
+    local_seq: int
+    reads: tuple[ReadClaim, ...]
+    deps: frozenset[int]
+    """Own earlier commits (local seqs) whose pending writes this commit was built on."""
+    writes: tuple[Write, ...]
+    create_only: frozenset[DocKey]
+
+    @property
+    def keys(self) -> frozenset[DocKey]:
+        return frozenset(w.key for w in self.writes)
+
+
+@attrs.frozen
+class Verdict:
+    """A store's answer: accepted with `seq` and the written documents' new values, or `error`."""
+
+    seq: int | None
+    docs: dict[DocKey, Value] = attrs.field(factory=dict)
+    error: CommitRejected | None = None
+
+
+@attrs.frozen
+class DocState:
+    seq: int
+    """Sequence number of the last write to the document (0 if never written)."""
+    value: Value
+    """The document, or MISSING."""
+
+
+@attrs.frozen
+class Revision:
+    seq: int
+    session_id: str
+    local_seq: int
+    paths: tuple[Path, ...]
+
+
+class SessionListener(Protocol):
+    """What a replica gives the store when it connects."""
+
+    mailbox: Mailbox
+
+    def on_verdict(self, request: CommitRequest, verdict: Verdict) -> None: ...
+
+    def on_foreign(self, seq: int, docs: dict[DocKey, Value]) -> None: ...
+
+    def on_loaded(
+        self, key: DocKey, state: DocState | None, error: BaseException | None
+    ) -> None: ...
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def write_overlaps_read(write: Path, read: Path, shallow: bool) -> bool:
+    """Does a leaf write at `write` possibly change what a read at `read` saw?
+
+    Deep reads see everything at or below `read`; shallow reads see the key
+    set / length / kind at `read` only. Over-approximates.  O(min(len)).
+    """
+    n = min(len(write), len(read))
+    if write[:n] != read[:n]:
+        return False
+    if shallow:
+        return len(write) <= len(read) + 1
+    return True
+
+
+def validate_commit(
+    request: CommitRequest,
+    *,
+    revisions_since: Callable[[DocKey, int], Iterable[Revision]],
+    resolution: Callable[[str, int], int | bool | None],
+    ever_written: Callable[[DocKey], bool],
+) -> CommitRejected | None:
+    """The store's rules, shared by every backend. Returns the rejection, or None to accept.
+
+    `resolution(session, local_seq)` is the seq an earlier commit got, `None`
+    if it was rejected, or `False` if it is unresolved.
+    """
+    for dep in sorted(request.deps):
+        got = resolution(request.session_id, dep)
+        if got is None:
+            return DependencyRejectedError(
+                f"commit {request.session_id}#{request.local_seq} was built on commit #{dep},"
+                " which was rejected"
+            )
+        if got is False:
+            return DependencyRejectedError(
+                f"commit {request.session_id}#{request.local_seq} was built on commit #{dep},"
+                " which has no verdict yet"
+            )
+    by_key: dict[tuple[DocKey, int], list[ReadClaim]] = {}
+    for claim in request.reads:
+        by_key.setdefault((claim.key, claim.basis_seq), []).append(claim)
+    for (key, basis), claims in by_key.items():
+        for rev in revisions_since(key, basis):
+            if rev.session_id == request.session_id and rev.local_seq in request.deps:
+                continue  # the commit saw these writes as pending layers
+            for claim in claims:
+                for path in rev.paths:
+                    if write_overlaps_read(path, claim.path, claim.shallow):
+                        return ConflictError(
+                            f"commit {request.session_id}#{request.local_seq} read {key} at"
+                            f" {list(claim.path)} (basis seq {basis}); seq {rev.seq} has since"
+                            f" written {list(path)}"
+                        )
+    for key in sorted(request.create_only, key=str):
+        if ever_written(key):
+            return PreconditionFailedError(
+                f"create-only document {key} already exists (or existed)", kind="receipt-exists"
+            )
+    return None
+
+
+# --------------------------------------------------------------------------- gates
+
+
+@attrs.define(eq=False)
+class HeldCommit:
+    """A commit a `VerdictGate` is holding."""
+
+    store: StoreBase
+    listener: SessionListener
+    request: CommitRequest
+
+    def __repr__(self) -> str:
+        docs = ", ".join(sorted(str(k) for k in self.request.keys))
+        return f"<HeldCommit {self.request.session_id}#{self.request.local_seq} writes [{docs}]>"
+
+
+class VerdictGate:
+    """Holds every commit's verdict until the test decides it.
+
+    Commits still apply locally (and notify) when made; only the store's
+    evaluation waits. `accept(i)` hands held commit `i` (oldest first) to the
+    store, which validates it as usual (a conflicting commit is still
+    rejected); `reject(i, outcome)` rejects it with an error of that outcome
+    without evaluating it; `release()` accepts the rest in order and stops holding.
+    """
+
+    def __init__(self, store: StoreBase) -> None:
+        self._store = store
+        self._held: list[HeldCommit] = []
+        self.active = True
+
+    def __enter__(self) -> VerdictGate:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.active:
+            self.release()
+
+    def held(self) -> list[HeldCommit]:
+        return list(self._held)
+
+    def waiting(self) -> int:
+        return len(self._held)
+
+    def _take(self, i: int) -> HeldCommit:
+        if not 0 <= i < len(self._held):
+            raise IndexError(f"VerdictGate holds {len(self._held)} commits; no index {i}")
+        return self._held.pop(i)
+
+    def accept(self, i: int = 0) -> None:
+        held = self._take(i)
+        self._store._evaluate_and_answer(held.listener, held.request)
+
+    def reject(self, i: int = 0, outcome: Outcome = Outcome.STALE_BASIS) -> None:
+        if outcome is Outcome.OK:
+            raise ValueError("reject() needs a failure outcome, not Outcome.OK")
+        held = self._take(i)
+        req = held.request
+        error = error_for(outcome, f"rejected by test gate: {req.session_id}#{req.local_seq}")
+        self._store._record_rejection(req)
+        self._store._answer(held.listener, req, Verdict(None, error=error))
+
+    def release(self) -> None:
+        self.active = False
+        if self._store._verdict_gate is self:
+            self._store._verdict_gate = None
+        while self._held:
+            self.accept(0)
+
+
+class LoadGate:
+    """Holds loads and syncs of some documents until `release()` (or `fail()`)."""
+
+    def __init__(self, store: StoreBase, keys: frozenset[DocKey]) -> None:
+        self._store = store
+        self.keys = keys
+        self._waiting: list[tuple[SessionListener, DocKey]] = []
+        self.active = True
+
+    def __enter__(self) -> LoadGate:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.active:
+            self.release()
+
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    def _hold(self, listener: SessionListener, key: DocKey) -> None:
+        self._waiting.append((listener, key))
+
+    def _close(self) -> list[tuple[SessionListener, DocKey]]:
+        self.active = False
+        if self in self._store._load_gates:
+            self._store._load_gates.remove(self)
+        waiting, self._waiting = self._waiting, []
+        return waiting
+
+    def release(self) -> None:
+        """Let the held loads through (they read the store's state now)."""
+        for listener, key in self._close():
+            self._store._deliver_load(listener, key)
+
+    def fail(self) -> None:
+        """Fail the held loads as LIVENESS errors and stop holding."""
+        for listener, key in self._close():
+            err = LivenessError(f"load of {key} failed (test gate)")
+            listener.mailbox.post(functools.partial(listener.on_loaded, key, None, err))
+
+
+def _doc_key_of(obj: Any) -> DocKey:
+    if isinstance(obj, DocKey):
+        return obj
+    key = getattr(obj, "doc_key", None)
+    if isinstance(key, DocKey):
+        return key
+    raise TypeError(f"hold_loads() takes cells or DocKeys; got {type(obj).__name__} {obj!r}")
+
+
+class TestControls:
+    """`store.testing`: hold verdicts and loads to reproduce races deterministically."""
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(self, store: StoreBase) -> None:
+        self._store = store
+
+    def hold_verdicts(self) -> VerdictGate:
+        if self._store._verdict_gate is not None:
+            raise StoreError("verdicts are already held by another gate; release it first")
+        gate = VerdictGate(self._store)
+        self._store._verdict_gate = gate
+        return gate
+
+    def hold_loads(self, *cells: Any) -> LoadGate:
+        if not cells:
+            raise TypeError("hold_loads() needs at least one cell or DocKey")
+        gate = LoadGate(self._store, frozenset(_doc_key_of(c) for c in cells))
+        self._store._load_gates.append(gate)
+        return gate
+
+
+# --------------------------------------------------------------------------- base
+
+
+class StoreBase:
+    """Sessions, gates and fan-out shared by every store backend."""
+
+    _session_ids = itertools.count(1)
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._listeners: dict[str, SessionListener] = {}
+        self._verdict_gate: VerdictGate | None = None
+        self._load_gates: list[LoadGate] = []
+        self.testing = TestControls(self)
+        self.closed = False
+        self.commits_evaluated = 0
+
+    # -- backend hooks
+    def _evaluate(self, request: CommitRequest) -> Verdict:
+        """Validate and apply `request` atomically; record its resolution. Backend-specific."""
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def _read(self, key: DocKey) -> DocState:
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def _record_rejection(self, request: CommitRequest) -> None:
+        """Remember that `request` was rejected without evaluation (a gate's reject)."""
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def _submit_evaluation(self, listener: SessionListener, request: CommitRequest) -> None:
+        """Evaluate now (memory) or queue for a writer (SQLite). Default: now."""
+        self._evaluate_and_answer(listener, request)
+
+    # -- sessions
+    def connect(self, listener: SessionListener, session_id: str | None = None) -> str:
+        self._check_open()
+        with self._lock:
+            sid = session_id or f"s{next(self._session_ids)}-{id(listener):x}"
+            if sid in self._listeners:
+                raise StoreError(f"session id {sid!r} is already connected to this store")
+            self._listeners[sid] = listener
+            return sid
+
+    def disconnect(self, session_id: str) -> None:
+        with self._lock:
+            self._listeners.pop(session_id, None)
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise StoreError(f"{type(self).__name__} is closed")
+
+    # -- commits
+    def submit(self, listener: SessionListener, request: CommitRequest) -> None:
+        """Queue `request`; its verdict arrives on `listener.mailbox`, never inside this call."""
+        self._check_open()
+        gate = self._verdict_gate
+        if gate is not None:
+            gate._held.append(HeldCommit(self, listener, request))
+            return
+        self._submit_evaluation(listener, request)
+
+    def _evaluate_and_answer(self, listener: SessionListener, request: CommitRequest) -> None:
+        verdict = self._evaluate(request)
+        self.commits_evaluated += 1
+        self._answer(listener, request, verdict)
+        if verdict.error is None and verdict.seq is not None:
+            self._broadcast(request.session_id, verdict.seq, verdict.docs)
+
+    def _answer(self, listener: SessionListener, request: CommitRequest, verdict: Verdict) -> None:
+        listener.mailbox.post(lambda: listener.on_verdict(request, verdict))
+
+    def _broadcast(self, origin: str, seq: int, docs: dict[DocKey, Value]) -> None:
+        with self._lock:
+            others = [(sid, lis) for sid, lis in self._listeners.items() if sid != origin]
+        for _, lis in others:
+            lis.mailbox.post(functools.partial(lis.on_foreign, seq, docs))
+
+    # -- loads
+    def _held_by(self, key: DocKey) -> LoadGate | None:
+        for gate in self._load_gates:
+            if key in gate.keys:
+                return gate
+        return None
+
+    def load_now(self, key: DocKey) -> DocState | None:
+        """The document's state now, or None if a load gate holds it."""
+        self._check_open()
+        if self._held_by(key) is not None:
+            return None
+        return self._read(key)
+
+    def load(self, listener: SessionListener, key: DocKey) -> None:
+        """Load (or sync) `key`; the answer arrives as `listener.on_loaded` on its mailbox."""
+        self._check_open()
+        gate = self._held_by(key)
+        if gate is not None:
+            gate._hold(listener, key)
+            return
+        self._deliver_load(listener, key)
+
+    def _deliver_load(self, listener: SessionListener, key: DocKey) -> None:
+        try:
+            state: DocState | None = self._read(key)
+            error: BaseException | None = None
+        except Exception as exc:  # a store failure reaches the waiter, never only a log
+            state, error = None, exc
+        listener.mailbox.post(lambda: listener.on_loaded(key, state, error))
+
+    # -- introspection
+    def read_durable(self, key: DocKey) -> Value:
+        """The store's current value of `key` (MISSING if absent). For tests and tools."""
+        return self._read(key).value
+
+    def close(self) -> None:
+        self.closed = True
+
+    def _check(self) -> None:
+        """Invariants of the shared part (backends extend)."""
+        gate = self._verdict_gate
+        assert gate is None or gate.active
+        assert all(g.active for g in self._load_gates)
+
+
+def keys_of(writes: Sequence[Write]) -> frozenset[DocKey]:
+    return frozenset(w.key for w in writes)
+
+
+NO_STATE = DocState(0, MISSING)

@@ -1,0 +1,242 @@
+"""Transactions: read (logged), write (staged, read-your-writes), commit or abort.
+
+A transaction captures, at its first access to each document, the replica's
+visible value and version: its *basis*. Reads come from a working copy that
+its own writes update (read-your-writes). `commit()` applies the writes to
+the replica synchronously, notifies, and returns a `Pending[CommitResult]`
+whose verdict comes from the store later. If a document the transaction
+read changed locally since the first access, the commit fails at once as
+STALE_BASIS, even if the value changed back: divergence of the basis counts.
+
+Every transaction settles exactly once (committed, rejected or aborted);
+settle callbacks run for all three, `post_commit` effects only on success.
+
+Invariants (checked by `_check`)
+- status moves open -> committing -> (committed | rejected), or open -> aborted
+  / rejected (local basis failure), and never back;
+- settle callbacks and post-commit effects run at most once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal
+
+from ._address import DocKey, Identity, Path, check_path
+from ._outcome import CommitResult, Outcome
+from ._pending import Pending
+from ._values import MISSING, Value, get_path, normalize, set_path
+from .errors import TransactionAborted, TransactionError
+
+if TYPE_CHECKING:
+    from ._replica import Replica
+
+Status = Literal["open", "committing", "committed", "rejected", "aborted"]
+SettleCallback = Callable[["Transaction", CommitResult], None]
+
+
+class TxDoc:
+    """A transaction's view of one document: its basis and its working copy."""
+
+    __slots__ = ("baseline", "basis_seq", "deps", "read", "reads", "version", "working", "written")
+
+    def __init__(self, baseline: Value, version: int, basis_seq: int, deps: tuple[int, ...]):
+        self.baseline = baseline
+        self.working = baseline
+        self.version = version
+        self.basis_seq = basis_seq
+        self.deps = deps
+        self.read = False
+        self.reads: list[tuple[Path, bool]] = []
+        self.written: list[Path] = []
+
+
+class Transaction:
+    """One unit of reads and writes against a replica, for one resolution identity.
+
+    Create with `Replica.edit(identity)` (or `rt.edit()`), never directly.
+    """
+
+    __slots__ = (
+        "_create_only",
+        "_docs",
+        "_log",
+        "_pending",
+        "_post_commit",
+        "_replica",
+        "_settle_callbacks",
+        "identity",
+        "meta",
+        "result",
+        "source",
+        "status",
+    )
+
+    def __init__(self, replica: Replica, identity: Identity, *, source: object = None) -> None:
+        self._replica = replica
+        self.identity = identity
+        self.source = source
+        """Who runs this transaction (a scheduler node); its own commit never invalidates it."""
+        self.meta: dict[str, Any] = {}
+        """Free-form annotations for layers above (e.g. the runner's commit-gated flag)."""
+        self.status: Status = "open"
+        self.result: CommitResult | None = None
+        self._docs: dict[DocKey, TxDoc] = {}
+        self._log: list[tuple[DocKey, Path, bool]] = []
+        self._create_only: set[DocKey] = set()
+        self._settle_callbacks: list[SettleCallback] = []
+        self._post_commit: list[Callable[[], None]] = []
+        self._pending: Pending[CommitResult] = Pending(replica.mailbox)
+
+    def __repr__(self) -> str:
+        return (
+            f"<Transaction {self.status} {self.identity.principal}/{self.identity.session}"
+            f" docs={len(self._docs)}>"
+        )
+
+    @property
+    def replica(self) -> Replica:
+        return self._replica
+
+    @property
+    def is_open(self) -> bool:
+        return self.status == "open"
+
+    def _require_open(self, what: str) -> None:
+        if self.status != "open":
+            raise TransactionError(f"cannot {what}: the transaction is {self.status}")
+
+    def _access(self, key: DocKey) -> TxDoc:
+        td = self._docs.get(key)
+        if td is None:
+            rec = self._replica._record(key)
+            td = TxDoc(
+                rec.visible, rec.version, rec.confirmed_seq, tuple(lay.seq for lay in rec.layers)
+            )
+            self._docs[key] = td
+        return td
+
+    # -- reads
+    def read(
+        self, key: DocKey, path: Path = (), *, shallow: bool = False, log: bool = True
+    ) -> Value:
+        """The value at full-document `path` (MISSING if absent). Do not mutate it.
+
+        `shallow` logs a read of only the key set / length / kind there. With
+        `log=False` the read is not reported to the scheduler (it still counts
+        for the basis). O(len(path)).
+        """
+        if self.status != "open":
+            raise TransactionError(f"cannot read {key}: the transaction is {self.status}")
+        td = self._access(key)
+        td.read = True
+        td.reads.append((path, shallow))
+        if log:
+            self._log.append((key, path, shallow))
+        return get_path(td.working, path)
+
+    def peek(self, key: DocKey, path: Path = ()) -> Value:
+        """The value at `path` with nothing logged and no basis taken (for link walking)."""
+        if self.status != "open":
+            raise TransactionError(f"cannot read {key}: the transaction is {self.status}")
+        td = self._docs.get(key)
+        if td is not None:
+            return get_path(td.working, path)
+        return get_path(self._replica._record(key).visible, path)
+
+    @property
+    def reads(self) -> list[tuple[DocKey, Path, bool]]:
+        """Logged reads in order: (document, full-document path, shallow)."""
+        return self._log
+
+    def documents(self) -> dict[DocKey, TxDoc]:
+        return self._docs
+
+    # -- writes
+    def write(self, key: DocKey, path: Path, value: Any) -> None:
+        """Stage `value` at full-document `path` (checked and copied; MISSING deletes)."""
+        self._require_open(f"write {key}")
+        check_path(path, where=f"write to {key}")
+        where = f"write to {key} at {list(path)}"
+        v = value if value is MISSING else normalize(value, where=where)
+        td = self._access(key)
+        td.working = set_path(td.working, path, v, where=where)
+        td.written.append(path)
+
+    def delete(self, key: DocKey, path: Path = ()) -> None:
+        self.write(key, path, MISSING)
+
+    def create_only(self, key: DocKey) -> None:
+        """Make the commit fail PERMANENT if `key` exists or ever existed in the store."""
+        self._require_open(f"mark {key} create-only")
+        self._create_only.add(key)
+
+    # -- settling
+    def add_settle_callback(self, fn: SettleCallback) -> None:
+        """`fn(tx, result)` runs exactly once, for every outcome (right away if already settled)."""
+        if self.result is not None:
+            fn(self, self.result)
+        else:
+            self._settle_callbacks.append(fn)
+
+    def post_commit(self, fn: Callable[[], None]) -> None:
+        """`fn()` runs once, only after a successful commit."""
+        if self.result is not None:
+            if self.result.ok:
+                fn()
+            return
+        self._post_commit.append(fn)
+
+    def commit(self) -> Pending[CommitResult]:
+        """Apply locally (notifying at once), send to the store, return the pending verdict."""
+        self._require_open("commit")
+        self.status = "committing"
+        self._replica._commit(self)
+        return self._pending
+
+    def abort(self, reason: object = None) -> None:
+        """Discard everything and settle as ABORTED (settle callbacks run now)."""
+        if self.status == "aborted":
+            return
+        self._require_open("abort")
+        err = TransactionAborted(f"transaction aborted: {reason!r}", reason=reason)
+        self._settle(CommitResult(Outcome.ABORTED, err))
+
+    def done(self) -> Pending[CommitResult]:
+        """The pending result, without committing."""
+        return self._pending
+
+    def _settle(self, result: CommitResult) -> None:
+        if self.result is not None:
+            raise TransactionError("a transaction settled twice (this is a bug)")
+        self.result = result
+        if result.ok:
+            self.status = "committed"
+        elif result.outcome is Outcome.ABORTED:
+            self.status = "aborted"
+        else:
+            self.status = "rejected"
+        errors: list[Exception] = []
+        effects, self._post_commit = self._post_commit, []
+        if result.ok:
+            for fn in effects:
+                try:
+                    fn()
+                except Exception as exc:
+                    errors.append(exc)
+        callbacks, self._settle_callbacks = self._settle_callbacks, []
+        for cb in callbacks:
+            try:
+                cb(self, result)
+            except Exception as exc:  # one failing callback must not skip its siblings
+                errors.append(exc)
+        self._pending._resolve(result)
+        if errors:
+            if len(errors) == 1:
+                raise errors[0]
+            raise ExceptionGroup(f"{len(errors)} settle callbacks of {self!r} failed", errors)
+
+    def _check(self) -> None:
+        assert (self.result is None) == (self.status in ("open", "committing")), self.status
+        assert self.result is None or not self._settle_callbacks
+        assert self._pending.done() == (self.result is not None)

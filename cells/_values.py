@@ -1,0 +1,306 @@
+"""JSON-like values: checking at the write boundary, equality, and paths.
+
+Values are `None`, `bool`, `int`, `float`, `str`, `list`, `dict[str, value]`
+and `Link`. Python's `==` is the wrong equality for them (`True == 1`,
+`nan != nan`), so `value_equal` decides every "did it change" question:
+
+- bool is not a number (`value_equal(True, 1)` is false);
+- numbers compare by value across int and float (`1` equals `1.0`);
+- `nan` equals `nan`; `0.0` and `-0.0` differ;
+- containers compare by content (dict key order does not matter).
+
+Stored values are immutable by convention: nothing in cellweave mutates a
+value once it is stored, and writes copy along the path they change.
+`normalize` is the write boundary: it returns a fresh, checked copy, so a
+caller mutating its own object afterwards cannot reach stored state.
+
+`MISSING` means "absent" (a key that is not there, a document that does not
+exist); writing `MISSING` deletes.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Final, TypeAlias
+
+from ._address import Link, Linkable, Path
+from .errors import InvalidValueError
+
+
+class _Missing:
+    __slots__ = ()
+    _instance: _Missing | None = None
+
+    def __new__(cls) -> _Missing:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __reduce__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Final = _Missing()
+"""Absent: a key that is not there, or a document that does not exist."""
+
+Value: TypeAlias = Any
+"""A JSON-like value (see the module docstring). `Any` because Python cannot spell it usefully."""
+
+MAX_INT: Final = 2**63 - 1
+_EXACT_FLOAT_INT: Final = 2**53
+
+
+def _fmt_path(path: Path) -> str:
+    return "".join(f"[{p!r}]" for p in path) or "(root)"
+
+
+def normalize(value: Any, *, where: str = "value", path: Path = ()) -> Value:
+    """Check `value` is JSON-like and return a fresh normalized copy.
+
+    Integral floats become ints (so `1.0` is stored as `1`), tuples become
+    lists, and `Cell`-like objects (anything with `.link()`) become links.
+    Raises `InvalidValueError` naming `where`, the path inside the value and
+    the offending type; nothing is partially written because nothing is
+    written here at all.  O(size of value).
+    """
+    return _normalize(value, where, list(path), set())
+
+
+def _normalize(value: Any, where: str, path: list[Any], active: set[int]) -> Value:
+    t = type(value)
+    if value is None or t is str or t is bool:
+        return value
+    if t is int:
+        if -MAX_INT <= value <= MAX_INT:
+            return value
+        raise InvalidValueError(
+            f"{where}: integer {value} at {_fmt_path(tuple(path))} is outside the 64-bit range",
+            path=tuple(path),
+            value=value,
+        )
+    if t is float:
+        if (
+            value.is_integer()
+            and abs(value) <= _EXACT_FLOAT_INT
+            and not (value == 0.0 and math.copysign(1.0, value) < 0)
+        ):
+            return int(value)
+        return value
+    if t is dict:
+        ident = id(value)
+        if ident in active:
+            raise InvalidValueError(
+                f"{where}: the value contains itself at {_fmt_path(tuple(path))} (a cycle)",
+                path=tuple(path),
+                value=value,
+            )
+        active.add(ident)
+        out: dict[str, Value] = {}
+        for k, v in value.items():
+            if type(k) is not str:
+                raise InvalidValueError(
+                    f"{where}: dict key {k!r} at {_fmt_path(tuple(path))} is a"
+                    f" {type(k).__name__}; keys must be str",
+                    path=tuple(path),
+                    value=k,
+                )
+            path.append(k)
+            out[k] = _normalize(v, where, path, active)
+            path.pop()
+        active.discard(ident)
+        if len(out) == 1 and "/" in out:
+            raise InvalidValueError(
+                f"{where}: a dict whose only key is '/' at {_fmt_path(tuple(path))} is reserved"
+                " for links and tagged values; store a Link object instead",
+                path=tuple(path),
+                value=value,
+            )
+        return out
+    if t is list or t is tuple:
+        ident = id(value)
+        if ident in active:
+            raise InvalidValueError(
+                f"{where}: the value contains itself at {_fmt_path(tuple(path))} (a cycle)",
+                path=tuple(path),
+                value=value,
+            )
+        active.add(ident)
+        items: list[Value] = []
+        for i, v in enumerate(value):
+            path.append(i)
+            items.append(_normalize(v, where, path, active))
+            path.pop()
+        active.discard(ident)
+        return items
+    if t is Link:
+        return value
+    # Subclasses (an IntEnum, an OrderedDict, a str subclass): store the plain kind.
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, str):
+        return _normalize(str(value), where, path, active)
+    if isinstance(value, int):
+        return _normalize(int(value), where, path, active)
+    if isinstance(value, float):
+        return _normalize(float(value), where, path, active)
+    if isinstance(value, dict):
+        return _normalize(dict(value), where, path, active)
+    if isinstance(value, (list, tuple)):
+        return _normalize(list(value), where, path, active)
+    if isinstance(value, Linkable):
+        return value.link()
+    raise InvalidValueError(
+        f"{where}: {type(value).__name__} at {_fmt_path(tuple(path))} is not a JSON-like value"
+        " (use None, bool, int, float, str, list, dict with str keys, or a link)",
+        path=tuple(path),
+        value=value,
+    )
+
+
+def value_equal(a: Value, b: Value) -> bool:
+    """JSON equality (see the module docstring).  O(size) in the worst case; O(1) when `a is b`."""
+    if a is b:
+        return True
+    ta = type(a)
+    tb = type(b)
+    if ta is bool or tb is bool:
+        return ta is tb and a == b
+    if ta is float or tb is float:
+        if (ta is float or ta is int) and (tb is float or tb is int):
+            if a == b:
+                # 0.0 and -0.0 are different values; everything else equal is equal.
+                return a != 0 or math.copysign(1.0, a) == math.copysign(1.0, b)
+            return ta is float and tb is float and a != a and b != b  # nan equals nan
+        return False
+    if ta is not tb:
+        return False
+    if ta is dict:
+        if len(a) != len(b):
+            return False
+        for k, v in a.items():
+            w = b.get(k, MISSING)
+            if w is MISSING or not value_equal(v, w):
+                return False
+        return True
+    if ta is list:
+        if len(a) != len(b):
+            return False
+        return all(value_equal(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+def get_path(value: Value, path: Path) -> Value:
+    """The value at `path` inside `value`, or `MISSING` if it is not reachable.  O(len(path))."""
+    for elem in path:
+        t = type(value)
+        if t is dict:
+            if type(elem) is not str:
+                return MISSING
+            value = value.get(elem, MISSING)
+            if value is MISSING:
+                return MISSING
+        elif t is list:
+            if type(elem) is not int or elem >= len(value):
+                return MISSING
+            value = value[elem]
+        else:
+            return MISSING
+    return value
+
+
+def set_path(root: Value, path: Path, new: Value, *, where: str = "write") -> Value:
+    """Return a copy of `root` with `new` at `path` (copying only along the path).
+
+    Missing dict levels are created; a list index may be at most the list's
+    length (equal appends). Writing `MISSING` deletes the key or list element.
+    Raises `InvalidValueError` when the path runs through a scalar or a list
+    with a non-int or out-of-range index.  O(len(path) + sizes of the copied containers).
+    """
+    if not path:
+        return new
+    return _set(root, path, 0, new, where)
+
+
+def _set(node: Value, path: Path, i: int, new: Value, where: str) -> Value:
+    elem = path[i]
+    last = i == len(path) - 1
+    t = type(node)
+    if node is MISSING:
+        if new is MISSING:
+            return node
+        if type(elem) is not str:
+            raise InvalidValueError(
+                f"{where}: cannot create list index {elem!r} at {_fmt_path(path[:i])}:"
+                " nothing is there",
+                path=path[:i],
+                value=elem,
+            )
+        node = {}
+        t = dict
+    if t is dict:
+        if type(elem) is not str:
+            raise InvalidValueError(
+                f"{where}: {_fmt_path(path[:i])} is a dict; path element {elem!r} must be a str",
+                path=path[:i],
+                value=elem,
+            )
+        out = dict(node)
+        if last:
+            if new is MISSING:
+                out.pop(elem, None)
+            else:
+                out[elem] = new
+        else:
+            child = _set(node.get(elem, MISSING), path, i + 1, new, where)
+            if child is MISSING:
+                out.pop(elem, None)
+            else:
+                out[elem] = child
+        return out
+    if t is list:
+        if type(elem) is not int or elem > len(node) or elem < 0:
+            raise InvalidValueError(
+                f"{where}: {_fmt_path(path[:i])} is a list of {len(node)};"
+                f" index {elem!r} is not usable",
+                path=path[:i],
+                value=elem,
+            )
+        items = list(node)
+        if last:
+            if new is MISSING:
+                if elem < len(items):
+                    del items[elem]
+            elif elem == len(items):
+                items.append(new)
+            else:
+                items[elem] = new
+        else:
+            current = items[elem] if elem < len(items) else MISSING
+            child = _set(current, path, i + 1, new, where)
+            if elem == len(items):
+                items.append(child)
+            else:
+                items[elem] = child
+        return items
+    raise InvalidValueError(
+        f"{where}: {_fmt_path(path[:i])} holds a {type(node).__name__}, not a dict or list;"
+        f" cannot write below it",
+        path=path[:i],
+        value=node,
+    )
+
+
+def thaw(value: Value) -> Value:
+    """A deep copy a user may mutate freely (links are immutable and kept).  O(size)."""
+    t = type(value)
+    if t is dict:
+        return {k: thaw(v) for k, v in value.items()}
+    if t is list:
+        return [thaw(v) for v in value]
+    return value

@@ -1,0 +1,110 @@
+"""One exception hierarchy for cellweave.
+
+Every error the library raises on purpose derives from `CellweaveError`, mixed
+with the builtin a user would naturally catch (`InvalidValueError` is also a
+`ValueError`). Messages name the object, the value and the place.
+
+Commit rejections carry the `Outcome` a classifier assigns them (see
+`cells._outcome.classify`); `CommitRejected` is their common base.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class CellweaveError(Exception):
+    """Base of every error cellweave raises on purpose."""
+
+
+class InternalError(CellweaveError, AssertionError):
+    """An internal invariant broke. This is a bug in cellweave; please report it."""
+
+
+class InvalidValueError(CellweaveError, ValueError):
+    """A value is not JSON-like (or a path is not usable) at a write boundary.
+
+    `path` is the place inside the value (or document) where the problem is,
+    `value` the offending value.
+    """
+
+    def __init__(self, message: str, *, path: tuple[str | int, ...] = (), value: Any = None):
+        super().__init__(message)
+        self.path = path
+        self.value = value
+
+
+class LinkCycleError(CellweaveError, RuntimeError):
+    """Following links came back to a place it had already visited, or took too many hops."""
+
+    def __init__(self, message: str, *, chain: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.chain = chain
+
+
+class TransactionError(CellweaveError, RuntimeError):
+    """A transaction was used in a way its state does not allow (written after commit)."""
+
+
+class StoreError(CellweaveError, RuntimeError):
+    """A store could not do what was asked (it is closed, its file is unusable, ...)."""
+
+
+class CorruptStoreError(StoreError):
+    """A store file is not a cellweave store, or is damaged. The file is left untouched."""
+
+
+class CommitRejected(CellweaveError, RuntimeError):
+    """Base of every reason a commit did not become durable.
+
+    Subclasses map one-to-one onto `Outcome` values; `classify(error)` reads
+    the mapping, and anything else is `Outcome.NON_RETRYABLE`.
+    """
+
+
+class ConflictError(CommitRejected):
+    """The store saw a write, since this transaction's basis, that overlaps something it read.
+
+    Outcome: STALE_BASIS. Re-running against fresher state can succeed.
+    """
+
+
+class InconsistentBasisError(CommitRejected):
+    """Locally, a document the transaction read changed between its first read and commit.
+
+    Outcome: STALE_BASIS. Nothing was applied and nobody was notified.
+    """
+
+
+class DependencyRejectedError(CommitRejected):
+    """An earlier commit of this replica that this one was built on was rejected.
+
+    Outcome: STALE_BASIS (the cascade of a dropped layer).
+    """
+
+
+class PreconditionFailedError(CommitRejected):
+    """A commit-time precondition failed, for example a create-only document already exists.
+
+    Outcome: PERMANENT. Retrying the same commit fails the same way.
+    """
+
+    def __init__(self, message: str, *, kind: str = "receipt-exists"):
+        super().__init__(message)
+        self.kind = kind
+
+
+class TerminalCommitError(CommitRejected):
+    """The store refuses the data itself. Outcome: TERMINAL."""
+
+
+class LivenessError(CommitRejected):
+    """The commit or load was never evaluated (connection lost, load failed). Outcome: LIVENESS."""
+
+
+class TransactionAborted(CommitRejected):
+    """The transaction was aborted before it became durable. Outcome: ABORTED."""
+
+    def __init__(self, message: str, *, reason: object = None):
+        super().__init__(message)
+        self.reason = reason

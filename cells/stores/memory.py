@@ -1,0 +1,107 @@
+"""`MemoryStore`: the in-process authoritative store (the default).
+
+Several runtimes may share one `MemoryStore`; each connects as its own
+session with its own replica, so their commits conflict for real. Verdicts
+are decided synchronously at submission (unless `store.testing` holds them)
+but delivered on the submitting replica's mailbox, like a remote store's.
+Nothing survives the process.
+
+Invariants (checked by `_check`)
+- `seq` is the number of accepted commits; revisions of each document are in
+  increasing seq order; every head's seq is its last revision's.
+- Every resolution names a seq that exists, or None (rejected).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable
+
+from .._address import DocKey
+from .._store import (
+    NO_STATE,
+    CommitRequest,
+    DocState,
+    Revision,
+    StoreBase,
+    Verdict,
+    validate_commit,
+)
+from .._values import MISSING, Value, set_path
+
+
+class MemoryStore(StoreBase):
+    """An in-memory store; `MemoryStore()` takes no arguments."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seq = 0
+        self._heads: dict[DocKey, DocState] = {}
+        self._ever: set[DocKey] = set()
+        self._revisions: dict[DocKey, list[Revision]] = {}
+        self._resolutions: dict[tuple[str, int], int | None] = {}
+
+    def __repr__(self) -> str:
+        return f"<MemoryStore seq={self._seq} docs={len(self._heads)}>"
+
+    @property
+    def seq(self) -> int:
+        return self._seq
+
+    def _read(self, key: DocKey) -> DocState:
+        return self._heads.get(key, NO_STATE)
+
+    def _revisions_since(self, key: DocKey, seq: int) -> Iterable[Revision]:
+        revs = self._revisions.get(key)
+        if not revs:
+            return ()
+        i = bisect.bisect_right(revs, seq, key=lambda r: r.seq)
+        return revs[i:]
+
+    def _resolution(self, session_id: str, local_seq: int) -> int | bool | None:
+        return self._resolutions.get((session_id, local_seq), False)
+
+    def _record_rejection(self, request: CommitRequest) -> None:
+        with self._lock:
+            self._resolutions[(request.session_id, request.local_seq)] = None
+
+    def _evaluate(self, request: CommitRequest) -> Verdict:
+        with self._lock:
+            error = validate_commit(
+                request,
+                revisions_since=self._revisions_since,
+                resolution=self._resolution,
+                ever_written=self._ever.__contains__,
+            )
+            if error is not None:
+                self._resolutions[(request.session_id, request.local_seq)] = None
+                return Verdict(None, error=error)
+            self._seq += 1
+            seq = self._seq
+            docs: dict[DocKey, Value] = {}
+            paths: dict[DocKey, list[tuple[str | int, ...]]] = {}
+            for w in request.writes:
+                current = docs.get(w.key, MISSING)
+                if w.key not in docs:
+                    current = self._heads.get(w.key, NO_STATE).value
+                docs[w.key] = set_path(current, w.path, w.value, where=f"commit to {w.key}")
+                paths.setdefault(w.key, []).append(w.path)
+            for key, value in docs.items():
+                self._heads[key] = DocState(seq, value)
+                self._ever.add(key)
+                self._revisions.setdefault(key, []).append(
+                    Revision(seq, request.session_id, request.local_seq, tuple(paths[key]))
+                )
+            self._ever.update(request.create_only)
+            self._resolutions[(request.session_id, request.local_seq)] = seq
+            return Verdict(seq, docs)
+
+    def _check(self) -> None:
+        super()._check()
+        accepted = {s for s in self._resolutions.values() if s is not None}
+        assert accepted <= set(range(1, self._seq + 1)), "resolution names an unknown seq"
+        for key, revs in self._revisions.items():
+            seqs = [r.seq for r in revs]
+            assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs), f"revisions of {key}"
+            assert self._heads[key].seq == seqs[-1], f"head of {key} is not its last revision"
+            assert key in self._ever

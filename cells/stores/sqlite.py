@@ -1,0 +1,7 @@
+"""placeholder"""
+
+from .._store import StoreBase
+
+
+class SQLiteStore(StoreBase):
+    pass
