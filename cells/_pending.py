@@ -28,7 +28,7 @@ T = TypeVar("T")
 class Mailbox:
     """A thread-safe FIFO of callbacks, drained on the thread that drives the replica."""
 
-    __slots__ = ("_cond", "_draining", "_items", "_loop", "_scheduled")
+    __slots__ = ("_cond", "_draining", "_items", "_listeners", "_loop", "_scheduled")
 
     def __init__(self) -> None:
         self._items: collections.deque[Callable[[], None]] = collections.deque()
@@ -36,6 +36,17 @@ class Mailbox:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._scheduled = False
         self._draining = False
+        self._listeners: list[Callable[[], None]] = []
+
+    def add_post_listener(self, fn: Callable[[], None]) -> Callable[[], None]:
+        """Call `fn()` (on the posting thread) after each post; returns a remover."""
+        self._listeners.append(fn)
+
+        def remove() -> None:
+            if fn in self._listeners:
+                self._listeners.remove(fn)
+
+        return remove
 
     def __len__(self) -> int:
         return len(self._items)
@@ -60,6 +71,8 @@ class Mailbox:
             self._items.append(fn)
             self._schedule_locked()
             self._cond.notify_all()
+        for listener in list(self._listeners):
+            listener()
 
     def _schedule_locked(self) -> None:
         loop = self._loop

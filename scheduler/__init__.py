@@ -1,13 +1,41 @@
-"""scheduler: runs exactly the work someone observes, inside transactions.
+"""scheduler: demand-driven, glitch-free, transactional execution of nodes.
 
-It holds nodes (computations, effects, event handlers), their read sets and the
-reader index, demand, value-accurate invalidation, bounded passes, time gates
-(debounce, throttle, backoff), events and their lineage.
-
-Not here: patterns or pieces (runner), values, documents and stores (cells).
-Imports point down only: scheduler uses cells and never runner.
+What it is: node records, the reader index (who read what, value-accurate
+triggering), edges and demand (liveness), passes ordered topologically with
+bounded work and backoff, time gates on an injectable clock, and `settle()` /
+`idle()` / `pull()` / `sink()` / `observe()`.
+What it is not: patterns, pieces or ownership (see `runner`). It depends only
+on `cells`, and subscribes to the replica's one change channel.
 """
 
-from __future__ import annotations
+from ._clock import Clock as Clock
+from ._clock import ManualClock as ManualClock
+from ._clock import SystemClock as SystemClock
+from ._graph import Graph as Graph
+from ._node import Node as Node
+from ._readers import ReaderIndex as ReaderIndex
+from ._readers import changed_at as changed_at
+from ._scheduler import BACKOFF_BASE as BACKOFF_BASE
+from ._scheduler import BACKOFF_CAP as BACKOFF_CAP
+from ._scheduler import MAX_ITERS as MAX_ITERS
+from ._scheduler import PASS_RUN_BUDGET as PASS_RUN_BUDGET
+from ._scheduler import Scheduler as Scheduler
+from ._scheduler import Statistics as Statistics
+from .errors import NodeError as NodeError
 
-__all__: list[str] = []
+__all__ = [
+    "BACKOFF_BASE",
+    "BACKOFF_CAP",
+    "MAX_ITERS",
+    "PASS_RUN_BUDGET",
+    "Clock",
+    "Graph",
+    "ManualClock",
+    "Node",
+    "NodeError",
+    "ReaderIndex",
+    "Scheduler",
+    "Statistics",
+    "SystemClock",
+    "changed_at",
+]

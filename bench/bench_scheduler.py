@@ -1,0 +1,279 @@
+"""Benchmarks of the scheduler on the standard reactivity shapes.
+
+Each group runs the same workload three ways in one run, round-robin:
+plain Python recomputation (the baseline: one object per derived value, a
+fixed order, every write recomputes everything downstream), the reaktiv
+signals library, and cellweave (every node update is a transaction with a
+commit, its verdict and a notification). Counted work is reported beside the
+times: runs (node function calls) and commits per op.
+
+``chain``   1 source -> 1000 derived in a line; one op = one write + read of the tail.
+``broad``   1 source -> 1000 derived, each with an effect; one op = one write.
+``diamond`` 1 source -> 5 -> sum, with an effect; one op = one write.
+
+See docs/performance.md for numbers and the goals they are measured against.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import reaktiv
+
+from bench.harness import Counts, Run, bench
+from cells import MISSING, Cell, MemoryStore, Space, Transaction, read_value
+from scheduler import Scheduler
+
+CHAIN = 1000
+CHAIN_WRITES = 20
+BROAD = 1000
+BROAD_WRITES = 10
+DIAMOND_WRITES = 200
+
+
+class _Plain:
+    __slots__ = ("fn", "value")
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.fn = fn
+        self.value: Any = None
+
+
+def _plus(f: Callable[[], Any], k: int) -> Callable[[], Any]:
+    return lambda: f() + k
+
+
+def _counting(c: Callable[[], Any], count: list[int]) -> Callable[[], None]:
+    # reaktiv passes a cleanup argument to effects that take parameters: keep it zero-arg.
+    def effect() -> None:
+        c()
+        count[0] += 1
+
+    return effect
+
+
+def _reader(node: _Plain) -> Callable[[], Any]:
+    return lambda: node.value
+
+
+def _computation(
+    sp: Space, sch: Scheduler, out: Cell, inputs: list[Cell], f: Callable[..., Any]
+) -> None:
+    links = [c.link() for c in inputs]
+    key = out.doc_key
+
+    def run(tx: Transaction) -> None:
+        vals = [read_value(tx, link) for link in links]
+        tx.write(key, ("value",), f(*[0 if v is MISSING else v for v in vals]))
+
+    sch.register(
+        run,
+        identity=sp.identity,
+        outputs=[(key, ("value",))],
+        reads=[(c.doc_key, ("value",), False) for c in inputs],
+    )
+
+
+# ----------------------------------------------------------------------------- chain
+
+
+@bench(group="chain 1000", name="plain", ops=CHAIN_WRITES, baseline=True)
+def chain_plain() -> Run:
+    source = [0]
+    nodes: list[_Plain] = []
+    prev: Callable[[], Any] = lambda: source[0]  # noqa: E731
+    for _ in range(CHAIN):
+        node = _Plain(_plus(prev, 1))
+        nodes.append(node)
+        prev = _reader(node)
+
+    def run() -> Counts:
+        runs = 0
+        for i in range(CHAIN_WRITES):
+            source[0] = i
+            for n in nodes:
+                n.value = n.fn()
+                runs += 1
+            assert nodes[-1].value == i + CHAIN
+        return {"runs": runs}
+
+    return run
+
+
+@bench(group="chain 1000", name="reaktiv (effect on tail)", ops=CHAIN_WRITES)
+def chain_reaktiv() -> Run:
+    import sys
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 20_000))  # reaktiv recurses per node
+    src = reaktiv.Signal(0)
+    prev: Any = src
+    for _ in range(CHAIN):
+        prev = reaktiv.Computed(_plus(prev, 1))
+    tail = prev
+    seen: list[int] = []
+    keep = [reaktiv.Effect(lambda: seen.append(tail()))]  # reaktiv stops a dropped effect
+
+    def run() -> Counts:
+        for i in range(CHAIN_WRITES):
+            src.set(i + 1)
+        assert seen[-1] == CHAIN_WRITES + CHAIN
+        assert keep
+        return {"runs": CHAIN_WRITES * CHAIN}
+
+    return run
+
+
+@bench(group="chain 1000", name="cellweave (sink on tail)", ops=CHAIN_WRITES)
+def chain_cellweave() -> Run:
+    sp = Space(MemoryStore(), "bench")
+    sch = Scheduler(sp.replica)
+    src = sp.cell("src")
+    src.set(0)
+    prev = src
+    for i in range(CHAIN):
+        out = sp.cell(f"c{i}")
+        _computation(sp, sch, out, [prev], lambda v: v + 1)
+        prev = out
+    seen: list[int] = []
+    sch.sink(prev, seen.append)
+    sch.settle()
+
+    def run() -> Counts:
+        runs0, commits0 = sch.stats.runs, sch.stats.commits
+        for i in range(CHAIN_WRITES):
+            src.set(i + 1)
+            sch.settle()
+        assert seen[-1] == CHAIN_WRITES + CHAIN, seen[-1]
+        return {"runs": sch.stats.runs - runs0, "commits": sch.stats.commits - commits0}
+
+    return run
+
+
+# ----------------------------------------------------------------------------- broad
+
+
+@bench(group="broad 1000", name="plain", ops=BROAD_WRITES, baseline=True)
+def broad_plain() -> Run:
+    source = [0]
+    nodes = [_Plain(_plus(lambda: source[0], i)) for i in range(BROAD)]
+    total = [0]
+
+    def run() -> Counts:
+        for w in range(BROAD_WRITES):
+            source[0] = w
+            for n in nodes:
+                n.value = n.fn()
+                total[0] += 1  # the effect
+        return {"runs": 2 * BROAD * BROAD_WRITES}
+
+    return run
+
+
+@bench(group="broad 1000", name="reaktiv", ops=BROAD_WRITES)
+def broad_reaktiv() -> Run:
+    src = reaktiv.Signal(0)
+    count = [0]
+    keep: list[Any] = []
+    for i in range(BROAD):
+        c = reaktiv.Computed(_plus(src, i))
+        keep.append(c)
+        keep.append(reaktiv.Effect(_counting(c, count)))
+
+    def run() -> Counts:
+        for w in range(BROAD_WRITES):
+            src.set(w + 1)
+        assert keep and count[0] >= BROAD * BROAD_WRITES
+        return {"runs": 2 * BROAD * BROAD_WRITES}
+
+    return run
+
+
+@bench(group="broad 1000", name="cellweave", ops=BROAD_WRITES)
+def broad_cellweave() -> Run:
+    sp = Space(MemoryStore(), "bench")
+    sch = Scheduler(sp.replica)
+    src = sp.cell("src")
+    src.set(0)
+    count = [0]
+    for i in range(BROAD):
+        out = sp.cell(f"b{i}")
+        _computation(sp, sch, out, [src], lambda v, i=i: v + i)
+        sch.sink(out, lambda _v: count.__setitem__(0, count[0] + 1))
+    sch.settle()
+
+    def run() -> Counts:
+        runs0, commits0 = sch.stats.runs, sch.stats.commits
+        for w in range(BROAD_WRITES):
+            src.set(w + 1)
+            sch.settle()
+        return {"runs": sch.stats.runs - runs0, "commits": sch.stats.commits - commits0}
+
+    return run
+
+
+# ----------------------------------------------------------------------------- diamond
+
+
+@bench(group="diamond 5", name="plain", ops=DIAMOND_WRITES, baseline=True)
+def diamond_plain() -> Run:
+    source = [0]
+    mids = [_Plain(lambda: source[0] + 1) for _ in range(5)]
+    total = _Plain(lambda: sum(m.value for m in mids))
+
+    def run() -> Counts:
+        for w in range(DIAMOND_WRITES):
+            source[0] = w
+            for m in mids:
+                m.value = m.fn()
+            total.value = total.fn()
+            assert total.value == (w + 1) * 5
+        return {"runs": 7 * DIAMOND_WRITES}
+
+    return run
+
+
+@bench(group="diamond 5", name="reaktiv", ops=DIAMOND_WRITES)
+def diamond_reaktiv() -> Run:
+    src = reaktiv.Signal(0)
+    mids = [reaktiv.Computed(lambda: src() + 1) for _ in range(5)]
+    total = reaktiv.Computed(lambda: sum(m() for m in mids))
+    seen: list[int] = []
+    keep = [reaktiv.Effect(lambda: seen.append(total()))]  # reaktiv stops a dropped effect
+
+    def run() -> Counts:
+        for w in range(DIAMOND_WRITES):
+            src.set(w + 1)
+        assert seen[-1] == (DIAMOND_WRITES + 1) * 5
+        assert keep
+        return {"runs": 7 * DIAMOND_WRITES}
+
+    return run
+
+
+@bench(group="diamond 5", name="cellweave", ops=DIAMOND_WRITES)
+def diamond_cellweave() -> Run:
+    sp = Space(MemoryStore(), "bench")
+    sch = Scheduler(sp.replica)
+    src = sp.cell("src")
+    src.set(0)
+    mids = []
+    for i in range(5):
+        m = sp.cell(f"m{i}")
+        _computation(sp, sch, m, [src], lambda v: v + 1)
+        mids.append(m)
+    total = sp.cell("total")
+    _computation(sp, sch, total, mids, lambda *vs: sum(vs))
+    seen: list[int] = []
+    sch.sink(total, seen.append)
+    sch.settle()
+
+    def run() -> Counts:
+        runs0, commits0 = sch.stats.runs, sch.stats.commits
+        for w in range(DIAMOND_WRITES):
+            src.set(w + 1)
+            sch.settle()
+        assert seen[-1] == (DIAMOND_WRITES + 1) * 5
+        return {"runs": sch.stats.runs - runs0, "commits": sch.stats.commits - commits0}
+
+    return run

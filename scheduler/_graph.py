@@ -1,0 +1,250 @@
+"""Edges, heights and demand: who feeds whom, in what order, and what is live.
+
+An edge `W -> R` exists when a path `R` read overlaps a path `W` declares as
+output: either is a prefix of the other (for shallow reads too: an edge may
+over-approximate, never miss). Edges are maintained
+incrementally from read-set deltas and registrations.
+
+Liveness: a node is live iff it is registered and is a root (an effect, a
+provisional child, or explicitly demanded) or some live node reads it
+(`live_refs` counts live readers). Maintenance is incremental: a gain
+propagates only across a dormant->live crossing; a loss recounts the
+origin's upstream region from its live readers outside it (so rootless cycles
+fall dormant). `recompute()` derives it from scratch: the test oracle.
+
+Heights: `height(R) > height(W)` for every edge outside a cycle, so ordering
+by (height, ordinal) is a topological order; raising a height propagates
+downstream, capped at the node count (a cycle stops raising there).
+
+Invariants (checked by `_check`)
+- `dependents` and `writers` are mirror images and hold registered nodes only;
+- every node's `live_refs` equals `recompute()`'s count;
+- height(R) > height(W) for every edge not on a cycle (not checked: cycles).
+Complexity: a read delta costs O(writers of the touched documents); liveness
+changes cost O(affected region), never O(graph) unless the region is the graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from cells import DocKey, Path
+
+from ._node import Node, ReadSet
+from ._readers import ReaderIndex
+
+
+def overlaps(write: Path, read: Path) -> bool:
+    """Either path is a prefix of the other.
+
+    Shallow reads use the same rule here: a declared output deeper than one
+    level below a shallow read can still change its key set (by creating the
+    levels in between), and an edge must over-approximate, never miss.
+    """
+    n = min(len(write), len(read))
+    return write[:n] == read[:n]
+
+
+def _feeds(writer: Node, reads: ReadSet) -> bool:
+    for key, path in writer.outputs:
+        entry = reads.get(key)
+        if entry is None:
+            continue
+        dpaths, spaths = entry
+        if any(overlaps(path, p) for p in dpaths) or any(overlaps(path, p) for p in spaths):
+            return True
+    return False
+
+
+class Graph:
+    """Registered nodes, the writer map, data edges, heights and liveness."""
+
+    def __init__(self, index: ReaderIndex) -> None:
+        self.index = index
+        self.nodes: dict[Node, None] = {}
+        self.writers_by_doc: dict[DocKey, set[Node]] = {}
+        self.dependents: dict[Node, set[Node]] = {}
+        self.writers: dict[Node, set[Node]] = {}
+        self.edge_visits = 0
+        self.live_writes = 0
+        self.on_live: Callable[[Node], None] | None = None
+        """Called when a node crosses from dormant to live (the scheduler queues it)."""
+
+    # ---------------------------------------------------------------- structure
+    def add(self, node: Node) -> None:
+        self.nodes[node] = None
+        self.dependents[node] = set()
+        self.writers[node] = set()
+        if node.parent is not None and node.parent.registered:
+            node.height = node.parent.height + 1
+        for key, _ in node.outputs:
+            self.writers_by_doc.setdefault(key, set()).add(node)
+        # Readers registered before this writer: wire edges to them now.
+        for key in {k for k, _ in node.outputs}:
+            for reader in self.index.readers_of(key):
+                if reader is not node and reader.registered and _feeds(node, reader.reads):
+                    self.dependents[node].add(reader)
+                    self.writers[reader].add(node)
+                    self._raise(reader, node.height + 1)
+        node.live_refs = sum(1 for r in self.dependents[node] if r.is_live)
+        if node.is_live:
+            self._became_live(node)
+
+    def remove(self, node: Node) -> None:
+        was_live = node.is_live
+        node.registered = False
+        for key, _ in node.outputs:
+            ws = self.writers_by_doc.get(key)
+            if ws is not None:
+                ws.discard(node)
+                if not ws:
+                    del self.writers_by_doc[key]
+        for reader in self.dependents.pop(node, set()):
+            self.writers[reader].discard(node)
+        upstream = self.writers.pop(node, set())
+        for w in upstream:
+            self.dependents[w].discard(node)
+        if was_live:
+            for w in upstream:
+                if w.registered:
+                    w.live_refs -= 1
+                    self.withdraw(w)
+        self.index.remove(node)
+        del self.nodes[node]
+        node.live_refs = 0
+
+    def set_reads(self, node: Node, reads: ReadSet) -> None:
+        """Apply a new read set (delta) and rewire `node`'s incoming edges."""
+        touched = self.index.apply(node, reads)
+        if not touched:
+            return
+        new_writers: set[Node] = set()
+        for key in reads:
+            for w in self.writers_by_doc.get(key, ()):
+                self.edge_visits += 1
+                if w is not node and _feeds(w, reads):
+                    new_writers.add(w)
+        old_writers = self.writers[node]
+        if new_writers == old_writers:
+            return
+        added = new_writers - old_writers
+        removed = old_writers - new_writers
+        self.writers[node] = new_writers
+        for w in added:
+            self.dependents[w].add(node)
+            self._raise(node, w.height + 1)
+            if node.is_live:
+                was = w.is_live
+                w.live_refs += 1
+                self.live_writes += 1
+                if not was:
+                    self._became_live(w)
+        for w in removed:
+            self.dependents[w].discard(node)
+            if node.is_live:
+                w.live_refs -= 1
+                self.live_writes += 1
+                self.withdraw(w)
+
+    def _raise(self, node: Node, height: int) -> None:
+        if node.height >= height:
+            return
+        cap = len(self.nodes) + 1
+        stack = [(node, min(height, cap))]
+        while stack:
+            n, h = stack.pop()
+            if n.height >= h:
+                continue
+            n.height = h
+            if h >= cap:
+                continue  # on a cycle: stop raising
+            for r in self.dependents.get(n, ()):
+                if r.height <= h:
+                    stack.append((r, h + 1))
+
+    # ---------------------------------------------------------------- liveness
+    def _became_live(self, node: Node) -> None:
+        if self.on_live is not None:
+            self.on_live(node)
+        self.grant([node])
+
+    def grant(self, seeds: Iterable[Node]) -> None:
+        """Seeds just became live: count them for their writers, transitively on crossings."""
+        stack = list(seeds)
+        while stack:
+            r = stack.pop()
+            for w in self.writers.get(r, ()):
+                if not w.registered:
+                    continue
+                self.edge_visits += 1
+                was = w.is_live
+                w.live_refs += 1
+                self.live_writes += 1
+                if not was:
+                    stack.append(w)
+                    if self.on_live is not None:
+                        self.on_live(w)
+
+    def withdraw(self, origin: Node) -> None:
+        """`origin` lost a reader or root status: recount its upstream region."""
+        if not origin.registered or origin.is_root:
+            return
+        region: dict[Node, None] = {origin: None}
+        stack = [origin]
+        while stack:
+            n = stack.pop()
+            for w in self.writers.get(n, ()):
+                self.edge_visits += 1
+                if w.registered and w not in region:
+                    region[w] = None
+                    stack.append(w)
+        for n in region:
+            n.live_refs = 0
+        seeds: list[Node] = []
+        for n in region:
+            supported = n.is_root
+            for r in self.dependents.get(n, ()):
+                self.edge_visits += 1
+                if r not in region and r.is_live:
+                    n.live_refs += 1
+                    supported = True
+            self.live_writes += 1
+            if supported:
+                seeds.append(n)
+        self.grant(seeds)
+
+    def root_changed(self, node: Node, was_live: bool) -> None:
+        """Call after a change to `node`'s root status (effect, provisional, demand)."""
+        if node.is_live and not was_live:
+            self._became_live(node)
+        elif not node.is_root:
+            self.withdraw(node)
+
+    def recompute(self) -> dict[Node, int]:
+        """Liveness from scratch (the oracle): live_refs each node should have."""
+        live: set[Node] = set()
+        stack = [n for n in self.nodes if n.is_root]
+        live.update(stack)
+        while stack:
+            r = stack.pop()
+            for w in self.writers[r]:
+                if w not in live:
+                    live.add(w)
+                    stack.append(w)
+        return {n: sum(1 for r in self.dependents[n] if r in live) for n in self.nodes}
+
+    def _check(self) -> None:
+        for w, readers in self.dependents.items():
+            assert w in self.nodes
+            for r in readers:
+                assert w in self.writers[r], (w, r)
+                assert r.registered
+        for r, ws in self.writers.items():
+            for w in ws:
+                assert r in self.dependents[w], (w, r)
+        expected = self.recompute()
+        actual = {n: n.live_refs for n in self.nodes}
+        assert actual == expected, {
+            n: (actual[n], expected[n]) for n in self.nodes if actual[n] != expected[n]
+        }
+        self.index._check(self.nodes)

@@ -1,0 +1,174 @@
+"""The reader index: who read which path, and which changes trigger whom.
+
+A node's read set comes from its last run's transaction log, compacted per
+document and applied as a delta (only documents whose paths changed are
+touched). A change triggers a reader when the value it read actually changed:
+deep readers on any value change at or below their path, shallow readers on
+a change of key set, length, kind or link identity, and both when the
+reachability of their path changes (a parent appeared, vanished or moved).
+
+Invariants (checked by `_check`)
+- `deep[doc][node]` and `shallow[doc][node]` are exactly `node.reads[doc]`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from cells import MISSING, Change, DocKey, Link, Path, value_equal
+
+from ._node import Node, ReadSet
+
+
+def walk(value: object, path: Path) -> tuple[bool, object, int]:
+    """(reachable, value there, depth reached): reachable iff every parent is a container."""
+    v = value
+    for i, elem in enumerate(path):
+        t = type(v)
+        if t is dict and type(elem) is str:
+            v = v.get(elem, MISSING)  # type: ignore[attr-defined]
+        elif t is list and type(elem) is int:
+            v = v[elem] if elem < len(v) else MISSING  # type: ignore[arg-type,index]
+        else:
+            return False, MISSING, i
+    return True, v, len(path)
+
+
+def _same(a: object, b: object) -> bool:
+    if a is b:
+        return True
+    if a is MISSING or b is MISSING:
+        return False
+    return value_equal(a, b)
+
+
+def shallow_equal(a: object, b: object) -> bool:
+    if a is b:
+        return True
+    if a is MISSING or b is MISSING:
+        return False
+    ta, tb = type(a), type(b)
+    if ta is Link or tb is Link:
+        return value_equal(a, b)
+    if ta is dict and tb is dict:
+        return bool(a.keys() == b.keys())  # type: ignore[attr-defined]
+    if ta is list and tb is list:
+        return len(a) == len(b)  # type: ignore[arg-type]
+    return value_equal(a, b)
+
+
+def changed_at(before: object, after: object, path: Path, *, shallow: bool) -> bool:
+    """Did what a (deep or shallow) read at `path` sees differ between two documents?"""
+    b_ok, b_val, b_depth = walk(before, path)
+    a_ok, a_val, a_depth = walk(after, path)
+    if b_ok and a_ok:
+        return not (shallow_equal(b_val, a_val) if shallow else _same(b_val, a_val))
+    if b_ok != a_ok:
+        return True
+    return b_depth != a_depth
+
+
+def compact_reads(log: Iterable[tuple[DocKey, Path, bool]]) -> ReadSet:
+    """Group a transaction's read log per document; drop deep paths below other deep paths."""
+    deep: dict[DocKey, set[Path]] = {}
+    shallow: dict[DocKey, set[Path]] = {}
+    for key, path, is_shallow in log:
+        (shallow if is_shallow else deep).setdefault(key, set()).add(path)
+    out: ReadSet = {}
+    for key in deep.keys() | shallow.keys():
+        dpaths: list[Path] = []
+        for p in sorted(deep.get(key, ()), key=len):
+            if not any(p[: len(q)] == q for q in dpaths):
+                dpaths.append(p)
+        spaths = tuple(
+            sorted(
+                (p for p in shallow.get(key, ()) if not any(p[: len(q)] == q for q in dpaths)),
+                key=repr,
+            )
+        )
+        out[key] = (tuple(sorted(dpaths, key=repr)), spaths)
+    return out
+
+
+class ReaderIndex:
+    """Readers per document, deep and shallow."""
+
+    __slots__ = ("comparisons", "deep", "shallow")
+
+    def __init__(self) -> None:
+        self.deep: dict[DocKey, dict[Node, tuple[Path, ...]]] = {}
+        self.shallow: dict[DocKey, dict[Node, tuple[Path, ...]]] = {}
+        self.comparisons = 0
+
+    def apply(self, node: Node, new: ReadSet) -> list[DocKey]:
+        """Replace `node`'s read set by `new` as a delta; returns the documents that changed."""
+        old = node.reads
+        touched: list[DocKey] = []
+        for key in old.keys() - new.keys():
+            self._drop(node, key)
+            touched.append(key)
+        for key, (dpaths, spaths) in new.items():
+            if old.get(key) == (dpaths, spaths):
+                continue
+            touched.append(key)
+            for table, paths in ((self.deep, dpaths), (self.shallow, spaths)):
+                if paths:
+                    table.setdefault(key, {})[node] = paths
+                else:
+                    readers = table.get(key)
+                    if readers is not None:
+                        readers.pop(node, None)
+                        if not readers:
+                            del table[key]
+        node.reads = new
+        return touched
+
+    def _drop(self, node: Node, key: DocKey) -> None:
+        for table in (self.deep, self.shallow):
+            readers = table.get(key)
+            if readers is not None:
+                readers.pop(node, None)
+                if not readers:
+                    del table[key]
+
+    def remove(self, node: Node) -> None:
+        for key in node.reads:
+            self._drop(node, key)
+        node.reads = {}
+
+    def readers_of(self, key: DocKey) -> set[Node]:
+        return set(self.deep.get(key, ())) | set(self.shallow.get(key, ()))
+
+    def match(self, change: Change) -> list[Node]:
+        """Readers whose read value changed between `change.before` and `change.after`."""
+        hits: list[Node] = []
+        before, after = change.before, change.after
+        deep = self.deep.get(change.key)
+        if deep:
+            for node, paths in deep.items():
+                for p in paths:
+                    self.comparisons += 1
+                    if changed_at(before, after, p, shallow=False):
+                        hits.append(node)
+                        break
+        shallow = self.shallow.get(change.key)
+        if shallow:
+            for node, paths in shallow.items():
+                if deep and node in deep and node in hits:
+                    continue
+                for p in paths:
+                    self.comparisons += 1
+                    if changed_at(before, after, p, shallow=True):
+                        hits.append(node)
+                        break
+        return hits
+
+    def _check(self, nodes: Iterable[Node]) -> None:
+        for node in nodes:
+            for key, (dpaths, spaths) in node.reads.items():
+                assert self.deep.get(key, {}).get(node, ()) == dpaths, (node, key)
+                assert self.shallow.get(key, {}).get(node, ()) == spaths, (node, key)
+        for table in (self.deep, self.shallow):
+            for key, readers in table.items():
+                for node in readers:
+                    assert key in node.reads and node.registered, (node, key)

@@ -1,0 +1,549 @@
+"""The scheduler: runs exactly the work someone observes, in transactions.
+
+One change channel: the scheduler subscribes to its replica's notifications
+and nothing else. A notification marks invalid the readers whose read value
+actually changed (`ReaderIndex.match`); a run's own commit never invalidates
+the node that made it. A node runs only when it is invalid (or never ran)
+*and* live (transitively read by an effect, a pull, or provisionally demanded
+as a child created by a live run).
+
+A pass drains a heap ordered by (height, ordinal): heights keep every writer
+below its readers, so a node runs only after every invalid node upstream of
+it has run in this wave, and a node invalidated mid-pass joins the same
+drain. Effects therefore never see a half-propagated wave, nothing clean
+runs, and a deep chain settles in one drain without recursion. Each pass is
+bounded (`MAX_ITERS` drains, `PASS_RUN_BUDGET` runs per node); a node that
+does not converge is deferred behind escalating backoff (x2 up to
+`BACKOFF_CAP`) while the rest of the graph keeps settling. All time gates go
+through `eligible_at` and one wake timer, on an injectable clock.
+
+Invariants (checked by `_check`)
+- `_dirty` is exactly the registered nodes whose status is not "clean";
+- the graph's invariants hold (edges mirror, liveness equals the oracle).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import heapq
+import itertools
+from collections.abc import Callable, Iterable
+from typing import Any, Final
+
+import attrs
+import reactivex
+from reactivex.disposable import Disposable
+
+from cells import (
+    MISSING,
+    Cell,
+    CommitResult,
+    DocKey,
+    Identity,
+    Notification,
+    Outcome,
+    Path,
+    Pending,
+    Replica,
+    Transaction,
+    read_value,
+    value_equal,
+)
+from cells._values import thaw
+
+from ._clock import Clock, SystemClock
+from ._graph import Graph
+from ._node import Node, NodeKind
+from ._readers import ReaderIndex, compact_reads
+from .errors import NodeError
+
+MAX_ITERS: Final = 10
+"""Drains per pass before remaining work is deferred."""
+PASS_RUN_BUDGET: Final = 10
+"""Runs of one node per pass before it is deferred."""
+MAX_REACTIVE_RETRIES: Final = 10
+"""Retries of a node whose commit failed for a reason other than a stale basis."""
+BACKOFF_BASE: Final = 0.25
+BACKOFF_CAP: Final = 2.0
+MAX_PASSES_PER_SETTLE: Final = 10_000
+
+
+@attrs.define
+class Statistics:
+    """Counted work. Observes, never decides."""
+
+    passes: int = 0
+    drains: int = 0
+    runs_computation: int = 0
+    runs_effect: int = 0
+    invalidations: int = 0
+    deferrals: int = 0
+    heap_pushes: int = 0
+    max_work_set: int = 0
+    last_work_set: int = 0
+    commits: int = 0
+    stale_reruns: int = 0
+
+    @property
+    def runs(self) -> int:
+        return self.runs_computation + self.runs_effect
+
+
+def _same(a: object, b: object) -> bool:
+    if a is b:
+        return True
+    if a is MISSING or b is MISSING:
+        return False
+    return value_equal(a, b)
+
+
+class Scheduler:
+    """Nodes and transactions over one replica. Knows nothing of patterns."""
+
+    def __init__(self, replica: Replica, *, clock: Clock | None = None) -> None:
+        self.replica = replica
+        self.clock: Clock = clock or SystemClock()
+        self.index = ReaderIndex()
+        self.graph = Graph(self.index)
+        self.stats = Statistics()
+        self._ordinals = itertools.count()
+        self._dirty: dict[Node, None] = {}
+        self._heap: list[tuple[int, int, Node]] = []
+        self._in_heap: set[Node] = set()
+        self._draining = False
+        self._running: Node | None = None
+        self._settling = False
+        self._errors: dict[Node, NodeError] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
+        self._timer_loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
+        self._unsubscribe = replica.subscribe(self._on_notification)
+        self.graph.on_live = self._on_live
+
+    def __repr__(self) -> str:
+        return f"<Scheduler nodes={len(self.graph.nodes)} dirty={len(self._dirty)}>"
+
+    # ------------------------------------------------------------------ nodes
+    def register(
+        self,
+        fn: Callable[[Transaction], object],
+        *,
+        identity: Identity,
+        kind: NodeKind = "computation",
+        outputs: Iterable[tuple[DocKey, Path]] = (),
+        label: str | None = None,
+        parent: Node | None = None,
+        reads: Iterable[tuple[DocKey, Path, bool]] = (),
+    ) -> Node:
+        """Add a node. A computation does nothing until demand reaches it; an effect is live now.
+
+        A computation registered while a live node runs gets provisional demand
+        (and that node as parent unless given), so it runs in the same pass.
+        `reads` declares what the node will read (document, full path, shallow):
+        its read set until its first run replaces it, so demand and order reach
+        a never-ran node's inputs before it runs.
+        """
+        if kind not in ("computation", "effect"):
+            raise ValueError(f"register: kind must be 'computation' or 'effect', got {kind!r}")
+        running = self._running
+        if parent is None and running is not None:
+            parent = running
+        node = Node(
+            fn,
+            kind,
+            next(self._ordinals),
+            identity,
+            tuple(outputs),
+            label or str(getattr(fn, "__qualname__", "node")),
+            parent,
+        )
+        if kind == "computation" and running is not None and running.is_live:
+            node.provisional = True
+        if parent is not None:
+            parent.children.append(node)
+        self.graph.add(node)
+        declared = tuple(reads)
+        if declared:
+            self.graph.set_reads(node, compact_reads(declared))
+        self._dirty[node] = None
+        if self._draining and node.is_live:
+            self._push(node)
+        return node
+
+    def remove(self, node: Node) -> None:
+        """Unregister `node` (idempotent). Its reads and edges go; it never runs again."""
+        if not node.registered:
+            return
+        self.graph.remove(node)
+        self._dirty.pop(node, None)
+        if node.parent is not None and node in node.parent.children:
+            node.parent.children.remove(node)
+
+    def demand(self, node: Node) -> Callable[[], None]:
+        """Hold explicit demand on `node` (it becomes a root); returns the release function."""
+        was = node.is_live
+        node.demand += 1
+        self.graph.root_changed(node, was)
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if released or not node.registered:
+                return
+            released = True
+            was_live = node.is_live
+            node.demand -= 1
+            self.graph.root_changed(node, was_live)
+
+        return release
+
+    # ------------------------------------------------------------------ invalidation
+    def _on_notification(self, nf: Notification) -> None:
+        src = nf.source.source if nf.source is not None else None
+        suppress = src if nf.kind in ("commit", "integrate") else None
+        for change in nf.changes:
+            for node in self.index.match(change):
+                if node is not suppress:
+                    self._invalidate(node)
+
+    def _invalidate(self, node: Node) -> None:
+        if not node.registered:
+            return
+        self.stats.invalidations += 1
+        if node.status == "clean":
+            node.status = "invalid"
+        self._dirty[node] = None
+        if self._draining and node.is_live:
+            self._push(node)
+
+    def _on_live(self, node: Node) -> None:
+        if self._draining and node in self._dirty:
+            self._push(node)
+
+    def _push(self, node: Node) -> None:
+        if node not in self._in_heap:
+            self._in_heap.add(node)
+            heapq.heappush(self._heap, (node.height, node.ordinal, node))
+            self.stats.heap_pushes += 1
+
+    def _runnable(self, node: Node, now: float) -> bool:
+        return (
+            node.registered
+            and node.status != "clean"
+            and node.is_live
+            and node.eligible_at <= now
+            and node.pass_runs < PASS_RUN_BUDGET
+        )
+
+    def runnable(self) -> list[Node]:
+        """Nodes that would run if `settle()` were called now."""
+        now = self.clock.now()
+        return [n for n in self._dirty if self._runnable(n, now)]
+
+    def deferred(self) -> list[Node]:
+        """Live invalid nodes waiting on a time gate (backoff)."""
+        now = self.clock.now()
+        return [n for n in self._dirty if n.is_live and n.eligible_at > now]
+
+    # ------------------------------------------------------------------ passes
+    def settle(self) -> None:
+        """Run everything runnable now, synchronously, until nothing is.
+
+        Delivers what the store has answered first. Raises `NodeError` (or an
+        `ExceptionGroup` of them) for nodes whose last run in this settle
+        raised; the rest of the graph still settled. Re-entrant calls (from inside a
+        node) return at once.
+        """
+        if self._settling or self._closed:
+            return
+        self._settling = True
+        try:
+            for _ in range(MAX_PASSES_PER_SETTLE):
+                self.replica.pump()
+                seeds = self.runnable()
+                if not seeds:
+                    break
+                self._pass(seeds)
+        finally:
+            self._settling = False
+        self._arm_timer()
+        # Only nodes still failing at the end: a node that raised on a transient
+        # input (a first-run cascade reading a not-yet-computed value) and then
+        # succeeded in the same settle is not an error.
+        errors = [e for n, e in self._errors.items() if n.error is not None and n.registered]
+        self._errors = {}
+        if len(errors) == 1:
+            raise errors[0]
+        if errors:
+            raise ExceptionGroup(f"{len(errors)} nodes failed", errors)
+
+    def _pass(self, seeds: list[Node]) -> None:
+        self.stats.passes += 1
+        ran: dict[Node, None] = {}
+        for _ in range(MAX_ITERS):
+            self._drain(seeds, ran)
+            self.replica.pump()
+            seeds = self.runnable()
+            if not seeds:
+                break
+        else:
+            self._defer(seeds)
+        now = self.clock.now()
+        over = [
+            n
+            for n in ran
+            if n.registered and n.status != "clean" and n.pass_runs >= PASS_RUN_BUDGET
+        ]
+        self._defer(over)
+        for n in ran:
+            n.pass_runs = 0
+            if n.status == "clean" and n.eligible_at <= now:
+                n.backoff_streak = 0
+            if n.provisional and n.runs > 0:
+                was = n.is_live
+                n.provisional = False
+                self.graph.root_changed(n, was)
+
+    def _defer(self, nodes: Iterable[Node]) -> None:
+        now = self.clock.now()
+        for n in nodes:
+            delay = min(BACKOFF_BASE * (2**n.backoff_streak), BACKOFF_CAP)
+            n.backoff_streak += 1
+            n.eligible_at = now + delay
+            self.stats.deferrals += 1
+
+    def _drain(self, seeds: list[Node], ran: dict[Node, None]) -> None:
+        self.stats.drains += 1
+        for n in seeds:
+            self._push(n)
+        size = len(self._heap)
+        self._draining = True
+        try:
+            now = self.clock.now()
+            while self._heap:
+                height, _, node = heapq.heappop(self._heap)
+                if node.height != height and node.registered:
+                    heapq.heappush(self._heap, (node.height, node.ordinal, node))
+                    continue
+                self._in_heap.discard(node)
+                size += 0
+                if not self._runnable(node, now):
+                    continue
+                self._run(node)
+                ran[node] = None
+                size += 1
+        finally:
+            self._draining = False
+            self._heap.clear()
+            self._in_heap.clear()
+        self.stats.last_work_set = size
+        self.stats.max_work_set = max(self.stats.max_work_set, size)
+
+    def _run(self, node: Node) -> None:
+        node.status = "clean"  # before the run: foreign changes during it re-invalidate
+        self._dirty.pop(node, None)
+        node.pass_runs += 1
+        node.runs += 1
+        if node.kind == "effect":
+            self.stats.runs_effect += 1
+        else:
+            self.stats.runs_computation += 1
+        tx = self.replica.edit(node.identity, source=node)
+        previous, self._running = self._running, node
+        try:
+            node.fn(tx)
+            node.error = None
+        except Exception as exc:
+            node.error = exc
+            err = NodeError(f"{node!r} raised {type(exc).__name__}: {exc}", node=node)
+            err.__cause__ = exc
+            self._errors[node] = err
+            if tx.is_open:
+                tx.abort(f"{node.label} raised")
+        finally:
+            self._running = previous
+        if node.registered:
+            # Keep the read set even after an error: the node re-runs when its inputs change.
+            self.graph.set_reads(node, compact_reads(tx.reads))
+        if tx.is_open:
+            self.stats.commits += 1
+            pending = tx.commit()
+            pending.add_done_callback(functools.partial(self._on_commit_done, node))
+
+    def _on_commit_done(self, node: Node, pending: Pending[CommitResult]) -> None:
+        self._on_commit(node, pending.result())
+
+    def _on_commit(self, node: Node, result: CommitResult) -> None:
+        if result.ok:
+            node.retries = 0
+            return
+        if result.outcome is Outcome.STALE_BASIS:
+            # Everything staged is gone; re-run against fresher state (off budget).
+            self.stats.stale_reruns += 1
+            self._invalidate(node)
+            return
+        if result.outcome in (Outcome.PERMANENT, Outcome.TERMINAL, Outcome.ABORTED):
+            node.retries = 0
+            return
+        node.retries += 1
+        if node.retries < MAX_REACTIVE_RETRIES:
+            self._invalidate(node)
+
+    # ------------------------------------------------------------------ time
+    def _arm_timer(self) -> None:
+        if not isinstance(self.clock, SystemClock):
+            return  # a manual clock: the test advances it and calls settle()
+        pending = [n.eligible_at for n in self.deferred()]
+        if not pending:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        at = min(pending)
+        timer = self._timer
+        # A handle armed on another (possibly closed) loop never fires here: replace it.
+        same_loop = self._timer_loop is loop and not loop.is_closed()
+        if timer is not None and not timer.cancelled() and same_loop and self._timer_at <= at:
+            return
+        if timer is not None:
+            timer.cancel()
+        self._timer_at = at
+        self._timer_loop = loop
+        self._timer = loop.call_later(max(0.0, at - self.clock.now()), self._wake)
+
+    def _wake(self) -> None:
+        self._timer = None
+        self.settle()
+
+    # ------------------------------------------------------------------ waiting
+    def busy(self) -> bool:
+        """Something is runnable, a verdict or load is in flight, or a delivery is queued."""
+        return bool(self.replica.in_flight() or len(self.replica.mailbox) or self.runnable())
+
+    async def idle(self) -> None:
+        """Wait until nothing is runnable, no verdict or load is in flight, nothing is queued."""
+        loop = asyncio.get_running_loop()
+        self.replica.mailbox.attach(loop)
+        while True:
+            self.settle()
+            if not self.busy():
+                return
+            fut: asyncio.Future[None] = loop.create_future()
+
+            def wake(fut: asyncio.Future[None] = fut) -> None:
+                def set_done() -> None:
+                    if not fut.done():
+                        fut.set_result(None)
+
+                loop.call_soon_threadsafe(set_done)
+
+            remove = self.replica.mailbox.add_post_listener(wake)
+            try:
+                if not len(self.replica.mailbox) and self.replica.in_flight():
+                    await fut
+                else:
+                    await asyncio.sleep(0)
+            finally:
+                remove()
+
+    # ------------------------------------------------------------------ effects
+    def sink(self, cell: Cell, fn: Callable[[Any], None]) -> Callable[[], None]:
+        """An effect: `fn(value)` now and after every settled change; returns cancel."""
+        last: list[Any] = [_UNSET]
+        link = cell.link()
+
+        def run(tx: Transaction) -> None:
+            value = read_value(tx, link)
+            if last[0] is _UNSET or not _same(value, last[0]):
+                last[0] = value
+                fn(thaw(value))
+
+        node = self.register(
+            run, identity=cell.identity, kind="effect", label=f"sink {link}", reads=_declared(cell)
+        )
+        self.settle()
+        return lambda: self.remove(node)
+
+    def observe(self, cell: Cell) -> reactivex.Observable[Any]:
+        """A reactivex Observable: the current value first, then once per settled change."""
+
+        def subscribe(observer: Any, scheduler: Any = None) -> Disposable:
+            cancel = self.sink(cell, observer.on_next)
+            return Disposable(cancel)
+
+        return reactivex.create(subscribe)
+
+    def pull_now(self, cell: Cell) -> Any:
+        """Demand `cell` until the graph feeding it settles (synchronously), then its value."""
+        box: list[Any] = [MISSING]
+        link = cell.link()
+
+        def run(tx: Transaction) -> None:
+            box[0] = read_value(tx, link)
+
+        node = self.register(
+            run, identity=cell.identity, kind="effect", label=f"pull {link}", reads=_declared(cell)
+        )
+        try:
+            self.settle()
+        finally:
+            self.remove(node)
+        return thaw(box[0])
+
+    async def pull(self, cell: Cell) -> Any:
+        """Demand `cell` until the graph feeding it settles and verdicts are in, then its value."""
+        link = cell.link()
+        box: list[Any] = [MISSING]
+
+        def run(tx: Transaction) -> None:
+            box[0] = read_value(tx, link)
+
+        node = self.register(
+            run, identity=cell.identity, kind="effect", label=f"pull {link}", reads=_declared(cell)
+        )
+        try:
+            await self.idle()
+        finally:
+            self.remove(node)
+        return thaw(box[0])
+
+    # ------------------------------------------------------------------ diagnostics
+    def statistics(self) -> dict[str, Any]:
+        nodes = list(self.graph.nodes)
+        return {
+            **attrs.asdict(self.stats),
+            "runs": self.stats.runs,
+            "nodes": len(nodes),
+            "live": sum(1 for n in nodes if n.is_live),
+            "invalid": len(self._dirty),
+            "deferred": len(self.deferred()),
+            "comparisons": self.index.comparisons,
+            "edge_visits": self.graph.edge_visits,
+            "liveness_writes": self.graph.live_writes,
+        }
+
+    def close(self) -> None:
+        self._closed = True
+        self._unsubscribe()
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def _check(self) -> None:
+        dirty = {n for n in self.graph.nodes if n.status != "clean"}
+        assert dirty == set(self._dirty), dirty ^ set(self._dirty)
+        self.graph._check()
+
+
+def _declared(cell: Cell) -> tuple[tuple[DocKey, Path, bool]]:
+    return ((cell.doc_key, ("value", *cell.path), False),)
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+_UNSET: Final = _Unset()

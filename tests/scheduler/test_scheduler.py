@@ -1,0 +1,750 @@
+"""Scheduler: demand, value-accurate invalidation, glitch freedom, bounded passes, waiting."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import attrs
+import pytest
+
+import cells
+import scheduler
+from cells import MISSING, Cell, Space, Transaction, read_value
+from scheduler import (
+    BACKOFF_BASE,
+    BACKOFF_CAP,
+    ManualClock,
+    Node,
+    NodeError,
+    Scheduler,
+    SystemClock,
+)
+
+
+@attrs.define
+class Env:
+    sp: Space
+    sch: Scheduler
+    clock: ManualClock
+
+    def source(self, name: str, value: Any) -> Cell:
+        c = self.sp.cell(name)
+        c.set(value)
+        self.sp.replica.pump()
+        return c
+
+    def compute(
+        self,
+        out: Cell,
+        inputs: Sequence[Cell],
+        fn: Callable[..., Any],
+        *,
+        declare: bool = True,
+        label: str | None = None,
+    ) -> Node:
+        """A computation writing `fn(*values of inputs)` to `out` (None while an input is absent).
+
+        Without declared reads a never-ran node may run before its writers (it
+        cannot be ordered yet), so it must tolerate absent inputs.
+        """
+
+        def run(tx: Transaction) -> None:
+            values = [read_value(tx, c.link()) for c in inputs]
+            result = None if any(v is MISSING or v is None for v in values) else fn(*values)
+            tx.write(out.doc_key, ("value",), result)
+
+        reads = [(c.doc_key, ("value",), False) for c in inputs] if declare else []
+        return self.sch.register(
+            run,
+            identity=self.sp.identity,
+            outputs=[(out.doc_key, ("value",))],
+            reads=reads,
+            label=label or f"compute {out.id}",
+        )
+
+    def check(self) -> None:
+        self.sch._check()
+        self.sp.replica._check()
+
+
+@pytest.fixture
+def env() -> Iterator[Env]:
+    sp = Space(cells.MemoryStore(), "x")
+    clock = ManualClock()
+    sch = Scheduler(sp.replica, clock=clock)
+    e = Env(sp, sch, clock)
+    yield e
+    e.check()
+
+
+def runs(sch: Scheduler) -> int:
+    return sch.stats.runs
+
+
+# ---------------------------------------------------------------------------- demand
+
+
+@pytest.mark.parametrize("declare", [True, False])
+def test_dormant_computation_never_runs_until_a_sink_reads_it(env: Env, declare: bool) -> None:
+    a = env.source("a", 1)
+    b, c = env.sp.cell("b"), env.sp.cell("c")
+    nb = env.compute(b, [a], lambda v: v + 1, declare=declare)
+    nc = env.compute(c, [b], lambda v: v * 10, declare=declare)
+    env.sch.settle()
+    assert (nb.runs, nc.runs) == (0, 0)
+    assert not nb.is_live and not nc.is_live
+    env.check()
+
+    seen: list[Any] = []
+    cancel = env.sch.sink(c, seen.append)
+    assert nb.is_live and nc.is_live
+    assert nb.runs >= 1 and nc.runs >= 1
+    if declare:
+        assert (nb.runs, nc.runs) == (1, 1)
+    assert seen[-1] == 20
+    env.check()
+
+    cancel()
+    assert not nb.is_live and not nc.is_live
+    env.check()
+    before = runs(env.sch)
+    a.set(5)
+    env.sch.settle()
+    assert runs(env.sch) == before  # invalidation of dormant nodes costs no run
+    assert seen[-1] == 20
+    assert env.sch.runnable() == []
+    env.check()
+
+    seen2: list[Any] = []
+    env.sch.sink(c, seen2.append)
+    assert seen2 == [60]
+
+
+def test_dormant_invalidation_runs_nothing_even_across_many_changes(env: Env) -> None:
+    a = env.source("a", 0)
+    b = env.sp.cell("b")
+    nb = env.compute(b, [a], lambda v: v + 1)
+    for i in range(20):
+        a.set(i + 1)
+        env.sch.settle()
+    assert nb.runs == 0
+    assert env.sch.statistics()["runs"] == 0
+    assert env.sch.pull_now(b) == 21
+    assert nb.runs == 1
+    assert not nb.is_live  # the pull released its demand
+
+
+# ---------------------------------------------------------------------------- value accuracy
+
+
+def test_writing_an_equal_value_triggers_nothing(env: Env) -> None:
+    a = env.source("a", {"k": [1, 2]})
+    b = env.sp.cell("b")
+    nb = env.compute(b, [a], lambda v: len(v["k"]))
+    seen: list[Any] = []
+    env.sch.sink(b, seen.append)
+    before = runs(env.sch)
+    a.set({"k": [1, 2]})
+    env.sch.settle()
+    assert runs(env.sch) == before
+    assert nb.runs == 1
+    assert seen == [2]
+
+
+def test_unchanged_output_triggers_no_downstream_run(env: Env) -> None:
+    a = env.source("a", 1)
+    parity, c = env.sp.cell("parity"), env.sp.cell("c")
+    np_ = env.compute(parity, [a], lambda v: v % 2)
+    nc = env.compute(c, [parity], lambda v: v * 100)
+    seen: list[Any] = []
+    env.sch.sink(c, seen.append)
+    sink_runs = env.sch.stats.runs_effect
+    a.set(3)  # parity unchanged
+    env.sch.settle()
+    assert np_.runs == 2
+    assert nc.runs == 1
+    assert env.sch.stats.runs_effect == sink_runs
+    a.set(4)
+    env.sch.settle()
+    assert (np_.runs, nc.runs) == (3, 2)
+    assert seen == [100, 0]
+
+
+def test_a_read_path_reruns_only_when_the_value_there_changes(env: Env) -> None:
+    src = env.source("src", {"x": 1, "y": 1})
+    out = env.sp.cell("out")
+    node = env.compute(out, [src.key("x")], lambda v: v + 1, declare=False)
+    seen: list[Any] = []
+    env.sch.sink(out, seen.append)
+    src.key("y").set(2)  # same document, another path
+    env.sch.settle()
+    assert node.runs == 1
+    src.set({"x": 1, "y": 3, "z": 0})  # the whole value replaced, x unchanged
+    env.sch.settle()
+    assert node.runs == 1
+    src.key("x").set(5)
+    env.sch.settle()
+    assert node.runs == 2
+    assert seen == [2, 6]
+
+
+def test_a_runs_own_commit_never_invalidates_it(env: Env) -> None:
+    inc = env.source("inc", 1)
+    acc = env.source("acc", 0)
+
+    def accumulate(tx: Transaction) -> None:
+        step = read_value(tx, inc.link())
+        total = read_value(tx, acc.link())
+        tx.write(acc.doc_key, ("value",), total + step)
+
+    node = env.sch.register(
+        accumulate,
+        identity=env.sp.identity,
+        outputs=[(acc.doc_key, ("value",))],
+        reads=[(inc.doc_key, ("value",), False), (acc.doc_key, ("value",), False)],
+        label="accumulate",
+    )
+    seen: list[Any] = []
+    env.sch.sink(acc, seen.append)
+    assert node.runs == 1  # re-running would add again: it converged without a re-run
+    assert acc.get() == 1
+    inc.set(5)
+    env.sch.settle()
+    assert node.runs == 2
+    assert acc.get() == 6
+    env.sch.settle()
+    assert node.runs == 2
+    assert seen == [1, 6]
+    assert env.sch.stats.deferrals == 0
+
+
+# ---------------------------------------------------------------------------- glitch freedom
+
+
+def test_diamond_runs_each_node_once_and_effects_never_see_a_half_wave(env: Env) -> None:
+    a = env.source("a", 1)
+    b, c, d = env.sp.cell("b"), env.sp.cell("c"), env.sp.cell("d")
+    # Register in an order that does not match the topological order.
+    nd = env.compute(d, [b, c], lambda x, y: x + y)
+    nc = env.compute(c, [a], lambda v: v * 2)
+    nb = env.compute(b, [a], lambda v: v + 1)
+
+    def ref(v: int) -> int:
+        return (v + 1) + v * 2
+
+    seen: list[Any] = []
+    env.sch.sink(d, seen.append)
+    observed: list[tuple[Any, ...]] = []
+
+    def watch(tx: Transaction) -> None:
+        observed.append(tuple(read_value(tx, x.link()) for x in (a, b, c, d)))
+
+    env.sch.register(watch, identity=env.sp.identity, kind="effect", label="watch")
+    env.sch.settle()
+    assert (nb.runs, nc.runs, nd.runs) == (1, 1, 1)
+    for i, v in enumerate([2, 7, -3, 10]):
+        a.set(v)
+        env.sch.settle()
+        assert (nb.runs, nc.runs, nd.runs) == (i + 2, i + 2, i + 2)
+        env.check()
+    assert seen == [ref(v) for v in [1, 2, 7, -3, 10]]
+    for av, bv, cv, dv in observed:
+        assert (bv, cv, dv) == (av + 1, av * 2, ref(av))
+
+
+def test_chain_of_ten_thousand_settles_without_recursion(env: Env) -> None:
+    limit = sys.getrecursionlimit()
+    n = 10_000
+    src = env.source("src", 0)
+    prev = src
+    for i in range(n):
+        out = env.sp.cell(f"n{i}")
+        env.compute(out, [prev], lambda v: v + 1)
+        prev = out
+    seen: list[Any] = []
+    env.sch.sink(prev, seen.append)
+    assert seen == [n]
+    stats0 = env.sch.statistics()
+    src.set(1)
+    env.sch.settle()
+    stats1 = env.sch.statistics()
+    assert stats1["runs_computation"] - stats0["runs_computation"] == n
+    assert stats1["runs_effect"] - stats0["runs_effect"] == 1
+    assert seen == [n, n + 1]
+    assert sys.getrecursionlimit() == limit
+
+
+# ---------------------------------------------------------------------------- read sets
+
+
+def test_conditional_read_follows_the_branch_taken(env: Env) -> None:
+    a = env.source("a", 1)
+    b = env.source("b", "B0")
+    c = env.source("c", "C0")
+    out = env.sp.cell("out")
+
+    def choose(tx: Transaction) -> None:
+        flag = read_value(tx, a.link())
+        v = read_value(tx, (b if flag > 0 else c).link())
+        tx.write(out.doc_key, ("value",), v)
+
+    node = env.sch.register(
+        choose, identity=env.sp.identity, outputs=[(out.doc_key, ("value",))], label="choose"
+    )
+    seen: list[Any] = []
+    env.sch.sink(out, seen.append)
+    assert seen == ["B0"]
+    c.set("C1")  # not read yet
+    env.sch.settle()
+    assert node.runs == 1
+    a.set(-1)
+    env.sch.settle()
+    assert node.runs == 2
+    assert seen == ["B0", "C1"]
+    b.set("B2")  # the old branch
+    env.sch.settle()
+    assert node.runs == 2
+    c.set("C3")  # the new branch
+    env.sch.settle()
+    assert node.runs == 3
+    assert seen == ["B0", "C1", "C3"]
+
+
+def test_shallow_read_reruns_on_shape_change_only(env: Env) -> None:
+    src = env.source("src", {"x": {"deep": 1}, "items": [1, 2]})
+    out = env.sp.cell("out")
+    items = env.sp.cell("items")
+
+    def shape(tx: Transaction) -> None:
+        top = tx.read(src.doc_key, ("value",), shallow=True)
+        lst = tx.read(src.doc_key, ("value", "items"), shallow=True)
+        tx.write(out.doc_key, ("value",), sorted(top))
+        tx.write(items.doc_key, ("value",), len(lst))
+
+    node = env.sch.register(
+        shape,
+        identity=env.sp.identity,
+        outputs=[(out.doc_key, ("value",)), (items.doc_key, ("value",))],
+        label="shape",
+    )
+    seen: list[Any] = []
+    env.sch.sink(out, seen.append)
+    assert node.runs == 1
+    src.key("x", "deep").set(2)  # deeper than the shallow reads
+    env.sch.settle()
+    assert node.runs == 1
+    src.key("items", 0).set(99)  # a list element: length unchanged
+    env.sch.settle()
+    assert node.runs == 1
+    src.key("y").set(0)  # key set changes
+    env.sch.settle()
+    assert node.runs == 2
+    assert seen == [["items", "x"], ["items", "x", "y"]]
+    src.key("items").push(3)  # length changes
+    env.sch.settle()
+    assert node.runs == 3
+    assert items.get() == 3
+
+
+def test_reading_through_a_link_follows_a_repointed_link(env: Env) -> None:
+    x = env.source("x", "X0")
+    y = env.source("y", "Y0")
+    ptr = env.source("ptr", x.link())
+    out = env.sp.cell("out")
+    node = env.compute(out, [ptr], lambda v: f"<{v}>", declare=False)
+    seen: list[Any] = []
+    env.sch.sink(out, seen.append)
+    assert seen == ["<X0>"]
+    x.set("X1")
+    env.sch.settle()
+    assert node.runs == 2
+    ptr.set(y.link())  # re-point
+    env.sch.settle()
+    assert node.runs == 3
+    assert seen == ["<X0>", "<X1>", "<Y0>"]
+    x.set("X2")  # no longer followed
+    env.sch.settle()
+    assert node.runs == 3
+    y.set("Y1")
+    env.sch.settle()
+    assert node.runs == 4
+    assert seen[-1] == "<Y1>"
+
+
+# ---------------------------------------------------------------------------- bounded passes
+
+
+def test_non_converging_cycle_backs_off_while_the_rest_settles(env: Env) -> None:
+    p = env.source("p", 0)
+    q = env.source("q", 0)
+    n1 = env.compute(q, [p], lambda v: v + 1, label="p->q")
+    n2 = env.compute(p, [q], lambda v: v + 1, label="q->p")
+    env.sch.sink(p, lambda v: None)
+    a = env.source("a", 1)
+    b = env.sp.cell("b")
+    env.compute(b, [a], lambda v: v * 3)
+    seen: list[Any] = []
+    env.sch.sink(b, seen.append)
+    assert seen == [3]
+    cycle = (n1, n2)
+
+    expected_delay = BACKOFF_BASE
+    delays: list[float] = []
+    for round_ in range(7):
+        deferred = [n for n in env.sch.deferred() if n in cycle]
+        assert deferred, f"round {round_}: the cycle was not deferred"
+        now = env.clock.now()
+        for n in deferred:
+            assert n.backoff_streak >= 1
+            assert n.eligible_at - now == pytest.approx(
+                min(BACKOFF_BASE * 2 ** (n.backoff_streak - 1), BACKOFF_CAP)
+            )
+        delay = max(n.eligible_at for n in deferred) - now
+        delays.append(delay)
+        assert delay == pytest.approx(expected_delay)
+        expected_delay = min(expected_delay * 2, BACKOFF_CAP)
+        env.check()
+
+        # Unrelated work still settles, and the gated cycle does not run before its time.
+        cycle_runs = n1.runs + n2.runs
+        a.set(round_ + 10)
+        env.sch.settle()
+        assert seen[-1] == (round_ + 10) * 3
+        assert n1.runs + n2.runs == cycle_runs
+
+        env.clock.advance(delay)
+        env.sch.settle()
+        assert n1.runs + n2.runs > cycle_runs  # eligible again: it ran
+    assert delays[-1] == pytest.approx(BACKOFF_CAP)
+
+
+def test_a_single_pass_bounds_runs_per_node(env: Env) -> None:
+    p = env.source("p", 0)
+    q = env.source("q", 0)
+    n1 = env.compute(q, [p], lambda v: v + 1)
+    n2 = env.compute(p, [q], lambda v: v + 1)
+    env.sch.sink(q, lambda v: None)
+    assert 1 <= n1.runs <= scheduler.PASS_RUN_BUDGET
+    assert 1 <= n2.runs <= scheduler.PASS_RUN_BUDGET
+    assert env.sch.stats.deferrals >= 1
+    assert env.sch.runnable() == []
+
+
+# ---------------------------------------------------------------------------- rejections
+
+
+def _gated_pair(env: Env) -> tuple[Cell, Cell, Node, list[Any]]:
+    a = env.source("a", 1)
+    b = env.sp.cell("b")
+    node = env.compute(b, [a], lambda v: v * 10)
+    seen: list[Any] = []
+    env.sch.sink(b, seen.append)
+    env.sp.replica.pump()
+    assert seen == [10] and node.runs == 1
+    return a, b, node, seen
+
+
+def _held_index_writing(gate: cells.VerdictGate, key: cells.DocKey) -> int:
+    matches = [i for i, h in enumerate(gate.held()) if key in h.request.keys]
+    assert len(matches) == 1, gate.held()
+    return matches[0]
+
+
+def test_stale_basis_rejection_reruns_the_node(env: Env) -> None:
+    a, b, node, seen = _gated_pair(env)
+    gate = env.sp.replica.store.testing.hold_verdicts()
+    a.set(2)
+    env.sch.settle()
+    assert node.runs == 2 and b.get() == 20
+    gate.accept(_held_index_writing(gate, a.doc_key))
+    gate.reject(_held_index_writing(gate, b.doc_key), cells.Outcome.STALE_BASIS)
+    env.sch.settle()
+    assert node.runs == 3
+    assert env.sch.stats.stale_reruns == 1
+    gate.release()
+    env.sch.settle()
+    assert b.get() == 20
+    assert env.sp.replica.in_flight() == 0
+    assert seen[-1] == 20
+    env.check()
+
+
+def test_permanent_rejection_is_not_retried(env: Env) -> None:
+    a, b, node, _seen = _gated_pair(env)
+    gate = env.sp.replica.store.testing.hold_verdicts()
+    a.set(2)
+    env.sch.settle()
+    assert node.runs == 2
+    gate.accept(_held_index_writing(gate, a.doc_key))
+    gate.reject(_held_index_writing(gate, b.doc_key), cells.Outcome.PERMANENT)
+    env.sch.settle()
+    gate.release()
+    env.sch.settle()
+    assert node.runs == 2
+    assert env.sch.stats.stale_reruns == 0
+    assert b.get() == 10  # the rejected write was reverted and not retried
+    assert env.sch.runnable() == []
+
+
+# ---------------------------------------------------------------------------- errors
+
+
+def test_a_raising_node_surfaces_as_node_error_and_the_rest_settles(env: Env) -> None:
+    a = env.source("a", 1)
+    b = env.sp.cell("b")
+
+    def checked(v: int) -> int:
+        if v < 0:
+            raise ValueError("negative input")
+        return v * 2
+
+    bad = env.compute(b, [a], checked, label="the-bad-one")
+    x = env.source("x", 1)
+    y = env.sp.cell("y")
+    env.compute(y, [x], lambda v: v + 100)
+    ys: list[Any] = []
+    bs: list[Any] = []
+    env.sch.sink(b, bs.append)
+    env.sch.sink(y, ys.append)
+    assert (bs, ys) == ([2], [101])
+
+    a.set(-1)
+    x.set(2)
+    with pytest.raises(NodeError, match="the-bad-one") as info:
+        env.sch.settle()
+    assert info.value.node is bad
+    assert isinstance(info.value.__cause__, ValueError)
+    assert isinstance(bad.error, ValueError)
+    assert ys == [101, 102]  # the rest of the graph settled in the same settle()
+    assert bs == [2] and b.get() == 2  # the failed run's writes were discarded
+    env.sch.settle()  # not re-raised: nothing the node read changed since
+    env.check()
+
+    runs_before = bad.runs
+    a.set(4)
+    env.sch.settle()
+    assert bad.runs == runs_before + 1
+    assert bad.error is None
+    assert bs == [2, 8]
+
+
+# ---------------------------------------------------------------------------- provisional demand
+
+
+def test_child_registered_by_a_live_run_runs_provisionally_then_only_on_demand(env: Env) -> None:
+    a = env.source("a", 1)
+    k = env.source("k", 5)
+    parent_out, child_out = env.sp.cell("parent"), env.sp.cell("child")
+    children: list[Node] = []
+
+    def child(tx: Transaction) -> None:
+        tx.write(child_out.doc_key, ("value",), read_value(tx, k.link()) * 7)
+
+    def parent(tx: Transaction) -> None:
+        tx.write(parent_out.doc_key, ("value",), read_value(tx, a.link()))
+        if not children:
+            children.append(
+                env.sch.register(
+                    child,
+                    identity=env.sp.identity,
+                    outputs=[(child_out.doc_key, ("value",))],
+                    label="child",
+                )
+            )
+
+    pnode = env.sch.register(
+        parent,
+        identity=env.sp.identity,
+        outputs=[(parent_out.doc_key, ("value",))],
+        label="parent",
+    )
+    env.sch.sink(parent_out, lambda v: None)
+    assert pnode.runs == 1
+    (cnode,) = children
+    assert cnode.parent is pnode
+    assert cnode.runs == 1  # in the same settle()
+    assert child_out.get() == 35
+    assert not cnode.provisional
+    assert not cnode.is_live
+    env.check()
+
+    k.set(6)
+    env.sch.settle()
+    assert cnode.runs == 1  # dormant: nobody reads it
+    seen: list[Any] = []
+    env.sch.sink(child_out, seen.append)
+    assert cnode.runs == 2
+    assert seen == [42]
+
+
+# ---------------------------------------------------------------------------- pull, idle, observe
+
+
+def test_pull_now_returns_the_settled_value(env: Env) -> None:
+    a = env.source("a", 3)
+    b, c = env.sp.cell("b"), env.sp.cell("c")
+    env.compute(b, [a], lambda v: v + 1)
+    env.compute(c, [b], lambda v: v * v)
+    assert env.sch.pull_now(c) == 16
+    a.set(4)
+    assert env.sch.pull_now(c) == 25
+    assert env.sch.statistics()["live"] == 0
+
+
+def test_async_pull_and_idle(env: Env) -> None:
+    a = env.source("a", 3)
+    b = env.sp.cell("b")
+    nb = env.compute(b, [a], lambda v: v - 1)
+    seen: list[Any] = []
+
+    async def main() -> None:
+        assert await env.sch.pull(b) == 2
+        env.sch.sink(b, seen.append)
+        a.set(10)
+        await env.sch.idle()
+        assert not env.sch.busy()
+        assert env.sp.replica.in_flight() == 0
+        assert env.sch.runnable() == []
+        assert seen == [2, 9]
+        assert await env.sch.pull(b) == 9
+
+    asyncio.run(main())
+    assert nb.runs == 2
+
+
+def test_observe_delivers_current_value_then_each_settled_change(env: Env) -> None:
+    a = env.source("a", 1)
+    b = env.sp.cell("b")
+    env.compute(b, [a], lambda v: v * 2)
+    got: list[Any] = []
+    disposable = env.sch.observe(b).subscribe(got.append)
+    assert got == [2]
+    a.set(2)
+    env.sch.settle()
+    a.set(2)
+    env.sch.settle()
+    a.set(3)
+    env.sch.settle()
+    assert got == [2, 4, 6]
+    disposable.dispose()
+    a.set(4)
+    env.sch.settle()
+    assert got == [2, 4, 6]
+    assert env.sch.statistics()["live"] == 0
+
+
+# ---------------------------------------------------------------------------- replicas
+
+
+def test_a_change_on_another_replica_reruns_the_reader_here() -> None:
+    store = cells.MemoryStore()
+    sp1, sp2 = Space(store, "x"), Space(store, "x")
+    sch1 = Scheduler(sp1.replica, clock=ManualClock())
+    sch2 = Scheduler(sp2.replica, clock=ManualClock())
+    a1 = sp1.cell("a")
+    a1.set(1)
+    sp1.replica.pump()
+    a2, b2 = sp2.cell("a"), sp2.cell("b")
+    notes: list[str] = []
+    sp2.replica.subscribe(lambda nf: notes.append(nf.kind))
+
+    def double(tx: Transaction) -> None:
+        tx.write(b2.doc_key, ("value",), read_value(tx, a2.link()) * 2)
+
+    node = sch2.register(double, identity=sp2.identity, outputs=[(b2.doc_key, ("value",))])
+    seen: list[Any] = []
+    sch2.sink(b2, seen.append)
+    assert seen == [2] and node.runs == 1
+
+    notes.clear()
+    a1.set(7)
+    sch1.settle()
+    sp2.replica.pump()
+    assert "integrate" in notes
+    assert node.status == "invalid"
+    sch2.settle()
+    assert node.runs == 2
+    assert seen == [2, 14]
+    sch1._check()
+    sch2._check()
+    sp1.replica._check()
+    sp2.replica._check()
+
+
+# ---------------------------------------------------------------------------- regressions
+
+
+def test_wake_timer_is_rearmed_on_a_new_event_loop() -> None:
+    # Found by review: a timer armed on a loop that closed before it fired blocked
+    # every later timer, so deferred work never woke on the next loop.
+    sp = Space(cells.MemoryStore(), "x")
+    sch = Scheduler(sp.replica, clock=SystemClock())
+    p, q = sp.cell("p"), sp.cell("q")
+
+    def plus_one(out: Cell, inp: Cell) -> Node:
+        def run(tx: Transaction) -> None:
+            v = read_value(tx, inp.link())
+            tx.write(out.doc_key, ("value",), (0 if v is MISSING else v) + 1)
+
+        return sch.register(
+            run,
+            identity=sp.identity,
+            outputs=[(out.doc_key, ("value",))],
+            reads=[(inp.doc_key, ("value",), False)],
+        )
+
+    plus_one(q, p)
+    plus_one(p, q)  # a cycle that never converges: it is deferred behind backoff
+
+    async def first() -> None:
+        sch.sink(p, lambda v: None)
+
+    asyncio.run(first())
+    assert sch.deferred(), "the cycle should be waiting on backoff"
+
+    async def second() -> bool:
+        sch.settle()
+        timer = sch._timer
+        return (
+            timer is not None
+            and not timer.cancelled()
+            and sch._timer_loop is asyncio.get_running_loop()
+        )
+
+    assert asyncio.run(second())
+    sch.close()
+
+
+def test_shallow_read_gets_an_edge_from_a_writer_two_levels_down(env: Env) -> None:
+    # A declared output ("value", "k", "sub") creates key "k" under ("value",): a
+    # shallow reader of ("value",) must be fed by that writer (demand and order).
+    b, keys, src = env.sp.cell("b"), env.sp.cell("keys"), env.sp.cell("src")
+    src.set(1)
+
+    def write_sub(tx: Transaction) -> None:
+        tx.write(b.doc_key, ("value", "k", "sub"), read_value(tx, src.link()))
+
+    writer = env.sch.register(
+        write_sub,
+        identity=env.sp.identity,
+        outputs=[(b.doc_key, ("value", "k", "sub"))],
+        reads=[(src.doc_key, ("value",), False)],
+    )
+
+    def list_keys(tx: Transaction) -> None:
+        value = tx.read(b.doc_key, ("value",), shallow=True)
+        tx.write(keys.doc_key, ("value",), sorted(value) if isinstance(value, dict) else [])
+
+    env.sch.register(
+        list_keys,
+        identity=env.sp.identity,
+        outputs=[(keys.doc_key, ("value",))],
+        reads=[(b.doc_key, ("value",), True)],
+    )
+    seen: list[Any] = []
+    env.sch.sink(keys, seen.append)
+    assert writer.is_live
+    assert seen[-1] == ["k"]
