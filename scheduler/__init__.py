@@ -2,8 +2,9 @@
 
 What it is: node records, the reader index (who read what, value-accurate
 triggering), edges and demand (liveness), passes ordered topologically with
-bounded work and backoff, time gates on an injectable clock, and `settle()` /
-`idle()` / `pull()` / `sink()` / `observe()`.
+bounded work and backoff, time gates on an injectable clock, events (FIFO
+handlers, receipts, retries, lineage), and `settle()` / `idle()` / `pull()` /
+`sink()` / `observe()`.
 What it is not: patterns, pieces or ownership (see `runner`). It depends only
 on `cells`, and subscribes to the replica's one change channel.
 """
@@ -11,6 +12,12 @@ on `cells`, and subscribes to the replica's one change channel.
 from ._clock import Clock as Clock
 from ._clock import ManualClock as ManualClock
 from ._clock import SystemClock as SystemClock
+from ._events import CommitConvergenceError as CommitConvergenceError
+from ._events import Handler as Handler
+from ._events import HandlerError as HandlerError
+from ._events import Lineage as Lineage
+from ._events import OriginFailedError as OriginFailedError
+from ._events import QueuedEvent as QueuedEvent
 from ._graph import Graph as Graph
 from ._node import Node as Node
 from ._readers import ReaderIndex as ReaderIndex
@@ -29,10 +36,16 @@ __all__ = [
     "MAX_ITERS",
     "PASS_RUN_BUDGET",
     "Clock",
+    "CommitConvergenceError",
     "Graph",
+    "Handler",
+    "HandlerError",
+    "Lineage",
     "ManualClock",
     "Node",
     "NodeError",
+    "OriginFailedError",
+    "QueuedEvent",
     "ReaderIndex",
     "Scheduler",
     "Statistics",

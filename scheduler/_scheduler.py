@@ -38,6 +38,7 @@ from reactivex.disposable import Disposable
 from cells import (
     MISSING,
     Cell,
+    CellweaveError,
     CommitResult,
     DocKey,
     Identity,
@@ -47,12 +48,24 @@ from cells import (
     Pending,
     Replica,
     Transaction,
+    normalize,
     read_value,
     value_equal,
 )
 from cells._values import thaw
 
 from ._clock import Clock, SystemClock
+from ._events import (
+    RETRY_WINDOW,
+    CommitConvergenceError,
+    EventLane,
+    Handler,
+    HandlerError,
+    Lineage,
+    OriginFailedError,
+    QueuedEvent,
+    retry_delay,
+)
 from ._graph import Graph
 from ._node import Node, NodeKind
 from ._readers import ReaderIndex, compact_reads
@@ -121,6 +134,10 @@ class Scheduler:
         self._closed = False
         self._unsubscribe = replica.subscribe(self._on_notification)
         self.graph.on_live = self._on_live
+        self.events = EventLane()
+        self.lineage = Lineage(self._origin_failed)
+        self._current_tx: Transaction | None = None
+        self._event_errors: list[CellweaveError] = []
 
     def __repr__(self) -> str:
         return f"<Scheduler nodes={len(self.graph.nodes)} dirty={len(self._dirty)}>"
@@ -263,21 +280,26 @@ class Scheduler:
             for _ in range(MAX_PASSES_PER_SETTLE):
                 self.replica.pump()
                 seeds = self.runnable()
-                if not seeds:
+                if seeds:
+                    self._pass(seeds)
+                elif not self._dispatch_next():
                     break
-                self._pass(seeds)
         finally:
             self._settling = False
         self._arm_timer()
         # Only nodes still failing at the end: a node that raised on a transient
         # input (a first-run cascade reading a not-yet-computed value) and then
         # succeeded in the same settle is not an error.
-        errors = [e for n, e in self._errors.items() if n.error is not None and n.registered]
+        errors: list[CellweaveError] = [
+            e for n, e in self._errors.items() if n.error is not None and n.registered
+        ]
+        errors.extend(self._event_errors)
         self._errors = {}
+        self._event_errors = []
         if len(errors) == 1:
             raise errors[0]
         if errors:
-            raise ExceptionGroup(f"{len(errors)} nodes failed", errors)
+            raise ExceptionGroup(f"{len(errors)} nodes or handlers failed", errors)
 
     def _pass(self, seeds: list[Node]) -> None:
         self.stats.passes += 1
@@ -352,6 +374,7 @@ class Scheduler:
             self.stats.runs_computation += 1
         tx = self.replica.edit(node.identity, source=node)
         previous, self._running = self._running, node
+        previous_tx, self._current_tx = self._current_tx, tx
         try:
             node.fn(tx)
             node.error = None
@@ -364,6 +387,7 @@ class Scheduler:
                 tx.abort(f"{node.label} raised")
         finally:
             self._running = previous
+            self._current_tx = previous_tx
         if node.registered:
             # Keep the read set even after an error: the node re-runs when its inputs change.
             self.graph.set_reads(node, compact_reads(tx.reads))
@@ -396,6 +420,9 @@ class Scheduler:
         if not isinstance(self.clock, SystemClock):
             return  # a manual clock: the test advances it and calls settle()
         pending = [n.eligible_at for n in self.deferred()]
+        head = self.events.head()
+        if head is not None and head.not_before > self.clock.now():
+            pending.append(head.not_before)
         if not pending:
             return
         try:
@@ -421,7 +448,12 @@ class Scheduler:
     # ------------------------------------------------------------------ waiting
     def busy(self) -> bool:
         """Something is runnable, a verdict or load is in flight, or a delivery is queued."""
-        return bool(self.replica.in_flight() or len(self.replica.mailbox) or self.runnable())
+        return bool(
+            self.replica.in_flight()
+            or len(self.replica.mailbox)
+            or self.runnable()
+            or self.events.queue
+        )
 
     async def idle(self) -> None:
         """Wait until nothing is runnable, no verdict or load is in flight, nothing is queued."""
@@ -442,10 +474,15 @@ class Scheduler:
 
             remove = self.replica.mailbox.add_post_listener(wake)
             try:
-                if not len(self.replica.mailbox) and self.replica.in_flight():
+                if len(self.replica.mailbox) or self.runnable():
+                    await asyncio.sleep(0)
+                elif self.replica.in_flight():
                     await fut
                 else:
-                    await asyncio.sleep(0)
+                    # Only time-gated work (an event waiting on retry backoff): wait for it.
+                    head = self.events.head()
+                    delay = head.not_before - self.clock.now() if head is not None else 0.0
+                    await asyncio.wait({fut}, timeout=max(0.0, delay))
             finally:
                 remove()
 
@@ -510,6 +547,207 @@ class Scheduler:
             self.remove(node)
         return thaw(box[0])
 
+    # ------------------------------------------------------------------ events
+    def add_handler(
+        self,
+        stream: Cell,
+        fn: Callable[[Transaction, Any], Any],
+        *,
+        reads: Iterable[tuple[DocKey, Path, bool]] = (),
+        label: str | None = None,
+        on_result: Callable[[Transaction, QueuedEvent, Any], None] | None = None,
+    ) -> Handler:
+        """Bind `fn(tx, payload)` to `stream`: it runs once per event sent there.
+
+        `reads` declares what the handler will read: the computations feeding
+        those places are brought up to date before it runs. `on_result(tx,
+        event, returned)` sees the handler's return value inside its transaction.
+        """
+        key = (stream.doc_key, ("value", *stream.path))
+        existing = self.events.handlers.get(key)
+        if existing is not None:
+            raise CellweaveError(
+                f"stream {stream!r} already has a handler ({existing.label!r}); one per stream"
+            )
+        handler = Handler(
+            key,
+            fn,
+            stream.identity,
+            tuple(reads),
+            label or str(getattr(fn, "__qualname__", "handler")),
+            on_result,
+        )
+        self.events.handlers[key] = handler
+        return handler
+
+    def remove_handler(self, handler: Handler) -> None:
+        """Unbind `handler`; its queued events are dropped."""
+        if self.events.handlers.get(handler.stream) is handler:
+            del self.events.handlers[handler.stream]
+        handler.registered = False
+        for ev in [e for e in self.events.queue if e.handler is handler]:
+            self._drop(ev, "dropped", CellweaveError(f"{handler!r} was removed"))
+
+    def send(
+        self,
+        stream: Cell,
+        payload: Any,
+        *,
+        origin: Transaction | None = None,
+        event_id: str | None = None,
+        retry: bool = True,
+        on_settle: Callable[[QueuedEvent], None] | None = None,
+    ) -> QueuedEvent:
+        """Queue `payload` for the handler bound to `stream` (FIFO).
+
+        `origin` defaults to the transaction of the node or handler running now:
+        the event then waits for that transaction to commit, and is dropped if
+        it fails. `event_id` makes delivery idempotent: the same id on the same
+        stream is handled at most once, on any runtime sharing the store.
+        """
+        key = (stream.doc_key, ("value", *stream.path))
+        handler = self.events.handlers.get(key)
+        if handler is None:
+            raise CellweaveError(
+                f"no handler is bound to stream {stream!r}; cannot send {payload!r}"
+            )
+        value = normalize(payload, where=f"event for {stream!r}")
+        if event_id is None:
+            ev_id = self.events.mint_id()
+        else:
+            cause = {"ingress": event_id, "stream": [key[0].space, key[0].id, key[0].scope_key]}
+            ev_id = "ev:" + entity_id_of(cause)
+        if origin is None:
+            origin = self._current_tx
+        ev = QueuedEvent(
+            ev_id, self.events.next_seq(), handler, value, origin, retry, on_settle=on_settle
+        )
+        self.events.queue.add(ev)
+        if origin is not None:
+            self.lineage.record_event(origin, ev)
+        return ev
+
+    def _drop(self, ev: QueuedEvent, status: Any, error: BaseException | None) -> None:
+        if ev.status == "queued":
+            self.events.queue.discard(ev)
+        ev.status = status
+        ev.error = error
+        if ev.on_settle is not None:
+            ev.on_settle(ev)
+
+    def _origin_failed(self, origin: Transaction, events: list[QueuedEvent]) -> None:
+        for ev in events:
+            if ev.status == "queued":
+                self._drop(
+                    ev, "dropped", OriginFailedError(f"the transaction that sent {ev!r} failed")
+                )
+
+    def _dispatch_next(self) -> bool:
+        """Dispatch the lane head if it may go now; True if something was done."""
+        now = self.clock.now()
+        while self.events.queue:
+            ev = self.events.queue[0]
+            if not ev.handler.registered:
+                self._drop(ev, "dropped", CellweaveError(f"{ev.handler!r} was removed"))
+                continue
+            if ev.origin is not None:
+                status = self.lineage.status(ev.origin)
+                if status == "failed":
+                    self._drop(ev, "dropped", OriginFailedError(f"the origin of {ev!r} failed"))
+                    continue
+                if status == "pending":
+                    return False  # FIFO: later events wait behind it
+            if ev.not_before > now:
+                return False
+            self._preflight(ev.handler)
+            self._dispatch(ev)
+            return True
+        return False
+
+    def _preflight(self, handler: Handler) -> None:
+        if not handler.reads:
+            return
+        reads = handler.reads
+
+        def read_all(tx: Transaction) -> None:
+            for key, path, shallow in reads:
+                tx.read(key, path, shallow=shallow)
+
+        node = self.register(
+            read_all, identity=handler.identity, kind="effect", label="preflight", reads=reads
+        )
+        try:
+            for _ in range(MAX_PASSES_PER_SETTLE):
+                self.replica.pump()
+                seeds = self.runnable()
+                if not seeds:
+                    break
+                self._pass(seeds)
+        finally:
+            self.remove(node)
+
+    def _dispatch(self, ev: QueuedEvent) -> None:
+        self.events.queue.discard(ev)
+        ev.status = "dispatched"
+        handler = ev.handler
+        tx = self.replica.edit(handler.identity, source=handler)
+        tx.meta["event"] = ev
+        receipt = ev.receipt_key()
+        tx.create_only(receipt)
+        previous_tx, self._current_tx = self._current_tx, tx
+        try:
+            returned = handler.fn(tx, thaw(ev.payload))
+            if tx.is_open:
+                tx.write(receipt, ("value",), {"event": ev.id})
+                if handler.on_result is not None:
+                    handler.on_result(tx, ev, returned)
+        except Exception as exc:
+            if tx.is_open:
+                tx.abort(f"{handler.label} raised {type(exc).__name__}")
+            err = HandlerError(f"{handler!r} raised {type(exc).__name__}: {exc} (event {ev!r})")
+            err.__cause__ = exc
+            self._event_errors.append(err)
+            self._drop_dispatched(ev, "failed", err)
+            return
+        finally:
+            self._current_tx = previous_tx
+        if not tx.is_open:  # the handler aborted its own transaction
+            self._drop_dispatched(ev, "dropped", tx.result.error if tx.result else None)
+            return
+        tx.commit().add_done_callback(functools.partial(self._on_event_commit, ev))
+
+    def _drop_dispatched(self, ev: QueuedEvent, status: Any, error: BaseException | None) -> None:
+        ev.status = status
+        ev.error = error
+        if ev.on_settle is not None:
+            ev.on_settle(ev)
+
+    def _on_event_commit(self, ev: QueuedEvent, pending: Pending[CommitResult]) -> None:
+        result = pending.result()
+        ev.result = result
+        if result.ok:
+            self._drop_dispatched(ev, "done", None)
+            return
+        if result.outcome is Outcome.STALE_BASIS and ev.retry and ev.handler.registered:
+            now = self.clock.now()
+            if ev.first_failure is None:
+                ev.first_failure = now
+            if now - ev.first_failure < RETRY_WINDOW:
+                ev.attempts += 1
+                ev.not_before = now + retry_delay(ev.attempts)
+                ev.status = "queued"
+                self.events.queue.add(ev)  # keeps its first-enqueue place
+                return
+            err = CommitConvergenceError(
+                f"{ev!r} kept failing on a stale basis for {RETRY_WINDOW} s ({ev.attempts} retries)"
+            )
+            err.__cause__ = result.error
+            self._event_errors.append(err)
+            self._drop_dispatched(ev, "failed", err)
+            return
+        # PERMANENT: a duplicate delivery lost the receipt race; never retried.
+        self._drop_dispatched(ev, "dropped", result.error)
+
     # ------------------------------------------------------------------ diagnostics
     def statistics(self) -> dict[str, Any]:
         nodes = list(self.graph.nodes)
@@ -520,6 +758,7 @@ class Scheduler:
             "live": sum(1 for n in nodes if n.is_live),
             "invalid": len(self._dirty),
             "deferred": len(self.deferred()),
+            "events_queued": len(self.events.queue),
             "comparisons": self.index.comparisons,
             "edge_visits": self.graph.edge_visits,
             "liveness_writes": self.graph.live_writes,
@@ -532,9 +771,16 @@ class Scheduler:
             self._timer.cancel()
 
     def _check(self) -> None:
+        self.events._check()
         dirty = {n for n in self.graph.nodes if n.status != "clean"}
         assert dirty == set(self._dirty), dirty ^ set(self._dirty)
         self.graph._check()
+
+
+def entity_id_of(cause: Any) -> str:
+    from cells import entity_id
+
+    return entity_id(cause)
 
 
 def _declared(cell: Cell) -> tuple[tuple[DocKey, Path, bool]]:
