@@ -48,6 +48,12 @@ class Node:
     pass_runs: int = 0
     runs: int = 0
     eligible_at: float = 0.0
+    """max(debounce_ready_at, throttle_ready_at, backoff_until): the one time gate."""
+    debounce: float = 0.0
+    throttle: float = 0.0
+    debounce_ready_at: float = 0.0
+    throttle_ready_at: float = 0.0
+    backoff_until: float = 0.0
     backoff_streak: int = 0
     retries: int = 0
     error: BaseException | None = None
@@ -55,6 +61,9 @@ class Node:
 
     def __repr__(self) -> str:
         return f"<Node {self.kind} {self.label!r} #{self.ordinal} {self.status}>"
+
+    def update_gate(self) -> None:
+        self.eligible_at = max(self.debounce_ready_at, self.throttle_ready_at, self.backoff_until)
 
     @property
     def is_root(self) -> bool:

@@ -198,6 +198,24 @@ class Scheduler:
         if node.parent is not None and node in node.parent.children:
             node.parent.children.remove(node)
 
+    def set_debounce(self, node: Node, seconds: float) -> None:
+        """Run `node` only once its inputs have been quiet for `seconds` (0 turns it off)."""
+        if seconds < 0:
+            raise ValueError(f"set_debounce({node!r}): seconds must be >= 0, got {seconds}")
+        node.debounce = float(seconds)
+        if not seconds:
+            node.debounce_ready_at = 0.0
+        node.update_gate()
+
+    def set_throttle(self, node: Node, seconds: float) -> None:
+        """Run `node` at most once per `seconds` (0 turns it off); changes in between coalesce."""
+        if seconds < 0:
+            raise ValueError(f"set_throttle({node!r}): seconds must be >= 0, got {seconds}")
+        node.throttle = float(seconds)
+        if not seconds:
+            node.throttle_ready_at = 0.0
+        node.update_gate()
+
     def demand(self, node: Node) -> Callable[[], None]:
         """Hold explicit demand on `node` (it becomes a root); returns the release function."""
         was = node.is_live
@@ -231,6 +249,10 @@ class Scheduler:
         self.stats.invalidations += 1
         if node.status == "clean":
             node.status = "invalid"
+        if node.debounce:
+            # Debounce: each invalidation pushes the earliest run out again.
+            node.debounce_ready_at = self.clock.now() + node.debounce
+            node.update_gate()
         self._dirty[node] = None
         if self._draining and node.is_live:
             self._push(node)
@@ -333,7 +355,8 @@ class Scheduler:
         for n in nodes:
             delay = min(BACKOFF_BASE * (2**n.backoff_streak), BACKOFF_CAP)
             n.backoff_streak += 1
-            n.eligible_at = now + delay
+            n.backoff_until = now + delay
+            n.update_gate()
             self.stats.deferrals += 1
 
     def _drain(self, seeds: list[Node], ran: dict[Node, None]) -> None:
@@ -368,6 +391,9 @@ class Scheduler:
         self._dirty.pop(node, None)
         node.pass_runs += 1
         node.runs += 1
+        if node.throttle:
+            node.throttle_ready_at = self.clock.now() + node.throttle
+            node.update_gate()
         if node.kind == "effect":
             self.stats.runs_effect += 1
         else:
