@@ -1,7 +1,798 @@
-"""placeholder"""
+"""`SQLiteStore`: the embedded, durable store (one SQLite file, several processes).
 
-from .._store import StoreBase
+Every accepted commit is appended to `commit_log` with a gap-free sequence
+number, each written document gets a `revision` row (the paths it wrote, for
+conflict checks) and its materialized value in `head`. Validation is the
+shared `validate_commit`, answered from SQL inside the same `BEGIN IMMEDIATE`
+transaction that applies the commit, so the verdict and the data can never
+disagree, even with other processes writing the same file.
+
+Durability
+- A verdict is posted only after `COMMIT` returned. With the default
+  `synchronous="FULL"` (WAL journal) an acknowledged commit survives kill -9
+  and power loss; `"NORMAL"` still survives a crashed process but may lose the
+  last commits on power loss.
+- Opening never modifies a file that is not a cellweave store: a non-SQLite
+  file, a SQLite database without the cellweave format marker, or a store of a
+  newer format version raises `CorruptStoreError` and leaves the bytes alone.
+  A missing or empty file (or a SQLite database with no schema) is initialized.
+
+Threading
+- One writer thread per store object, fed by a FIFO queue, evaluates commits
+  (`_submit_evaluation`), then posts the verdict and the fan-out. A test gate's
+  `accept()` evaluates on the caller's thread instead: it first waits for the
+  queue to drain (per-session FIFO), then shares the one writer connection
+  under `_write_lock`, which also serializes every fan-out (so each mailbox
+  hears commits in seq order).
+- Reads use a second connection under `_read_lock` (WAL lets them run while a
+  write is in progress); both connections are usable from any thread.
+- Other writers' commits (another process, another `SQLiteStore` on the same
+  file) reach this store's sessions as foreign changes: `poll()` checks
+  `PRAGMA data_version`, and a daemon thread calls it every `poll_interval`
+  seconds while a session is connected (`poll_interval=0`: only explicit
+  `poll()`). The writer also catches up on them before answering its own
+  commit, so fan-out is in seq order.
+- `close()` evaluates and answers every commit already queued (they are
+  durable when it returns), answers commits still held by a verdict gate with
+  a `LivenessError` (cause: `StoreError`), fails held loads, then closes both
+  connections. Commits submitted after `close()` raise `StoreError`.
+
+Invariants (checked by `_check`)
+- `commit_log` seqs are exactly 1..max; no commit is both accepted and rejected;
+- every head's seq is its document's last revision seq, and every revised
+  document has a head; every commit wrote a document or claimed a create-only key;
+- this store has delivered every seq up to `_delivered`, which never exceeds max seq.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import pathlib
+import queue
+import sqlite3
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Final
+
+import msgspec
+
+from .._address import SCOPES, DocKey, Path
+from .._codec import decode_json, encode_json
+from .._store import (
+    NO_STATE,
+    CommitRequest,
+    DocState,
+    Revision,
+    SessionListener,
+    StoreBase,
+    Verdict,
+    validate_commit,
+)
+from .._values import MISSING, Value, set_path
+from ..errors import (
+    CellweaveError,
+    CommitRejected,
+    ConflictError,
+    CorruptStoreError,
+    InvalidValueError,
+    LivenessError,
+    StoreError,
+)
+
+FORMAT: Final = "cellweave-store"
+VERSION: Final = 1
+"""The store format version this module writes and reads."""
+
+_SQLITE_HEADER: Final = b"SQLite format 3\x00"
+_BUSY_TIMEOUT_S: Final = 5.0
+_SYNCHRONOUS: Final = ("OFF", "NORMAL", "FULL", "EXTRA")
+_NO_ORIGIN: Final = ""
+"""`_broadcast` origin for foreign commits: `connect` never hands out an empty session id."""
+
+_KEY_COLS: Final = "space, doc_id, scope, principal, session"
+_KEY_MATCH: Final = "space = ? AND doc_id = ? AND scope = ? AND principal = ? AND session = ?"
+_R_KEY_MATCH: Final = (
+    "r.space = ? AND r.doc_id = ? AND r.scope = ? AND r.principal = ? AND r.session = ?"
+)
+
+_SCHEMA: Final = (
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
+    """CREATE TABLE commit_log (
+        seq INTEGER PRIMARY KEY,
+        session_id TEXT NOT NULL,
+        local_seq INTEGER NOT NULL,
+        UNIQUE (session_id, local_seq)
+    )""",
+    # Commits rejected after (or without) evaluation: `resolution()` must tell
+    # "rejected" (None) from "no verdict yet" (False).
+    """CREATE TABLE rejection (
+        session_id TEXT NOT NULL,
+        local_seq INTEGER NOT NULL,
+        PRIMARY KEY (session_id, local_seq)
+    ) WITHOUT ROWID""",
+    f"""CREATE TABLE revision (
+        space TEXT NOT NULL, doc_id TEXT NOT NULL, scope TEXT NOT NULL,
+        principal TEXT NOT NULL, session TEXT NOT NULL,
+        seq INTEGER NOT NULL REFERENCES commit_log (seq),
+        paths TEXT NOT NULL,
+        PRIMARY KEY ({_KEY_COLS}, seq)
+    ) WITHOUT ROWID""",
+    "CREATE INDEX revision_by_seq ON revision (seq)",
+    # A head row exists for every document ever written; value NULL means
+    # deleted, and the row still counts as "ever written" for create-only.
+    f"""CREATE TABLE head (
+        space TEXT NOT NULL, doc_id TEXT NOT NULL, scope TEXT NOT NULL,
+        principal TEXT NOT NULL, session TEXT NOT NULL,
+        seq INTEGER NOT NULL REFERENCES commit_log (seq),
+        value TEXT,
+        PRIMARY KEY ({_KEY_COLS})
+    ) WITHOUT ROWID""",
+    # Create-only keys of accepted commits, written or not (MemoryStore's `_ever`).
+    f"""CREATE TABLE claimed (
+        space TEXT NOT NULL, doc_id TEXT NOT NULL, scope TEXT NOT NULL,
+        principal TEXT NOT NULL, session TEXT NOT NULL,
+        seq INTEGER NOT NULL REFERENCES commit_log (seq),
+        PRIMARY KEY ({_KEY_COLS})
+    ) WITHOUT ROWID""",
+)
+_TABLES: Final = frozenset({"meta", "commit_log", "rejection", "revision", "head", "claimed"})
+
+_Change = tuple[int, dict[DocKey, Value]]
+_Item = tuple[SessionListener, CommitRequest] | None
+
+
+def _k(key: DocKey) -> tuple[str, str, str, str, str]:
+    return (key.space, key.id, key.scope, key.principal, key.session)
+
+
+def _is_corruption(exc: sqlite3.Error) -> bool:
+    return str(getattr(exc, "sqlite_errorname", "")).startswith(("SQLITE_NOTADB", "SQLITE_CORRUPT"))
+
+
+def _inspect(file: str) -> str:
+    """Check `file` before anything writes to it: "new" (initialize) or "store". Read-only."""
+    try:
+        size = os.path.getsize(file)
+    except FileNotFoundError:
+        return "new"
+    except OSError as exc:
+        raise StoreError(f"cannot open store {file}: {exc}") from exc
+    if size == 0:
+        return "new"
+    try:
+        with open(file, "rb") as f:
+            header = f.read(len(_SQLITE_HEADER))
+    except OSError as exc:
+        raise StoreError(f"cannot open store {file}: {exc}") from exc
+    if header != _SQLITE_HEADER:
+        raise CorruptStoreError(
+            f"{file} is not a cellweave store: it is not a SQLite database (it starts with"
+            f" {header!r}); the file was left untouched"
+        )
+    # Read-only: a foreign database is never journaled, converted to WAL or checkpointed.
+    uri = pathlib.Path(file).as_uri() + "?mode=ro"
+    try:
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=_BUSY_TIMEOUT_S)
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot open store {file}: {exc}") from exc
+    try:
+        return _validate(conn, file)
+    except sqlite3.Error as exc:
+        if _is_corruption(exc):
+            raise CorruptStoreError(
+                f"{file} is not a usable SQLite database ({exc}); the file was left untouched"
+            ) from exc
+        raise StoreError(f"cannot read store {file}: {exc}") from exc
+    finally:
+        conn.close()
+
+
+def _validate(conn: sqlite3.Connection, file: str) -> str:
+    """ "new" for a database without any schema, "store" for ours; raises otherwise."""
+    names = [row[0] for row in conn.execute("SELECT name FROM sqlite_master")]
+    if not names:
+        return "new"
+    tables = frozenset(
+        row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+    )
+    not_ours = (
+        f"{file} is a SQLite database but not a cellweave store (no {FORMAT!r} format marker;"
+        f" it has {', '.join(sorted(names)[:8])}); the file was left untouched"
+    )
+    if "meta" not in tables:
+        raise CorruptStoreError(not_ours)
+    try:
+        meta = {str(k): v for k, v in conn.execute("SELECT key, value FROM meta")}
+    except sqlite3.OperationalError as exc:  # someone else's table called meta
+        raise CorruptStoreError(not_ours) from exc
+    if meta.get("format") != FORMAT:
+        raise CorruptStoreError(not_ours)
+    raw = meta.get("version")
+    try:
+        version = int(raw)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise CorruptStoreError(
+            f"{file}: cellweave store with an unreadable format version {raw!r};"
+            " the file was left untouched"
+        ) from None
+    if version > VERSION:
+        raise CorruptStoreError(
+            f"{file} was written by a newer cellweave (store format version {version}; this"
+            f" version reads {VERSION}); the file was left untouched"
+        )
+    if version < 1:
+        raise CorruptStoreError(
+            f"{file}: invalid store format version {version}; the file was left untouched"
+        )
+    missing = _TABLES - tables
+    if missing:
+        raise CorruptStoreError(
+            f"{file}: cellweave store is damaged: missing tables {sorted(missing)};"
+            " the file was left untouched"
+        )
+    return "store"
 
 
 class SQLiteStore(StoreBase):
-    pass
+    """A durable store in one SQLite file; several store objects and processes may share it.
+
+    `SQLiteStore(path, synchronous="FULL", poll_interval=0.05)`. `poll_interval`
+    is how often (seconds) other writers' commits are looked for while a
+    session is connected; 0 disables the polling thread (call `poll()`).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: str = "FULL",
+        poll_interval: float = 0.05,
+    ) -> None:
+        super().__init__()
+        mode = str(synchronous).upper()
+        if mode not in _SYNCHRONOUS:
+            raise ValueError(
+                f"SQLiteStore: synchronous must be one of {', '.join(_SYNCHRONOUS)},"
+                f" got {synchronous!r}"
+            )
+        if not (isinstance(poll_interval, (int, float)) and math.isfinite(poll_interval)) or (
+            poll_interval < 0
+        ):
+            raise ValueError(
+                f"SQLiteStore: poll_interval must be a finite number >= 0, got {poll_interval!r}"
+            )
+        if os.fspath(path) in ("", ":memory:"):
+            raise ValueError(
+                f"SQLiteStore needs a file path, got {os.fspath(path)!r} (use MemoryStore)"
+            )
+        self.path = pathlib.Path(path)
+        self.synchronous = mode
+        self.poll_interval = float(poll_interval)
+        self.last_poll_error: BaseException | None = None
+        """The last error the polling thread hit (it keeps polling; `poll()` raises directly)."""
+        self._file = os.path.abspath(self.path)
+
+        self._write_lock = threading.RLock()
+        self._read_lock = threading.RLock()
+        self._cond = threading.Condition()  # guards the queue, `_queued` and closing
+        self._queue: queue.SimpleQueue[_Item] = queue.SimpleQueue()
+        self._queued = 0
+        self._writer: threading.Thread | None = None
+        self._poller: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._session_keys: dict[str, str] = {}
+
+        _inspect(self._file)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._wconn: sqlite3.Connection | None = None
+        self._rconn: sqlite3.Connection | None = None
+        try:
+            self._wconn = self._open_connection()
+            try:
+                journal = self._wconn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            except sqlite3.Error as exc:
+                raise self._wrap(exc, "cannot enable WAL") from exc
+            if str(journal).lower() != "wal":
+                raise StoreError(
+                    f"{self._file}: SQLite refused WAL journal mode (got {journal!r});"
+                    " SQLiteStore needs a local file system"
+                )
+            self._init_schema(self._wconn)
+            self._rconn = self._open_connection()
+            # data_version before max(seq): a commit landing in between is both
+            # counted as seen and noticed by the next poll(), never lost.
+            self._data_version = self._rconn.execute("PRAGMA data_version").fetchone()[0]
+            self._delivered: int = self._max_seq(self._rconn)
+            """Every seq up to here was fanned out to this store's sessions (or predates it)."""
+        except BaseException:
+            for conn in (self._wconn, self._rconn):
+                if conn is not None:
+                    conn.close()
+            raise
+
+    # ------------------------------------------------------------------ plumbing
+    def __repr__(self) -> str:
+        state = " closed" if self.closed else ""
+        return f"<SQLiteStore {str(self.path)!r} seq={self._delivered}{state}>"
+
+    def __enter__(self) -> SQLiteStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _open_connection(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(
+                self._file,
+                timeout=_BUSY_TIMEOUT_S,
+                isolation_level=None,  # we issue BEGIN / COMMIT ourselves
+                check_same_thread=False,  # every use is under _write_lock or _read_lock
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open store {self._file}: {exc}") from exc
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(_BUSY_TIMEOUT_S * 1000)}")
+            conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _wrap(self, exc: sqlite3.Error, what: str) -> StoreError:
+        if _is_corruption(exc):
+            return CorruptStoreError(f"{self._file}: {what}: {exc}")
+        return StoreError(f"{self._file}: {what}: {exc}")
+
+    def _init_schema(self, conn: sqlite3.Connection) -> None:
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                # Again, under the write lock: another process may have
+                # initialized (or claimed) the file since `_inspect`.
+                if _validate(conn, self._file) == "new":
+                    for stmt in _SCHEMA:
+                        conn.execute(stmt)
+                    conn.executemany(
+                        "INSERT INTO meta (key, value) VALUES (?, ?)",
+                        [("format", FORMAT), ("version", str(VERSION))],
+                    )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise self._wrap(exc, "cannot initialize the store") from exc
+
+    @staticmethod
+    def _max_seq(conn: sqlite3.Connection) -> int:
+        return int(conn.execute("SELECT COALESCE(MAX(seq), 0) FROM commit_log").fetchone()[0])
+
+    def _writer_conn(self) -> sqlite3.Connection:
+        if self._wconn is None:
+            raise StoreError(f"SQLiteStore {self._file} is closed")
+        return self._wconn
+
+    def _reader_conn(self) -> sqlite3.Connection:
+        if self._rconn is None:
+            raise StoreError(f"SQLiteStore {self._file} is closed")
+        return self._rconn
+
+    def _decode(self, raw: str | None, key: DocKey) -> Value:
+        if raw is None:
+            return MISSING
+        try:
+            return decode_json(raw)
+        except (msgspec.MsgspecError, CellweaveError, KeyError, TypeError, ValueError) as exc:
+            raise CorruptStoreError(
+                f"{self._file}: the stored value of {key} is unreadable: {exc}"
+            ) from exc
+
+    def _key_of(self, space: str, doc_id: str, scope: str, principal: str, session: str) -> DocKey:
+        if scope not in SCOPES:
+            raise CorruptStoreError(f"{self._file}: document {space}/{doc_id} has scope {scope!r}")
+        return DocKey(space, doc_id, scope, principal, session)
+
+    @property
+    def seq(self) -> int:
+        """The highest accepted sequence number in the file (any writer).  O(1)."""
+        with self._read_lock:
+            return self._max_seq(self._reader_conn())
+
+    # ------------------------------------------------------------------ sessions
+    def connect(self, listener: SessionListener, session_id: str | None = None) -> str:
+        sid = super().connect(listener, session_id)
+        with self._lock:
+            # Session ids repeat across processes (and on reconnect); what the file
+            # records is qualified per connection, so resolutions never mix.
+            self._session_keys[sid] = f"{sid}@{uuid.uuid4().hex}"
+            if self.poll_interval > 0 and self._poller is None and not self.closed:
+                self._poller = threading.Thread(
+                    target=self._poll_loop, name=f"cellweave-sqlite-poll {self._file}", daemon=True
+                )
+                self._poller.start()
+        return sid
+
+    def _session_key(self, session_id: str) -> str:
+        with self._lock:
+            key = self._session_keys.get(session_id)
+            if key is None:  # submitted without connect(): still unique to this store object
+                key = self._session_keys[session_id] = f"{session_id}@{uuid.uuid4().hex}"
+            return key
+
+    # ------------------------------------------------------------------ reads
+    def _read(self, key: DocKey) -> DocState:
+        with self._read_lock:
+            row = (
+                self._reader_conn()
+                .execute(f"SELECT seq, value FROM head WHERE {_KEY_MATCH}", _k(key))
+                .fetchone()
+            )
+        if row is None:
+            return NO_STATE
+        return DocState(int(row[0]), self._decode(row[1], key))
+
+    # ------------------------------------------------------------------ validation callbacks
+    @staticmethod
+    def _revisions_since(
+        conn: sqlite3.Connection, session_id: str, session_key: str, key: DocKey, seq: int
+    ) -> list[Revision]:
+        rows = conn.execute(
+            "SELECT r.seq, c.session_id, c.local_seq, r.paths FROM revision r"
+            " JOIN commit_log c ON c.seq = r.seq"
+            f" WHERE {_R_KEY_MATCH} AND r.seq > ? ORDER BY r.seq",
+            (*_k(key), seq),
+        ).fetchall()
+        out = []
+        for rseq, sess, local_seq, paths in rows:
+            # Only the request's own session may match `request.session_id`.
+            own = session_id if sess == session_key else sess
+            decoded: list[list[str | int]] = msgspec.json.decode(paths)
+            out.append(Revision(int(rseq), own, int(local_seq), tuple(tuple(p) for p in decoded)))
+        return out
+
+    @staticmethod
+    def _resolution(
+        conn: sqlite3.Connection, session_key: str, local_seq: int
+    ) -> int | bool | None:
+        row = conn.execute(
+            "SELECT seq FROM commit_log WHERE session_id = ? AND local_seq = ?",
+            (session_key, local_seq),
+        ).fetchone()
+        if row is not None:
+            return int(row[0])
+        row = conn.execute(
+            "SELECT 1 FROM rejection WHERE session_id = ? AND local_seq = ?",
+            (session_key, local_seq),
+        ).fetchone()
+        return None if row is not None else False
+
+    @staticmethod
+    def _ever_written(conn: sqlite3.Connection, key: DocKey) -> bool:
+        row = conn.execute(
+            f"SELECT EXISTS (SELECT 1 FROM head WHERE {_KEY_MATCH})"
+            f" OR EXISTS (SELECT 1 FROM claimed WHERE {_KEY_MATCH})",
+            _k(key) * 2,
+        ).fetchone()
+        return bool(row[0])
+
+    # ------------------------------------------------------------------ commits
+    def _submit_evaluation(self, listener: SessionListener, request: CommitRequest) -> None:
+        with self._cond:
+            if self.closed:  # re-checked under the lock: nothing may queue behind close()'s stop
+                raise StoreError(f"SQLiteStore {self._file} is closed")
+            if self._writer is None:
+                self._writer = threading.Thread(
+                    target=self._writer_loop, name=f"cellweave-sqlite-writer {self._file}"
+                )
+                self._writer.daemon = True
+                self._writer.start()
+            self._queued += 1
+            self._queue.put((listener, request))
+
+    def _writer_loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            try:
+                self._evaluate_and_answer(*item)
+            finally:
+                with self._cond:
+                    self._queued -= 1
+                    self._cond.notify_all()
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Block until every commit queued so far has its verdict posted. False on timeout."""
+        if threading.current_thread() is self._writer:
+            return True
+        with self._cond:
+            return self._cond.wait_for(lambda: self._queued == 0, timeout)
+
+    def _evaluate_and_answer(self, listener: SessionListener, request: CommitRequest) -> None:
+        # A gate's accept() runs here on the caller's thread: commits queued before
+        # it (from the same session, too) must be decided first, as in MemoryStore.
+        self.flush()
+        with self._write_lock:
+            try:
+                verdict = self._evaluate(request)
+                self.commits_evaluated += 1
+            except Exception as exc:  # the submitter hears of every failure, never only a log
+                verdict = Verdict(None, error=self._unevaluated(request, exc))
+            self._answer(listener, request, verdict)
+            if verdict.error is None and verdict.seq is not None:
+                self._broadcast(request.session_id, verdict.seq, verdict.docs)
+
+    def _unevaluated(self, request: CommitRequest, cause: BaseException) -> LivenessError:
+        if isinstance(cause, sqlite3.Error):
+            wrapped = self._wrap(cause, "commit failed")
+            wrapped.__cause__ = cause
+            cause = wrapped
+        reason = "the store is closed" if self._wconn is None else f"{cause}"
+        err = LivenessError(
+            f"commit {request.session_id}#{request.local_seq} was not applied: {reason}"
+        )
+        err.__cause__ = cause
+        return err
+
+    def _evaluate(self, request: CommitRequest) -> Verdict:
+        """Validate and apply `request` in one transaction; returns after COMMIT.
+
+        Also fans out other writers' commits this store had not delivered yet
+        (they precede this one's seq). Safe from any thread.
+        """
+        with self._write_lock:
+            conn = self._writer_conn()
+            session_key = self._session_key(request.session_id)
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                top, behind = self._changes_after(conn, self._delivered)
+                error: CommitRejected | None = validate_commit(
+                    request,
+                    revisions_since=functools.partial(
+                        self._revisions_since, conn, request.session_id, session_key
+                    ),
+                    resolution=lambda _sid, local_seq: self._resolution(
+                        conn, session_key, local_seq
+                    ),
+                    ever_written=functools.partial(self._ever_written, conn),
+                )
+                docs: dict[DocKey, Value] = {}
+                paths: dict[DocKey, list[Path]] = {}
+                if error is None:
+                    try:
+                        for w in request.writes:
+                            current = docs[w.key] if w.key in docs else self._head(conn, w.key)
+                            docs[w.key] = set_path(current, w.path, w.value, where="commit")
+                            paths.setdefault(w.key, []).append(w.path)
+                    except InvalidValueError as exc:
+                        # A blind write below something another writer has since
+                        # replaced: re-running against the fresh value can succeed.
+                        error = ConflictError(
+                            f"commit {request.session_id}#{request.local_seq} no longer"
+                            f" applies: {exc}"
+                        )
+                if error is not None:
+                    conn.execute(
+                        "INSERT OR IGNORE INTO rejection (session_id, local_seq) VALUES (?, ?)",
+                        (session_key, request.local_seq),
+                    )
+                    verdict = Verdict(None, error=error)
+                else:
+                    seq = top + 1
+                    self._apply(conn, request, session_key, seq, docs, paths)
+                    verdict = Verdict(seq, docs)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            # Durable from here on.
+            self._deliver(behind)
+            self._delivered = max(self._delivered, top, verdict.seq or 0)
+            return verdict
+
+    def _head(self, conn: sqlite3.Connection, key: DocKey) -> Value:
+        row = conn.execute(f"SELECT value FROM head WHERE {_KEY_MATCH}", _k(key)).fetchone()
+        return MISSING if row is None else self._decode(row[0], key)
+
+    @staticmethod
+    def _apply(
+        conn: sqlite3.Connection,
+        request: CommitRequest,
+        session_key: str,
+        seq: int,
+        docs: dict[DocKey, Value],
+        paths: dict[DocKey, list[Path]],
+    ) -> None:
+        conn.execute(
+            "INSERT INTO commit_log (seq, session_id, local_seq) VALUES (?, ?, ?)",
+            (seq, session_key, request.local_seq),
+        )
+        for key, value in docs.items():
+            k = _k(key)
+            conn.execute(
+                f"INSERT INTO revision ({_KEY_COLS}, seq, paths) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (*k, seq, msgspec.json.encode([list(p) for p in paths[key]]).decode()),
+            )
+            stored = None if value is MISSING else encode_json(value).decode()
+            conn.execute(
+                f"INSERT INTO head ({_KEY_COLS}, seq, value) VALUES (?, ?, ?, ?, ?, ?, ?)"
+                f" ON CONFLICT ({_KEY_COLS}) DO UPDATE SET seq = excluded.seq,"
+                " value = excluded.value",
+                (*k, seq, stored),
+            )
+        for key in request.create_only:
+            conn.execute(
+                f"INSERT OR IGNORE INTO claimed ({_KEY_COLS}, seq) VALUES (?, ?, ?, ?, ?, ?)",
+                (*_k(key), seq),
+            )
+
+    def _record_rejection(self, request: CommitRequest) -> None:
+        with self._write_lock:
+            conn = self._writer_conn()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute(
+                    "INSERT OR IGNORE INTO rejection (session_id, local_seq) VALUES (?, ?)",
+                    (self._session_key(request.session_id), request.local_seq),
+                )
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
+    # ------------------------------------------------------------------ foreign commits
+    def _changes_after(self, conn: sqlite3.Connection, after: int) -> tuple[int, list[_Change]]:
+        """(max seq, commits after `after` with the documents whose head they still are).
+
+        A document written again later is delivered only with its latest seq,
+        so every (seq, value) delivered is the document's true state at seq.
+        Run inside a transaction (one snapshot).  O(documents written since `after`).
+        """
+        top = self._max_seq(conn)
+        if top <= after:
+            return top, []
+        with self._lock:
+            if not self._listeners:
+                return top, []  # nobody to tell; a later session loads fresh state
+        rows = conn.execute(
+            "SELECT r.seq, r.space, r.doc_id, r.scope, r.principal, r.session, h.value"
+            " FROM revision r JOIN head h USING (space, doc_id, scope, principal, session)"
+            " WHERE r.seq > ? AND r.seq <= ? AND h.seq = r.seq ORDER BY r.seq",
+            (after, top),
+        ).fetchall()
+        out: dict[int, dict[DocKey, Value]] = {}
+        for seq, space, doc_id, scope, principal, session, raw in rows:
+            key = self._key_of(space, doc_id, scope, principal, session)
+            out.setdefault(int(seq), {})[key] = self._decode(raw, key)
+        return top, list(out.items())
+
+    def _deliver(self, changes: list[_Change]) -> None:
+        for seq, docs in changes:
+            self._broadcast(_NO_ORIGIN, seq, docs)
+
+    def poll(self) -> int:
+        """Deliver commits other writers made since the last look; returns how many.
+
+        Other processes and other `SQLiteStore` objects on the same file count;
+        this store's own commits were delivered when made. Safe from any
+        thread.  O(1) when nothing changed.
+        """
+        if self.closed:
+            return 0
+        with self._read_lock:
+            if self._rconn is None:
+                return 0
+            version = self._rconn.execute("PRAGMA data_version").fetchone()[0]
+            if version == self._data_version:
+                return 0
+            self._data_version = version
+        # The write lock orders this fan-out against the writer's own.
+        with self._write_lock, self._read_lock:
+            conn = self._rconn
+            if conn is None:
+                return 0
+            conn.execute("BEGIN")
+            try:
+                top, changes = self._changes_after(conn, self._delivered)
+            finally:
+                conn.execute("COMMIT")
+            self._deliver(changes)
+            self._delivered = max(self._delivered, top)
+        return len(changes)
+
+    def _poll_loop(self) -> None:
+        while not self._stop.wait(self.poll_interval):
+            with self._lock:
+                if self.closed or not self._listeners:
+                    self._poller = None  # connect() starts a new one when needed
+                    return
+            try:
+                self.poll()
+            except Exception as exc:  # keep polling: the file may be busy for a while
+                self.last_poll_error = exc
+
+    # ------------------------------------------------------------------ closing
+    def close(self) -> None:
+        """Answer queued commits (durably), fail held ones, stop threads, close the file."""
+        with self._cond:
+            if self.closed:
+                return
+            super().close()
+            writer = self._writer
+            if writer is not None:
+                self._queue.put(None)  # behind every queued commit: they are all evaluated
+        with self._lock:
+            poller = self._poller
+        self._stop.set()
+        me = threading.current_thread()
+        for thread in (writer, poller):
+            if thread is not None and thread is not me:
+                thread.join()
+        gate = self._verdict_gate
+        if gate is not None:
+            held, gate._held = gate._held, []
+            gate.active = False
+            self._verdict_gate = None
+            closed = StoreError(f"SQLiteStore {self._file} was closed")
+            for h in held:
+                self._answer(
+                    h.listener, h.request, Verdict(None, error=self._unevaluated(h.request, closed))
+                )
+        for load_gate in list(self._load_gates):
+            load_gate.fail()
+        with self._write_lock:
+            if self._wconn is not None:
+                self._wconn.close()
+                self._wconn = None
+        with self._read_lock:
+            if self._rconn is not None:
+                self._rconn.close()
+                self._rconn = None
+
+    # ------------------------------------------------------------------ invariants
+    def _check(self) -> None:
+        super()._check()
+        with self._read_lock:
+            conn = self._reader_conn()
+            conn.execute("BEGIN")
+            try:
+                for sql, what in self._checks():
+                    assert not conn.execute(sql).fetchone()[0], f"{self._file}: {what}"
+                top, count = conn.execute(
+                    "SELECT COALESCE(MAX(seq), 0), COUNT(*) FROM commit_log"
+                ).fetchone()
+                assert top == count, f"commit_log seqs have gaps: max {top}, {count} rows"
+                assert self._delivered <= top, (self._delivered, top)
+            finally:
+                conn.execute("COMMIT")
+
+    @staticmethod
+    def _checks() -> Iterator[tuple[str, str]]:
+        match = " AND ".join(f"r.{c} = h.{c}" for c in _KEY_COLS.split(", "))
+        yield (
+            "SELECT COUNT(*) FROM rejection x JOIN commit_log c USING (session_id, local_seq)",
+            "a commit is recorded as both accepted and rejected",
+        )
+        yield (
+            "SELECT COUNT(*) FROM head h WHERE h.seq IS NOT"
+            f" (SELECT MAX(r.seq) FROM revision r WHERE {match})",
+            "a head's seq is not its document's last revision",
+        )
+        yield (
+            "SELECT COUNT(*) FROM revision r"
+            f" WHERE NOT EXISTS (SELECT 1 FROM head h WHERE {match})",
+            "a revised document has no head",
+        )
+        yield (
+            "SELECT COUNT(*) FROM commit_log c WHERE NOT EXISTS"
+            " (SELECT 1 FROM revision r WHERE r.seq = c.seq)"
+            " AND NOT EXISTS (SELECT 1 FROM claimed k WHERE k.seq = c.seq)",
+            "a commit wrote nothing and claimed nothing",
+        )
