@@ -115,6 +115,23 @@ class Link(msgspec.Struct, frozen=True):
     scope: Scope = "space"
     path: Path = ()
 
+    def __post_init__(self) -> None:
+        # Checked here so equal links always hash alike (True is not the index 1).
+        # Fast path first: links are made often, messages only when something is wrong.
+        if (
+            type(self.space) is str
+            and type(self.id) is str
+            and self.scope in SCOPES
+            and all(type(e) is str or (type(e) is int and e >= 0) for e in self.path)
+        ):
+            return
+        if not isinstance(self.space, str) or not isinstance(self.id, str):
+            raise InvalidValueError(
+                f"Link: space and id must be str, got {self.space!r}, {self.id!r}"
+            )
+        check_scope(self.scope, where=f"Link to {self.space}/{self.id}")
+        check_path(self.path, where=f"Link to {self.space}/{self.id}")
+
     def key(self, identity: Identity) -> DocKey:
         """The physical document this link names for `identity`."""
         return instance_key(self.space, self.id, self.scope, identity)

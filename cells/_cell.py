@@ -138,13 +138,17 @@ class Cell:
         return self._derive(resolve(self._reader(), self._link))
 
     # -- writes
-    def _write(self, stage: Callable[[Transaction, DocKey, Path], None]) -> Pending[CommitResult]:
+    def _write(
+        self, stage: Callable[[Transaction, DocKey, Path], None], *, follow_last: bool = False
+    ) -> Pending[CommitResult]:
         tx = self._tx
         own = tx is None
         if tx is None:
             tx = self._replica.edit(self._identity)
         try:
-            target = resolve(tx, self._link, follow_last=False)
+            # set()/delete() replace a link stored at the cell itself; update() and
+            # push() write *below* the cell, so they follow such a link to its target.
+            target = resolve(tx, self._link, follow_last=follow_last)
             stage(tx, target.key(self._identity), (VALUE, *target.path))
         except BaseException:
             if own:
@@ -172,7 +176,7 @@ class Cell:
             for k, v in mapping.items():
                 tx.write(key, (*path, k), v)
 
-        return self._write(stage)
+        return self._write(stage, follow_last=True)
 
     def push(self, item: Any) -> Pending[CommitResult]:
         """Append `item` to the list here (an absent value becomes `[item]`)."""
@@ -189,7 +193,7 @@ class Cell:
                     value=current,
                 )
 
-        return self._write(stage)
+        return self._write(stage, follow_last=True)
 
     # -- reactive (need a host)
     def _need_host(self, what: str) -> CellHost:

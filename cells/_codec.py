@@ -22,7 +22,7 @@ from typing import Any
 import msgspec
 
 from ._address import Link, Linkable
-from ._values import Value, normalize
+from ._values import MAX_INT, Value, normalize
 from .errors import CorruptStoreError
 
 _json_encoder = msgspec.json.Encoder()
@@ -109,6 +109,10 @@ def _tagged(value: Value) -> Any:
     if t is float:
         if value != value:
             return ("f", "nan")
+        if value != 0 and value.is_integer() and -MAX_INT - 1 <= value <= MAX_INT:
+            # normalize keeps integral floats past 2**53 as floats, yet value_equal
+            # calls 1e18 equal to 10**18: equal values must hash alike.
+            return ("i", int(value))
         return ("f", value.hex())
     if t is str:
         return ("s", value)

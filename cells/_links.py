@@ -48,8 +48,8 @@ def resolve(tx: Transaction, link: Link, *, follow_last: bool = True) -> Link:
     """
     current = link
     seen: set[tuple[object, Path]] = set()
-    chain: list[str] = [str(link)]
-    for _ in range(MAX_HOPS):
+    chain: list[Link] = [link]  # formatted only if an error needs it
+    for _ in range(MAX_HOPS + 1):  # the extra turn sees whether hop MAX_HOPS ended it
         key = current.key(tx.identity)
         found = _first_link(tx.peek(key, (VALUE,)), current.path)
         if found is None:
@@ -60,15 +60,16 @@ def resolve(tx: Transaction, link: Link, *, follow_last: bool = True) -> Link:
         tx.read(key, (VALUE, *current.path[:at]), shallow=True)
         marker = (key, current.path[:at])
         if marker in seen:
+            names = tuple(map(str, chain))
             raise LinkCycleError(
-                f"link cycle: {' -> '.join(chain)} comes back to {current}", chain=tuple(chain)
+                f"link cycle: {' -> '.join(names)} comes back to {current}", chain=names
             )
         seen.add(marker)
         current = Link(target.space, target.id, target.scope, target.path + current.path[at:])
-        chain.append(str(current))
+        chain.append(current)
     raise LinkCycleError(
-        f"following {link} took more than {MAX_HOPS} hops: {' -> '.join(chain[:5])} ...",
-        chain=tuple(chain),
+        f"following {link} took more than {MAX_HOPS} hops: {' -> '.join(map(str, chain[:5]))} ...",
+        chain=tuple(map(str, chain)),
     )
 
 

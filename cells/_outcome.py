@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 from typing import Final
 
-import attrs
+import msgspec
 
 from .errors import (
     CommitRejected,
@@ -88,8 +88,7 @@ def error_for(outcome: Outcome, message: str) -> CommitRejected:
     raise ValueError(f"no rejection error for {outcome!r}")
 
 
-@attrs.frozen
-class CommitResult:
+class CommitResult(msgspec.Struct, frozen=True):
     """What `await tx.commit()` returns: `ok`, the `outcome`, and the `error` if any."""
 
     outcome: Outcome

@@ -26,16 +26,29 @@ T = TypeVar("T")
 
 
 class Mailbox:
-    """A thread-safe FIFO of callbacks, drained on the thread that drives the replica."""
+    """A thread-safe FIFO of callbacks, drained on the thread that drives the replica.
 
-    __slots__ = ("_cond", "_draining", "_items", "_listeners", "_loop", "_scheduled")
+    `deque.append` and `popleft` are atomic, so posting and draining take the
+    lock only to schedule a drain on a loop or to wake a synchronous waiter.
+    """
+
+    __slots__ = (
+        "_cond",
+        "_draining",
+        "_items",
+        "_listeners",
+        "_loop",
+        "_scheduled",
+        "_waiters",
+    )
 
     def __init__(self) -> None:
         self._items: collections.deque[Callable[[], None]] = collections.deque()
-        self._cond = threading.Condition()
+        self._cond = threading.Condition(threading.Lock())
         self._loop: asyncio.AbstractEventLoop | None = None
         self._scheduled = False
         self._draining = False
+        self._waiters = 0
         self._listeners: list[Callable[[], None]] = []
 
     def add_post_listener(self, fn: Callable[[], None]) -> Callable[[], None]:
@@ -67,12 +80,15 @@ class Mailbox:
             self.attach(loop)
 
     def post(self, fn: Callable[[], None]) -> None:
-        with self._cond:
-            self._items.append(fn)
-            self._schedule_locked()
-            self._cond.notify_all()
-        for listener in list(self._listeners):
-            listener()
+        self._items.append(fn)
+        if (self._loop is not None and not self._scheduled) or self._waiters:
+            with self._cond:
+                self._schedule_locked()
+                if self._waiters:
+                    self._cond.notify_all()
+        if self._listeners:
+            for listener in list(self._listeners):
+                listener()
 
     def _schedule_locked(self) -> None:
         loop = self._loop
@@ -80,39 +96,45 @@ class Mailbox:
             return
         try:
             loop.call_soon_threadsafe(self.drain)
-        except (
-            RuntimeError
-        ):  # the loop was closed (asyncio.run returned): go back to manual pumping
+        except RuntimeError:  # the loop was closed (asyncio.run returned): pump by hand again
             self._loop = None
             return
         self._scheduled = True
 
     def drain(self) -> int:
         """Run every queued callback in order; returns how many ran. Not re-entrant."""
-        with self._cond:
-            self._scheduled = False
-            if self._draining:
-                return 0
-            self._draining = True
+        if self._draining:
+            return 0
+        self._draining = True
+        self._scheduled = False
         ran = 0
+        items = self._items
         try:
-            while True:
-                with self._cond:
-                    if not self._items:
-                        return ran
-                    fn = self._items.popleft()
+            while items:
+                try:
+                    fn = items.popleft()
+                except IndexError:
+                    break
                 fn()
                 ran += 1
         finally:
+            self._draining = False
+        if items and self._loop is not None:
+            # Posted from another thread while we were finishing: make sure it is seen.
             with self._cond:
-                self._draining = False
+                self._schedule_locked()
+        return ran
 
     def wait_for_items(self, timeout: float) -> bool:
         """Block until something is queued (for synchronous waiters). False on timeout."""
         with self._cond:
             if self._items:
                 return True
-            return self._cond.wait_for(lambda: bool(self._items), timeout)
+            self._waiters += 1
+            try:
+                return self._cond.wait_for(lambda: bool(self._items), timeout)
+            finally:
+                self._waiters -= 1
 
 
 class Pending(Generic[T]):

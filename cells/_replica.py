@@ -23,10 +23,12 @@ Invariants (checked by `_check`)
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 import attrs
+import msgspec
 
 from ._address import DocKey, Identity, Path
 from ._outcome import CommitResult, Outcome
@@ -34,13 +36,12 @@ from ._pending import Mailbox, Pending
 from ._store import CommitRequest, DocState, ReadClaim, StoreBase, Verdict, Write
 from ._transaction import Transaction, TxDoc
 from ._values import MISSING, Value, get_path, set_path, value_equal
-from .errors import InconsistentBasisError, TransactionError
+from .errors import InconsistentBasisError, InvalidValueError, TransactionError
 
 NotificationKind = Literal["commit", "revert", "integrate", "load"]
 
 
-@attrs.frozen
-class Change:
+class Change(msgspec.Struct, frozen=True):
     """One document's visible value before and after a change."""
 
     key: DocKey
@@ -48,8 +49,7 @@ class Change:
     after: Value
 
 
-@attrs.frozen
-class Notification:
+class Notification(msgspec.Struct, frozen=True):
     """One visible transition of the replica (the only change channel)."""
 
     kind: NotificationKind
@@ -75,7 +75,7 @@ class DocRecord:
     def __init__(self) -> None:
         self.confirmed: Value = MISSING
         self.confirmed_seq = 0
-        self.layers: list[Layer] = []
+        self.layers: collections.deque[Layer] = collections.deque()
         self.visible: Value = MISSING
         self.version = 0
         self.loaded = False
@@ -85,7 +85,13 @@ class DocRecord:
         v = self.confirmed
         for layer in self.layers:
             for path, value in layer.writes:
-                v = set_path(v, path, value)
+                try:
+                    v = set_path(v, path, value)
+                except InvalidValueError:
+                    # A newer value put a scalar above this blind write, so it does not
+                    # apply (the store refuses it the same way); raising here would wedge
+                    # every later delivery to this replica.
+                    continue
         return v
 
 
@@ -110,10 +116,17 @@ def _same(a: Value, b: Value) -> bool:
     return value_equal(a, b)
 
 
+def _path_order(p: Path) -> tuple[int, list[str]]:
+    return (len(p), [str(e) for e in p])
+
+
 def _compact(paths: Iterable[Path]) -> list[Path]:
     """Sorted unique paths with every path below another one removed."""
+    unique = list(dict.fromkeys(paths))
+    if len(unique) <= 1:
+        return unique
     out: list[Path] = []
-    for p in sorted(set(paths), key=lambda p: (len(p), [str(e) for e in p])):
+    for p in sorted(unique, key=_path_order):
         if not any(p[: len(q)] == q for q in out):
             out.append(p)
     return out
@@ -250,15 +263,21 @@ class Replica:
     # ------------------------------------------------------------------ commit
     def _ops_for(self, td: TxDoc, visible: Value) -> list[tuple[Path, Value]]:
         ops: list[tuple[Path, Value]] = []
-        for path in _compact(td.written):
+        written = td.written
+        for path in written if len(written) == 1 else _compact(written):
             target = path
-            # Lift a write that created a level, or changed a list's length, to that
-            # level: the store's leaf-overlap rule must see the key set / length change.
+            # Lift a write that created a level (the document itself included), or
+            # changed a list's length, to that level: the store's leaf-overlap rule
+            # must see the key set / length change, and a level created by a write
+            # that was then deleted (`{}` left behind) must still be written.
             for i in range(len(path)):
                 prefix = path[:i]
-                base = get_path(td.baseline, prefix)
-                work = get_path(td.working, prefix)
-                if i > 0 and base is MISSING:
+                if i:
+                    base = get_path(td.baseline, prefix)
+                    work = get_path(td.working, prefix)
+                else:
+                    base, work = td.baseline, td.working
+                if base is MISSING:
                     target = prefix
                     break
                 if type(base) is list and (type(work) is not list or len(work) != len(base)):
@@ -287,13 +306,29 @@ class Replica:
                     )
                 )
                 return
-        per_doc: list[tuple[DocKey, list[tuple[Path, Value]]]] = []
+        staged: list[tuple[DocKey, DocRecord, list[tuple[Path, Value]], Value]] = []
         for key, td in docs.items():
             if td.written:
-                ops = self._ops_for(td, self._docs[key].visible)
+                rec = self._docs[key]
+                ops = self._ops_for(td, rec.visible)
                 if ops:
-                    per_doc.append((key, ops))
-        if not per_doc and not tx._create_only:
+                    after = rec.visible
+                    try:
+                        for path, value in ops:
+                            after = set_path(after, path, value)
+                    except InvalidValueError as exc:
+                        # A blind write below a place that became a scalar since this
+                        # transaction first saw it: nothing applied, re-run on fresh state.
+                        self.stats.local_stale += 1
+                        tx._settle(
+                            CommitResult(
+                                Outcome.STALE_BASIS,
+                                InconsistentBasisError(f"write to {key} no longer applies: {exc}"),
+                            )
+                        )
+                        return
+                    staged.append((key, rec, ops, after))
+        if not staged and not tx._create_only:
             self.stats.commits_elided += 1
             tx._settle(CommitResult(Outcome.OK))
             return
@@ -301,17 +336,26 @@ class Replica:
         self._next_seq += 1
         changes: list[Change] = []
         writes: list[Write] = []
-        for key, ops in per_doc:
-            rec = self._docs[key]
+        for key, rec, ops, after in staged:
+            # Non-elided ops change the visible value by construction: no compare needed.
+            before = rec.visible
             rec.layers.append(Layer(seq, ops))
-            self._refresh(key, rec, changes)
-            writes.extend(Write(key, p, v) for p, v in ops)
+            rec.visible = after
+            rec.version += 1
+            changes.append(Change(key, before, after))
+            for path, value in ops:
+                writes.append(Write(key, path, value))
         reads: list[ReadClaim] = []
         deps: set[int] = set()
         for key, td in docs.items():
             if not td.read:
                 continue
-            deps.update(td.deps)
+            if td.deps:
+                deps.update(td.deps)
+            if len(td.reads) == 1:
+                path, shallow = td.reads[0]
+                reads.append(ReadClaim(key, path, shallow, td.basis_seq))
+                continue
             deep = _compact(p for p, shallow in td.reads if not shallow)
             reads.extend(ReadClaim(key, p, False, td.basis_seq) for p in deep)
             shallow_paths = {p for p, s in td.reads if s}
@@ -341,16 +385,30 @@ class Replica:
         if tx is None:
             return  # replica was closed meanwhile; nothing to settle
         changes: list[Change] = []
-        for key in sorted(request.keys, key=str):
+        seq = verdict.seq if verdict.error is None else None
+        for key in request.keys_in_order():
             rec = self._docs[key]
-            rec.layers = [lay for lay in rec.layers if lay.seq != request.local_seq]
+            layers = rec.layers
             if (
-                verdict.error is None
-                and verdict.seq is not None
-                and verdict.seq > rec.confirmed_seq
+                seq is not None
+                and layers
+                and layers[0].seq == request.local_seq
+                and verdict.base_seqs.get(key, -1) == rec.confirmed_seq
             ):
+                # The store applied exactly our oldest layer on exactly our confirmed
+                # state (verdicts arrive in order): its result is that layer folded
+                # over confirmed, so the visible value (the rest folded on top) does
+                # not move. Adopt it without re-folding or comparing documents, which
+                # would cost O(document x layers) per verdict.
+                layers.popleft()
+                rec.confirmed = rec.visible if not layers else verdict.docs[key]
+                rec.confirmed_seq = seq
+                rec.loaded = True
+                continue
+            rec.layers = collections.deque(lay for lay in layers if lay.seq != request.local_seq)
+            if seq is not None and seq > rec.confirmed_seq:
                 rec.confirmed = verdict.docs.get(key, rec.confirmed)
-                rec.confirmed_seq = verdict.seq
+                rec.confirmed_seq = seq
                 rec.loaded = True
             self._refresh(key, rec, changes)
         if verdict.error is None:
@@ -431,7 +489,12 @@ async def edit_with_retry(
     result: CommitResult | None = None
     for _ in range(attempts):
         tx = replica.edit(identity)
-        fn(tx)
+        try:
+            fn(tx)
+        except BaseException:
+            if tx.is_open:  # every transaction settles, also when `fn` raises
+                tx.abort("edit_with_retry: fn raised")
+            raise
         if tx.status == "aborted":
             assert tx.result is not None
             return tx.result

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 import attrs
+import msgspec
 
 from ._address import DocKey, Path
 from ._outcome import Outcome, error_for
@@ -47,8 +48,11 @@ from .errors import (
 # --------------------------------------------------------------------------- records
 
 
-@attrs.frozen
-class ReadClaim:
+# Records are frozen msgspec Structs: several are built per commit, and they
+# construct an order of magnitude faster than attrs' frozen classes.
+
+
+class ReadClaim(msgspec.Struct, frozen=True):
     """A read the store must validate: nothing overlapping `path` written after `basis_seq`."""
 
     key: DocKey
@@ -57,8 +61,7 @@ class ReadClaim:
     basis_seq: int
 
 
-@attrs.frozen
-class Write:
+class Write(msgspec.Struct, frozen=True):
     """One leaf write: `value` at full-document `path` (`MISSING` deletes)."""
 
     key: DocKey
@@ -66,8 +69,7 @@ class Write:
     value: Value
 
 
-@attrs.frozen
-class CommitRequest:
+class CommitRequest(msgspec.Struct, frozen=True):
     session_id: str
     local_seq: int
     reads: tuple[ReadClaim, ...]
@@ -78,28 +80,36 @@ class CommitRequest:
 
     @property
     def keys(self) -> frozenset[DocKey]:
+        """The written documents."""
         return frozenset(w.key for w in self.writes)
 
+    def keys_in_order(self) -> list[DocKey]:
+        """Written documents, each once, in write order (deterministic notifications)."""
+        return list(dict.fromkeys(w.key for w in self.writes))
 
-@attrs.frozen
-class Verdict:
-    """A store's answer: accepted with `seq` and the written documents' new values, or `error`."""
+
+class Verdict(msgspec.Struct, frozen=True):
+    """A store's answer: accepted with `seq` and the written documents' new values, or `error`.
+
+    `base_seqs` (optional) gives, per written document, the seq of the state the
+    commit was applied on; a replica whose confirmed state is at that seq knows
+    the new value is its own layer over it, without comparing documents.
+    """
 
     seq: int | None
-    docs: dict[DocKey, Value] = attrs.field(factory=dict)
+    docs: dict[DocKey, Value] = msgspec.field(default_factory=dict)
     error: CommitRejected | None = None
+    base_seqs: dict[DocKey, int] = msgspec.field(default_factory=dict)
 
 
-@attrs.frozen
-class DocState:
+class DocState(msgspec.Struct, frozen=True):
     seq: int
     """Sequence number of the last write to the document (0 if never written)."""
     value: Value
     """The document, or MISSING."""
 
 
-@attrs.frozen
-class Revision:
+class Revision(msgspec.Struct, frozen=True):
     seq: int
     session_id: str
     local_seq: int
@@ -149,7 +159,7 @@ def validate_commit(
     `resolution(session, local_seq)` is the seq an earlier commit got, `None`
     if it was rejected, or `False` if it is unresolved.
     """
-    for dep in sorted(request.deps):
+    for dep in sorted(request.deps) if request.deps else ():
         got = resolution(request.session_id, dep)
         if got is None:
             return DependencyRejectedError(
@@ -162,8 +172,12 @@ def validate_commit(
                 " which has no verdict yet"
             )
     by_key: dict[tuple[DocKey, int], list[ReadClaim]] = {}
-    for claim in request.reads:
-        by_key.setdefault((claim.key, claim.basis_seq), []).append(claim)
+    if len(request.reads) == 1:
+        only = request.reads[0]
+        by_key[(only.key, only.basis_seq)] = [only]
+    else:
+        for claim in request.reads:
+            by_key.setdefault((claim.key, claim.basis_seq), []).append(claim)
     for (key, basis), claims in by_key.items():
         for rev in revisions_since(key, basis):
             if rev.session_id == request.session_id and rev.local_seq in request.deps:
@@ -176,7 +190,7 @@ def validate_commit(
                             f" {list(claim.path)} (basis seq {basis}); seq {rev.seq} has since"
                             f" written {list(path)}"
                         )
-    for key in sorted(request.create_only, key=str):
+    for key in sorted(request.create_only, key=str) if request.create_only else ():
         if ever_written(key):
             return PreconditionFailedError(
                 f"create-only document {key} already exists (or existed)", kind="receipt-exists"
@@ -399,6 +413,8 @@ class StoreBase:
         listener.mailbox.post(lambda: listener.on_verdict(request, verdict))
 
     def _broadcast(self, origin: str, seq: int, docs: dict[DocKey, Value]) -> None:
+        if len(self._listeners) == 1 and origin in self._listeners:
+            return  # nobody else to tell (the common single-runtime case)
         with self._lock:
             others = [(sid, lis) for sid, lis in self._listeners.items() if sid != origin]
         for _, lis in others:

@@ -26,7 +26,7 @@ from ._address import DocKey, Identity, Path, check_path
 from ._outcome import CommitResult, Outcome
 from ._pending import Pending
 from ._values import MISSING, Value, get_path, normalize, set_path
-from .errors import TransactionAborted, TransactionError
+from .errors import InvalidValueError, TransactionAborted, TransactionError
 
 if TYPE_CHECKING:
     from ._replica import Replica
@@ -110,9 +110,10 @@ class Transaction:
         td = self._docs.get(key)
         if td is None:
             rec = self._replica._record(key)
-            td = TxDoc(
-                rec.visible, rec.version, rec.confirmed_seq, tuple(lay.seq for lay in rec.layers)
-            )
+            # The store-facing basis (confirmed seq, pending layers seen) is taken
+            # at the first *read*: a written-only document needs none, and copying
+            # the layer list here made many commits in flight on one document O(n^2).
+            td = TxDoc(rec.visible, rec.version, rec.confirmed_seq, ())
             self._docs[key] = td
         return td
 
@@ -129,7 +130,15 @@ class Transaction:
         if self.status != "open":
             raise TransactionError(f"cannot read {key}: the transaction is {self.status}")
         td = self._access(key)
-        td.read = True
+        if not td.read:
+            td.read = True
+            rec = self._replica._docs[key]
+            if rec.version == td.version:
+                # Same visible value as at first access: this state is its basis.
+                # (If it moved, the commit fails the local basis check anyway.)
+                td.basis_seq = rec.confirmed_seq
+                layers = rec.layers
+                td.deps = tuple([lay.seq for lay in layers]) if layers else ()
         td.reads.append((path, shallow))
         if log:
             self._log.append((key, path, shallow))
@@ -155,12 +164,21 @@ class Transaction:
     # -- writes
     def write(self, key: DocKey, path: Path, value: Any) -> None:
         """Stage `value` at full-document `path` (checked and copied; MISSING deletes)."""
-        self._require_open(f"write {key}")
-        check_path(path, where=f"write to {key}")
-        where = f"write to {key} at {list(path)}"
-        v = value if value is MISSING else normalize(value, where=where)
+        if self.status != "open":
+            self._require_open(f"write {key}")
         td = self._access(key)
-        td.working = set_path(td.working, path, v, where=where)
+        try:
+            check_path(path, where="write")
+            v = value if value is MISSING else normalize(value, where="write")
+            working = set_path(td.working, path, v, where="write")
+        except InvalidValueError:
+            # Errors are rare: only now build the message naming document and path.
+            where = f"write to {key} at {list(path)}"
+            check_path(path, where=where)
+            v = value if value is MISSING else normalize(value, where=where)
+            set_path(td.working, path, v, where=where)
+            raise
+        td.working = working
         td.written.append(path)
 
     def delete(self, key: DocKey, path: Path = ()) -> None:

@@ -77,7 +77,7 @@ def _normalize(value: Any, where: str, path: list[Any], active: set[int]) -> Val
     if value is None or t is str or t is bool:
         return value
     if t is int:
-        if -MAX_INT <= value <= MAX_INT:
+        if -MAX_INT - 1 <= value <= MAX_INT:  # int64: -2**63 is in range
             return value
         raise InvalidValueError(
             f"{where}: integer {value} at {_fmt_path(tuple(path))} is outside the 64-bit range",
@@ -96,7 +96,7 @@ def _normalize(value: Any, where: str, path: list[Any], active: set[int]) -> Val
         ident = id(value)
         if ident in active:
             raise InvalidValueError(
-                f"{where}: the value contains itself at {_fmt_path(tuple(path))} (a cycle)",
+                f"{where}: {t.__name__} at {_fmt_path(tuple(path))} contains itself (a cycle)",
                 path=tuple(path),
                 value=value,
             )
@@ -105,7 +105,7 @@ def _normalize(value: Any, where: str, path: list[Any], active: set[int]) -> Val
         for k, v in value.items():
             if type(k) is not str:
                 raise InvalidValueError(
-                    f"{where}: dict key {k!r} at {_fmt_path(tuple(path))} is a"
+                    f"{where}: dict key {k!r} at {_fmt_path(tuple(path))} is of type"
                     f" {type(k).__name__}; keys must be str",
                     path=tuple(path),
                     value=k,
@@ -126,7 +126,7 @@ def _normalize(value: Any, where: str, path: list[Any], active: set[int]) -> Val
         ident = id(value)
         if ident in active:
             raise InvalidValueError(
-                f"{where}: the value contains itself at {_fmt_path(tuple(path))} (a cycle)",
+                f"{where}: {t.__name__} at {_fmt_path(tuple(path))} contains itself (a cycle)",
                 path=tuple(path),
                 value=value,
             )

@@ -4,7 +4,9 @@ Several runtimes may share one `MemoryStore`; each connects as its own
 session with its own replica, so their commits conflict for real. Verdicts
 are decided synchronously at submission (unless `store.testing` holds them)
 but delivered on the submitting replica's mailbox, like a remote store's.
-Nothing survives the process.
+Nothing survives the process. Conflict checks keep the newest
+`REVISIONS_KEPT` revisions per document; a read whose basis is older than
+that window is treated as conflicting (re-run), so memory stays bounded.
 
 Invariants (checked by `_check`)
 - `seq` is the number of accepted commits; revisions of each document are in
@@ -28,6 +30,10 @@ from .._store import (
     validate_commit,
 )
 from .._values import MISSING, Value, set_path
+from ..errors import ConflictError, InvalidValueError
+
+REVISIONS_KEPT = 64
+"""Revisions kept per document for conflict checks; older bases conflict conservatively."""
 
 
 class MemoryStore(StoreBase):
@@ -39,6 +45,9 @@ class MemoryStore(StoreBase):
         self._heads: dict[DocKey, DocState] = {}
         self._ever: set[DocKey] = set()
         self._revisions: dict[DocKey, list[Revision]] = {}
+        self._revision_seqs: dict[DocKey, list[int]] = {}
+        self._floors: dict[DocKey, int] = {}
+        """Per document: the newest pruned revision's seq (reads older than it conflict)."""
         self._resolutions: dict[tuple[str, int], int | None] = {}
 
     def __repr__(self) -> str:
@@ -55,7 +64,11 @@ class MemoryStore(StoreBase):
         revs = self._revisions.get(key)
         if not revs:
             return ()
-        i = bisect.bisect_right(revs, seq, key=lambda r: r.seq)
+        if seq < self._floors.get(key, 0):
+            # The revisions after this basis were pruned: assume the worst (a write
+            # at the document root). Over-approximating a conflict is allowed.
+            return (Revision(self._floors[key], "", -1, ((),)),)
+        i = bisect.bisect_right(self._revision_seqs[key], seq)
         return revs[i:]
 
     def _resolution(self, session_id: str, local_seq: int) -> int | bool | None:
@@ -76,25 +89,49 @@ class MemoryStore(StoreBase):
             if error is not None:
                 self._resolutions[(request.session_id, request.local_seq)] = None
                 return Verdict(None, error=error)
+            docs: dict[DocKey, Value] = {}
+            base_seqs: dict[DocKey, int] = {}
+            paths: dict[DocKey, list[tuple[str | int, ...]]] = {}
+            try:
+                for w in request.writes:
+                    current = docs.get(w.key, MISSING)
+                    if w.key not in docs:
+                        head = self._heads.get(w.key, NO_STATE)
+                        current = head.value
+                        base_seqs[w.key] = head.seq
+                    docs[w.key] = set_path(current, w.path, w.value, where="commit")
+                    paths.setdefault(w.key, []).append(w.path)
+            except InvalidValueError as exc:
+                # A blind write below a place a newer commit made a scalar cannot apply.
+                # Raising would strand the commit: no verdict, its layer never dropped.
+                self._resolutions[(request.session_id, request.local_seq)] = None
+                return Verdict(
+                    None,
+                    error=ConflictError(
+                        f"commit {request.session_id}#{request.local_seq} no longer applies: {exc}"
+                    ),
+                )
+            # Only now: a refused commit must not use up a seq (seqs are gap-free).
             self._seq += 1
             seq = self._seq
-            docs: dict[DocKey, Value] = {}
-            paths: dict[DocKey, list[tuple[str | int, ...]]] = {}
-            for w in request.writes:
-                current = docs.get(w.key, MISSING)
-                if w.key not in docs:
-                    current = self._heads.get(w.key, NO_STATE).value
-                docs[w.key] = set_path(current, w.path, w.value, where=f"commit to {w.key}")
-                paths.setdefault(w.key, []).append(w.path)
             for key, value in docs.items():
                 self._heads[key] = DocState(seq, value)
                 self._ever.add(key)
-                self._revisions.setdefault(key, []).append(
-                    Revision(seq, request.session_id, request.local_seq, tuple(paths[key]))
-                )
+                revs = self._revisions.get(key)
+                if revs is None:
+                    revs = self._revisions[key] = []
+                    self._revision_seqs[key] = []
+                revs.append(Revision(seq, request.session_id, request.local_seq, tuple(paths[key])))
+                seqs = self._revision_seqs[key]
+                seqs.append(seq)
+                if len(revs) > 2 * REVISIONS_KEPT:
+                    # Bounded history: keep the newest REVISIONS_KEPT per document.
+                    self._floors[key] = seqs[-REVISIONS_KEPT - 1]
+                    del revs[:-REVISIONS_KEPT]
+                    del seqs[:-REVISIONS_KEPT]
             self._ever.update(request.create_only)
             self._resolutions[(request.session_id, request.local_seq)] = seq
-            return Verdict(seq, docs)
+            return Verdict(seq, docs, base_seqs=base_seqs)
 
     def _check(self) -> None:
         super()._check()
@@ -104,4 +141,6 @@ class MemoryStore(StoreBase):
             seqs = [r.seq for r in revs]
             assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs), f"revisions of {key}"
             assert self._heads[key].seq == seqs[-1], f"head of {key} is not its last revision"
+            assert seqs == self._revision_seqs[key], f"seq index of {key}"
+            assert not seqs or seqs[0] > self._floors.get(key, 0), f"floor of {key}"
             assert key in self._ever

@@ -1,0 +1,395 @@
+"""Cells and spaces: addresses, reads as plain data, writes (own or bound transaction), scopes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from cells import (
+    MISSING,
+    Cell,
+    CellweaveError,
+    InvalidValueError,
+    Link,
+    MemoryStore,
+    Notification,
+    Outcome,
+    Replica,
+    Space,
+    edit_with_retry,
+)
+from cells._links import VALUE
+
+
+class World:
+    """One store and one replica, shared by spaces acting for several identities."""
+
+    def __init__(self) -> None:
+        self.store = MemoryStore()
+        self.replica = Replica(self.store)
+        self.seen: list[Notification] = []
+        self.replica.subscribe(self.seen.append)
+        self.sp = self.space()
+
+    def space(self, principal: str = "local", session: str = "local") -> Space:
+        return Space(self.replica, "sp", principal=principal, session=session)
+
+    def set(self, cell: Cell, value: Any) -> None:
+        pending = cell.set(value)
+        self.replica.pump()
+        assert pending.result().ok
+
+    def stored(self, cell: Cell) -> Any:
+        doc = self.store.read_durable(cell.doc_key)
+        return MISSING if doc is MISSING else doc.get(VALUE, MISSING)
+
+    def check(self) -> None:
+        self.replica.pump()
+        self.store._check()
+        self.replica._check()
+
+
+@pytest.fixture
+def w() -> Iterator[World]:
+    world = World()
+    yield world
+    world.check()
+
+
+# --------------------------------------------------------------------------- addresses
+
+
+def test_a_cell_knows_its_address(w: World) -> None:
+    cell = w.sp.cell("doc", scope="user", path=("a",))
+    assert (cell.space, cell.id, cell.scope, cell.path) == ("sp", "doc", "user", ("a",))
+    assert Link("sp", "doc", "user", ("a",)) == cell.link()
+    assert (
+        cell.doc_key.space,
+        cell.doc_key.id,
+        cell.doc_key.scope,
+        cell.doc_key.principal,
+    ) == ("sp", "doc", "user", "local")
+    assert repr(cell) == "Cell(<sp/user/doc['a']>)"
+
+
+def test_key_and_getitem_reach_nested_places(w: World) -> None:
+    cell = w.sp.cell("doc")
+    assert cell.key("items", 0)["x"].path == ("items", 0, "x")
+    with pytest.raises(InvalidValueError):
+        cell.key(1.5)  # type: ignore[arg-type]
+    with pytest.raises(InvalidValueError):
+        cell.key(-1)
+
+
+def test_cells_are_equal_by_address_and_identity(w: World) -> None:
+    bob = w.space("bob")
+    assert w.sp.cell("doc") == w.sp.cell("doc")
+    assert hash(w.sp.cell("doc")) == hash(w.sp.cell("doc"))
+    assert w.sp.cell("doc") != w.sp.cell("doc", path=("x",))
+    assert w.sp.cell("doc") != bob.cell("doc")
+
+
+def test_get_cell_derives_the_id_from_the_cause(w: World) -> None:
+    first = w.sp.get_cell({"note": 1, "in": "inbox"})
+    assert first == w.sp.get_cell({"in": "inbox", "note": 1.0})
+    assert first != w.sp.get_cell({"note": 2, "in": "inbox"})
+    assert first.id == w.space("bob").get_cell({"note": 1, "in": "inbox"}).id
+
+
+def test_a_space_needs_a_name() -> None:
+    with pytest.raises(InvalidValueError):
+        Space(MemoryStore(), "")
+
+
+def test_a_space_over_a_store_makes_its_own_replica() -> None:
+    store = MemoryStore()
+    sp = Space(store, "notes")
+    cell = sp.get_cell({"note": 1})
+    cell.set({"title": "hi"})
+    sp.replica.pump()
+    assert cell.key("title").get() == "hi"
+    assert store.read_durable(cell.doc_key) == {"value": {"title": "hi"}}
+    store._check()
+    sp.replica._check()
+
+
+# --------------------------------------------------------------------------- reads and writes
+
+
+def test_set_then_get(w: World) -> None:
+    cell = w.sp.cell("doc")
+    assert MISSING is cell.get()
+    pending = cell.set({"title": "hi", "items": []})
+    assert cell.get() == {"title": "hi", "items": []}  # visible at once
+    assert not pending.done()
+    w.replica.pump()
+    assert pending.result().ok
+    assert w.stored(cell) == {"title": "hi", "items": []}
+    assert cell.key("title").get() == "hi"
+
+
+def test_update_writes_each_key_and_keeps_the_others(w: World) -> None:
+    cell = w.sp.cell("doc")
+    w.set(cell, {"a": 1, "b": 2})
+    cell.update({"b": 3, "c": 4})
+    w.replica.pump()
+    assert w.stored(cell) == {"a": 1, "b": 3, "c": 4}
+    with pytest.raises(InvalidValueError):
+        cell.update([("a", 1)])  # type: ignore[arg-type]
+
+
+def test_push_appends_and_creates_the_list(w: World) -> None:
+    cell = w.sp.cell("doc", path=("items",))
+    cell.push("a")
+    cell.push({"b": 1})
+    w.replica.pump()
+    assert cell.get() == ["a", {"b": 1}]
+
+
+def test_push_onto_a_non_list_raises_and_writes_nothing(w: World) -> None:
+    cell = w.sp.cell("doc")
+    w.set(cell, "text")
+    w.seen.clear()
+    with pytest.raises(InvalidValueError):
+        cell.push(1)
+    w.replica.pump()
+    assert w.seen == []
+    assert w.stored(cell) == "text"
+
+
+def test_delete_removes_the_value(w: World) -> None:
+    cell = w.sp.cell("doc")
+    w.set(cell, {"a": 1, "b": 2})
+    cell.key("a").delete()
+    w.replica.pump()
+    assert cell.get() == {"b": 2}
+    cell.delete()
+    w.replica.pump()
+    assert MISSING is cell.get()
+
+
+def test_set_normalizes_tuples_and_integral_floats(w: World) -> None:
+    cell = w.sp.cell("doc")
+    w.set(cell, {"t": (1, 2.0), "f": 3.0})
+    stored = w.stored(cell)
+    assert stored == {"t": [1, 2], "f": 3}
+    assert type(stored["f"]) is int
+
+
+def _cycle() -> list[Any]:
+    items: list[Any] = []
+    items.append(items)
+    return items
+
+
+@pytest.mark.parametrize(
+    ("bad", "type_name"),
+    [
+        ({"x", "y"}, "set"),
+        (object(), "object"),
+        ({3: "three"}, "int"),
+        (_cycle(), "list"),
+        ({"/": {"fake": 1}}, "dict"),
+        (-(2**70), "int"),
+    ],
+)
+def test_set_of_an_invalid_value_raises_and_writes_nothing(
+    w: World, bad: Any, type_name: str
+) -> None:
+    cell = w.sp.cell("doc")
+    w.set(cell, {"keep": 1})
+    w.seen.clear()
+    evaluated = w.store.commits_evaluated
+    with pytest.raises(InvalidValueError) as info:
+        cell.set({"nested": [0, bad]})
+    message = str(info.value)
+    assert "write to sp/space/doc" in message
+    assert "['nested'][1]" in message
+    assert type_name in message
+    w.replica.pump()
+    assert w.seen == []
+    assert w.replica.in_flight() == 0
+    assert evaluated == w.store.commits_evaluated
+    assert cell.get() == {"keep": 1}
+    assert w.stored(cell) == {"keep": 1}
+
+
+def test_set_copies_the_callers_object(w: World) -> None:
+    cell = w.sp.cell("doc")
+    original: dict[str, Any] = {"items": [1, 2], "meta": {"k": "v"}}
+    w.set(cell, original)
+    original["items"].append(3)
+    original["meta"]["k"] = "changed"
+    assert cell.get() == {"items": [1, 2], "meta": {"k": "v"}}
+    assert w.stored(cell) == {"items": [1, 2], "meta": {"k": "v"}}
+
+
+def test_mutating_what_get_returned_changes_nothing(w: World) -> None:
+    cell = w.sp.cell("doc")
+    w.set(cell, {"items": [1, {"x": 1}]})
+    got = cell.get()
+    got["items"][1]["x"] = 99
+    got["items"].append("more")
+    got["new"] = 1
+    assert cell.get() == {"items": [1, {"x": 1}]}
+    assert w.replica.visible(cell.doc_key)[VALUE] == {"items": [1, {"x": 1}]}
+    assert w.stored(cell) == {"items": [1, {"x": 1}]}
+
+
+def test_a_cell_stored_as_a_value_becomes_a_link(w: World) -> None:
+    target = w.sp.cell("target")
+    w.set(target, 5)
+    holder = w.sp.cell("holder")
+    w.set(holder, {"ref": target})
+    assert {"ref": Link("sp", "target")} == w.stored(holder)
+    assert holder.get() == {"ref": 5}
+
+
+# --------------------------------------------------------------------------- bound transactions
+
+
+def test_with_tx_stages_writes_until_commit(w: World) -> None:
+    cell = w.sp.cell("doc")
+    tx = w.sp.edit()
+    bound = cell.with_tx(tx)
+    assert bound.tx is tx
+    pending = bound.set({"a": 1})
+    assert pending is tx.done()
+    bound.key("b").set(2)
+    assert bound.get() == {"a": 1, "b": 2}  # read-your-writes
+    assert MISSING is cell.get()
+    assert w.seen == []
+    assert pending is tx.commit()
+    assert cell.get() == {"a": 1, "b": 2}
+    w.replica.pump()
+    assert pending.result().ok
+
+
+def test_an_invalid_write_in_a_bound_transaction_leaves_it_usable(w: World) -> None:
+    cell = w.sp.cell("doc")
+    tx = w.sp.edit()
+    bound = cell.with_tx(tx)
+    bound.set({"a": 1})
+    with pytest.raises(InvalidValueError):
+        bound.key("b").set({1, 2})
+    assert tx.is_open
+    assert bound.get() == {"a": 1}
+    tx.commit()
+    w.replica.pump()
+    assert w.stored(cell) == {"a": 1}
+
+
+def test_with_tx_refuses_another_identitys_transaction(w: World) -> None:
+    bob = w.space("bob")
+    tx = bob.edit()
+    with pytest.raises(CellweaveError):
+        w.sp.cell("doc").with_tx(tx)
+    tx.abort()
+
+
+def test_get_cell_bound_to_a_transaction(w: World) -> None:
+    tx = w.sp.edit()
+    cell = w.sp.get_cell("cause", tx=tx)
+    assert cell.tx is tx
+    cell.set(1)
+    assert MISSING is w.sp.get_cell("cause").get()
+    pending = tx.commit()
+    w.replica.pump()
+    assert pending.result().ok
+    assert w.sp.get_cell("cause").get() == 1
+
+
+def test_reactive_calls_need_a_host(w: World) -> None:
+    cell = w.sp.cell("doc")
+    with pytest.raises(CellweaveError, match="needs a scheduler"):
+        cell.sink(lambda v: None)
+    with pytest.raises(CellweaveError, match="needs a scheduler"):
+        cell.observe()
+    with pytest.raises(CellweaveError, match="needs a scheduler"):
+        asyncio.run(cell.pull())
+
+
+# --------------------------------------------------------------------------- scopes
+
+
+def test_user_scoped_writes_are_private_to_the_principal(w: World) -> None:
+    alice, bob = w.space("alice"), w.space("bob")
+    a_cell, b_cell = alice.cell("prefs", scope="user"), bob.cell("prefs", scope="user")
+    assert a_cell.link() == b_cell.link()
+    assert a_cell.doc_key != b_cell.doc_key
+    w.set(a_cell, {"theme": "dark"})
+    assert a_cell.get() == {"theme": "dark"}
+    assert MISSING is b_cell.get()
+    w.set(b_cell, {"theme": "light"})
+    assert a_cell.get() == {"theme": "dark"}
+    assert b_cell.get() == {"theme": "light"}
+    assert a_cell.doc_key.scope_key == "user:alice"
+    assert b_cell.doc_key.scope_key == "user:bob"
+
+
+def test_user_scope_is_shared_by_a_principals_sessions(w: World) -> None:
+    s1, s2 = w.space("alice", "s1"), w.space("alice", "s2")
+    w.set(s1.cell("prefs", scope="user"), 1)
+    assert s2.cell("prefs", scope="user").get() == 1
+
+
+def test_session_scoped_writes_are_private_to_the_session(w: World) -> None:
+    a1, a2, b1 = w.space("alice", "s1"), w.space("alice", "s2"), w.space("bob", "s1")
+    w.set(a1.cell("draft", scope="session"), "a1")
+    assert a1.cell("draft", scope="session").get() == "a1"
+    assert MISSING is a2.cell("draft", scope="session").get()
+    assert MISSING is b1.cell("draft", scope="session").get()
+    assert w.space("alice", "s1").cell("draft", scope="session").get() == "a1"
+
+
+def test_space_scoped_writes_are_shared(w: World) -> None:
+    alice, bob = w.space("alice"), w.space("bob")
+    w.set(alice.cell("board"), ["hello"])
+    assert bob.cell("board").get() == ["hello"]
+    assert alice.cell("board").doc_key == bob.cell("board").doc_key
+
+
+def test_scoped_writes_reach_the_store_as_separate_documents(w: World) -> None:
+    alice, bob = w.space("alice"), w.space("bob")
+    w.set(alice.cell("prefs", scope="user"), "a")
+    w.set(bob.cell("prefs", scope="user"), "b")
+    assert w.stored(alice.cell("prefs", scope="user")) == "a"
+    assert w.stored(bob.cell("prefs", scope="user")) == "b"
+    assert bob.cell("prefs", scope="user").set("b2").result().outcome == Outcome.OK
+
+
+def test_update_and_push_follow_a_link_stored_at_the_cell() -> None:
+    # Reported by the docs work: set() through the link worked, update()/push() did not.
+    store = MemoryStore()
+    sp = Space(store, "x")
+    target, alias = sp.cell("target"), sp.cell("alias")
+    target.set({"items": []})
+    alias.set(target.link())
+    alias.update({"title": "t"})
+    alias.key("items").push(1)
+    sp.replica.pump()
+    assert {"items": [1], "title": "t"} == target.get()
+    assert target.link() == sp.replica.visible(alias.doc_key)["value"]  # the link itself stays
+    alias.set({"plain": True})  # set() replaces the link stored at the cell
+    sp.replica.pump()
+    assert {"plain": True} == alias.get()
+    assert {"items": [1], "title": "t"} == target.get()
+
+
+def test_edit_with_retry_settles_the_transaction_when_fn_raises() -> None:
+    import asyncio
+
+    store = MemoryStore()
+    sp = Space(store, "x")
+    seen: list[Any] = []
+
+    def fn(tx: Any) -> None:
+        tx.add_settle_callback(lambda t, r: seen.append(r.outcome))
+        raise KeyError("boom")
+
+    with pytest.raises(KeyError):
+        asyncio.run(edit_with_retry(sp.replica, sp.identity, fn))
+    assert [Outcome.ABORTED] == seen

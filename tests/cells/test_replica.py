@@ -1,0 +1,454 @@
+"""The replica: pending layers, reverts, dependent commits, held loads, sync, and retrying edits."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from cells import (
+    MISSING,
+    CommitResult,
+    ConflictError,
+    DocKey,
+    Identity,
+    MemoryStore,
+    Notification,
+    Outcome,
+    PreconditionFailedError,
+    Replica,
+    Space,
+    Transaction,
+    classify,
+    edit_with_retry,
+)
+from cells._links import VALUE
+from cells.errors import DependencyRejectedError, LivenessError
+
+ME = Identity("local", "local")
+DOC = DocKey("sp", "doc")
+OTHER = DocKey("sp", "other")
+
+
+class World:
+    """One store and any number of replicas, each with a notification log."""
+
+    def __init__(self) -> None:
+        self.store = MemoryStore()
+        self.replicas: list[Replica] = []
+        self.logs: dict[int, list[Notification]] = {}
+        self.a = self.replica()
+
+    def replica(self) -> Replica:
+        r = Replica(self.store)
+        self.replicas.append(r)
+        log: list[Notification] = []
+        self.logs[id(r)] = log
+        r.subscribe(log.append)
+        return r
+
+    def log(self, r: Replica) -> list[Notification]:
+        return self.logs[id(r)]
+
+    def pump(self) -> None:
+        while sum(r.pump() for r in self.replicas):
+            pass
+
+    def put(self, key: DocKey, doc: Any, r: Replica | None = None) -> None:
+        r = r or self.a
+        tx = r.edit(ME)
+        tx.write(key, (), doc)
+        pending = tx.commit()
+        self.pump()
+        assert pending.result().ok
+        for log in self.logs.values():
+            log.clear()
+
+    def check(self) -> None:
+        self.store._check()
+        for r in self.replicas:
+            r._check()
+
+
+@pytest.fixture
+def w() -> Iterator[World]:
+    world = World()
+    yield world
+    world.check()
+
+
+def _changes(nf: Notification) -> list[tuple[DocKey, Any, Any]]:
+    return [(c.key, c.before, c.after) for c in nf.changes]
+
+
+# --------------------------------------------------------------------------- rejection and revert
+
+
+def test_a_rejection_drops_the_layer_and_emits_a_revert(w: World) -> None:
+    w.put(DOC, {"n": 1})
+    settled: list[Outcome] = []
+    with w.store.testing.hold_verdicts() as gate:
+        tx = w.a.edit(ME)
+        tx.add_settle_callback(lambda tx, result: settled.append(result.outcome))
+        tx.write(DOC, ("n",), 2)
+        pending = tx.commit()
+        assert [nf.kind for nf in w.log(w.a)] == ["commit"]
+        w.pump()
+        assert w.a.visible(DOC) == {"n": 2}
+        assert w.a.in_flight() == 1
+        gate.reject(0, Outcome.STALE_BASIS)
+        assert w.a.visible(DOC) == {"n": 2}  # nothing changes until the verdict is delivered
+        w.pump()
+    revert = w.log(w.a)[-1]
+    assert revert.kind == "revert"
+    assert revert.source is tx
+    assert isinstance(revert.reason, ConflictError)
+    assert _changes(revert) == [(DOC, {"n": 2}, {"n": 1})]
+    assert w.a.visible(DOC) == {"n": 1}
+    assert settled == [Outcome.STALE_BASIS]
+    assert pending.result().outcome == Outcome.STALE_BASIS
+    assert w.a.in_flight() == 0
+    assert w.store.read_durable(DOC) == {"n": 1}
+
+
+def test_a_commit_built_on_a_rejected_one_is_rejected_too(w: World) -> None:
+    w.put(DOC, {"n": 1})
+    with w.store.testing.hold_verdicts() as gate:
+        first = w.a.edit(ME)
+        first.write(DOC, ("n",), 2)
+        p1 = first.commit()
+        second = w.a.edit(ME)
+        n = second.read(DOC, ("n",))
+        assert n == 2  # it sees the first commit's pending write
+        second.write(DOC, ("m",), n + 1)
+        p2 = second.commit()
+        independent = w.a.edit(ME)
+        independent.write(OTHER, (), "unrelated")
+        p3 = independent.commit()
+        assert w.a.visible(DOC) == {"n": 2, "m": 3}
+        assert gate.waiting() == 3
+        gate.reject(0, Outcome.TERMINAL)
+        gate.release()
+        w.pump()
+    assert p1.result().outcome == Outcome.TERMINAL
+    result = p2.result()
+    assert result.outcome == Outcome.STALE_BASIS
+    assert isinstance(result.error, DependencyRejectedError)
+    assert p3.result().ok
+    assert w.a.visible(DOC) == {"n": 1}
+    assert w.store.read_durable(DOC) == {"n": 1}
+    assert w.store.read_durable(OTHER) == "unrelated"
+    assert [nf.kind for nf in w.log(w.a)] == ["commit", "commit", "commit", "revert", "revert"]
+
+
+def test_a_commit_released_before_its_dependency_is_rejected(w: World) -> None:
+    w.put(DOC, {"n": 1})
+    with w.store.testing.hold_verdicts() as gate:
+        first = w.a.edit(ME)
+        first.write(DOC, ("n",), 2)
+        p1 = first.commit()
+        second = w.a.edit(ME)
+        second.write(DOC, ("m",), second.read(DOC, ("n",)))
+        p2 = second.commit()
+        gate.accept(1)  # out of order: its dependency has no verdict yet
+        gate.accept(0)
+        w.pump()
+    assert p1.result().ok
+    assert p2.result().outcome == Outcome.STALE_BASIS
+    assert isinstance(p2.result().error, DependencyRejectedError)
+    assert w.a.visible(DOC) == {"n": 2}
+    assert w.store.read_durable(DOC) == {"n": 2}
+
+
+def test_a_revert_never_stomps_a_newer_integrated_value(w: World) -> None:
+    w.put(DOC, {"a": 0, "b": 0})
+    b = w.replica()
+    assert b.visible(DOC) == {"a": 0, "b": 0}
+    with w.store.testing.hold_verdicts() as gate:
+        mine = w.a.edit(ME)
+        mine.write(DOC, ("a",), 1)
+        p_mine = mine.commit()
+        theirs = b.edit(ME)
+        theirs.write(DOC, ("b",), 2)
+        p_theirs = theirs.commit()
+        gate.accept(1)
+        w.pump()
+        assert p_theirs.result().ok
+        assert w.a.visible(DOC) == {"a": 1, "b": 2}
+        gate.reject(0, Outcome.STALE_BASIS)
+        w.pump()
+    assert p_mine.result().outcome == Outcome.STALE_BASIS
+    assert w.a.visible(DOC) == {"a": 0, "b": 2}
+    revert = w.log(w.a)[-1]
+    assert revert.kind == "revert"
+    assert _changes(revert) == [(DOC, {"a": 1, "b": 2}, {"a": 0, "b": 2})]
+    assert w.store.read_durable(DOC) == {"a": 0, "b": 2}
+
+
+def test_every_subscriber_hears_a_change_even_if_one_fails(w: World) -> None:
+    heard: list[str] = []
+
+    def boom(nf: Notification) -> None:
+        raise RuntimeError("subscriber failed")
+
+    w.a.subscribe(boom)
+    w.a.subscribe(lambda nf: heard.append(nf.kind))
+    tx = w.a.edit(ME)
+    tx.write(DOC, (), 1)
+    with pytest.raises(RuntimeError, match="subscriber failed"):
+        tx.commit()
+    assert heard == ["commit"]
+    w.pump()
+    assert tx.done().result().ok  # the commit still went to the store
+    assert w.store.read_durable(DOC) == 1
+
+
+def test_unsubscribe_stops_notifications(w: World) -> None:
+    heard: list[Notification] = []
+    cancel = w.a.subscribe(heard.append)
+    cancel()
+    cancel()
+    tx = w.a.edit(ME)
+    tx.write(DOC, (), 1)
+    tx.commit()
+    w.pump()
+    assert heard == []
+
+
+# --------------------------------------------------------------------------- held loads and sync
+
+
+def _fresh_space(w: World) -> tuple[Replica, Space]:
+    r = w.replica()
+    return r, Space(r, "sp")
+
+
+def test_a_held_load_reads_missing_then_arrives_as_a_load_notification(w: World) -> None:
+    writer = Space(w.a, "sp")
+    writer.cell("doc").set({"x": 1})
+    w.pump()
+    r, sp = _fresh_space(w)
+    cell = sp.cell("doc")
+    with w.store.testing.hold_loads(cell) as gate:
+        assert MISSING is cell.get()
+        assert MISSING is cell.key("x").get()
+        assert not r.is_loaded(cell.doc_key)
+        assert gate.waiting() == 1
+        w.pump()
+        assert MISSING is cell.get()
+        assert w.log(r) == []
+        gate.release()
+        assert gate.waiting() == 0
+        assert w.log(r) == []  # delivered only when the replica is pumped
+        w.pump()
+    assert [nf.kind for nf in w.log(r)] == ["load"]
+    assert [(cell.doc_key, MISSING, {VALUE: {"x": 1}})] == _changes(w.log(r)[0])
+    assert cell.get() == {"x": 1}
+    assert r.is_loaded(cell.doc_key)
+
+
+def test_sync_resolves_only_after_the_held_load_is_released(w: World) -> None:
+    w.put(DOC, {"v": 1})
+    r = w.replica()
+    gate = w.store.testing.hold_loads(DOC, OTHER)
+    pending = r.sync([DOC, OTHER, DOC])
+    w.pump()
+    assert not pending.done()
+    assert gate.waiting() == 2
+    gate.release()
+    assert not pending.done()
+    w.pump()
+    assert pending.done()
+    assert None is pending.result()
+    assert r.visible(DOC) == {"v": 1}
+    assert MISSING is r.visible(OTHER)
+
+
+def test_sync_of_a_loaded_document_still_goes_through_the_store(w: World) -> None:
+    w.put(DOC, {"v": 1})
+    assert w.a.is_loaded(DOC)
+    with w.store.testing.hold_loads(DOC) as gate:
+        pending = w.a.sync([DOC])
+        w.pump()
+        assert not pending.done()
+        assert gate.waiting() == 1
+    w.pump()
+    assert pending.done()
+
+
+def test_sync_of_nothing_resolves_on_pump(w: World) -> None:
+    pending = w.a.sync([])
+    assert not pending.done()
+    w.pump()
+    assert pending.done()
+
+
+def test_a_failed_load_fails_sync_as_liveness(w: World) -> None:
+    w.put(DOC, {"v": 1})
+    r = w.replica()
+    gate = w.store.testing.hold_loads(DOC)
+    assert MISSING is r.visible(DOC)
+    pending = r.sync([DOC])
+    assert gate.waiting() == 1  # the read's load and the sync share one held load
+    gate.fail()
+    assert gate.waiting() == 0
+    w.pump()
+    assert pending.done()
+    with pytest.raises(LivenessError) as info:
+        pending.result()
+    assert classify(info.value) == Outcome.LIVENESS
+    assert MISSING is r.visible(DOC)
+    assert not r.is_loaded(DOC)
+    assert w.log(r) == []
+    # The gate is gone: a new sync loads the document.
+    again = r.sync([DOC])
+    w.pump()
+    assert None is again.result()
+    assert r.visible(DOC) == {"v": 1}
+
+
+def test_gate_waiting_counts_held_loads(w: World) -> None:
+    r, sp = _fresh_space(w)
+    one, two, free = sp.cell("one"), sp.cell("two"), sp.cell("free")
+    gate = w.store.testing.hold_loads(one, two.doc_key)
+    assert gate.waiting() == 0
+    one.get()
+    assert gate.waiting() == 1
+    one.get()
+    assert gate.waiting() == 1
+    free.get()
+    assert gate.waiting() == 1
+    two.get()
+    assert gate.waiting() == 2
+    gate.release()
+    w.pump()
+    assert r.is_loaded(one.doc_key)
+    assert r.is_loaded(two.doc_key)
+
+
+def test_hold_loads_needs_cells_or_keys(w: World) -> None:
+    with pytest.raises(TypeError):
+        w.store.testing.hold_loads()
+    with pytest.raises(TypeError):
+        w.store.testing.hold_loads("not a cell")
+
+
+# --------------------------------------------------------------------------- edit_with_retry
+
+
+class Conflicting:
+    """An edit that increments `n`, while another replica writes `n` behind its back."""
+
+    def __init__(self, w: World, conflicts: int) -> None:
+        self.w = w
+        self.other = w.replica()
+        self.conflicts = conflicts
+        self.attempts = 0
+
+    def __call__(self, tx: Transaction) -> None:
+        self.attempts += 1
+        n = tx.read(DOC, ("n",))
+        if self.attempts <= self.conflicts:
+            theirs = self.other.edit(ME)
+            theirs.write(DOC, ("n",), 1000 + self.attempts)
+            theirs.commit()
+        tx.write(DOC, ("n",), n + 1)
+
+
+def test_edit_with_retry_retries_conflicts_until_attempts_run_out(w: World) -> None:
+    w.put(DOC, {"n": 0})
+    fn = Conflicting(w, conflicts=10)
+    result = asyncio.run(edit_with_retry(w.a, ME, fn, attempts=3))
+    w.pump()
+    assert fn.attempts == 3
+    assert result.outcome == Outcome.STALE_BASIS
+    assert isinstance(result.error, ConflictError)
+    assert w.store.read_durable(DOC) == {"n": 1003}
+
+
+def test_edit_with_retry_succeeds_on_fresh_state_after_a_conflict(w: World) -> None:
+    w.put(DOC, {"n": 0})
+    fn = Conflicting(w, conflicts=1)
+    result = asyncio.run(edit_with_retry(w.a, ME, fn))
+    w.pump()
+    assert fn.attempts == 2
+    assert result.ok
+    assert w.store.read_durable(DOC) == {"n": 1002}
+
+
+def test_edit_with_retry_retries_liveness(w: World) -> None:
+    attempts: list[int] = []
+
+    async def main() -> CommitResult:
+        with w.store.testing.hold_verdicts() as gate:
+
+            def fn(tx: Transaction) -> None:
+                attempts.append(len(attempts) + 1)
+                tx.write(DOC, (), len(attempts))
+                # Decide the held verdict once the commit is waiting on it.
+                if len(attempts) < 3:
+                    decide = lambda: gate.reject(0, Outcome.LIVENESS)  # noqa: E731
+                else:
+                    decide = lambda: gate.accept(0)  # noqa: E731
+                asyncio.get_running_loop().call_soon(decide)
+
+            return await edit_with_retry(w.a, ME, fn)
+
+    result = asyncio.run(main())
+    assert attempts == [1, 2, 3]
+    assert result.ok
+    assert w.store.read_durable(DOC) == 3
+
+
+@pytest.mark.parametrize("outcome", [Outcome.TERMINAL, Outcome.NON_RETRYABLE, Outcome.PERMANENT])
+def test_edit_with_retry_does_not_retry_other_rejections(w: World, outcome: Outcome) -> None:
+    attempts: list[int] = []
+
+    async def main() -> CommitResult:
+        with w.store.testing.hold_verdicts() as gate:
+
+            def fn(tx: Transaction) -> None:
+                attempts.append(1)
+                tx.write(DOC, (), len(attempts))
+                asyncio.get_running_loop().call_soon(lambda: gate.reject(0, outcome))
+
+            return await edit_with_retry(w.a, ME, fn)
+
+    result = asyncio.run(main())
+    assert len(attempts) == 1
+    assert outcome == result.outcome
+
+
+def test_edit_with_retry_returns_at_once_for_permanent(w: World) -> None:
+    w.put(DOC, {"made": True})
+    attempts: list[int] = []
+
+    def fn(tx: Transaction) -> None:
+        attempts.append(1)
+        tx.create_only(DOC)
+        tx.write(DOC, (), {"made": "again"})
+
+    result = asyncio.run(edit_with_retry(w.a, ME, fn))
+    w.pump()
+    assert len(attempts) == 1
+    assert result.outcome == Outcome.PERMANENT
+    assert isinstance(result.error, PreconditionFailedError)
+
+
+def test_edit_with_retry_returns_an_abort_without_retrying(w: World) -> None:
+    attempts: list[int] = []
+
+    def fn(tx: Transaction) -> None:
+        attempts.append(1)
+        tx.abort("no")
+
+    result = asyncio.run(edit_with_retry(w.a, ME, fn))
+    assert len(attempts) == 1
+    assert result.outcome == Outcome.ABORTED
+
+
+def test_edit_with_retry_needs_at_least_one_attempt(w: World) -> None:
+    with pytest.raises(ValueError):
+        asyncio.run(edit_with_retry(w.a, ME, lambda tx: None, attempts=0))
