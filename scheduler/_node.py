@@ -39,6 +39,8 @@ class Node:
     parent: Node | None = None
     status: Status = "never-ran"
     reads: ReadSet = attrs.field(factory=dict)
+    raw_reads: list[tuple[DocKey, Path, bool]] | None = None
+    """The last run's read log as logged: an identical log skips re-deriving `reads`."""
     live_refs: int = 0
     demand: int = 0
     """Explicit demand holders (pulls, event preflight); a root while > 0."""

@@ -416,14 +416,19 @@ class Scheduler:
             self._current_tx = previous_tx
         if node.registered:
             # Keep the read set even after an error: the node re-runs when its inputs change.
-            self.graph.set_reads(node, compact_reads(tx.reads))
+            log = tx.reads
+            if log != node.raw_reads:  # most runs read exactly what they read last time
+                node.raw_reads = log
+                self.graph.set_reads(node, compact_reads(log))
         if tx.is_open:
             self.stats.commits += 1
-            pending = tx.commit()
-            pending.add_done_callback(functools.partial(self._on_commit_done, node))
+            tx.add_settle_callback(self._on_node_settled)
+            tx.commit()
 
-    def _on_commit_done(self, node: Node, pending: Pending[CommitResult]) -> None:
-        self._on_commit(node, pending.result())
+    def _on_node_settled(self, tx: Transaction, result: CommitResult) -> None:
+        node = tx.source
+        assert isinstance(node, Node)
+        self._on_commit(node, result)
 
     def _on_commit(self, node: Node, result: CommitResult) -> None:
         if result.ok:
