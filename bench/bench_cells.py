@@ -1,0 +1,254 @@
+"""Benchmarks of the cells layer: commits through a replica, in memory and on SQLite.
+
+Groups
+------
+``memory commit``
+    One op is one transaction that reads one cell, writes another and commits,
+    with the store's verdict processed (``replica.pump()`` after every commit)
+    inside the timed region. Baseline: the same read and write on plain dicts.
+``sqlite commit``
+    One op is one durable commit (``synchronous=FULL``) that reads one value
+    and writes another, waiting for the verdict. Baseline: raw ``sqlite3``
+    doing the same in a ``BEGIN IMMEDIATE`` transaction (WAL, FULL).
+``sqlite batched``
+    One op is one write; 100 writes go into each commit. Baseline: raw
+    ``sqlite3`` with 100 upserts per ``BEGIN IMMEDIATE`` transaction.
+
+Every SQLite benchmark works on a fresh database file in its own temporary
+directory. Files are removed (and connections closed) by the next setup of
+this module, which is untimed, or at exit; closing inside ``run()`` would time
+the final WAL checkpoint, which no op pays in steady state.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import sqlite3
+import tempfile
+from collections.abc import Callable
+
+from bench.harness import BenchError, Counts, Run, bench
+from cells import Cell, CommitResult, MemoryStore, Replica, Space, SQLiteStore
+
+MEMORY_OPS = 2000
+SQLITE_OPS = 1000
+BATCH = 100
+BATCHED_COMMITS = 200
+SQLITE_BATCHED_OPS = BATCH * BATCHED_COMMITS
+
+# ---------------------------------------------------------------------------- cleanup
+
+_leftovers: list[Callable[[], None]] = []
+
+
+def _clean_up() -> None:
+    """Close and delete what earlier samples left behind (called from setups, untimed)."""
+    while _leftovers:
+        _leftovers.pop()()
+
+
+atexit.register(_clean_up)
+
+
+def _temp_dir(label: str) -> str:
+    path = tempfile.mkdtemp(prefix=f"cellweave-bench-{label}-")
+    _leftovers.append(lambda: shutil.rmtree(path, ignore_errors=True))
+    return path
+
+
+def _check_ok(result: CommitResult, where: str) -> None:
+    if not result.ok:
+        raise BenchError(f"{where}: a commit was not accepted: {result!r}")
+
+
+class _Counter:
+    """The replica's counted work since construction (commits, verdicts, notifications)."""
+
+    def __init__(self, replica: Replica) -> None:
+        self.replica = replica
+        stats = replica.stats
+        self.start = (stats.commits_sent, stats.accepted, stats.notifications)
+
+    def counts(self, **extra: int) -> Counts:
+        stats = self.replica.stats
+        commits, accepted, notifications = self.start
+        return {
+            "commits": stats.commits_sent - commits,
+            "accepted": stats.accepted - accepted,
+            "notifications": stats.notifications - notifications,
+            **extra,
+        }
+
+
+def _two_cells(space: Space) -> tuple[Cell, Cell]:
+    """Cells "a" (holding 1) and "b" (holding 0), committed and confirmed."""
+    a = space.get_cell({"bench": "a"})
+    b = space.get_cell({"bench": "b"})
+    _check_ok(a.set(1).wait(), "setup")
+    _check_ok(b.set(0).wait(), "setup")
+    return a, b
+
+
+# ---------------------------------------------------------------------------- memory commit
+
+
+@bench(group="memory commit", name="plain dicts", ops=MEMORY_OPS, baseline=True)
+def plain_dicts() -> Run:
+    # Documents as dicts of {"value": ...}; a write replaces the document, as
+    # cells never mutate a stored value in place.
+    docs: dict[str, dict[str, int]] = {"a": {"value": 1}, "b": {"value": 0}}
+
+    def run() -> Counts:
+        for i in range(MEMORY_OPS):
+            v = docs["a"]["value"]
+            docs["b"] = {"value": v + i}
+        if docs["b"]["value"] != MEMORY_OPS:
+            raise BenchError("plain dicts: wrong final value")
+        return {"reads": MEMORY_OPS, "writes": MEMORY_OPS}
+
+    return run
+
+
+@bench(group="memory commit", name="MemoryStore commit", ops=MEMORY_OPS)
+def memory_commit() -> Run:
+    _clean_up()
+    space = Space(MemoryStore(), "bench")
+    replica = space.replica
+    a, b = _two_cells(space)
+    counter = _Counter(replica)
+
+    def run() -> Counts:
+        for i in range(MEMORY_OPS):
+            tx = space.edit()
+            v = a.with_tx(tx).get()
+            b.with_tx(tx).set(v + i)  # never equal to b's value: no commit is elided
+            pending = tx.commit()
+            replica.pump()  # the verdict: confirm the layer, settle the transaction
+            _check_ok(pending.result(), "MemoryStore commit")
+        return counter.counts(reads=MEMORY_OPS, writes=MEMORY_OPS)
+
+    return run
+
+
+# ---------------------------------------------------------------------------- sqlite commit
+
+
+def _raw_connection(label: str) -> sqlite3.Connection:
+    path = os.path.join(_temp_dir(label), "raw.db")
+    # Autocommit mode: the benchmark issues BEGIN IMMEDIATE / COMMIT itself.
+    con = sqlite3.connect(path, isolation_level=None)
+    _leftovers.append(con.close)
+    mode = con.execute("PRAGMA journal_mode = WAL").fetchone()
+    if mode is None or mode[0] != "wal":
+        raise BenchError(f"raw sqlite3: could not switch to WAL (got {mode!r})")
+    con.execute("PRAGMA synchronous = FULL")
+    con.execute("CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    con.execute("""INSERT INTO kv VALUES ('a', '{"value": 1}'), ('b', '{"value": 0}')""")
+    return con
+
+
+def _sqlite_space(label: str) -> Space:
+    path = os.path.join(_temp_dir(label), "cells.db")
+    store = SQLiteStore(path, synchronous="FULL")
+    _leftovers.append(store.close)
+    space = Space(store, "bench")
+    _leftovers.append(space.replica.close)  # runs first: leftovers close in reverse order
+    return space
+
+
+@bench(group="sqlite commit", name="raw sqlite3", ops=SQLITE_OPS, baseline=True)
+def raw_sqlite_commit() -> Run:
+    _clean_up()
+    con = _raw_connection("raw")
+
+    def run() -> Counts:
+        for i in range(SQLITE_OPS):
+            con.execute("BEGIN IMMEDIATE")
+            row = con.execute("SELECT value FROM kv WHERE key = 'a'").fetchone()
+            con.execute("UPDATE kv SET value = ? WHERE key = 'b'", (f'{{"value": {i}}}',))
+            con.execute("COMMIT")
+            if row is None:
+                raise BenchError("raw sqlite3: row 'a' is missing")
+        return {"commits": SQLITE_OPS, "reads": SQLITE_OPS, "writes": SQLITE_OPS}
+
+    return run
+
+
+@bench(group="sqlite commit", name="SQLiteStore commit", ops=SQLITE_OPS)
+def sqlite_store_commit() -> Run:
+    _clean_up()
+    space = _sqlite_space("store")
+    a, b = _two_cells(space)
+    counter = _Counter(space.replica)
+
+    def run() -> Counts:
+        for i in range(SQLITE_OPS):
+            tx = space.edit()
+            v = a.with_tx(tx).get()
+            b.with_tx(tx).set(v + i)
+            _check_ok(tx.commit().wait(), "SQLiteStore commit")  # durable when this returns
+        return counter.counts(reads=SQLITE_OPS, writes=SQLITE_OPS)
+
+    return run
+
+
+# ---------------------------------------------------------------------------- sqlite batched
+
+
+@bench(
+    group="sqlite batched",
+    name=f"raw sqlite3 batched ({BATCH} writes/commit)",
+    ops=SQLITE_BATCHED_OPS,
+    baseline=True,
+)
+def raw_sqlite_batched() -> Run:
+    _clean_up()
+    con = _raw_connection("raw-batched")
+    upsert = (
+        "INSERT INTO kv (key, value) VALUES (?, ?)"
+        " ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+    )
+
+    def write_batch(n: int) -> None:
+        con.execute("BEGIN IMMEDIATE")
+        for j in range(BATCH):
+            con.execute(upsert, (f"k{j}", f'{{"value": {n}}}'))
+        con.execute("COMMIT")
+
+    write_batch(-1)  # untimed: the rows exist, so every timed write is an update
+
+    def run() -> Counts:
+        for n in range(BATCHED_COMMITS):
+            write_batch(n)
+        return {"commits": BATCHED_COMMITS, "writes": SQLITE_BATCHED_OPS}
+
+    return run
+
+
+@bench(
+    group="sqlite batched",
+    name=f"SQLiteStore batched ({BATCH} writes/commit)",
+    ops=SQLITE_BATCHED_OPS,
+)
+def sqlite_store_batched() -> Run:
+    _clean_up()
+    space = _sqlite_space("store-batched")
+    cells = [space.get_cell({"bench": "k", "n": j}) for j in range(BATCH)]
+
+    def write_batch(n: int) -> None:
+        tx = space.edit()
+        for cell in cells:
+            cell.with_tx(tx).set(n)
+        _check_ok(tx.commit().wait(), "SQLiteStore batched")  # durable when this returns
+
+    write_batch(-1)  # untimed: the documents exist and are loaded in the replica
+    counter = _Counter(space.replica)
+
+    def run() -> Counts:
+        for n in range(BATCHED_COMMITS):
+            write_batch(n)
+        return counter.counts(writes=SQLITE_BATCHED_OPS)
+
+    return run
