@@ -415,7 +415,8 @@ class Replica:
             self.stats.accepted += 1
             result = CommitResult(Outcome.OK, seq=verdict.seq)
             try:
-                self._notify(Notification("integrate", tuple(changes), None))
+                if changes:
+                    self._notify(Notification("integrate", tuple(changes), None))
             finally:
                 tx._settle(result)
         else:
@@ -437,7 +438,8 @@ class Replica:
             rec.confirmed = value
             rec.confirmed_seq = seq
             self._refresh(key, rec, changes)
-        self._notify(Notification("integrate", tuple(changes), None))
+        if changes:
+            self._notify(Notification("integrate", tuple(changes), None))
 
     def on_loaded(self, key: DocKey, state: DocState | None, error: BaseException | None) -> None:
         rec = self._docs.get(key)
@@ -453,7 +455,8 @@ class Replica:
             rec.loaded = True
             self._refresh(key, rec, changes)
         try:
-            self._notify(Notification("load", tuple(changes), None))
+            if changes:
+                self._notify(Notification("load", tuple(changes), None))
         finally:
             for fn in waiters:
                 fn(error)

@@ -86,7 +86,7 @@ class Transaction:
         self._create_only: set[DocKey] = set()
         self._settle_callbacks: list[SettleCallback] = []
         self._post_commit: list[Callable[[], None]] = []
-        self._pending: Pending[CommitResult] = Pending(replica.mailbox)
+        self._pending: Pending[CommitResult] | None = None  # made when someone asks
 
     def __repr__(self) -> str:
         return (
@@ -209,8 +209,18 @@ class Transaction:
         """Apply locally (notifying at once), send to the store, return the pending verdict."""
         self._require_open("commit")
         self.status = "committing"
+        pending = self.done()
         self._replica._commit(self)
-        return self._pending
+        return pending
+
+    def commit_detached(self) -> None:
+        """Like `commit()`, for callers that follow the outcome through settle callbacks.
+
+        Makes no `Pending` (the scheduler commits one transaction per node run).
+        """
+        self._require_open("commit")
+        self.status = "committing"
+        self._replica._commit(self)
 
     def abort(self, reason: object = None) -> None:
         """Discard everything and settle as ABORTED (settle callbacks run now)."""
@@ -222,7 +232,12 @@ class Transaction:
 
     def done(self) -> Pending[CommitResult]:
         """The pending result, without committing."""
-        return self._pending
+        pending = self._pending
+        if pending is None:
+            pending = self._pending = Pending(self._replica.mailbox)
+            if self.result is not None:
+                pending._resolve(self.result)
+        return pending
 
     def _settle(self, result: CommitResult) -> None:
         if self.result is not None:
@@ -248,7 +263,8 @@ class Transaction:
                 cb(self, result)
             except Exception as exc:  # one failing callback must not skip its siblings
                 errors.append(exc)
-        self._pending._resolve(result)
+        if self._pending is not None:
+            self._pending._resolve(result)
         if errors:
             if len(errors) == 1:
                 raise errors[0]
@@ -257,4 +273,4 @@ class Transaction:
     def _check(self) -> None:
         assert (self.result is None) == (self.status in ("open", "committing")), self.status
         assert self.result is None or not self._settle_callbacks
-        assert self._pending.done() == (self.result is not None)
+        assert self._pending is None or self._pending.done() == (self.result is not None)

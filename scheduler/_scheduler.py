@@ -423,7 +423,7 @@ class Scheduler:
         if tx.is_open:
             self.stats.commits += 1
             tx.add_settle_callback(self._on_node_settled)
-            tx.commit()
+            tx.commit_detached()
 
     def _on_node_settled(self, tx: Transaction, result: CommitResult) -> None:
         node = tx.source
