@@ -11,6 +11,7 @@ nothing here imports them.
 from ._address import DocKey as DocKey
 from ._address import Identity as Identity
 from ._address import Link as Link
+from ._address import Linkable as Linkable
 from ._address import Path as Path
 from ._address import Scope as Scope
 from ._cell import Cell as Cell
@@ -73,6 +74,7 @@ __all__ = [
     "InvalidValueError",
     "Link",
     "LinkCycleError",
+    "Linkable",
     "LoadGate",
     "MemoryStore",
     "Notification",

@@ -1,14 +1,49 @@
-"""runner: patterns, the Runtime facade, and who may end each child run.
+"""runner: patterns, the Runtime, and who may end each child run.
 
-It holds patterns and the builder that traces them, the Runtime, registrations
-and start/stop/release, independent lifetimes, pending starts, rollback with the
-setup transaction, list coordinators (map, filter, flat_map), pages, cold
-resume and inspection.
-
-Not here: how nodes are scheduled (scheduler), or how values are stored and
-committed (cells). Imports point down only: runner uses scheduler and cells.
+What it is (so far): the pattern builder — `@pattern`, `lift`, `handler`,
+`navigate_to` — which traces pattern functions into serializable graphs with
+stable identities (`load_pattern`). Coming with the Runtime: setup and start,
+nested children, registrations, stop and release, lifetimes, pages, list
+coordinators and cold resume (see DESIGN.md §4).
+What it is not: scheduling (see `scheduler`) or storage (see `cells`).
 """
 
-from __future__ import annotations
+from ._builder import Binding as Binding
+from ._builder import Handler as Handler
+from ._builder import Lift as Lift
+from ._builder import Navigate as Navigate
+from ._builder import NodeSpec as NodeSpec
+from ._builder import Pattern as Pattern
+from ._builder import PatternGraph as PatternGraph
+from ._builder import PatternInstance as PatternInstance
+from ._builder import Ref as Ref
+from ._builder import handler as handler
+from ._builder import lift as lift
+from ._builder import load_pattern as load_pattern
+from ._builder import navigate_to as navigate_to
+from ._builder import pattern as pattern
+from .errors import OwnershipError as OwnershipError
+from .errors import PatternCycleError as PatternCycleError
+from .errors import PatternError as PatternError
+from .errors import PatternLoadError as PatternLoadError
 
-__all__: list[str] = []
+__all__ = [
+    "Binding",
+    "Handler",
+    "Lift",
+    "Navigate",
+    "NodeSpec",
+    "OwnershipError",
+    "Pattern",
+    "PatternCycleError",
+    "PatternError",
+    "PatternGraph",
+    "PatternInstance",
+    "PatternLoadError",
+    "Ref",
+    "handler",
+    "lift",
+    "load_pattern",
+    "navigate_to",
+    "pattern",
+]
