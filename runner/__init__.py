@@ -2,9 +2,10 @@
 
 What it is (so far): the pattern builder — `@pattern`, `lift`, `handler`,
 `navigate_to` — which traces pattern functions into serializable graphs with
-stable identities (`load_pattern`). Coming with the Runtime: setup and start,
-nested children, registrations, stop and release, lifetimes, pages, list
-coordinators and cold resume (see DESIGN.md §4).
+stable identities (`load_pattern`); and the `Runtime` facade (transactions,
+reactive cells, sessions, settle/idle). Coming next: setup and start, nested
+children, registrations, stop and release, lifetimes, pages, list coordinators
+and cold resume (see DESIGN.md §4).
 What it is not: scheduling (see `scheduler`) or storage (see `cells`).
 """
 
@@ -22,6 +23,8 @@ from ._builder import lift as lift
 from ._builder import load_pattern as load_pattern
 from ._builder import navigate_to as navigate_to
 from ._builder import pattern as pattern
+from ._runtime import Runtime as Runtime
+from ._runtime import Session as Session
 from .errors import OwnershipError as OwnershipError
 from .errors import PatternCycleError as PatternCycleError
 from .errors import PatternError as PatternError
@@ -41,6 +44,8 @@ __all__ = [
     "PatternInstance",
     "PatternLoadError",
     "Ref",
+    "Runtime",
+    "Session",
     "handler",
     "lift",
     "load_pattern",
