@@ -19,6 +19,8 @@ through `eligible_at` and one wake timer, on an injectable clock.
 
 Invariants (checked by `_check`)
 - `_dirty` is exactly the registered nodes whose status is not "clean";
+- every dirty live node is in `_candidates` (which may also hold stale entries,
+  dropped lazily): dormant invalid nodes cost nothing per settle.
 - the graph's invariants hold (edges mirror, liveness equals the oracle).
 """
 
@@ -122,6 +124,8 @@ class Scheduler:
         self.stats = Statistics()
         self._ordinals = itertools.count()
         self._dirty: dict[Node, None] = {}
+        self._candidates: dict[Node, None] = {}
+        """Dirty nodes that were live when last seen; `runnable()` scans only these."""
         self._heap: list[tuple[int, int, Node]] = []
         self._in_heap: set[Node] = set()
         self._draining = False
@@ -185,6 +189,8 @@ class Scheduler:
         if declared:
             self.graph.set_reads(node, compact_reads(declared))
         self._dirty[node] = None
+        if node.is_live:
+            self._candidates[node] = None
         if self._draining and node.is_live:
             self._push(node)
         return node
@@ -195,6 +201,7 @@ class Scheduler:
             return
         self.graph.remove(node)
         self._dirty.pop(node, None)
+        self._candidates.pop(node, None)
         if node.parent is not None and node in node.parent.children:
             node.parent.children.remove(node)
 
@@ -254,12 +261,16 @@ class Scheduler:
             node.debounce_ready_at = self.clock.now() + node.debounce
             node.update_gate()
         self._dirty[node] = None
-        if self._draining and node.is_live:
-            self._push(node)
+        if node.is_live:
+            self._candidates[node] = None
+            if self._draining:
+                self._push(node)
 
     def _on_live(self, node: Node) -> None:
-        if self._draining and node in self._dirty:
-            self._push(node)
+        if node in self._dirty:
+            self._candidates[node] = None
+            if self._draining:
+                self._push(node)
 
     def _push(self, node: Node) -> None:
         if node not in self._in_heap:
@@ -279,12 +290,23 @@ class Scheduler:
     def runnable(self) -> list[Node]:
         """Nodes that would run if `settle()` were called now."""
         now = self.clock.now()
-        return [n for n in self._dirty if self._runnable(n, now)]
+        out: list[Node] = []
+        stale: list[Node] = []
+        for n in self._candidates:
+            if n.status == "clean" or not n.is_live:
+                stale.append(n)  # ran, or went dormant: it comes back via _on_live
+            elif self._runnable(n, now):
+                out.append(n)
+        for n in stale:
+            del self._candidates[n]
+        return out
 
     def deferred(self) -> list[Node]:
         """Live invalid nodes waiting on a time gate (backoff)."""
         now = self.clock.now()
-        return [n for n in self._dirty if n.is_live and n.eligible_at > now]
+        return [
+            n for n in self._candidates if n.status != "clean" and n.is_live and n.eligible_at > now
+        ]
 
     # ------------------------------------------------------------------ passes
     def settle(self) -> None:
@@ -805,6 +827,8 @@ class Scheduler:
         self.events._check()
         dirty = {n for n in self.graph.nodes if n.status != "clean"}
         assert dirty == set(self._dirty), dirty ^ set(self._dirty)
+        live_dirty = {n for n in self._dirty if n.is_live}
+        assert live_dirty <= set(self._candidates), live_dirty - set(self._candidates)
         self.graph._check()
 
 

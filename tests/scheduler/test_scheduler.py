@@ -748,3 +748,23 @@ def test_shallow_read_gets_an_edge_from_a_writer_two_levels_down(env: Env) -> No
     env.sch.sink(keys, seen.append)
     assert writer.is_live
     assert seen[-1] == ["k"]
+
+
+def test_dormant_invalid_nodes_are_not_scanned_by_later_settles(env: Env) -> None:
+    # Found by the cellx benchmark: every settle scanned every never-ran dormant
+    # node, so building N sinks (each settling) was quadratic.
+    src = env.sp.cell("src")
+    src.set(0)
+    dormant = [
+        env.compute(env.sp.cell(f"d{i}"), [src], lambda v: v + 1, declare=True)
+        for i in range(200)
+    ]
+    env.sch.settle()
+    assert all(n.status == "never-ran" and not n.is_live for n in dormant)
+    assert not set(dormant) & set(env.sch._candidates)
+    out = env.sp.cell("live")
+    env.compute(out, [src], lambda v: v * 10, declare=True)
+    seen: list[Any] = []
+    env.sch.sink(out, seen.append)
+    assert [0] == seen
+    assert not set(dormant) & set(env.sch._candidates)
