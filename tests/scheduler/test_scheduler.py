@@ -756,8 +756,7 @@ def test_dormant_invalid_nodes_are_not_scanned_by_later_settles(env: Env) -> Non
     src = env.sp.cell("src")
     src.set(0)
     dormant = [
-        env.compute(env.sp.cell(f"d{i}"), [src], lambda v: v + 1, declare=True)
-        for i in range(200)
+        env.compute(env.sp.cell(f"d{i}"), [src], lambda v: v + 1, declare=True) for i in range(200)
     ]
     env.sch.settle()
     assert all(n.status == "never-ran" and not n.is_live for n in dormant)
