@@ -105,10 +105,14 @@ class Graph:
         for w in upstream:
             self.dependents[w].discard(node)
         if was_live:
-            for w in upstream:
-                if w.registered:
-                    w.live_refs -= 1
-                    self.withdraw(w)
+            # All decrements first: a withdraw recounts a whole upstream region from
+            # the readers left, so one run between decrements would count this node's
+            # removal twice for a writer that region shares.
+            writers = [w for w in upstream if w.registered]
+            for w in writers:
+                w.live_refs -= 1
+            for w in writers:
+                self.withdraw(w)
         self.index.remove(node)
         del self.nodes[node]
         node.live_refs = 0
