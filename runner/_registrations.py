@@ -1,0 +1,128 @@
+"""Registrations: which result is running, and who may end it.
+
+A registration is the runner's record that a result is running: one per
+scoped result key, holding the cancel group of everything the run installed.
+The `Registration` object itself is the *token*: a launch keeps the one it
+installed, and a release naming another token does nothing (a replacement
+owns itself). Every registration also carries a *generation*, unique in the
+runtime, so a stop or release may name the one it means; a stale generation
+does nothing. Registrations are not transactional.
+
+Invariants (checked by `_check`)
+- at most one registration per key, and it is the one stored under its key;
+- a registration in the map is not ended; an ended one's group is cancelled.
+Not here: the start cascade, lifetimes and pending starts (the ownership
+rules built on these), or how a pattern's nodes run (scheduler).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+from cells import DocKey
+
+from ._cancel import CancelGroup
+
+Key = DocKey
+"""A registration key: the result's document instance (space, scope instance, id)."""
+
+
+class Registration:
+    """The handle (and token) of one running result. Created only by `Registrations`."""
+
+    __slots__ = ("_ended", "generation", "group", "key", "launch")
+
+    def __init__(self, key: Key, generation: int, launch: str) -> None:
+        self.key = key
+        self.generation = generation
+        self.launch = launch
+        """Who installed it (for traces and errors): "start", "nested node 2 of ...", ..."""
+        self.group = CancelGroup(f"{key}#{generation}")
+        self._ended = False
+
+    def __repr__(self) -> str:
+        state = " ended" if self._ended else ""
+        return f"<Registration {self.key} gen={self.generation} by {self.launch!r}{state}>"
+
+    @property
+    def ended(self) -> bool:
+        return self._ended
+
+
+class Registrations:
+    """The registration map of one runtime."""
+
+    def __init__(self) -> None:
+        self._by_key: dict[Key, Registration] = {}
+        self._generations = itertools.count(1)
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    def __iter__(self) -> Iterator[Registration]:
+        return iter(list(self._by_key.values()))
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._by_key
+
+    def keys(self) -> frozenset[Key]:
+        return frozenset(self._by_key)
+
+    def get(self, key: Key) -> Registration | None:
+        return self._by_key.get(key)
+
+    def install(self, key: Key, launch: str) -> Registration:
+        """Install a fresh registration for `key`. The key must be free (end the old one first)."""
+        if key in self._by_key:
+            raise ValueError(f"{key} already has {self._by_key[key]!r}; end it before installing")
+        reg = Registration(key, next(self._generations), launch)
+        self._by_key[key] = reg
+        return reg
+
+    def end(
+        self,
+        key: Key,
+        *,
+        token: Registration | None = None,
+        generation: int | None = None,
+    ) -> Registration | None:
+        """End the registration under `key` if it matches; returns it, or None if nothing ended.
+
+        `token` (the exact registration) and `generation` fence the call: a
+        mismatch ends nothing. The registration leaves the map before its
+        cleanups run, so a cleanup that installs anew under the same key works.
+        """
+        reg = self._by_key.get(key)
+        if reg is None:
+            return None
+        if token is not None and token is not reg:
+            return None
+        if generation is not None and generation != reg.generation:
+            return None
+        del self._by_key[key]
+        reg._ended = True
+        reg.group.cancel()
+        return reg
+
+    def end_all(self) -> list[Registration]:
+        """End every registration (each group is cancelled even if another's cleanup fails)."""
+        ended: list[Registration] = []
+        errors: list[Exception] = []
+        for key in list(self._by_key):
+            try:
+                reg = self.end(key)
+            except Exception as exc:
+                errors.append(exc)
+                continue
+            if reg is not None:
+                ended.append(reg)
+        if errors:
+            raise ExceptionGroup(f"{len(errors)} registrations failed to end cleanly", errors)
+        return ended
+
+    def _check(self) -> None:
+        for key, reg in self._by_key.items():
+            assert reg.key == key, (key, reg)
+            assert not reg.ended and not reg.group.cancelled, reg
+            reg.group._check()

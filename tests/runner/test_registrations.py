@@ -1,0 +1,149 @@
+"""Cancel groups and the registration map (tokens and generation fences)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cells import DocKey
+from runner._cancel import CancelGroup
+from runner._registrations import Registrations
+
+K1 = DocKey("sp", "r1")
+K2 = DocKey("sp", "r2", "user", "alice")
+
+
+# ---------------------------------------------------------------------------- S39 unit level
+
+
+def test_S39_cancel_group_runs_each_cleanup_once_newest_first() -> None:
+    ran: list[str] = []
+    g = CancelGroup("g")
+    g.add(lambda: ran.append("first"))
+    g.add(lambda: ran.append("second"))
+    g.cancel()
+    g.cancel()  # latched: nothing runs twice
+    assert ["second", "first"] == ran
+    g._check()
+
+
+def test_S39_cleanup_added_after_cancellation_runs_at_once() -> None:
+    ran: list[str] = []
+    g = CancelGroup("g")
+    g.cancel()
+    g.add(lambda: ran.append("late child"))
+    assert ["late child"] == ran
+    g._check()
+
+
+def test_S39_cleanup_added_during_cancellation_runs_too() -> None:
+    ran: list[str] = []
+    g = CancelGroup("g")
+    g.add(lambda: g.add(lambda: ran.append("added while cancelling")))
+    g.cancel()
+    assert ["added while cancelling"] == ran
+
+
+def test_S39_one_failing_cleanup_does_not_skip_its_siblings() -> None:
+    ran: list[str] = []
+    g = CancelGroup("g")
+    g.add(lambda: ran.append("a"))
+    g.add(lambda: (_ for _ in ()).throw(RuntimeError("bad cleanup")))
+    g.add(lambda: ran.append("c"))
+    with pytest.raises(RuntimeError, match="bad cleanup"):
+        g.cancel()
+    assert ["c", "a"] == ran
+    assert g.cancelled
+
+
+def test_several_failing_cleanups_are_raised_together() -> None:
+    g = CancelGroup("g")
+    for i in range(2):
+        g.add(lambda i=i: (_ for _ in ()).throw(ValueError(f"cleanup {i}")))
+    with pytest.raises(ExceptionGroup) as info:
+        g.cancel()
+    assert 2 == len(info.value.exceptions)
+
+
+def test_a_discarded_cleanup_never_runs() -> None:
+    ran: list[str] = []
+    g = CancelGroup("g")
+    discard = g.add(lambda: ran.append("x"))
+    discard()
+    discard()
+    g.cancel()
+    assert [] == ran
+
+
+# ---------------------------------------------------------------------------- registrations
+
+
+def test_install_end_and_tokens() -> None:
+    regs = Registrations()
+    r1 = regs.install(K1, "start")
+    assert r1 is regs.get(K1)
+    assert frozenset({K1}) == regs.keys()
+    with pytest.raises(ValueError, match="already has"):
+        regs.install(K1, "start")
+    stale = r1
+    assert regs.end(K1, token=stale) is r1
+    r2 = regs.install(K1, "run")
+    # S08: a release naming a replaced registration does nothing
+    assert regs.end(K1, token=stale) is None
+    assert r2 is regs.get(K1)
+    assert r1.ended and not r2.ended
+    regs._check()
+
+
+def test_generations_are_unique_and_fence_ends() -> None:
+    regs = Registrations()
+    a = regs.install(K1, "start")
+    b = regs.install(K2, "start")
+    assert a.generation != b.generation
+    assert regs.end(K1, generation=a.generation + 1000) is None
+    assert regs.end(K1, generation=a.generation) is a
+    again = regs.install(K1, "start")
+    assert again.generation > a.generation
+    assert regs.end(K1, generation=a.generation) is None  # the old generation is stale
+    regs._check()
+
+
+def test_ending_runs_the_group_and_a_cleanup_may_reinstall() -> None:
+    regs = Registrations()
+    reg = regs.install(K1, "start")
+    reinstalled = []
+    reg.group.add(lambda: reinstalled.append(regs.install(K1, "restart")))
+    regs.end(K1)
+    assert reg.group.cancelled
+    assert reinstalled[0] is regs.get(K1)
+    regs._check()
+
+
+def test_end_of_nothing_is_harmless() -> None:
+    # S09 at the map level: nothing registered, nothing happens, no error
+    regs = Registrations()
+    assert regs.end(K1) is None
+    assert 0 == len(regs)
+
+
+def test_end_all_ends_everything_even_if_a_cleanup_fails() -> None:
+    regs = Registrations()
+    a = regs.install(K1, "start")
+    b = regs.install(K2, "start")
+    a.group.add(lambda: (_ for _ in ()).throw(RuntimeError("a fails")))
+    with pytest.raises(ExceptionGroup):
+        regs.end_all()
+    assert a.ended and b.ended
+    assert 0 == len(regs)
+    regs._check()
+
+
+def test_churn_leaves_nothing_behind() -> None:
+    # S06 at the map level: start/stop churn keeps no per-key state
+    regs = Registrations()
+    keys = [DocKey("sp", f"r{i}") for i in range(32)]
+    for key in keys:
+        regs.install(key, "start")
+    for key in keys:
+        regs.end(key)
+    assert 0 == len(regs)
+    assert {} == regs._by_key
