@@ -40,6 +40,7 @@ from ._transaction import Transaction as Transaction
 from ._values import MISSING as MISSING
 from ._values import get_path as get_path
 from ._values import normalize as normalize
+from ._values import same_value as same_value
 from ._values import set_path as set_path
 from ._values import value_equal as value_equal
 from .errors import CellweaveError as CellweaveError
@@ -102,6 +103,7 @@ __all__ = [
     "normalize",
     "read_value",
     "resolve",
+    "same_value",
     "set_path",
     "value_equal",
 ]

@@ -35,7 +35,7 @@ from ._outcome import CommitResult, Outcome
 from ._pending import Mailbox, Pending
 from ._store import CommitRequest, DocState, ReadClaim, StoreBase, Verdict, Write
 from ._transaction import Transaction, TxDoc
-from ._values import MISSING, Value, get_path, set_path, value_equal
+from ._values import MISSING, Value, get_path, same_value, set_path
 from .errors import InconsistentBasisError, InvalidValueError, TransactionError
 
 NotificationKind = Literal["commit", "revert", "integrate", "load"]
@@ -106,14 +106,6 @@ class ReplicaStats:
     rejected: int = 0
     notifications: int = 0
     loads: int = 0
-
-
-def _same(a: Value, b: Value) -> bool:
-    if a is b:
-        return True
-    if (a is MISSING) != (b is MISSING):
-        return False
-    return value_equal(a, b)
 
 
 def _path_order(p: Path) -> tuple[int, list[str]]:
@@ -256,7 +248,7 @@ class Replica:
         before = rec.visible
         after = rec.fold()
         rec.visible = after
-        if not _same(before, after):
+        if not same_value(before, after):
             rec.version += 1
             changes.append(Change(key, before, after))
 
@@ -284,7 +276,7 @@ class Replica:
                     target = prefix
                     break
             new = get_path(td.working, target)
-            if _same(new, get_path(visible, target)):
+            if same_value(new, get_path(visible, target)):
                 continue
             ops.append((target, new))
         if len(ops) > 1:
@@ -464,7 +456,7 @@ class Replica:
     # ------------------------------------------------------------------ invariants
     def _check(self) -> None:
         for key, rec in self._docs.items():
-            assert _same(rec.visible, rec.fold()), f"visible value of {key} is not the fold"
+            assert same_value(rec.visible, rec.fold()), f"visible value of {key} is not the fold"
             seqs = [lay.seq for lay in rec.layers]
             assert seqs == sorted(seqs), f"layers of {key} out of order"
             for s in seqs:

@@ -23,6 +23,7 @@ Invariants
 
 from __future__ import annotations
 
+import abc
 import functools
 import itertools
 import threading
@@ -344,7 +345,7 @@ class TestControls:
 # --------------------------------------------------------------------------- base
 
 
-class StoreBase:
+class StoreBase(abc.ABC):
     """Sessions, gates and fan-out shared by every store backend."""
 
     _session_ids = itertools.count(1)
@@ -359,16 +360,17 @@ class StoreBase:
         self.commits_evaluated = 0
 
     # -- backend hooks
+    @abc.abstractmethod
     def _evaluate(self, request: CommitRequest) -> Verdict:
         """Validate and apply `request` atomically; record its resolution. Backend-specific."""
-        raise NotImplementedError  # pragma: no cover - abstract
 
+    @abc.abstractmethod
     def _read(self, key: DocKey) -> DocState:
-        raise NotImplementedError  # pragma: no cover - abstract
+        """The document's current state in the store."""
 
+    @abc.abstractmethod
     def _record_rejection(self, request: CommitRequest) -> None:
         """Remember that `request` was rejected without evaluation (a gate's reject)."""
-        raise NotImplementedError  # pragma: no cover - abstract
 
     def _submit_evaluation(self, listener: SessionListener, request: CommitRequest) -> None:
         """Evaluate now (memory) or queue for a writer (SQLite). Default: now."""

@@ -95,11 +95,7 @@ def _normalize(value: Any, where: str, path: list[Any], active: set[int]) -> Val
     if t is dict:
         ident = id(value)
         if ident in active:
-            raise InvalidValueError(
-                f"{where}: {t.__name__} at {_fmt_path(tuple(path))} contains itself (a cycle)",
-                path=tuple(path),
-                value=value,
-            )
+            raise _cycle(value, where, path)
         active.add(ident)
         out: dict[str, Value] = {}
         for k, v in value.items():
@@ -125,11 +121,7 @@ def _normalize(value: Any, where: str, path: list[Any], active: set[int]) -> Val
     if t is list or t is tuple:
         ident = id(value)
         if ident in active:
-            raise InvalidValueError(
-                f"{where}: {t.__name__} at {_fmt_path(tuple(path))} contains itself (a cycle)",
-                path=tuple(path),
-                value=value,
-            )
+            raise _cycle(value, where, path)
         active.add(ident)
         items: list[Value] = []
         for i, v in enumerate(value):
@@ -158,6 +150,14 @@ def _normalize(value: Any, where: str, path: list[Any], active: set[int]) -> Val
     raise InvalidValueError(
         f"{where}: {type(value).__name__} at {_fmt_path(tuple(path))} is not a JSON-like value"
         " (use None, bool, int, float, str, list, dict with str keys, or a link)",
+        path=tuple(path),
+        value=value,
+    )
+
+
+def _cycle(value: Any, where: str, path: list[Any]) -> InvalidValueError:
+    return InvalidValueError(
+        f"{where}: {type(value).__name__} at {_fmt_path(tuple(path))} contains itself (a cycle)",
         path=tuple(path),
         value=value,
     )
@@ -193,6 +193,15 @@ def value_equal(a: Value, b: Value) -> bool:
             return False
         return all(value_equal(x, y) for x, y in zip(a, b, strict=True))
     return bool(a == b)
+
+
+def same_value(a: Value, b: Value) -> bool:
+    """`value_equal`, with `MISSING` (absent) equal only to itself.  O(1) when `a is b`."""
+    if a is b:
+        return True
+    if a is MISSING or b is MISSING:
+        return False
+    return value_equal(a, b)
 
 
 def get_path(value: Value, path: Path) -> Value:

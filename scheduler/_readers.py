@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from cells import MISSING, Change, DocKey, Link, Path, value_equal
+from cells import MISSING, Change, DocKey, Link, Path, same_value, value_equal
 
 from ._node import Node, ReadSet
 
@@ -32,14 +32,6 @@ def walk(value: object, path: Path) -> tuple[bool, object, int]:
         else:
             return False, MISSING, i
     return True, v, len(path)
-
-
-def _same(a: object, b: object) -> bool:
-    if a is b:
-        return True
-    if a is MISSING or b is MISSING:
-        return False
-    return value_equal(a, b)
 
 
 def shallow_equal(a: object, b: object) -> bool:
@@ -95,7 +87,7 @@ def changed_at(before: object, after: object, path: Path, *, shallow: bool) -> b
         b, a = nb, na
     if b is a:
         return False
-    return not (shallow_equal(b, a) if shallow else _same(b, a))
+    return not (shallow_equal(b, a) if shallow else same_value(b, a))
 
 
 def changed_at_reference(before: object, after: object, path: Path, *, shallow: bool) -> bool:
@@ -103,7 +95,7 @@ def changed_at_reference(before: object, after: object, path: Path, *, shallow: 
     b_ok, b_val, b_depth = walk(before, path)
     a_ok, a_val, a_depth = walk(after, path)
     if b_ok and a_ok:
-        return not (shallow_equal(b_val, a_val) if shallow else _same(b_val, a_val))
+        return not (shallow_equal(b_val, a_val) if shallow else same_value(b_val, a_val))
     if b_ok != a_ok:
         return True
     return b_depth != a_depth

@@ -52,7 +52,7 @@ from cells import (
     Transaction,
     normalize,
     read_value,
-    value_equal,
+    same_value,
 )
 from cells._values import thaw
 
@@ -103,14 +103,6 @@ class Statistics:
     @property
     def runs(self) -> int:
         return self.runs_computation + self.runs_effect
-
-
-def _same(a: object, b: object) -> bool:
-    if a is b:
-        return True
-    if a is MISSING or b is MISSING:
-        return False
-    return value_equal(a, b)
 
 
 class Scheduler:
@@ -547,7 +539,7 @@ class Scheduler:
 
         def run(tx: Transaction) -> None:
             value = read_value(tx, link)
-            if last[0] is _UNSET or not _same(value, last[0]):
+            if last[0] is _UNSET or not same_value(value, last[0]):
                 last[0] = value
                 fn(thaw(value))
 
