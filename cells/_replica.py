@@ -75,7 +75,9 @@ class DocRecord:
     def __init__(self) -> None:
         self.confirmed: Value = MISSING
         self.confirmed_seq = 0
-        self.layers: collections.deque[Layer] = collections.deque()
+        # A shared empty tuple until the first pending layer: an empty deque costs
+        # 760 bytes, and most documents (every computation's output) have none.
+        self.layers: collections.deque[Layer] | tuple[()] = ()
         self.visible: Value = MISSING
         self.version = 0
         self.loaded = False
@@ -331,6 +333,8 @@ class Replica:
         for key, rec, ops, after in staged:
             # Non-elided ops change the visible value by construction: no compare needed.
             before = rec.visible
+            if not rec.layers:
+                rec.layers = collections.deque()
             rec.layers.append(Layer(seq, ops))
             rec.visible = after
             rec.version += 1
@@ -393,11 +397,14 @@ class Replica:
                 # not move. Adopt it without re-folding or comparing documents, which
                 # would cost O(document x layers) per verdict.
                 layers.popleft()
+                if not layers:
+                    rec.layers = ()
                 rec.confirmed = rec.visible if not layers else verdict.docs[key]
                 rec.confirmed_seq = seq
                 rec.loaded = True
                 continue
-            rec.layers = collections.deque(lay for lay in layers if lay.seq != request.local_seq)
+            kept = [lay for lay in layers if lay.seq != request.local_seq]
+            rec.layers = collections.deque(kept) if kept else ()
             if seq is not None and seq > rec.confirmed_seq:
                 rec.confirmed = verdict.docs.get(key, rec.confirmed)
                 rec.confirmed_seq = seq

@@ -63,6 +63,8 @@ class Graph:
         self.index = index
         self.nodes: dict[Node, None] = {}
         self.writers_by_doc: dict[DocKey, set[Node]] = {}
+        # Edge sets exist only while non-empty: an empty set costs 216 bytes, and
+        # most nodes have no readers (or no writers) at all.
         self.dependents: dict[Node, set[Node]] = {}
         self.writers: dict[Node, set[Node]] = {}
         self.edge_visits = 0
@@ -73,8 +75,6 @@ class Graph:
     # ---------------------------------------------------------------- structure
     def add(self, node: Node) -> None:
         self.nodes[node] = None
-        self.dependents[node] = set()
-        self.writers[node] = set()
         if node.parent is not None and node.parent.registered:
             node.height = node.parent.height + 1
         for key, _ in node.outputs:
@@ -83,10 +83,9 @@ class Graph:
         for key in {k for k, _ in node.outputs}:
             for reader in self.index.readers_of(key):
                 if reader is not node and reader.registered and _feeds(node, reader.reads):
-                    self.dependents[node].add(reader)
-                    self.writers[reader].add(node)
+                    self._link(node, reader)
                     self._raise(reader, node.height + 1)
-        node.live_refs = sum(1 for r in self.dependents[node] if r.is_live)
+        node.live_refs = sum(1 for r in self.dependents.get(node, ()) if r.is_live)
         if node.is_live:
             self._became_live(node)
 
@@ -100,10 +99,10 @@ class Graph:
                 if not ws:
                     del self.writers_by_doc[key]
         for reader in self.dependents.pop(node, set()):
-            self.writers[reader].discard(node)
+            self._unlink_half(self.writers, reader, node)
         upstream = self.writers.pop(node, set())
         for w in upstream:
-            self.dependents[w].discard(node)
+            self._unlink_half(self.dependents, w, node)
         if was_live:
             # All decrements first: a withdraw recounts a whole upstream region from
             # the readers left, so one run between decrements would count this node's
@@ -128,14 +127,17 @@ class Graph:
                 self.edge_visits += 1
                 if w is not node and _feeds(w, reads):
                     new_writers.add(w)
-        old_writers = self.writers[node]
+        old_writers = self.writers.get(node, set())
         if new_writers == old_writers:
             return
         added = new_writers - old_writers
         removed = old_writers - new_writers
-        self.writers[node] = new_writers
+        if new_writers:
+            self.writers[node] = new_writers
+        else:
+            self.writers.pop(node, None)
         for w in added:
-            self.dependents[w].add(node)
+            self.dependents.setdefault(w, set()).add(node)
             self._raise(node, w.height + 1)
             if node.is_live:
                 was = w.is_live
@@ -144,11 +146,23 @@ class Graph:
                 if not was:
                     self._became_live(w)
         for w in removed:
-            self.dependents[w].discard(node)
+            self._unlink_half(self.dependents, w, node)
             if node.is_live:
                 w.live_refs -= 1
                 self.live_writes += 1
                 self.withdraw(w)
+
+    def _link(self, writer: Node, reader: Node) -> None:
+        self.dependents.setdefault(writer, set()).add(reader)
+        self.writers.setdefault(reader, set()).add(writer)
+
+    @staticmethod
+    def _unlink_half(table: dict[Node, set[Node]], owner: Node, other: Node) -> None:
+        edges = table.get(owner)
+        if edges is not None:
+            edges.discard(other)
+            if not edges:
+                del table[owner]
 
     def _raise(self, node: Node, height: int) -> None:
         if node.height >= height:
@@ -231,21 +245,22 @@ class Graph:
         live.update(stack)
         while stack:
             r = stack.pop()
-            for w in self.writers[r]:
+            for w in self.writers.get(r, ()):
                 if w not in live:
                     live.add(w)
                     stack.append(w)
-        return {n: sum(1 for r in self.dependents[n] if r in live) for n in self.nodes}
+        return {n: sum(1 for r in self.dependents.get(n, ()) if r in live) for n in self.nodes}
 
     def _check(self) -> None:
         for w, readers in self.dependents.items():
-            assert w in self.nodes
+            assert w in self.nodes and readers, w
             for r in readers:
-                assert w in self.writers[r], (w, r)
+                assert w in self.writers.get(r, ()), (w, r)
                 assert r.registered
         for r, ws in self.writers.items():
+            assert r in self.nodes and ws, r
             for w in ws:
-                assert r in self.dependents[w], (w, r)
+                assert r in self.dependents.get(w, ()), (w, r)
         expected = self.recompute()
         actual = {n: n.live_refs for n in self.nodes}
         assert actual == expected, {
