@@ -36,7 +36,7 @@ import msgspec
 from ._address import DocKey, Path
 from ._outcome import Outcome, error_for
 from ._pending import Mailbox
-from ._values import MISSING, Value
+from ._values import MISSING, Value, get_path
 from .errors import (
     CommitRejected,
     ConflictError,
@@ -146,6 +146,23 @@ def write_overlaps_read(write: Path, read: Path, shallow: bool) -> bool:
     if shallow:
         return len(write) <= len(read) + 1
     return True
+
+
+def revision_path(doc: Value, path: Path) -> Path:
+    """The path to record, for conflict checks, for a leaf write at `path` applied to `doc`.
+
+    Usually `path`. But a write below a level `doc` lacks creates that level, which
+    changes its parent's key set (or makes the document exist), so the first created
+    level is recorded: otherwise a shallow read of the parent would not conflict with
+    it. The replica lifts such writes itself only when it sees the level missing; it
+    cannot when it built on a pending layer the store never applied.  O(len(path)).
+    """
+    node = doc
+    for i in range(len(path)):
+        if node is MISSING:
+            return path[:i]
+        node = get_path(node, path[i : i + 1])
+    return path
 
 
 def validate_commit(

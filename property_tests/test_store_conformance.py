@@ -1,50 +1,56 @@
 """Store conformance: two replicas on one store, checked against a model of durable state.
 
 `StoreConformanceMachine` drives two `Replica`s (sessions "A" and "B") over three
-documents, through transactions (open, read, write, commit, abort, create-only), the
-store's verdict gate (hold, accept, reject with an outcome, release) and delivery
-(pump, and poll between store objects). Each store backend runs it through its own
-subclass (`TestMemoryStore`, `TestSQLiteStore`, `TestSQLiteStorePair`).
+documents. Rules: open a transaction (optionally reading a document at once), read
+(deep or shallow), write, commit, abort; a one-step commit from either replica (blind,
+after a read, or create-only); hold verdicts / release them, and while held accept one
+(normally the oldest of its session) or reject one with STALE_BASIS, PERMANENT,
+TERMINAL or LIVENESS; sync a document, hold its loads and release or fail them; pump a
+replica; poll (two store objects on one file); settle. Each backend runs it through a
+subclass: `TestMemoryStore`, `TestSQLiteStore` (both replicas on one `SQLiteStore`) and
+`TestSQLiteStorePair` (one `SQLiteStore` object per replica, same file).
 
 The model of durable state is the fold, in seq order, of the writes of every commit
-whose verdict said OK. It is learned only from results (`CommitResult.seq`) and from
-the `CommitRequest`s the replicas submitted (seen by wrapping `store.submit`).
+whose result said OK. It is learned only from results (`CommitResult.seq`) and from the
+`CommitRequest`s the replicas submitted (seen by wrapping `store.submit`).
 
 Checked after every step
 - `_check()` of every store object, both replicas and every transaction;
-- P-TX-1 read-your-writes: every read inside a transaction equals the same path of a
-  shadow copy (the visible value at first access plus the transaction's own writes);
+- P-TX-1 read-your-writes: a read equals the same path of a shadow copy (the visible
+  value at first access plus the transaction's own writes);
 - P-TX-2 local stale basis: a commit that read a document whose visible value changed
   (was notified) since the transaction first accessed it settles STALE_BASIS
-  (`InconsistentBasisError`) at once, submits nothing and notifies nothing;
-- P-TX-3 no-op elision: a commit whose writes leave every document as it was, without
-  create-only marks, settles OK at once, submits nothing and notifies nothing; a commit
-  that is sent notifies exactly the documents it writes, once, as `commit`;
+  (`InconsistentBasisError`) at once, submits nothing and notifies nothing; so does a
+  blind write that no longer applies (a scalar arrived above it), and nothing else;
+- commit: every written path shows the transaction's value, an untouched document
+  shows exactly its working copy, nothing else moves; P-TX-3 a commit that changes
+  nothing and marks nothing is elided (OK at once, not sent, not notified); a sent
+  commit notifies exactly the documents it writes, once, as `commit`;
 - P-REV-2 replay: folding every notification's `after` (per replica, in emission order)
   onto the replica's initial snapshot gives its visible value of every document; each
-  change's `before` is the previous `after` (no lost and no phantom transition);
-- P-TX-4 settle callbacks ran at most once; a gate rejection settles with the outcome
-  the gate was given;
+  change's `before` is the previous `after`; a revert precedes its settle callbacks;
+- P-TX-4 settle callbacks ran at most once; a gate rejection settles with its outcome;
 - P-PRE-1 at most one accepted create-only commit per document.
 
-Checked at quiescence (the `settle` rule, and at the end of every run): gates released,
-all mailboxes pumped (and store objects polled) until nothing moves, then
-- P-CLS-2: every commit's `Pending` is done; every transaction settled exactly once;
-  post-commit effects ran iff it settled OK (P-TX-5, one effect per transaction);
-- P-ENG-2: accepted seqs are gap-free, the store's `read_durable` equals the model for
-  every document (on every store object), and both replicas show exactly that
-  (P-REV-1/P-REV-3: reverts left no write behind and stomped nothing newer);
-- P-ENG-1 read coherence: every read an accepted commit's basis check vouched for (a
-  read of a document before the transaction wrote it) equals the model's value at
-  that path just before the commit's seq;
-- P-PRE-1: an accepted create-only commit is the first accepted commit to touch its
-  document (write it or mark it);
-- P-CASC-1: a commit built on a layer that was rejected was rejected too, and an
-  accepted commit's dependencies were accepted with smaller seqs;
-- P-ENG-3: per session, seqs increase with local seq.
+Checked at quiescence (the `settle` rule, and at the end of every run that did not
+fail): gates released, stores flushed and polled, mailboxes pumped until nothing moves,
+- P-CLS-2 every `Pending` is done and every transaction settled exactly once;
+  post-commit effects ran iff it settled OK (P-TX-5);
+- P-ENG-2 accepted seqs are gap-free, `read_durable` equals the model on every store
+  object, and both replicas show exactly that (P-REV-1/P-REV-3: reverts left no
+  write behind and stomped nothing newer);
+- P-ENG-1 read coherence: every read an accepted commit's basis vouched for (a read of
+  a document before the transaction wrote it) equals the model just before its seq (for
+  a shallow read: the same key set, length or scalar);
+- P-PRE-1 an accepted create-only commit is the first accepted commit to touch its
+  document; P-CASC-1 a commit built on a rejected layer was rejected too, and one built
+  on accepted layers came after them; P-ENG-3 per session, seqs increase with local seq;
+- no spurious rejection: each store rejection has a cause in the model (an accepted
+  commit after the basis wrote an overlapping path, a write no longer applied, a
+  dependency was rejected, a create-only document was already touched).
 
 P-ENG-1 and P-ENG-3 assume the store sees each session's commits in submission order,
-which every real store does. The gate can break that order (`accept_out_of_order`);
+as every real store does. A gate can break that order (`accept` with `OUT_OF_ORDER`);
 a run that did so skips those two checks and keeps all the others.
 """
 
@@ -61,7 +67,7 @@ from typing import Any, ClassVar
 
 import attrs
 import pytest
-from hypothesis import event
+from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
@@ -103,13 +109,15 @@ from cells.errors import (
 
 Value = Any
 Path = tuple[str | int, ...]
+Held = tuple[VerdictGate, int, HeldCommit]
+"""A held commit: its gate, its index there, and the commit."""
 
 KEYS = tuple(DocKey("conformance", f"d{i}") for i in range(3))
 PATHS: tuple[Path, ...] = ((), ("a",), ("b",), ("a", "x"))
 MAX_OPEN = 3
+"""Open transactions at a time: enough for interleavings, few enough to commit often."""
 SETTLE_AFTER = 3
 """Commits sent since the last `settle` before another one is allowed."""
-"""Open transactions at a time: enough for interleavings, few enough to commit often."""
 
 leaves = st.integers(min_value=0, max_value=2)
 values = st.one_of(
@@ -124,7 +132,7 @@ picks = st.integers(min_value=0, max_value=7)
 """Which held commit a gate rule takes (modulo how many are eligible)."""
 OUT_OF_ORDER = 7
 """The `pick` with which `accept` breaks a session's order (rarely, and never when shrunk)."""
-quick_kinds = st.sampled_from(["blind", "read", "create"])
+quick_kinds = st.sampled_from(["blind", "read", "shallow", "create"])
 rejections = st.sampled_from(
     [Outcome.STALE_BASIS, Outcome.PERMANENT, Outcome.TERMINAL, Outcome.LIVENESS]
 )
@@ -152,6 +160,15 @@ def overlaps(write: Path, read: Path, shallow: bool) -> bool:
     if write[:n] != read[:n]:
         return False
     return not shallow or len(write) <= len(read) + 1
+
+
+def created_level(doc: Value, path: Path) -> Path:
+    """What a write at `path` changes in `doc` for the conflict rule: `path`, or the first
+    level of it that `doc` lacks (creating a level changes its parent's key set)."""
+    for i in range(len(path)):
+        if get_path(doc, path[:i]) is MISSING:
+            return path[:i]
+    return path
 
 
 def applies(doc: Value, path: Path) -> bool:
@@ -430,32 +447,31 @@ class StoreConformanceMachine(RuleBasedStateMachine):
         sent = self.submitted[n_sent:]
         if stale:
             # P-TX-2: a local basis failure is decided at once and reaches nobody else.
-            assert pending.done(), f"commit with stale basis on {stale} is still pending"
-            result = pending.result()
-            assert result.outcome is Outcome.STALE_BASIS, result
-            assert isinstance(result.error, InconsistentBasisError), result
-            assert emitted == [], f"stale commit notified: {emitted}"
-            assert sent == [], f"stale commit reached the store: {sent}"
+            self._assert_refused_locally(pending, emitted, sent, f"stale basis on {stale}")
             return
-        for key in untouched & rec.written_keys:
-            if rec.shadow[key] == {} and replica.visible(key) is MISSING:
-                # Known gap (reported, not decided here): writing a field of an absent
-                # document and deleting it again leaves `{}` in the transaction, but no
-                # write is ever lifted to the root, so the commit leaves it absent.
-                event("an emptied new document stayed absent")
-                continue
-            # Nothing moved under the transaction: the commit shows exactly its working copy.
-            assert same(rec.shadow[key], replica.visible(key)), (
-                f"after commit {key} is {replica.visible(key)!r}, wrote {rec.shadow[key]!r}"
-            )
+        if pending.done() and not pending.result().ok:
+            # A blind write to a document that moved since this transaction first saw it
+            # may no longer apply (a scalar arrived above it): refused like a stale basis.
+            blocked = [
+                (str(k), p)
+                for k, p in rec.written_paths
+                if k not in untouched and not applies(visible_before[k], p)
+            ]
+            assert blocked, f"refused locally without cause: {pending.result()}"
+            self._assert_refused_locally(pending, emitted, sent, f"writes {blocked}")
+            event("a blind write was refused locally")
+            return
         for key, path in rec.written_paths:
-            # Blind writes merge: every written place shows what the transaction wrote there,
-            # unless a value that arrived meanwhile has a scalar above it.
-            if applies(visible_before[key], path):
-                shown = get_path(replica.visible(key), path)
-                assert same(get_path(rec.shadow[key], path), shown), (
-                    f"after commit {key} at {path} is {shown!r};"
-                    f" wrote {get_path(rec.shadow[key], path)!r}"
+            # Blind writes merge: every written place shows what the transaction wrote
+            # there; with nothing moved underneath, the whole document is its working copy.
+            shown = get_path(replica.visible(key), path)
+            assert same(get_path(rec.shadow[key], path), shown), (
+                f"after commit {key} at {path} is {shown!r};"
+                f" wrote {get_path(rec.shadow[key], path)!r}"
+            )
+            if key in untouched:
+                assert same(rec.shadow[key], replica.visible(key)), (
+                    f"after commit {key} is {replica.visible(key)!r}, wrote {rec.shadow[key]!r}"
                 )
         moved = {k for k in KEYS if not same(visible_before[k], replica.visible(k))}
         assert moved <= rec.written_keys, f"commit changed documents it did not write: {moved}"
@@ -465,24 +481,33 @@ class StoreConformanceMachine(RuleBasedStateMachine):
             assert pending.done() and pending.result() == CommitResult(Outcome.OK), pending
             assert emitted == [], f"elided commit notified: {emitted}"
             return
-        intended = {k for k in rec.written_keys if not same(rec.shadow[k], visible_before[k])}
-        if untouched >= rec.written_keys and not intended:
-            assert rec.create_only, f"a commit that changes nothing was sent: {sent}"
         assert len(sent) == 1, sent
         (request,) = sent
+        assert moved or rec.create_only, f"a commit that changes nothing was sent: {request}"
         assert not pending.done(), "a verdict arrived inside commit()"
         assert request.session_id == replica.session_id
         assert request.create_only == frozenset(rec.create_only)
-        # A write to a document that moved under the transaction (a blind write) may not
-        # apply over its new value; every other written document shows the commit.
-        assert moved <= request.keys <= rec.written_keys, (request.keys, moved)
-        assert request.keys & untouched <= moved, (request.keys, moved, untouched)
+        assert request.keys == moved, f"sent writes to {request.keys}; visible moved {moved}"
         changed = [ch.key for nf in emitted for ch in nf.changes]
         assert [nf.kind for nf in emitted] == (["commit"] if moved else []), emitted
         assert sorted(changed, key=str) == sorted(moved, key=str), emitted
         rec.request = request
         self.by_request[(request.session_id, request.local_seq)] = rec
         self.sent_since_settle += 1
+
+    @staticmethod
+    def _assert_refused_locally(
+        pending: Pending[CommitResult],
+        emitted: list[Notification],
+        sent: list[CommitRequest],
+        why: str,
+    ) -> None:
+        assert pending.done(), f"commit refused locally ({why}) is still pending"
+        result = pending.result()
+        assert result.outcome is Outcome.STALE_BASIS, (why, result)
+        assert isinstance(result.error, InconsistentBasisError), (why, result)
+        assert emitted == [], f"commit refused locally ({why}) notified: {emitted}"
+        assert sent == [], f"commit refused locally ({why}) reached the store: {sent}"
 
     def _open_count(self) -> int:
         return sum(1 for rec in self.records if rec.tx.is_open)
@@ -498,8 +523,10 @@ class StoreConformanceMachine(RuleBasedStateMachine):
 
     @rule(rec=txs, key=st.none() | keys, path=paths, shallow=st.booleans())
     def read(self, rec: TxRecord, key: DocKey | None, path: Path, shallow: bool) -> None:
-        """Read `key`, or (None) the document the transaction wrote last: P-TX-1 needs
-        writes read back, which a random key seldom does."""
+        """Read `key`, or (None) the document the transaction wrote last.
+
+        P-TX-1 needs writes read back, which a random key seldom does.
+        """
         if key is None:
             written = [k for k, _ in rec.written_paths] or list(rec.shadow) or [KEYS[0]]
             key = written[-1]
@@ -526,11 +553,12 @@ class StoreConformanceMachine(RuleBasedStateMachine):
         """A whole transaction in one step: what the other replica does meanwhile.
 
         `kind`: "blind" only writes; "read" reads the document first (so the store checks
-        its basis); "create" marks the document create-only (P-PRE-1 races).
+        its basis), "shallow" reads only its key set; "create" marks the document
+        create-only (P-PRE-1 races).
         """
         rec = self._open(replica)
-        if kind == "read":
-            self._read(rec, key, ())
+        if kind in ("read", "shallow"):
+            self._read(rec, key, (), shallow=kind == "shallow")
         elif kind == "create":
             rec.tx.create_only(key)
             rec.create_only.add(key)
@@ -538,12 +566,13 @@ class StoreConformanceMachine(RuleBasedStateMachine):
         self._commit(rec)
 
     # ------------------------------------------------------------------ verdict gate
-    def _held(self) -> list[tuple[VerdictGate, int, HeldCommit]]:
+    def _held(self) -> list[Held]:
         return [(g, i, h) for g in self.gates for i, h in enumerate(g.held())]
 
-    def _session_heads(self) -> tuple[list[Any], list[Any]]:
+    def _session_heads(self) -> tuple[list[Held], list[Held]]:
         """Held commits split into the oldest of each session and the others."""
-        heads, rest = [], []
+        heads: list[Held] = []
+        rest: list[Held] = []
         seen: set[str] = set()
         for entry in self._held():
             sid = entry[2].request.session_id
@@ -692,8 +721,8 @@ class StoreConformanceMachine(RuleBasedStateMachine):
 
     def _check_quiescent(self) -> None:
         accepted = self._check_all_settled()
-        history = self._fold_model(accepted)
-        self._check_rejection_causes(history)
+        history, changed = self._fold_model(accepted)
+        self._check_rejection_causes(history, changed)
         self._check_dependencies()
         self._check_converged(history[-1])
 
@@ -731,14 +760,19 @@ class StoreConformanceMachine(RuleBasedStateMachine):
                 event(f"a load moved replica {'AB'[i]}")
         return accepted
 
-    def _fold_model(self, accepted: dict[int, TxRecord]) -> list[dict[DocKey, Value]]:
-        """The durable state after each seq, checking each commit against the one before it.
+    def _fold_model(
+        self, accepted: dict[int, TxRecord]
+    ) -> tuple[list[dict[DocKey, Value]], dict[int, list[tuple[DocKey, Path]]]]:
+        """The durable state after each seq, and the paths each seq changed.
+
+        Checks each commit against the state before it.
 
         P-ENG-1: every read an accepted commit's basis check vouched for equals (or, for a
         shallow read, has the shape of) the durable value just before its seq.
         P-PRE-1: a create-only commit is the first accepted one to touch its document.
         """
         history: list[dict[DocKey, Value]] = [dict.fromkeys(KEYS, MISSING)]
+        changed: dict[int, list[tuple[DocKey, Path]]] = {}
         touched: set[DocKey] = set()
         for seq in sorted(accepted):
             rec = accepted[seq]
@@ -756,18 +790,26 @@ class StoreConformanceMachine(RuleBasedStateMachine):
             for key in request.create_only:
                 assert key not in touched, f"create-only {key} accepted again at seq {seq}"
                 event("a create-only commit won")
+            changed[seq] = []
             for w in request.writes:
+                changed[seq].append((w.key, created_level(model[w.key], w.path)))
                 model[w.key] = set_path(model[w.key], w.path, w.value)
             touched |= request.keys | request.create_only
             history.append(model)
-        return history
+        return history, changed
 
-    def _check_rejection_causes(self, history: list[dict[DocKey, Value]]) -> None:
+    def _check_rejection_causes(
+        self,
+        history: list[dict[DocKey, Value]],
+        changed: dict[int, list[tuple[DocKey, Path]]],
+    ) -> None:
         """No spurious rejection: each one the store made has a cause in the model.
 
         Conflict detection may over-approximate, but only along the documented rule: a
-        commit accepted after the basis (and by the time the verdict arrived) wrote a path
-        overlapping a claimed read, or a write no longer applied.
+        commit accepted after the basis (and by the time the verdict arrived) changed a
+        path overlapping a claimed read, or a write no longer applied. (MemoryStore also
+        conflicts on bases older than its pruned revision history, `REVISIONS_KEPT`; a
+        run here writes a document far fewer times than that.)
         """
         commits = [(seq, self._accepted_request(seq)) for seq in range(1, len(history))]
         for rec in self.by_request.values():
@@ -786,7 +828,7 @@ class StoreConformanceMachine(RuleBasedStateMachine):
                 ):
                     event("a blind write no longer applied")
                     continue
-                assert any(self._invalidates(c, seq, request) for seq, c in before), (
+                assert any(self._invalidates(c, seq, changed[seq], request) for seq, c in before), (
                     f"{request} was rejected ({error}) but nothing it read was overwritten"
                 )
             elif isinstance(error, DependencyRejectedError):
@@ -810,15 +852,18 @@ class StoreConformanceMachine(RuleBasedStateMachine):
         raise AssertionError(f"no commit was accepted with seq {seq}")
 
     @staticmethod
-    def _invalidates(commit: CommitRequest, seq: int, request: CommitRequest) -> bool:
+    def _invalidates(
+        commit: CommitRequest,
+        seq: int,
+        paths: list[tuple[DocKey, Path]],
+        request: CommitRequest,
+    ) -> bool:
         if commit.session_id == request.session_id and commit.local_seq in request.deps:
             return False  # the request was built on it
         return any(
-            w.key == claim.key
-            and seq > claim.basis_seq
-            and overlaps(w.path, claim.path, claim.shallow)
+            key == claim.key and seq > claim.basis_seq and overlaps(path, claim.path, claim.shallow)
             for claim in request.reads
-            for w in commit.writes
+            for key, path in paths
         )
 
     def _check_dependencies(self) -> None:
@@ -882,6 +927,22 @@ class SQLiteStorePairMachine(StoreConformanceMachine):
         self.setup.poll()
 
 
+def _more_examples(test_case: Any, factor: int) -> None:
+    """Run `factor` times the profile's examples (capped, so `nightly` stays as it is).
+
+    The races this machine looks for take several specific steps in a row, and a step
+    is cheap (about a millisecond on the memory store, a few on SQLite), so the profile's
+    count, sized for the whole directory, finds them too rarely here.
+    """
+    base = test_case.settings.max_examples
+    test_case.settings = settings(
+        test_case.settings, max_examples=max(base, min(factor * base, 10_000))
+    )
+
+
 TestMemoryStore = MemoryStoreMachine.TestCase
 TestSQLiteStore = SQLiteStoreMachine.TestCase
 TestSQLiteStorePair = SQLiteStorePairMachine.TestCase
+_more_examples(TestMemoryStore, 10)
+_more_examples(TestSQLiteStore, 3)
+_more_examples(TestSQLiteStorePair, 3)

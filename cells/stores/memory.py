@@ -27,6 +27,7 @@ from .._store import (
     Revision,
     StoreBase,
     Verdict,
+    revision_path,
     validate_commit,
 )
 from .._values import MISSING, Value, set_path
@@ -100,7 +101,7 @@ class MemoryStore(StoreBase):
                         current = head.value
                         base_seqs[w.key] = head.seq
                     docs[w.key] = set_path(current, w.path, w.value, where="commit")
-                    paths.setdefault(w.key, []).append(w.path)
+                    paths.setdefault(w.key, []).append(revision_path(current, w.path))
             except InvalidValueError as exc:
                 # A blind write below a place a newer commit made a scalar cannot apply.
                 # Raising would strand the commit: no verdict, its layer never dropped.

@@ -69,6 +69,7 @@ from .._store import (
     SessionListener,
     StoreBase,
     Verdict,
+    revision_path,
     validate_commit,
 )
 from .._values import MISSING, Value, set_path
@@ -568,7 +569,7 @@ class SQLiteStore(StoreBase):
                         for w in request.writes:
                             current = docs[w.key] if w.key in docs else self._head(conn, w.key)
                             docs[w.key] = set_path(current, w.path, w.value, where="commit")
-                            paths.setdefault(w.key, []).append(w.path)
+                            paths.setdefault(w.key, []).append(revision_path(current, w.path))
                     except InvalidValueError as exc:
                         # A blind write below something another writer has since
                         # replaced: re-running against the fresh value can succeed.
