@@ -110,6 +110,10 @@ class ReplicaStats:
     loads: int = 0
 
 
+_NO_SEQS: frozenset[int] = frozenset()
+_NO_KEYS: frozenset[DocKey] = frozenset()
+
+
 def _path_order(p: Path) -> tuple[int, list[str]]:
     return (len(p), [str(e) for e in p])
 
@@ -288,8 +292,13 @@ class Replica:
 
     def _commit(self, tx: Transaction) -> None:
         docs = tx.documents()
+        records = self._docs
+        # One pass: check every read document's basis and stage every written one.
+        # Staging only computes, so a stale document found later discards it safely.
+        staged: list[tuple[DocKey, DocRecord, list[tuple[Path, Value]], Value]] = []
         for key, td in docs.items():
-            if td.read and self._docs[key].version != td.version:
+            rec = records[key]
+            if td.read and rec.version != td.version:
                 self.stats.local_stale += 1
                 tx._settle(
                     CommitResult(
@@ -300,10 +309,7 @@ class Replica:
                     )
                 )
                 return
-        staged: list[tuple[DocKey, DocRecord, list[tuple[Path, Value]], Value]] = []
-        for key, td in docs.items():
             if td.written:
-                rec = self._docs[key]
                 ops = self._ops_for(td, rec.visible)
                 if ops:
                     after = rec.visible
@@ -364,9 +370,9 @@ class Replica:
             self.session_id,
             seq,
             tuple(reads),
-            frozenset(deps),
+            frozenset(deps) if deps else _NO_SEQS,
             tuple(writes),
-            frozenset(tx._create_only),
+            frozenset(tx._create_only) if tx._create_only else _NO_KEYS,
         )
         self._in_flight[seq] = tx
         self.stats.commits_sent += 1

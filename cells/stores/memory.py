@@ -50,6 +50,10 @@ class MemoryStore(StoreBase):
         self._floors: dict[DocKey, int] = {}
         """Per document: the newest pruned revision's seq (reads older than it conflict)."""
         self._resolutions: dict[tuple[str, int], int | None] = {}
+        # Bound once: validate_commit runs for every commit.
+        self._revisions_since_fn = self._revisions_since
+        self._resolution_fn = self._resolution
+        self._ever_written_fn = self._ever.__contains__
 
     def __repr__(self) -> str:
         return f"<MemoryStore seq={self._seq} docs={len(self._heads)}>"
@@ -83,9 +87,9 @@ class MemoryStore(StoreBase):
         with self._lock:
             error = validate_commit(
                 request,
-                revisions_since=self._revisions_since,
-                resolution=self._resolution,
-                ever_written=self._ever.__contains__,
+                revisions_since=self._revisions_since_fn,
+                resolution=self._resolution_fn,
+                ever_written=self._ever_written_fn,
             )
             if error is not None:
                 self._resolutions[(request.session_id, request.local_seq)] = None
