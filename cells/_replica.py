@@ -114,6 +114,15 @@ _NO_SEQS: frozenset[int] = frozenset()
 _NO_KEYS: frozenset[DocKey] = frozenset()
 
 
+def _created_level(working: Value, visible: Value, path: Path) -> Path | None:
+    """The shortest prefix of `path` that exists in `working` but not in `visible`."""
+    for i in range(len(path)):
+        prefix = path[:i]
+        if get_path(visible, prefix) is MISSING and get_path(working, prefix) is not MISSING:
+            return prefix
+    return None
+
+
 def _path_order(p: Path) -> tuple[int, list[str]]:
     return (len(p), [str(e) for e in p])
 
@@ -264,10 +273,11 @@ class Replica:
         written = td.written
         for path in written if len(written) == 1 else _compact(written):
             target = path
-            # Lift a write that created a level (the document itself included), or
-            # changed a list's length, to that level: the store's leaf-overlap rule
-            # must see the key set / length change, and a level created by a write
-            # that was then deleted (`{}` left behind) must still be written.
+            # Lift a write that changed a list's length to the list: list elements
+            # are addressed by position, so a leaf write cannot say "insert" or
+            # "remove". Writes that create dict levels stay leaf writes (the store
+            # creates the levels, and records the first created one for conflict
+            # checks), so two sessions creating different fields both keep theirs.
             for i in range(len(path)):
                 prefix = path[:i]
                 if i:
@@ -275,15 +285,17 @@ class Replica:
                     work = get_path(td.working, prefix)
                 else:
                     base, work = td.baseline, td.working
-                if base is MISSING:
-                    target = prefix
-                    break
                 if type(base) is list and (type(work) is not list or len(work) != len(base)):
                     target = prefix
                     break
             new = get_path(td.working, target)
             if same_value(new, get_path(visible, target)):
-                continue
+                # The leaf did not change, but a level this transaction created and
+                # then emptied (`{}` left behind) must still be written.
+                created = _created_level(td.working, visible, target)
+                if created is None:
+                    continue
+                target, new = created, get_path(td.working, created)
             ops.append((target, new))
         if len(ops) > 1:
             keep = set(_compact(p for p, _ in ops))

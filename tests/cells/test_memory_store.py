@@ -349,3 +349,32 @@ def test_history_is_bounded_and_a_basis_older_than_it_conflicts(w: World) -> Non
     other_reader.pump()
     assert Outcome.STALE_BASIS == result.result().outcome
     assert isinstance(result.result().error, ConflictError)
+
+
+def test_two_sessions_creating_different_fields_of_a_new_document_keep_both(w: World) -> None:
+    # Reported by the conformance work: the replica lifted a write that created a
+    # level to that level, so the later blind create replaced the whole document.
+    new = DocKey("sp", "fresh")
+    ta, tb = w.a.edit(ME), w.b.edit(ME)
+    ta.write(new, ("value", "a"), 1)  # both see the document absent
+    tb.write(new, ("value", "b"), 2)
+    pa, pb = ta.commit(), tb.commit()
+    w.pump()
+    assert pa.result().ok and pb.result().ok
+    assert {"value": {"a": 1, "b": 2}} == w.store.read_durable(new)
+    for r in (w.a, w.b):
+        assert {"value": {"a": 1, "b": 2}} == r.visible(new)
+
+
+def test_a_shallow_reader_conflicts_with_a_leaf_write_that_created_a_key(w: World) -> None:
+    # The store records the first level a write creates, so a shallow read of
+    # the parent taken before it is stale.
+    w.put(DOC, {"value": {}})
+    reader = w.b.edit(ME)
+    assert {} == reader.read(DOC, ("value",), shallow=True)
+    reader.write(OTHER, ("value",), "saw no keys")
+    w.write(w.a, DOC, ("value", "k", "deep"), 1)
+    w.pump()
+    result = reader.commit()
+    w.pump()
+    assert Outcome.STALE_BASIS == result.result().outcome
