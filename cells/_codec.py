@@ -21,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from ._address import Link, Linkable
+from ._address import Link
 from ._values import MAX_INT, Value, normalize
 from .errors import CorruptStoreError
 
@@ -142,7 +142,3 @@ def entity_id(cause: Any) -> str:
     """
     digest = hashlib.sha256(canonical_bytes(cause)).digest()
     return "of:" + base64.b32encode(digest).decode("ascii").rstrip("=").lower()
-
-
-def is_link_value(value: Any) -> bool:
-    return type(value) is Link or isinstance(value, Linkable)

@@ -71,14 +71,6 @@ class Mailbox:
             if self._items:
                 self._schedule_locked()
 
-    def attach_running_loop(self) -> None:
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return
-        if loop is not self._loop:
-            self.attach(loop)
-
     def post(self, fn: Callable[[], None]) -> None:
         self._items.append(fn)
         if (self._loop is not None and not self._scheduled) or self._waiters:
@@ -238,9 +230,3 @@ class Pending(Generic[T]):
                 self.add_done_callback(wake)
                 yield from fut.__await__()
         return self.result()
-
-
-def resolved(value: T) -> Pending[T]:
-    p: Pending[T] = Pending()
-    p._resolve(value)
-    return p

@@ -27,7 +27,7 @@ import abc
 import functools
 import itertools
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 import attrs
@@ -483,10 +483,6 @@ class StoreBase(abc.ABC):
         gate = self._verdict_gate
         assert gate is None or gate.active
         assert all(g.active for g in self._load_gates)
-
-
-def keys_of(writes: Sequence[Write]) -> frozenset[DocKey]:
-    return frozenset(w.key for w in writes)
 
 
 NO_STATE = DocState(0, MISSING)

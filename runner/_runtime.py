@@ -27,7 +27,6 @@ from cells import (
     MemoryStore,
     Replica,
     Scope,
-    Space,
     StoreBase,
     Transaction,
     entity_id,
@@ -188,16 +187,6 @@ class Runtime:
         runtime's own instance.
         """
         return self._get_cell(self.identity, cause, scope, tx)
-
-    def space_view(self) -> Space:
-        """A `cells.Space` over this runtime's replica and identity (reactive cells)."""
-        return Space(
-            self.replica,
-            self.space,
-            principal=self.identity.principal,
-            session=self.identity.session,
-            host=self._host,
-        )
 
     # -- running
     def settle(self) -> None:

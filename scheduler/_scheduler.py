@@ -50,6 +50,7 @@ from cells import (
     Pending,
     Replica,
     Transaction,
+    entity_id,
     normalize,
     read_value,
     same_value,
@@ -661,7 +662,7 @@ class Scheduler:
             ev_id = self.events.mint_id()
         else:
             cause = {"ingress": event_id, "stream": [key[0].space, key[0].id, key[0].scope_key]}
-            ev_id = "ev:" + entity_id_of(cause)
+            ev_id = "ev:" + entity_id(cause)
         if origin is None:
             origin = self._current_tx
         ev = QueuedEvent(
@@ -822,12 +823,6 @@ class Scheduler:
         live_dirty = {n for n in self._dirty if n.is_live}
         assert live_dirty <= set(self._candidates), live_dirty - set(self._candidates)
         self.graph._check()
-
-
-def entity_id_of(cause: Any) -> str:
-    from cells import entity_id
-
-    return entity_id(cause)
 
 
 def _declared(cell: Cell) -> tuple[tuple[DocKey, Path, bool]]:
