@@ -15,12 +15,13 @@ the pattern. `ref["field"]` reaches into a reference. The body returns the
 result: a dict (or any JSON-like tree) of refs and plain values.
 
 The graph (`PatternGraph`) is plain data, serializable to JSON: bindings are
-`{"/": {"binding@1": {"cell": "argument" | "internal", "name": ..., "path": [...]}}}`
-(user data can never hold a dict whose only key is "/", so they do not
-collide). A pattern's identity is its import path `module:qualname`, so a
-restarted runtime loads it again with `load_pattern`; a lift's function is
-named by its own import path, or, for a lambda or closure, by the pattern
-identity and the node index (re-tracing the pattern recovers it).
+`{"$binding": {"cell": "argument" | "internal", "name": ..., "path": [...]}}`
+(a graph is stored as an ordinary cell value, so the form must be plain JSON;
+the inputs a graph holds are never user data, so the key cannot collide). A
+pattern's identity is its import path `module:qualname`, so a restarted
+runtime loads it again with `load_pattern`; a lift's function is named by its
+own import path, or, for a lambda or closure, by the pattern identity and the
+node index (re-tracing the pattern recovers it).
 
 Invariants (checked by `PatternGraph._check`)
 - nodes are numbered 0..n-1 in tracing order; node i writes internal "n{i}";
@@ -127,7 +128,7 @@ class PatternGraph(msgspec.Struct, frozen=True):
     """A JSON-like tree of plain values and `Binding`s: what the result cell holds."""
 
     def to_json(self) -> dict[str, Any]:
-        """The graph as JSON-like data (bindings as reserved `binding@1` objects)."""
+        """The graph as JSON-like data (bindings as `{"$binding": ...}` objects)."""
         return {
             "identity": self.identity,
             "params": list(self.params),
@@ -176,7 +177,7 @@ class PatternGraph(msgspec.Struct, frozen=True):
 def _tree_to_json(tree: Any) -> Any:
     t = type(tree)
     if t is Binding:
-        return {"/": {"binding@1": {"cell": tree.cell, "name": tree.name, "path": list(tree.path)}}}
+        return {"$binding": {"cell": tree.cell, "name": tree.name, "path": list(tree.path)}}
     if t is dict:
         return {k: _tree_to_json(v) for k, v in tree.items()}
     if t is list:
@@ -187,13 +188,8 @@ def _tree_to_json(tree: Any) -> Any:
 def _tree_from_json(tree: Any) -> Any:
     t = type(tree)
     if t is dict:
-        if (
-            len(tree) == 1
-            and "/" in tree
-            and isinstance(tree["/"], dict)
-            and "binding@1" in tree["/"]
-        ):
-            body = tree["/"]["binding@1"]
+        if len(tree) == 1 and "$binding" in tree and isinstance(tree["$binding"], dict):
+            body = tree["$binding"]
             return Binding(body["cell"], body["name"], tuple(body["path"]))
         return {k: _tree_from_json(v) for k, v in tree.items()}
     if t is list:
@@ -310,6 +306,7 @@ class Pattern:
         self._graph: PatternGraph | None = None
         self._functions: dict[str, Callable[..., Any]] = {}
         self._tracing = False
+        _DEFINED[self.identity] = self
         self.__doc__ = fn.__doc__
         self.__name__ = getattr(fn, "__name__", "pattern")
         self.__qualname__ = getattr(fn, "__qualname__", self.__name__)
@@ -491,6 +488,16 @@ def navigate_to(target: Any) -> Any:
 
 
 MAX_IDENTITY: Final = 300
+
+_DEFINED: dict[str, Pattern] = {}
+"""Every pattern defined in this process, by identity (the newest definition wins, so a
+notebook cell that redefines a pattern runs the new one)."""
+
+
+def find_pattern(identity: str) -> Pattern:
+    """The pattern with this identity: defined in this process, or else imported."""
+    found = _DEFINED.get(identity) if isinstance(identity, str) else None
+    return found if found is not None else load_pattern(identity)
 
 
 def load_pattern(identity: str) -> Pattern:

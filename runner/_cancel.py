@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-Cleanup = Callable[[], None]
+Cleanup = Callable[[], object]
 
 
 class CancelGroup:

@@ -18,7 +18,7 @@ rules built on these), or how a pattern's nodes run (scheduler).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from cells import DocKey
 
@@ -31,13 +31,19 @@ Key = DocKey
 class Registration:
     """The handle (and token) of one running result. Created only by `Registrations`."""
 
-    __slots__ = ("_ended", "generation", "group", "key", "launch")
+    __slots__ = ("_ended", "chain", "generation", "group", "key", "launch", "pattern")
 
-    def __init__(self, key: Key, generation: int, launch: str) -> None:
+    def __init__(
+        self, key: Key, generation: int, launch: str, pattern: str, chain: tuple[Key, ...]
+    ) -> None:
         self.key = key
         self.generation = generation
         self.launch = launch
         """Who installed it (for traces and errors): "start", "nested node 2 of ...", ..."""
+        self.pattern = pattern
+        """The identity of the pattern it runs."""
+        self.chain = chain
+        """The results that launched it, outermost first (walked for runaway nesting)."""
         self.group = CancelGroup(f"{key}#{generation}")
         self._ended = False
 
@@ -53,9 +59,11 @@ class Registration:
 class Registrations:
     """The registration map of one runtime."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_end: Callable[[Registration], None] | None = None) -> None:
         self._by_key: dict[Key, Registration] = {}
         self._generations = itertools.count(1)
+        self._on_end = on_end
+        """Runs as each registration ends, however it ends (before its cleanups)."""
 
     def __len__(self) -> int:
         return len(self._by_key)
@@ -72,11 +80,13 @@ class Registrations:
     def get(self, key: Key) -> Registration | None:
         return self._by_key.get(key)
 
-    def install(self, key: Key, launch: str) -> Registration:
+    def install(
+        self, key: Key, launch: str, *, pattern: str = "", chain: tuple[Key, ...] = ()
+    ) -> Registration:
         """Install a fresh registration for `key`. The key must be free (end the old one first)."""
         if key in self._by_key:
             raise ValueError(f"{key} already has {self._by_key[key]!r}; end it before installing")
-        reg = Registration(key, next(self._generations), launch)
+        reg = Registration(key, next(self._generations), launch, pattern, chain)
         self._by_key[key] = reg
         return reg
 
@@ -102,6 +112,8 @@ class Registrations:
             return None
         del self._by_key[key]
         reg._ended = True
+        if self._on_end is not None:
+            self._on_end(reg)
         reg.group.cancel()
         return reg
 

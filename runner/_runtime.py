@@ -1,30 +1,39 @@
-"""`Runtime`: the facade users hold — a store, a replica, a scheduler, an identity.
+"""`Runtime`: the facade users hold — a store, a replica, a scheduler, a runner, an identity.
 
 A runtime is one session against a store: its own replica (several runtimes
-on one store are separate sessions and conflict for real) and its own
-scheduler. Cells it hands out resolve scoped documents for its identity and
-are reactive: `pull`, `sink` and `observe` go through its scheduler.
-`rt.session(principal, session)` is a view acting for another resolution
-identity on the same replica and scheduler (a service serving many users).
+on one store are separate sessions and conflict for real), its own scheduler
+and its own runner (registrations: which results run here). Cells it hands
+out resolve scoped documents for its identity and are reactive: `pull`,
+`sink` and `observe` go through its scheduler. `rt.session(principal,
+session)` is a view acting for another resolution identity on the same
+replica, scheduler and runner (a service serving many users).
 
 Works in a plain script and inside an already-running event loop (Jupyter):
-propagation is synchronous (`settle()`), the loop only delivers verdicts.
+propagation is synchronous (`settle()`), the loop only delivers store
+answers (verdicts, loads) and runs `start`'s stages.
 
-Not here yet (issue 4/5): `setup`/`run`/`start`/`stop`/`release` and the
-registrations they keep.
+Pages are durable intent: opening one (navigation, or `open_page`) records
+it, with its owner, in that principal's pages document before starting it;
+stopping one records the stop before anything is cancelled; `resume()`
+starts every page recorded open. Pages belong to the principal who opened
+them: stopping, listing or inspecting another principal's pages raises
+`OwnershipError`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any
 
 from cells import (
     Cell,
+    CellweaveError,
     Identity,
     Link,
     MemoryStore,
+    Pending,
     Replica,
     Scope,
     StoreBase,
@@ -34,7 +43,11 @@ from cells import (
 from cells._address import check_scope
 from scheduler import Clock, Scheduler
 
-from .errors import OwnershipError
+from . import _docs as docs
+from ._builder import Pattern
+from ._registrations import Key, Registration
+from ._runner import Runner, plain_argument
+from .errors import OwnershipError, PatternError
 
 
 class _Host:
@@ -62,7 +75,11 @@ def _check_name(value: object, what: str) -> str:
 
 
 class Session:
-    """A view of a runtime acting for one resolution identity (principal, session)."""
+    """A view of a runtime acting for one resolution identity (principal, session).
+
+    Cells it returns resolve that identity's instances of user- and
+    session-scoped documents; runs, starts, stops and pages act for it.
+    """
 
     def __init__(self, runtime: Runtime, identity: Identity) -> None:
         self.runtime = runtime
@@ -78,6 +95,27 @@ class Session:
         self, cause: Any, *, scope: Scope = "space", tx: Transaction | None = None
     ) -> Cell:
         return self.runtime._get_cell(self.identity, cause, scope, tx)
+
+    def setup(self, tx: Transaction, pattern: Pattern, argument: Any, result: Cell) -> Cell:
+        return self.runtime._setup(self.identity, tx, pattern, argument, result, "setup")
+
+    def run(self, tx: Transaction, pattern: Pattern, argument: Any, result: Cell) -> Cell:
+        return self.runtime._run(self.identity, tx, pattern, argument, result)
+
+    def start(self, cell: Cell) -> asyncio.Future[bool]:
+        return self.runtime._start(self.identity, cell)
+
+    def stop(self, cell: Cell, *, generation: int | None = None) -> None:
+        self.runtime._stop(self.identity, cell, generation)
+
+    def release(self, cell: Cell, token: Registration | None = None) -> None:
+        self.runtime._release(self.identity, cell, token)
+
+    def send(self, stream: Cell, event: Any) -> None:
+        self.runtime._send(self.identity, stream, event)
+
+    def pages(self) -> list[Cell]:
+        return self.runtime._pages(self.identity, self.identity.principal)
 
 
 class Runtime:
@@ -98,15 +136,22 @@ class Runtime:
         principal: str = "local",
         session: str = "local",
         clock: Clock | None = None,
+        on_navigate: Callable[[Cell], None] | None = None,
     ) -> None:
         self.space = _check_name(space, "space")
         self.identity = Identity(
             _check_name(principal, "principal"), _check_name(session, "session")
         )
+        if on_navigate is not None and not callable(on_navigate):
+            raise CellweaveError(f"Runtime: on_navigate must be callable, got {on_navigate!r}")
         self.store: StoreBase = store if store is not None else MemoryStore()
         self.replica = Replica(self.store)
         self.scheduler = Scheduler(self.replica, clock=clock)
         self._host = _Host(self.scheduler)
+        self.runner = Runner(self)
+        self.on_navigate = on_navigate
+        """Called with each page a navigation opened, once it is running (a UI shows it)."""
+        self._page_owner: dict[Key, str] = {}
         self._closed = False
 
     def __repr__(self) -> str:
@@ -118,17 +163,22 @@ class Runtime:
 
     # -- lifecycle
     def close(self) -> None:
-        """Stop reacting and disconnect from the store (idempotent). The store stays open."""
+        """Stop reacting and disconnect from the store (idempotent). The store stays open.
+
+        Local registrations end; durable intent (open pages) stays, so a new
+        runtime's `resume()` starts them again.
+        """
         if self._closed:
             return
         self._closed = True
+        self.runner.stop_all()
         self.scheduler.close()
         self.replica.close()
 
     async def aclose(self) -> None:
-        """Wait for in-flight commits to get their verdicts, then close."""
+        """Wait for in-flight work (verdicts, starts) to finish, then close."""
         if not self._closed:
-            await self.scheduler.idle()
+            await self.idle()
         self.close()
 
     async def __aenter__(self) -> Runtime:
@@ -144,8 +194,6 @@ class Runtime:
 
     def _require_open(self) -> None:
         if self._closed:
-            from cells import CellweaveError
-
             raise CellweaveError(f"{self!r} is closed")
 
     # -- identity views
@@ -165,7 +213,7 @@ class Runtime:
 
     def edit(self, *, commit_gated: bool = False) -> Transaction:
         """Open a transaction. With `commit_gated=True`, starts launched through it
-        install only after it commits (used by the runner's ownership rules)."""
+        install only after it commits (and never, if a stop comes first)."""
         return self._edit(self.identity, commit_gated)
 
     def _get_cell(
@@ -188,6 +236,266 @@ class Runtime:
         """
         return self._get_cell(self.identity, cause, scope, tx)
 
+    # -- setting up and running patterns
+    def _check_run(
+        self,
+        identity: Identity,
+        tx: Transaction,
+        pattern: Pattern,
+        argument: Any,
+        result: Cell,
+        what: str,
+    ) -> Link:
+        self._require_open()
+        if not isinstance(tx, Transaction):
+            raise PatternError(f"rt.{what}: tx must be a Transaction (rt.edit()), got {tx!r}")
+        if not isinstance(pattern, Pattern):
+            raise PatternError(f"rt.{what}: {pattern!r} is not a @pattern")
+        if not isinstance(argument, Mapping):
+            raise PatternError(
+                f"rt.{what}({pattern.identity}): the argument must be a dict of values or"
+                f" cells, got {type(argument).__name__}"
+            )
+        pattern._argument(argument, f"rt.{what}")
+        if not isinstance(result, Cell):
+            raise PatternError(
+                f"rt.{what}({pattern.identity}): the result must be a Cell, got {result!r}"
+            )
+        link = result.link()
+        if link.path:
+            raise PatternError(
+                f"rt.{what}({pattern.identity}): the result {result!r} is a path inside a"
+                " document; a result is a whole cell (rt.get_cell(...))"
+            )
+        if tx.identity != identity or result.identity != identity:
+            raise OwnershipError(
+                f"rt.{what}({pattern.identity}): the transaction acts for {tx.identity!r} and"
+                f" the result cell for {result.identity!r}; both must be {identity!r}"
+            )
+        return link
+
+    def _setup(
+        self,
+        identity: Identity,
+        tx: Transaction,
+        pattern: Pattern,
+        argument: Any,
+        result: Cell,
+        what: str,
+    ) -> Cell:
+        link = self._check_run(identity, tx, pattern, argument, result, what)
+        self.runner.stage_setup(tx, pattern, plain_argument(dict(argument)), link, f"rt.{what}")
+        return result
+
+    def setup(self, tx: Transaction, pattern: Pattern, argument: Any, result: Cell) -> Cell:
+        """Stage `pattern`'s setup on `argument` into `result` in `tx`; nothing is scheduled.
+
+        The writes: the argument document (values inline, cells as links),
+        the pattern identity and the result projection (links to the run's
+        internal cells). Start it later with `rt.start(result)`.
+        """
+        return self._setup(self.identity, tx, pattern, argument, result, "setup")
+
+    def _run(
+        self, identity: Identity, tx: Transaction, pattern: Pattern, argument: Any, result: Cell
+    ) -> Cell:
+        self._setup(identity, tx, pattern, argument, result, "run")
+        self.runner.launch(
+            tx,
+            pattern,
+            result.link(),
+            launch="run",
+            chain=(),
+            gated=bool(tx.meta.get("commit_gated")),
+        )
+        return result
+
+    def run(self, tx: Transaction, pattern: Pattern, argument: Any, result: Cell) -> Cell:
+        """Set up `pattern` on `argument` into `result` and start it; returns `result`.
+
+        A result already running the same pattern only has its argument
+        updated. If `tx` does not become durable the run is rolled back (its
+        registration released); on a stale basis it is kept and the setup
+        writes are owed (run again to re-issue them). With a commit-gated `tx`
+        the start installs only after the commit.
+        """
+        return self._run(self.identity, tx, pattern, argument, result)
+
+    def _start(self, identity: Identity, cell: Cell) -> asyncio.Future[bool]:
+        self._require_open()
+        if not isinstance(cell, Cell):
+            raise PatternError(f"rt.start: expected a Cell, got {cell!r}")
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise CellweaveError(
+                f"rt.start({cell!r}) needs a running event loop: call it from async code"
+                " (await rt.start(cell)), e.g. inside asyncio.run(...) or a notebook"
+            ) from None
+        self.replica.mailbox.attach(loop)
+        return _future(loop, self.runner.start(cell.link(), identity))
+
+    def start(self, cell: Cell) -> asyncio.Future[bool]:
+        """Start the result `cell` names (following links); call it inside a running loop.
+
+        The attempt is registered (visible to `stop` and `release`) before this
+        returns. It syncs every document it visits — the root, each link hop,
+        the pattern, the run's documents — so a held load holds it there. The
+        future resolves `True` only if this start left the result running and
+        claimed an independent lifetime (decided in a later loop step).
+        """
+        return self._start(self.identity, cell)
+
+    def key(self, cell: Cell) -> Key:
+        """The registration key of the result `cell` names (its whole document instance)."""
+        if not isinstance(cell, Cell):
+            raise PatternError(f"rt.key: expected a Cell, got {cell!r}")
+        return docs.root(cell.link()).key(cell.identity)
+
+    def _check_owner(self, identity: Identity, key: Key, what: str) -> None:
+        owner = self._page_owner.get(key)
+        if owner is not None and owner != identity.principal:
+            raise OwnershipError(
+                f"cannot {what} page {key}: it belongs to {owner!r}, not {identity.principal!r}"
+            )
+
+    def _stop(self, identity: Identity, cell: Cell, generation: int | None) -> None:
+        self._require_open()
+        key = self.key(cell)
+        self._check_owner(identity, key, "stop")
+        if key in self._page_owner:
+            # Decision before cleanup: the stop is recorded before anything is cancelled,
+            # so a restart never resumes a page someone stopped.
+            self._record_page(docs.root(cell.link()), identity, is_open=False, via="stop")
+            del self._page_owner[key]
+        self.runner.stop(key, generation=generation)
+
+    def stop(self, cell: Cell, *, generation: int | None = None) -> None:
+        """The authoritative end of the result `cell` names (see the ownership rules).
+
+        With `generation`, only that registration is stopped (a stale one does nothing).
+        """
+        self._stop(self.identity, cell, generation)
+
+    def _release(self, identity: Identity, cell: Cell, token: Registration | None) -> None:
+        self._require_open()
+        if token is not None and not isinstance(token, Registration):
+            raise PatternError(f"rt.release: token must be a Registration or None, got {token!r}")
+        self.runner.release(self.key(cell), token, why="rt.release")
+
+    def release(self, cell: Cell, token: Registration | None = None) -> None:
+        """The launch-scoped end: ends only the registration `token` names (any, if None),
+        and declines for a result with an independent lifetime or a start in flight."""
+        self._release(self.identity, cell, token)
+
+    def stop_all(self) -> None:
+        """End every registration, pending start and lifetime; invalidate every start."""
+        self._require_open()
+        self.runner.stop_all()
+
+    def registration(self, cell: Cell) -> Registration | None:
+        """The current registration (token) of the result, or None."""
+        return self.runner.registrations.get(self.key(cell))
+
+    def registrations(self) -> frozenset[Key]:
+        return self.runner.registrations.keys()
+
+    def pending_starts(self) -> frozenset[Key]:
+        return self.runner.pending.keys()
+
+    def lifetimes(self) -> frozenset[Key]:
+        return frozenset(self.runner.lifetimes)
+
+    # -- events
+    def _send(self, identity: Identity, stream: Cell, event: Any) -> None:
+        self._require_open()
+        if not isinstance(stream, Cell):
+            raise PatternError(f"rt.send: expected a stream Cell, got {stream!r}")
+        if stream.identity != identity:
+            stream = Cell(self.replica, identity, stream.link(), host=self._host)
+        self.scheduler.send(stream.resolve(), event)
+
+    def send(self, stream: Cell, event: Any) -> None:
+        """Queue `event` for the handler bound to `stream` (links are followed to it)."""
+        self._send(self.identity, stream, event)
+
+    # -- pages
+    def _record_page(self, target: Link, identity: Identity, *, is_open: bool, via: str) -> None:
+        tx = self.replica.edit(identity)
+        record = {"target": target, "open": is_open, "session": identity.session, "via": via}
+        tx.write(
+            docs.pages_link(self.space).key(identity), (docs.VALUE, docs.page_id(target)), record
+        )
+        tx.commit_detached()
+        self.runner.trace.record("page-open" if is_open else "page-stop", target.key(identity))
+
+    def _open_page(self, target: Link, identity: Identity, *, via: str) -> Pending[bool]:
+        """Record `target` as an open page of `identity`'s principal, then start it."""
+        target = docs.root(target)
+        key = target.key(identity)
+        self._check_owner(identity, key, "open")
+        self._record_page(target, identity, is_open=True, via=via)
+        self._page_owner[key] = identity.principal
+        started = self.runner.start(target, identity, label=f"page via {via}")
+        if self.on_navigate is not None:
+            callback = self.on_navigate
+            cell = Cell(self.replica, identity, target, host=self._host)
+
+            def opened(p: Pending[bool]) -> None:
+                try:
+                    p.result()
+                except Exception:
+                    return
+                callback(cell)
+
+            started.add_done_callback(opened)
+        return started
+
+    def open_page(self, cell: Cell) -> asyncio.Future[bool]:
+        """Open the result `cell` names as a page of this runtime's principal (recorded
+        durably, then started: it gets an independent lifetime)."""
+        self._require_open()
+        loop = asyncio.get_running_loop()
+        self.replica.mailbox.attach(loop)
+        return _future(loop, self._open_page(cell.link(), cell.identity, via="open_page"))
+
+    def _page_records(self, identity: Identity) -> dict[str, Any]:
+        doc = self.replica.visible(docs.pages_link(self.space).key(identity))
+        value = doc.get(docs.VALUE) if type(doc) is dict else None
+        return value if type(value) is dict else {}
+
+    def _pages(self, identity: Identity, principal: str | None) -> list[Cell]:
+        self._require_open()
+        if principal is not None and principal != identity.principal:
+            raise OwnershipError(
+                f"cannot list the pages of {principal!r}: this runtime acts for"
+                f" {identity.principal!r} (use rt.session({principal!r}, ...) to act for them)"
+            )
+        out: list[Cell] = []
+        for record in self._page_records(identity).values():
+            if type(record) is dict and record.get("open") is True:
+                target = record.get("target")
+                if type(target) is Link:
+                    out.append(Cell(self.replica, identity, target, host=self._host))
+        return out
+
+    def pages(self, principal: str | None = None) -> list[Cell]:
+        """Pages (results started in their own right) owned by `principal` (default: this
+        runtime's). Another principal's pages raise `OwnershipError`."""
+        return self._pages(self.identity, principal)
+
+    async def resume(self) -> list[Cell]:
+        """Start again every page recorded open for this runtime's principal (after a
+        restart, also after `kill -9`); returns the pages now running."""
+        self._require_open()
+        key = docs.pages_link(self.space).key(self.identity)
+        await self.replica.sync([key])
+        pages = self._pages(self.identity, None)
+        for cell in pages:
+            self._page_owner[self.key(cell)] = self.identity.principal
+        results = [await self._start(self.identity, cell) for cell in pages]
+        return [cell for cell, ok in zip(pages, results, strict=True) if ok]
+
     # -- running
     def settle(self) -> None:
         """Run everything runnable now, synchronously (a notebook cell sees its result)."""
@@ -195,6 +503,69 @@ class Runtime:
         self.scheduler.settle()
 
     async def idle(self) -> None:
-        """Wait until nothing is runnable, nothing is in flight and no event is queued."""
+        """Wait until nothing is runnable, no verdict, load or start is in flight, and no
+        event is queued."""
         self._require_open()
-        await self.scheduler.idle()
+        loop = asyncio.get_running_loop()
+        while True:
+            await self.scheduler.idle()
+            if not self.runner.busy():
+                return
+            woke: asyncio.Future[None] = loop.create_future()
+
+            def wake(woke: asyncio.Future[None] = woke) -> None:
+                if not woke.done():
+                    woke.set_result(None)
+
+            self.runner.add_idle_waiter(wake)
+            await woke
+
+    # -- diagnostics
+    def inspect(self, principal: str | None = None) -> dict[str, Any]:
+        """A JSON-serialisable snapshot: registrations, pending starts, lifetimes, pages,
+        node counts, starts in flight and the recent lifecycle trace."""
+        self._require_open()
+        runner = self.runner
+        return {
+            "identity": {"principal": self.identity.principal, "session": self.identity.session},
+            "registrations": [
+                {
+                    "key": str(reg.key),
+                    "generation": reg.generation,
+                    "pattern": reg.pattern,
+                    "launch": reg.launch,
+                    "depth": len(reg.chain),
+                }
+                for reg in runner.registrations
+            ],
+            "pending_starts": sorted(map(str, runner.pending.keys())),
+            "lifetimes": sorted(str(k) for k in runner.lifetimes),
+            "starts_in_flight": len(runner.attempts),
+            "pages": [str(c.link()) for c in self._pages(self.identity, principal)],
+            "nodes": {
+                k: v
+                for k, v in self.scheduler.statistics().items()
+                if k in ("nodes", "live", "invalid", "deferred", "events_queued", "passes", "runs")
+            },
+            "trace": runner.trace.snapshot(),
+        }
+
+    def _check(self) -> None:
+        self.runner._check()
+        self.scheduler._check()
+        self.replica._check()
+
+
+def _future(loop: asyncio.AbstractEventLoop, pending: Pending[bool]) -> asyncio.Future[bool]:
+    fut: asyncio.Future[bool] = loop.create_future()
+
+    def done(p: Pending[bool]) -> None:
+        if fut.done():
+            return
+        try:
+            fut.set_result(p.result())
+        except Exception as exc:
+            fut.set_exception(exc)
+
+    pending.add_done_callback(done)
+    return fut

@@ -1,0 +1,96 @@
+"""Where a run keeps its state: every document of a run derives from its result.
+
+A result document `R` (any `(space, id, scope)`) holds, besides its value:
+
+- `"pattern"`: the pattern's identity (`module:qualname`);
+- `"argument"`: a link to the run's argument document.
+
+Everything else a run owns derives deterministically from `R`'s canonical
+address, so a re-run, a second runtime and a restart find the same documents:
+
+- the argument document: `entity_id({"argument": [R.id, R.scope]})`;
+- node `i`'s output ("internal" cell `n{i}`): `entity_id({"internal": [R.id,
+  R.scope], "node": i})`. For a nested pattern node this document *is* the
+  child's result, so a child's id derives from its parent's output spot;
+- a handler result launched by event `e`: `entity_id({"handler": ..., "event": e})`;
+- the pattern document (the traced graph as JSON, shared by every run of the
+  pattern): `entity_id({"pattern": identity})` at scope "space".
+
+All of a run's documents share `R`'s scope, so a user- or session-scoped run
+keeps its whole tree in that principal's (or session's) instance.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from cells import Link, entity_id
+
+from ._builder import Binding
+
+PATTERN: Final = "pattern"
+ARGUMENT: Final = "argument"
+VALUE: Final = "value"
+PAGES_CAUSE: Final = {"cellweave": "pages"}
+
+
+def root(link: Link) -> Link:
+    """The whole document `link` points into (starting a sub-path starts the root)."""
+    return link if not link.path else Link(link.space, link.id, link.scope)
+
+
+def argument_link(result: Link) -> Link:
+    return Link(result.space, entity_id({"argument": [result.id, result.scope]}), result.scope)
+
+
+def internal_link(result: Link, index: int) -> Link:
+    cause = {"internal": [result.id, result.scope], "node": index}
+    return Link(result.space, entity_id(cause), result.scope)
+
+
+def handler_result_link(stream: Link, event_id: str) -> Link:
+    cause = {"handler": [stream.id, stream.scope, list(stream.path)], "event": event_id}
+    return Link(stream.space, entity_id(cause), stream.scope)
+
+
+def pattern_link(space: str, identity: str) -> Link:
+    return Link(space, entity_id({"pattern": identity}))
+
+
+def pages_link(space: str) -> Link:
+    """One pages document per principal (user scope: each principal has its own)."""
+    return Link(space, entity_id(PAGES_CAUSE), "user")
+
+
+def page_id(target: Link) -> str:
+    return entity_id([target.space, target.id, target.scope, list(target.path)])
+
+
+def bind(tree: Any, result: Link) -> Any:
+    """A graph tree with each `Binding` replaced by the link it names for run `result`."""
+    t = type(tree)
+    if t is Binding:
+        if tree.cell == "argument":
+            return argument_link(result).child(*tree.path)
+        return internal_link(result, int(tree.name[1:])).child(*tree.path)
+    if t is dict:
+        return {k: bind(v, result) for k, v in tree.items()}
+    if t is list:
+        return [bind(v, result) for v in tree]
+    return tree
+
+
+def links_in(tree: Any) -> list[Link]:
+    """Every link in a bound tree, in order."""
+    out: list[Link] = []
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        t = type(node)
+        if t is Link:
+            out.append(node)
+        elif t is dict:
+            stack.extend(reversed(list(node.values())))
+        elif t is list:
+            stack.extend(reversed(node))
+    return out

@@ -1,0 +1,355 @@
+"""Instantiation: one pattern run's graph becomes scheduler nodes and child launches.
+
+For each node of the traced graph, in order:
+
+- a lift becomes a scheduler computation that reads its bound inputs (links,
+  followed), calls the Python function on plain values and writes the
+  internal output cell. If the function returns a pattern instance, the
+  output cell becomes that child's result (a *computation-produced child*,
+  launched from the run and released when it stops returning it);
+- a nested pattern node stages its child's setup in the same transaction
+  (argument links into this run, the child's result at this run's output
+  spot) and launches it; this run's teardown releases it (token-checked);
+- a handler binds its stream cell (the internal cell) in the scheduler; its
+  return value may launch a child (stopped if the event's transaction fails)
+  or navigate (after the commit, the target opens as a page);
+- `navigate_to` in a body is an effect that opens its target as a page after
+  its commit, once per target.
+
+Every node and handler is removed by the registration's cancel group, so
+ending the registration (stop, release, rollback) leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from cells import (
+    MISSING,
+    Cell,
+    CommitResult,
+    DocKey,
+    Identity,
+    Link,
+    Linkable,
+    Transaction,
+    read_value,
+    resolve,
+)
+from cells._values import thaw
+from scheduler import QueuedEvent
+
+from . import _docs as docs
+from ._builder import Navigate, NodeSpec, Pattern, PatternInstance, find_pattern
+from ._registrations import Registration
+from .errors import PatternError
+
+if TYPE_CHECKING:
+    from ._runner import Runner
+
+
+def _declared(tree: Any, identity: Identity) -> list[tuple[DocKey, tuple[Any, ...], bool]]:
+    return [(ln.key(identity), (docs.VALUE, *ln.path), False) for ln in docs.links_in(tree)]
+
+
+def materialize(tx: Transaction, tree: Any) -> Any:
+    """A bound tree as plain values: every link read (and followed) through `tx`; an
+    absent value reads as None (functions never see the MISSING sentinel)."""
+    t = type(tree)
+    if t is Link:
+        value = read_value(tx, tree)
+        return None if value is MISSING else thaw(value)
+    if t is dict:
+        return {k: materialize(tx, v) for k, v in tree.items()}
+    if t is list:
+        return [materialize(tx, v) for v in tree]
+    return tree
+
+
+def instantiate(
+    runner: Runner,
+    reg: Registration,
+    pattern: Pattern,
+    result: Link,
+    identity: Identity,
+    tx: Transaction,
+) -> None:
+    for spec in pattern.graph.nodes:
+        if spec.kind == "lift":
+            _lift(runner, reg, pattern, spec, result, identity)
+        elif spec.kind == "pattern":
+            _nested(runner, reg, pattern, spec, result, tx)
+        elif spec.kind == "handler":
+            _handler(runner, reg, pattern, spec, result, identity)
+        elif spec.kind == "navigate":
+            _navigate(runner, reg, pattern, spec, result, identity)
+        else:  # pragma: no cover - PatternGraph only holds the kinds above
+            raise PatternError(f"pattern {pattern.identity}: unknown node kind {spec.kind!r}")
+
+
+def _label(pattern: Pattern, spec: NodeSpec) -> str:
+    return f"{pattern.__qualname__}.n{spec.index} {spec.kind} {spec.target}"
+
+
+# --------------------------------------------------------------------------- lifts
+
+
+def _lift(
+    runner: Runner,
+    reg: Registration,
+    pattern: Pattern,
+    spec: NodeSpec,
+    result: Link,
+    identity: Identity,
+) -> None:
+    fn = pattern.function(spec.target)
+    bound = docs.bind(spec.inputs, result)
+    args_tree: list[Any] = bound["args"]
+    kwargs_tree: dict[str, Any] = bound["kwargs"]
+    out = docs.internal_link(result, spec.index)
+    out_key = out.key(identity)
+    label = _label(pattern, spec)
+    chain = (*reg.chain, reg.key)
+    child: list[Registration | None] = [None]
+    """The child this lift launched last (if it returns a pattern)."""
+
+    def run(tx: Transaction) -> None:
+        args = [materialize(tx, a) for a in args_tree]
+        kwargs = {k: materialize(tx, v) for k, v in kwargs_tree.items()}
+        value = fn(*args, **kwargs)
+        if isinstance(value, PatternInstance):
+            _computed_child(runner, tx, value, out, chain, label, child)
+            return
+        if tx.peek(out_key, (docs.PATTERN,)) is not MISSING:
+            # It returned a pattern before and a plain value now: let the child go.
+            runner.release(out_key, None, why=f"{label} stopped returning a pattern")
+            child[0] = None
+            tx.write(out_key, (docs.PATTERN,), MISSING)
+            tx.write(out_key, (docs.ARGUMENT,), MISSING)
+        if isinstance(value, Linkable) and not isinstance(value, Link):
+            value = value.link()
+        tx.write(out_key, (docs.VALUE,), value)
+
+    node = runner.scheduler.register(
+        run,
+        identity=identity,
+        outputs=[(out_key, (docs.VALUE,))],
+        label=label,
+        reads=_declared(bound, identity),
+    )
+    reg.group.add(lambda: runner.scheduler.remove(node))
+
+    def let_child_go() -> None:
+        if child[0] is not None:
+            runner.release(out_key, None, why=f"teardown of {label}")
+
+    reg.group.add(let_child_go)
+
+
+def _computed_child(
+    runner: Runner,
+    tx: Transaction,
+    inst: PatternInstance,
+    out: Link,
+    chain: tuple[DocKey, ...],
+    label: str,
+    child: list[Registration | None],
+) -> None:
+    from ._runner import instance_argument
+
+    runner.stage_setup(tx, inst.pattern, instance_argument(inst), out, label)
+    # `launch` registers the rollback: a non-stale failure of this run releases the
+    # child it installed (token-checked); a stale basis keeps it, and the re-run
+    # stages the setup again.
+    runner.launch(tx, inst.pattern, out, launch=f"computed by {label}", chain=chain, gated=False)
+    child[0] = runner.registrations.get(out.key(tx.identity))
+
+
+# --------------------------------------------------------------------------- nested patterns
+
+
+def _nested(
+    runner: Runner,
+    reg: Registration,
+    pattern: Pattern,
+    spec: NodeSpec,
+    result: Link,
+    tx: Transaction,
+) -> None:
+    child = find_pattern(spec.target)
+    out = docs.internal_link(result, spec.index)
+    label = _label(pattern, spec)
+    runner.stage_setup(tx, child, docs.bind(spec.inputs, result), out, label)
+    token = runner.launch(
+        tx, child, out, launch=f"nested in {label}", chain=(*reg.chain, reg.key), gated=False
+    )
+    key = out.key(tx.identity)
+    release_token = token if isinstance(token, Registration) else None
+    reg.group.add(lambda: runner.release(key, release_token, why=f"teardown of {label}"))
+
+
+# --------------------------------------------------------------------------- handlers
+
+
+def _handler(
+    runner: Runner,
+    reg: Registration,
+    pattern: Pattern,
+    spec: NodeSpec,
+    result: Link,
+    identity: Identity,
+) -> None:
+    fn = pattern.function(spec.target)
+    bound: dict[str, Any] = docs.bind(spec.inputs, result)
+    stream = docs.internal_link(result, spec.index)
+    label = _label(pattern, spec)
+    rt = runner.rt
+    chain = (*reg.chain, reg.key)
+
+    def run(tx: Transaction, payload: Any) -> Any:
+        # A parameter bound to a reference is the cell it ends at: `count.set(...)` in
+        # a handler writes the user's cell, not over the link the argument holds.
+        kwargs = {
+            name: (
+                Cell(rt.replica, tx.identity, tree, tx=tx, host=rt._host).resolve()
+                if type(tree) is Link
+                else materialize(tx, tree)
+            )
+            for name, tree in bound.items()
+        }
+        return fn(payload, **kwargs)
+
+    def on_result(tx: Transaction, ev: QueuedEvent, returned: Any) -> None:
+        _handler_result(runner, reg, tx, ev, returned, stream, chain, label)
+
+    stream_cell = Cell(rt.replica, identity, stream, host=rt._host)
+    handler = runner.scheduler.add_handler(
+        stream_cell, run, reads=_declared(bound, identity), label=label, on_result=on_result
+    )
+    reg.group.add(lambda: runner.scheduler.remove_handler(handler))
+
+
+def _handler_result(
+    runner: Runner,
+    reg: Registration,
+    tx: Transaction,
+    ev: QueuedEvent,
+    returned: Any,
+    stream: Link,
+    chain: tuple[DocKey, ...],
+    label: str,
+) -> None:
+    from ._runner import instance_argument
+
+    for item in _walk(returned):
+        if isinstance(item, PatternInstance):
+            child = docs.handler_result_link(stream, ev.id)
+            runner.stage_setup(tx, item.pattern, instance_argument(item), child, label)
+            key = child.key(tx.identity)
+            if key in runner.registrations:
+                continue  # a duplicate delivery: the winner's child stays the winner's
+            installed = runner.start_core(
+                tx, item.pattern, child, launch=f"event {ev.id[:12]} of {label}", chain=chain
+            )
+
+            def stop_own(key: DocKey = key, installed: Registration = installed) -> None:
+                runner.stop_if_current(key, installed, why=f"origin of {label} failed")
+
+            runner.scheduler.lineage.record_stop(tx, stop_own)
+            reg.group.add(stop_own)
+        elif isinstance(item, Navigate):
+            _navigate_after_commit(runner, reg, tx, item.target, label, stream, ev, chain)
+
+
+def _walk(value: Any) -> list[Any]:
+    """Pattern instances and navigations in a handler's return value (nested too)."""
+    if isinstance(value, (PatternInstance, Navigate)):
+        return [value]
+    if isinstance(value, dict):
+        return [x for v in value.values() for x in _walk(v)]
+    if isinstance(value, (list, tuple)):
+        return [x for v in value for x in _walk(v)]
+    return []
+
+
+def _navigate_after_commit(
+    runner: Runner,
+    reg: Registration,
+    tx: Transaction,
+    target: Any,
+    label: str,
+    stream: Link,
+    ev: QueuedEvent,
+    chain: tuple[DocKey, ...],
+) -> None:
+    from ._runner import instance_argument
+
+    if isinstance(target, PatternInstance):
+        # navigate_to(Child(...)): the child is set up now and starts only if the
+        # handling commits; then it opens as a page.
+        link = docs.handler_result_link(stream, ev.id)
+        runner.stage_setup(tx, target.pattern, instance_argument(target), link, label)
+    elif isinstance(target, Link):
+        link = target
+    elif isinstance(target, Linkable):
+        link = target.link()
+    else:
+        raise PatternError(
+            f"{label}: navigate_to needs a cell or a pattern instance, got {target!r}"
+        )
+    key = docs.root(link).key(tx.identity)
+    pending = runner.pending.add(key, f"navigation from {label}")
+    runner.trace.record("pending", key, launch=f"navigation from {label}")
+    reg.group.add(lambda: runner.pending.cancel_key(key, runner._cancel_pending))
+    identity = tx.identity
+
+    def settled(_tx: Transaction, res: CommitResult) -> None:
+        if pending.cancelled:
+            return
+        runner.pending.settle(pending)
+        if res.ok:
+            runner.rt._open_page(link, identity, via=label)
+
+    tx.add_settle_callback(settled)
+
+
+# --------------------------------------------------------------------------- navigate nodes
+
+
+def _navigate(
+    runner: Runner,
+    reg: Registration,
+    pattern: Pattern,
+    spec: NodeSpec,
+    result: Link,
+    identity: Identity,
+) -> None:
+    bound = docs.bind(spec.inputs, result)["target"]
+    if type(bound) is not Link:
+        raise PatternError(f"{_label(pattern, spec)}: navigate_to needs a reference, got {bound!r}")
+    out_key = docs.internal_link(result, spec.index).key(identity)
+    label = _label(pattern, spec)
+    navigated: set[str] = set()
+
+    def run(tx: Transaction) -> None:
+        target = docs.root(resolve(tx, bound))
+        page = docs.page_id(target)
+        tx.write(out_key, (docs.VALUE,), True)
+        if page in navigated:
+            return  # once per target, however often this runs
+        navigated.add(page)
+
+        def settled(_tx: Transaction, res: CommitResult) -> None:
+            if res.ok:
+                if reg.ended:
+                    return
+                runner.rt._open_page(target, identity, via=label)
+            else:
+                navigated.discard(page)  # a rejected commit: a later run navigates
+
+        tx.add_settle_callback(settled)
+
+    node = runner.scheduler.register(
+        run, identity=identity, kind="effect", outputs=[(out_key, (docs.VALUE,))], label=label
+    )
+    reg.group.add(lambda: runner.scheduler.remove(node))

@@ -1,0 +1,524 @@
+"""The runner: setup, start, stop and release of pattern runs, and who may end each.
+
+`Runner` owns one runtime's registrations (`_registrations`), start attempts
+and pending starts (`_ownership`), independent lifetimes and the lifecycle
+trace. It turns a traced `PatternGraph` into scheduler nodes
+(`_instantiate`) and applies the two authorities of the spec:
+
+- `stop(key)` is authoritative over the result: it ends whatever registration
+  it finds, drops the lifetime, cancels every pending start for the key, and
+  tombstones start attempts that have not discovered the key yet;
+- `release(key, token)` is authoritative over the registration its launch
+  installed: it declines on a token mismatch, on an independent lifetime, and
+  while a start attempt is in flight (and remembers that last decline, so the
+  release applies if the start then claims nothing: no zombie); with nothing
+  registered it cancels the pending starts held for the key; it never
+  tombstones an unresolved start.
+
+The start cascade (`start`) is a generator of `Pending` stages — root sync,
+each link hop, the pattern load, the dependency pre-sync — driven by store
+answers, so it works with or without a running event loop, a held load holds
+it at exactly that stage, and the lifetime claim always happens in a later
+mailbox step, never inside the `start` call.
+
+Invariants (checked by `_check`)
+- a lifetime exists only for a registered key;
+- every remembered declined release names the current registration of its key;
+- the registrations, attempts, pending starts and trace pass their own checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any, Final
+
+from cells import (
+    MAX_HOPS,
+    MISSING,
+    Cell,
+    CellweaveError,
+    CommitResult,
+    Identity,
+    Link,
+    LinkCycleError,
+    Outcome,
+    Pending,
+    Transaction,
+)
+
+from . import _docs as docs
+from ._builder import Pattern, PatternInstance, find_pattern
+from ._ownership import Attempts, PendingStart, PendingStarts, StartAttempt
+from ._registrations import Key, Registration, Registrations
+from ._trace import LifecycleTrace
+from .errors import PatternCycleError, PatternError, PatternLoadError
+
+if TYPE_CHECKING:
+    from ._runtime import Runtime
+
+MAX_NESTING: Final = 64
+"""Deepest chain of results launching results before `PatternCycleError`."""
+
+Token = Registration | PendingStart | None
+
+
+class Runner:
+    def __init__(self, runtime: Runtime) -> None:
+        self.rt = runtime
+        self.replica = runtime.replica
+        self.scheduler = runtime.scheduler
+        self.trace = LifecycleTrace()
+        self.registrations = Registrations(on_end=self._on_end)
+        self.attempts = Attempts()
+        self.pending = PendingStarts()
+        self.lifetimes: set[Key] = set()
+        self._declined: dict[Key, Registration] = {}
+        """Releases that declined only because a start was in flight (DESIGN §4.3 item 4)."""
+        self._idle_waiters: list[Callable[[], None]] = []
+
+    # ------------------------------------------------------------------ setup
+    def stage_setup(
+        self, tx: Transaction, pattern: Pattern, argument: Any, result: Link, where: str
+    ) -> None:
+        """Stage a run's setup writes in `tx`: argument, pattern identity, result projection.
+
+        Equal values are elided by the transaction, so staging again is cheap.
+        """
+        graph = pattern.graph
+        identity = tx.identity
+        key = result.key(identity)
+        arg = docs.argument_link(result)
+        tx.write(arg.key(identity), (docs.VALUE,), argument)
+        tx.write(key, (docs.PATTERN,), pattern.identity)
+        tx.write(key, (docs.ARGUMENT,), arg)
+        tx.write(key, (docs.VALUE,), docs.bind(graph.result, result))
+        for node in graph.nodes:
+            if node.kind == "handler":
+                # A stream holds no data (events queue in the scheduler); None reads
+                # better than an absent value wherever the result shows it.
+                stream = docs.internal_link(result, node.index).key(identity)
+                if tx.peek(stream, (docs.VALUE,)) is MISSING:
+                    tx.write(stream, (docs.VALUE,), None)
+        plink = docs.pattern_link(result.space, pattern.identity)
+        pkey = plink.key(identity)
+        if tx.peek(pkey, (docs.VALUE, "identity")) != pattern.identity:
+            tx.write(pkey, (docs.VALUE,), graph.to_json())
+
+    # ------------------------------------------------------------------ launching
+    def launch(
+        self,
+        tx: Transaction,
+        pattern: Pattern,
+        result: Link,
+        *,
+        launch: str,
+        chain: tuple[Key, ...],
+        gated: bool,
+    ) -> Token:
+        """Start `result` (already staged in `tx`) for this launch; returns the launch's token.
+
+        The token is the registration installed, a pending start (gated), or
+        None when the result already ran the same pattern (only its argument
+        was updated). A launch registers rollback on `tx`: a non-stale failure
+        releases what it installed (token-checked); a stale basis keeps it and
+        owes the setup writes (the re-run re-issues them).
+        """
+        identity = tx.identity
+        key = result.key(identity)
+        existing = self.registrations.get(key)
+        if existing is not None:
+            if existing.pattern == pattern.identity:
+                return None
+            self.trace.record("replace", key, old=existing.pattern, new=pattern.identity)
+            self.stop_result(key, why="its pattern was replaced")
+        if gated:
+            return self._gate(tx, pattern, result, launch=launch, chain=chain)
+        reg = self.start_core(tx, pattern, result, launch=launch, chain=chain)
+        tx.add_settle_callback(lambda _tx, res: self._rollback(key, reg, res, launch))
+        return reg
+
+    def _rollback(self, key: Key, reg: Registration, result: CommitResult, launch: str) -> None:
+        if result.ok:
+            return
+        if result.outcome is Outcome.STALE_BASIS:
+            # The writes are gone but the work is right: the re-run reuses the registration
+            # and re-issues the setup writes (they are owed, not in place).
+            self.trace.record("debt", key, launch=launch, generation=reg.generation)
+            return
+        self.trace.record("rollback", key, launch=launch, outcome=result.outcome.name)
+        self.release(key, reg, why=f"rollback of {launch}")
+
+    def _gate(
+        self,
+        tx: Transaction,
+        pattern: Pattern,
+        result: Link,
+        *,
+        launch: str,
+        chain: tuple[Key, ...],
+    ) -> PendingStart:
+        identity = tx.identity
+        key = result.key(identity)
+        pending = self.pending.add(key, launch)
+        self.trace.record("pending", key, launch=launch)
+
+        def settled(_tx: Transaction, res: CommitResult) -> None:
+            if pending.cancelled:
+                return  # a stop tombstoned it or a release cancelled it: install nothing
+            self.pending.settle(pending)
+            if not res.ok:
+                self.trace.record("pending-failed", key, launch=launch, outcome=res.outcome.name)
+                return
+            if key in self.registrations:
+                return
+            start_tx = self.replica.edit(identity)
+            pending.installed = self.start_core(
+                start_tx, pattern, result, launch=launch, chain=chain
+            )
+            start_tx.commit_detached()
+
+        tx.add_settle_callback(settled)
+        return pending
+
+    def start_core(
+        self,
+        tx: Transaction,
+        pattern: Pattern,
+        result: Link,
+        *,
+        launch: str,
+        chain: tuple[Key, ...],
+    ) -> Registration:
+        """Install the registration, then instantiate every node; undo both if that throws."""
+        from ._instantiate import instantiate
+
+        identity = tx.identity
+        key = result.key(identity)
+        self._check_chain(key, chain, pattern)
+        reg = self.registrations.install(key, launch, pattern=pattern.identity, chain=chain)
+        self.trace.record("start", key, launch=launch, generation=reg.generation)
+        try:
+            instantiate(self, reg, pattern, result, identity, tx)
+        except BaseException as exc:
+            # A failed start never leaves an "already running" registration behind.
+            self.registrations.end(key, token=reg)
+            self.trace.record("start-failed", key, launch=launch, error=type(exc).__name__)
+            raise
+        return reg
+
+    def _check_chain(self, key: Key, chain: tuple[Key, ...], pattern: Pattern) -> None:
+        if key in chain or len(chain) >= MAX_NESTING:
+            names = [self._describe(k) for k in (*chain, key)]
+            if key in chain:
+                why = f"result {key} appears in its own parent chain"
+            else:
+                why = f"nesting is deeper than {MAX_NESTING} levels"
+            raise PatternCycleError(
+                f"runaway nesting running {pattern.identity}: {why}: {' -> '.join(names)}",
+                chain=tuple(names),
+            )
+
+    def _describe(self, key: Key) -> str:
+        reg = self.registrations.get(key)
+        return f"{reg.pattern}@{key.id[:10]}" if reg is not None else f"?@{key.id[:10]}"
+
+    # ------------------------------------------------------------------ ending
+    def _on_end(self, reg: Registration) -> None:
+        # No orphaned lifetime: the record goes whenever its registration goes.
+        self.lifetimes.discard(reg.key)
+        if self._declined.get(reg.key) is reg:
+            del self._declined[reg.key]
+
+    def _cancel_pending(self, pending: PendingStart) -> None:
+        self.trace.record("tombstone", pending.key, launch=pending.label)
+        reg = pending.installed
+        if reg is not None and self.registrations.get(pending.key) is reg:
+            self.registrations.end(pending.key, token=reg)
+
+    def stop(self, key: Key, *, generation: int | None = None, why: str = "stop") -> None:
+        """The authoritative end (see the module docstring)."""
+        if generation is not None:
+            reg = self.registrations.get(key)
+            if reg is None or reg.generation != generation:
+                self.trace.record("decline", key, reason="stale generation", op="stop")
+                return
+        if self.attempts.tombstone_undiscovered(key):
+            self.trace.record("tombstone", key, reason="unresolved start attempts")
+        self.stop_result(key, why=why)
+
+    def stop_result(self, key: Key, *, why: str) -> None:
+        self.lifetimes.discard(key)
+        self.pending.cancel_key(key, self._cancel_pending)
+        self.attempts.bump(key)
+        if self.registrations.end(key) is not None:
+            self.trace.record("stop", key, reason=why)
+
+    def release(self, key: Key, token: Registration | None = None, *, why: str = "release") -> bool:
+        """The launch-scoped end; returns True if it ended a registration."""
+        reg = self.registrations.get(key)
+        if token is not None and reg is not None and token is not reg:
+            self.trace.record("decline", key, reason="token mismatch", op=why)
+            return False
+        if key in self.lifetimes:
+            self.trace.record("decline", key, reason="independent lifetime", op=why)
+            return False
+        if self.attempts.in_flight(key):
+            self.trace.record("decline", key, reason="start in flight", op=why)
+            if reg is not None:
+                self._declined[key] = reg  # applied if that start claims nothing
+            return False
+        if reg is None:
+            if self.pending.cancel_key(key, self._cancel_pending):
+                self.trace.record("release", key, reason=f"{why}: cancelled pending starts")
+            return False
+        self.lifetimes.discard(key)
+        self.pending.cancel_key(key, self._cancel_pending)
+        self.attempts.bump(key)
+        self.registrations.end(key, token=reg)
+        self.trace.record("release", key, reason=why)
+        return True
+
+    def stop_if_current(self, key: Key, reg: Registration, why: str) -> None:
+        """Deferred ownership after installation: stop only the exact registration."""
+        if self.registrations.get(key) is reg:
+            self.stop_result(key, why=why)
+
+    def stop_all(self) -> None:
+        self.attempts.invalidate_all()
+        self.pending.cancel_all(self._cancel_pending)
+        self.lifetimes.clear()
+        self._declined.clear()
+        ended = self.registrations.end_all()
+        self.trace.record("stop-all", "*", ended=len(ended))
+
+    # ------------------------------------------------------------------ start cascade
+    def start(self, link: Link, identity: Identity, *, label: str = "start") -> Pending[bool]:
+        """Start the result `link` names (following links). See the module docstring."""
+        attempt = self.attempts.begin(label)
+        self.attempts.track(attempt, docs.root(link).key(identity))
+        result: Pending[bool] = Pending(self.replica.mailbox)
+        gen = self._cascade(attempt, link, identity)
+        self._step(gen, attempt, result, None, None)
+        return result
+
+    def _step(
+        self,
+        gen: Generator[Pending[Any], Any, bool],
+        attempt: StartAttempt,
+        result: Pending[bool],
+        value: Any,
+        error: BaseException | None,
+    ) -> None:
+        try:
+            stage = gen.send(value) if error is None else gen.throw(error)
+        except StopIteration as stop:
+            running = bool(stop.value)
+            # The claim runs in a later step: code after `start(...)` (a stop, a re-run)
+            # must be able to supersede it first.
+            self.replica.mailbox.post(lambda: self._settle_attempt(attempt, running, result, None))
+            return
+        except Exception as exc:
+            failure = exc
+            self.replica.mailbox.post(lambda: self._settle_attempt(attempt, False, result, failure))
+            return
+
+        def next_stage(p: Pending[Any]) -> None:
+            try:
+                got = p.result()
+            except Exception as exc:
+                self._step(gen, attempt, result, None, exc)
+            else:
+                self._step(gen, attempt, result, got, None)
+
+        stage.add_done_callback(next_stage)
+
+    def _settle_attempt(
+        self,
+        attempt: StartAttempt,
+        running: bool,
+        result: Pending[bool],
+        error: BaseException | None,
+    ) -> None:
+        target = attempt.target
+        claimed = (
+            error is None
+            and running
+            and target is not None
+            and self.attempts.current_for(attempt, target)
+            and target in self.registrations
+        )
+        if claimed:
+            assert target is not None
+            self.lifetimes.add(target)
+            self.trace.record("claim", target, attempt=attempt.number)
+        elif target is not None:
+            self.trace.record("no-claim", target, attempt=attempt.number, failed=error is not None)
+        keys = list(attempt.generations)
+        self.attempts.finish(attempt)
+        for key in keys:
+            reg = self._declined.get(key)
+            if reg is not None and not self.attempts.in_flight(key):
+                del self._declined[key]
+                self.release(key, reg, why="release that waited for a start")
+        self._wake_idle()
+        if error is not None:
+            result._fail(error)
+        else:
+            result._resolve(claimed)
+
+    def _current(self, attempt: StartAttempt, key: Key, stage: str) -> bool:
+        if self.attempts.current(attempt):
+            return True
+        self.trace.record("superseded", key, attempt=attempt.number, stage=stage)
+        return False
+
+    def _cascade(
+        self, attempt: StartAttempt, link: Link, identity: Identity
+    ) -> Generator[Pending[Any], Any, bool]:
+        given = link
+        for _ in range(MAX_HOPS + 1):
+            key = docs.root(link).key(identity)
+            self.attempts.track(attempt, key)
+            yield self.replica.sync([key])
+            if not self._current(attempt, key, "root sync" if link is given else "link hop"):
+                return False
+            doc = self.replica.visible(key)
+            if type(doc) is dict and docs.PATTERN in doc:
+                break
+            hop = _link_at(doc.get(docs.VALUE) if type(doc) is dict else None, link.path)
+            if hop is None:
+                raise PatternError(
+                    f"cannot start {given}: {key} holds no pattern run (set one up with"
+                    " rt.setup or rt.run first) and no link to follow"
+                )
+            link = hop
+        else:
+            raise LinkCycleError(f"cannot start {given}: more than {MAX_HOPS} link hops")
+        target = docs.root(link)
+        attempt.target = key
+        if key in self.registrations:
+            return True
+        identity_name = doc[docs.PATTERN]
+        if not isinstance(identity_name, str):
+            raise PatternLoadError(
+                f"cannot start {key}: its pattern identity is {identity_name!r}, not a str",
+                identity=str(identity_name),
+            )
+        yield self.replica.sync([docs.pattern_link(key.space, identity_name).key(identity)])
+        if not self._current(attempt, key, "pattern load"):
+            return False
+        pattern = find_pattern(identity_name)
+        yield self.replica.sync(run_keys(pattern, target, identity))
+        if not self._current(attempt, key, "dependency pre-sync"):
+            return False
+        if key in self.registrations:
+            return True
+        tx = self.replica.edit(identity)
+        self.start_core(tx, pattern, target, launch="start", chain=())
+        tx.add_settle_callback(
+            lambda _tx, res: self._start_settled(key, pattern, target, identity, res)
+        )
+        tx.commit_detached()
+        return True
+
+    def _start_settled(
+        self, key: Key, pattern: Pattern, target: Link, identity: Identity, res: CommitResult
+    ) -> None:
+        """A start's own transaction (its nested children's setups) did not land: those
+        writes are owed; issue them again while the run is still registered."""
+        if res.ok or key not in self.registrations:
+            return
+        self.trace.record("debt", key, launch="start", outcome=res.outcome.name)
+        if res.outcome is not Outcome.STALE_BASIS:
+            return  # not retryable: the nested children read what did land
+        tx = self.replica.edit(identity)
+        stage_tree(self, tx, pattern, target, depth=0)
+        tx.commit_detached()
+
+    # ------------------------------------------------------------------ waiting
+    def busy(self) -> bool:
+        return bool(self.attempts.active)
+
+    def add_idle_waiter(self, fn: Callable[[], None]) -> None:
+        self._idle_waiters.append(fn)
+
+    def _wake_idle(self) -> None:
+        waiters, self._idle_waiters = self._idle_waiters, []
+        for fn in waiters:
+            fn()
+
+    # ------------------------------------------------------------------ diagnostics
+    def _check(self) -> None:
+        self.registrations._check()
+        self.attempts._check()
+        self.pending._check()
+        self.trace._check()
+        assert self.lifetimes <= self.registrations.keys(), self.lifetimes
+        for key, reg in self._declined.items():
+            assert self.registrations.get(key) is reg, (key, reg)
+
+
+def _link_at(value: Any, path: tuple[Any, ...]) -> Link | None:
+    """The first link along `path` inside `value`, with the rest of the path appended."""
+    node = value
+    for i, elem in enumerate(path):
+        if type(node) is Link:
+            return node.child(*path[i:])
+        if type(node) is dict and type(elem) is str:
+            node = node.get(elem)
+        elif type(node) is list and type(elem) is int and elem < len(node):
+            node = node[elem]
+        else:
+            return None
+    return node if type(node) is Link else None
+
+
+def run_keys(pattern: Pattern, result: Link, identity: Identity, depth: int = 0) -> list[Any]:
+    """Every document a run of `pattern` at `result` owns, nested children included,
+    derived exactly as setup derives them (the cold-resume pre-sync reads these)."""
+    graph = pattern.graph
+    keys = [docs.argument_link(result).key(identity)]
+    for node in graph.nodes:
+        out = docs.internal_link(result, node.index)
+        keys.append(out.key(identity))
+        if node.kind == "pattern" and depth < MAX_NESTING:
+            try:
+                child = find_pattern(node.target)
+            except PatternLoadError:
+                continue  # instantiation reports it with the node's place
+            keys.extend(run_keys(child, out, identity, depth + 1)[1:])
+    return keys
+
+
+def stage_tree(runner: Runner, tx: Transaction, pattern: Pattern, result: Link, depth: int) -> None:
+    """Re-issue the setup writes of every nested child of a run (the owed debt)."""
+    for node in pattern.graph.nodes:
+        if node.kind != "pattern" or depth >= MAX_NESTING:
+            continue
+        child = find_pattern(node.target)
+        out = docs.internal_link(result, node.index)
+        runner.stage_setup(tx, child, docs.bind(node.inputs, result), out, f"node {node.index}")
+        stage_tree(runner, tx, child, out, depth + 1)
+
+
+def plain_argument(value: Any) -> Any:
+    """A user's argument with cells (anything linkable) replaced by links."""
+    from cells import Linkable
+
+    if isinstance(value, Linkable) and not isinstance(value, Link):
+        return value.link()
+    if isinstance(value, dict):
+        return {k: plain_argument(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain_argument(v) for v in value]
+    return value
+
+
+def instance_argument(inst: PatternInstance) -> Any:
+    return plain_argument(inst.argument)
+
+
+def check_result_cell(cell: object, where: str) -> Cell:
+    if not isinstance(cell, Cell):
+        raise CellweaveError(f"{where}: the result must be a Cell, got {type(cell).__name__}")
+    return cell
