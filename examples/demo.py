@@ -1,29 +1,30 @@
-"""A tour of cells: documents, transactions, conflicts, links and durable storage.
+"""The notes demo: a small notes app written as patterns, on a SQLite file.
 
 Run it with ``make demo`` (or ``python -m examples.demo``). It keeps its data
-in ``.cellweave/demo.db`` under the current directory, so every run finds what
-the previous ones wrote: the last step counts how many times the demo has run.
-Delete that file to start over.
+in ``.cellweave/notes.db`` under the current directory and deletes that file
+first, so every run starts from nothing and prints the same thing. The
+patterns are in ``examples/notes.py``; the tour of the cells layer that used
+to live here is ``python -m examples.cells_demo``.
+
+What it shows, step by step: the notebook opened as a page, notes added by a
+handler, a note opened as a page of its own by another handler
+(``navigate_to``), an edit on that page reaching the notebook, then a restart:
+the runtime is closed, a new one opens the same file and ``resume()`` brings
+the open pages back. Stopping a page removes it for good.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+from typing import Any
 
-from cells import (
-    MISSING,
-    Cell,
-    CommitResult,
-    Outcome,
-    Space,
-    SQLiteStore,
-    Transaction,
-    edit_with_retry,
-)
+from cells import Cell, SQLiteStore
+from examples.notes import Notebook
+from runner import Runtime
 
 DATA_DIR = ".cellweave"
-DB_PATH = os.path.join(DATA_DIR, "demo.db")
+DB_PATH = os.path.join(DATA_DIR, "notes.db")
 
 
 def step(title: str) -> None:
@@ -32,112 +33,126 @@ def step(title: str) -> None:
     print("-" * len(title))
 
 
-def describe(result: CommitResult) -> str:
-    if result.ok:
-        return (
-            f"{result.outcome!r} (store seq {result.seq})" if result.seq else repr(result.outcome)
-        )
-    return f"{result.outcome!r}: {type(result.error).__name__}"
+def fresh_file(path: str) -> None:
+    """Delete the store file and SQLite's side files, so the run starts from nothing."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        if os.path.exists(path + suffix):
+            os.remove(path + suffix)
 
 
-def count_of(cell: Cell) -> int:
-    """The number in `cell`; a document that does not exist yet reads as MISSING: 0."""
-    value = cell.get()
-    return 0 if value is MISSING else int(value)
+def is_note(view: Any) -> bool:
+    return isinstance(view, dict) and "words" in view
 
 
-def increment(cell: Cell) -> None:
-    """Add one to the number in `cell` (bound to a transaction)."""
-    cell.set(count_of(cell) + 1)
+def title_of(page: Cell) -> str:
+    """How a page is named in a list of pages (no scheduling: what is stored now)."""
+    view = page.get()
+    if is_note(view):
+        return f'note "{view["title"]}"'
+    return f'notebook "{view["name"]}"'
 
 
-def main() -> None:
-    os.makedirs(DATA_DIR, exist_ok=True)
-    print(f"cellweave cells demo; data in {DB_PATH}")
+async def show(page: Cell) -> None:
+    """Print a page as the user would see it. `pull` brings the page up to date first."""
+    view = await page.pull()
+    if is_note(view):
+        words = view["words"]
+        print(f"  | {view['title']}  ({words} word{'' if words == 1 else 's'})")
+        for line in view["body"].splitlines():
+            print(f"  |   {line}")
+        return
+    index = view["index"]
+    count = index["count"]
+    print(f"  | Notebook: {view['name']}  ({count} note{'' if count == 1 else 's'})")
+    for line in index["lines"] or ["(no notes yet)"]:
+        print(f"  |   {line}")
+
+
+def show_pages(rt: Runtime) -> None:
+    names = ", ".join(title_of(page) for page in rt.pages()) or "none"
+    print(f"  open pages: {names}")
+
+
+def opened(page: Cell) -> None:
+    """`on_navigate`: a UI would switch to the page here; the demo says so."""
+    print(f"  -> the app opens {title_of(page)}")
+
+
+async def first_session() -> None:
     store = SQLiteStore(DB_PATH)
-    space = Space(store, "demo", session="first")
+    async with Runtime(store, space="notes", principal="ada", on_navigate=opened) as rt:
+        step("1. Open a notebook")
+        notes = rt.get_cell("notes")  # the data: a list of notes
+        notebook = rt.get_cell("notebook")  # where the Notebook pattern's result lives
+        tx = rt.edit()
+        notes.with_tx(tx).set([])
+        rt.setup(tx, Notebook, {"name": "Ada's notes", "notes": notes}, notebook)
+        await tx.commit()
+        await rt.open_page(notebook)  # recorded as a page of "ada", then started
+        await show(notebook)
 
-    step("1. Write a note document and read it back")
-    note = space.get_cell({"note": "welcome"})
-    print(f"the note's id derives from its cause: {note.id}")
-    result = note.set({"title": "Welcome", "body": "Cells are JSON-like documents.", "tags": []})
-    print(f"set the note: {describe(result.wait())}")
-    print(f"read it back: {note.get()}")
-    print(f"one field:    title = {note.key('title').get()!r}")
+        step("2. Add three notes (the notebook's `add` handler)")
+        rt.send(notebook.key("add"), {"title": "Groceries", "body": "milk, eggs, bread"})
+        rt.send(notebook.key("add"), {"title": "Ideas", "body": "a reactive notes app"})
+        rt.send(notebook.key("add"), {"title": "Call Bob", "body": ""})
+        await rt.idle()
+        await show(notebook)
 
-    step("2. A transaction reads its own writes")
-    tx = space.edit()
-    draft = note.with_tx(tx)
-    draft.key("tags").push("demo")
-    draft.key("title").set("Welcome to cellweave")
-    print(f"inside the transaction: title = {draft['title'].get()!r}, tags = {draft['tags'].get()}")
-    print(f"outside it, not yet:    title = {note['title'].get()!r}, tags = {note['tags'].get()}")
-    print(f"commit: {describe(tx.commit().wait())}")
-    print(
-        f"now everyone sees:      title = {note.key('title').get()!r}, tags = {note['tags'].get()}"
-    )
+        step("3. Open the note 'Ideas' (the `open` handler returns navigate_to)")
+        rt.send(notebook.key("open"), {"title": "Ideas"})
+        await rt.idle()
+        (note,) = [page for page in rt.pages() if is_note(page.get())]
+        await show(note)
 
-    step("3. Two sessions increment one counter at the same time")
-    other = Space(store, "demo", session="second")  # a second replica: a separate session
-    mine, theirs = space.get_cell({"counter": "clicks"}), other.get_cell({"counter": "clicks"})
-    tx_a, tx_b = space.edit(), other.edit()
-    a, b = mine.with_tx(tx_a), theirs.with_tx(tx_b)
-    print(f"session A reads {count_of(a)}, session B reads {count_of(b)}")
-    increment(a)
-    increment(b)
-    wrote_a, wrote_b = a.get(), b.get()  # a transaction cannot be read once it has settled
-    print(f"session A commits {wrote_a}: {describe(tx_a.commit().wait())}")
-    result_b = tx_b.commit().wait()
-    print(f"session B commits {wrote_b}: {describe(result_b)}")
-    assert result_b.outcome is Outcome.STALE_BASIS, result_b
-    print("B's basis was stale: A wrote what B had read. B's write was dropped.")
-
-    def b_increments(tx: Transaction) -> None:
-        increment(theirs.with_tx(tx))
-
-    # edit_with_retry re-runs the function in a fresh transaction after a
-    # STALE_BASIS (or LIVENESS) rejection; it awaits verdicts, hence asyncio.run.
-    retried = asyncio.run(edit_with_retry(other.replica, other.identity, b_increments))
-    print(f"B retries with edit_with_retry: {describe(retried)}")
-    print(
-        f"A sees {count_of(mine)} until its replica takes in B's commit; B sees {count_of(theirs)}"
-    )
-    # Another session's commits reach a replica through its mailbox; sync()
-    # asks the store for the documents' current state and waits for it.
-    space.replica.sync([mine.doc_key]).wait()
-    print(f"after A syncs with the store, A sees {count_of(mine)} too")
-
-    step("4. A link between documents")
-    index = space.get_cell({"index": "notes"})
-    index.set({"latest": note}).wait()  # a cell stored as a value becomes a link
-    latest = index.key("latest")
-    print(f"index['latest'] points at the note: {latest.resolve() == note}")
-    print(f"reads follow the link:  index['latest']['title'] = {latest.key('title').get()!r}")
-    latest.key("body").set("Written through a link.").wait()
-    print(f"writes follow it too:   the note's body is now {note.key('body').get()!r}")
-    print(f"index.get() is plain data: {index.get()}")
-
-    step("5. Values persist")
-    runs = space.get_cell({"demo": "runs"})
-
-    def count_this_run(tx: Transaction) -> None:
-        increment(runs.with_tx(tx))
-
-    # With retries, two demos running at once on one file still count both runs.
-    result = asyncio.run(edit_with_retry(space.replica, space.identity, count_this_run))
-    assert result.ok, result
-    other.replica.close()
-    space.replica.close()
+        step("4. Add a line on the note's page; the notebook follows")
+        rt.send(note.key("append"), {"text": "with pages that survive a restart"})
+        await rt.idle()
+        await show(note)
+        await show(notebook)
+        show_pages(rt)
+        running = [r["pattern"].rpartition(":")[2] for r in rt.inspect()["registrations"]]
+        print(f"  running: {', '.join(sorted(running))}")
     store.close()
-    print("closed the store; opening the file again")
+
+
+async def second_session() -> None:
+    step("5. Restart: a new runtime on the same file resumes the open pages")
     store = SQLiteStore(DB_PATH)
-    space = Space(store, "demo")
-    print(f"the note, read from disk: {space.get_cell({'note': 'welcome'}).get()}")
-    count = count_of(space.get_cell({"demo": "runs"}))
-    print(f"this demo has run {count} time{'' if count == 1 else 's'} (on this data file)")
-    space.replica.close()
+    async with Runtime(store, space="notes", principal="ada") as rt:
+        print(f"  running before resume: {len(rt.registrations())} patterns")
+        pages = await rt.resume()
+        print(f"  resumed {len(pages)} pages")
+        pages.sort(key=lambda page: is_note(page.get()))  # the notebook first
+        for page in pages:
+            await show(page)
+        notebook, note = pages
+
+        step("6. The resumed pages are live")
+        rt.send(notebook.key("add"), {"title": "Weekend", "body": "hike"})
+        rt.send(note.key("append"), {"text": "(edited after the restart)"})
+        await rt.idle()
+        await show(notebook)
+        await show(note)
+
+        step("7. Close the note's page (stop); it is gone for good")
+        rt.stop(note)
+        show_pages(rt)
     store.close()
+
+    store = SQLiteStore(DB_PATH)
+    async with Runtime(store, space="notes", principal="ada") as rt:
+        resumed = await rt.resume()
+        print(f"  after another restart, resume() brings back: {', '.join(map(title_of, resumed))}")
+    store.close()
+
+
+async def main() -> None:
+    fresh_file(DB_PATH)
+    print(f"cellweave notes demo; data in {DB_PATH} (a fresh file on every run)")
+    await first_session()
+    await second_session()
 
 
 if __name__ == "__main__":
-    main()
+    asyncio.run(main())
