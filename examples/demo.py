@@ -16,7 +16,9 @@ the open pages back. Stopping a page removes it for good.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+from collections.abc import AsyncIterator
 from typing import Any
 
 from cells import Cell, SQLiteStore
@@ -79,9 +81,33 @@ def opened(page: Cell) -> None:
     print(f"  -> the app opens {title_of(page)}")
 
 
+@contextlib.asynccontextmanager
+async def unstuck(rt: Runtime) -> AsyncIterator[None]:
+    """Workaround for a lost wake-up in `cells.Mailbox` (remove once it is fixed).
+
+    When a store thread posts an answer while the loop is draining the
+    mailbox, the mailbox can end up marked "drain scheduled" with no drain
+    scheduled, and every await on the store then waits forever (about one
+    run in twenty on SQLite). `pump()` delivers what is queued and clears the
+    mark, so pumping every 20 ms keeps the demo from hanging.
+    """
+
+    async def pump() -> None:
+        while True:
+            await asyncio.sleep(0.02)
+            rt.replica.pump()
+
+    task = asyncio.create_task(pump())
+    try:
+        yield
+    finally:
+        task.cancel()
+
+
 async def first_session() -> None:
     store = SQLiteStore(DB_PATH)
-    async with Runtime(store, space="notes", principal="ada", on_navigate=opened) as rt:
+    rt = Runtime(store, space="notes", principal="ada", on_navigate=opened)
+    async with unstuck(rt), rt:  # leaving `rt` waits for in-flight work, then closes it
         step("1. Open a notebook")
         notes = rt.get_cell("notes")  # the data: a list of notes
         notebook = rt.get_cell("notebook")  # where the Notebook pattern's result lives
@@ -119,7 +145,8 @@ async def first_session() -> None:
 async def second_session() -> None:
     step("5. Restart: a new runtime on the same file resumes the open pages")
     store = SQLiteStore(DB_PATH)
-    async with Runtime(store, space="notes", principal="ada") as rt:
+    rt = Runtime(store, space="notes", principal="ada")
+    async with unstuck(rt), rt:
         print(f"  running before resume: {len(rt.registrations())} patterns")
         pages = await rt.resume()
         print(f"  resumed {len(pages)} pages")
@@ -141,7 +168,8 @@ async def second_session() -> None:
     store.close()
 
     store = SQLiteStore(DB_PATH)
-    async with Runtime(store, space="notes", principal="ada") as rt:
+    rt = Runtime(store, space="notes", principal="ada")
+    async with unstuck(rt), rt:
         resumed = await rt.resume()
         print(f"  after another restart, resume() brings back: {', '.join(map(title_of, resumed))}")
     store.close()

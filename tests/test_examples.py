@@ -8,6 +8,7 @@ write under `.cellweave/` there, never in the checkout).
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -15,21 +16,27 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_example(module: str, cwd: Path) -> str:
+def run_example(module: str, cwd: Path, timeout: float = 60) -> str:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    done = subprocess.run(
-        [sys.executable, "-m", module],
+    # -X faulthandler: a hang is killed with SIGABRT, which prints every thread's stack.
+    proc = subprocess.Popen(
+        [sys.executable, "-X", "faulthandler", "-m", module],
         cwd=cwd,
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=120,
-        check=False,
     )
-    assert 0 == done.returncode, done.stderr
-    assert "" == done.stderr
-    return done.stdout
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        out, err = proc.communicate()
+        raise AssertionError(f"{module} hung for {timeout}s\n{out}\n{err}") from None
+    assert 0 == proc.returncode, err
+    assert "" == err
+    return out
 
 
 def test_notes_demo_shows_pages_handlers_and_a_resume(tmp_path: Path) -> None:
