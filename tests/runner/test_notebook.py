@@ -1,4 +1,4 @@
-"""The Runtime inside a real Jupyter kernel (an event loop is already running there).
+"""The Runtime and patterns in a real Jupyter kernel (an event loop is already running there).
 
 Each notebook cell is executed by an ipykernel through nbclient, exactly as a
 user's notebook would be: top-level `await` runs on the kernel's own loop, so
@@ -69,3 +69,74 @@ def test_runtime_works_inside_a_real_jupyter_kernel() -> None:
     assert "seen [1, 2]\n" == outputs[0]
     assert "commit True\npulled 41\nidle ok\n" == outputs[1]
     assert "double 82\nunobserved 82\nobserved [100, 120]\nclosed\n" == outputs[2]
+
+
+PATTERN_CELLS = [
+    # 1. Patterns defined in a notebook cell: found in this process by identity.
+    """
+from runner import Runtime, pattern, handler, lift
+
+def shout(text):
+    return (text or "").upper()
+
+@pattern
+def Label(text):
+    return {"loud": lift(shout)(text)}
+
+@handler
+def add(event, items):
+    items.push(event["item"])
+
+@pattern
+def Shelf(name, items):
+    label = Label(text=name)  # a nested child pattern
+    return {
+        "label": label,
+        "size": lift(lambda xs: len(xs or []))(items),
+        "add": add(items=items),
+    }
+
+print(Shelf.identity)
+""",
+    # 2. Run it and start it with top-level await on the kernel's loop.
+    """
+rt = Runtime()
+items, shelf = rt.get_cell("items"), rt.get_cell("shelf")
+tx = rt.edit()
+items.with_tx(tx).set([])
+rt.setup(tx, Shelf, {"name": "books", "items": items}, shelf)
+print("commit", (await tx.commit()).ok)
+print("started", await rt.start(shelf))
+print("pulled", await shelf.pull())
+""",
+    # 3. Events through the handler, then idle; the nested child stays reactive.
+    """
+rt.send(shelf.key("add"), {"item": "Dune"})
+rt.send(shelf.key("add"), {"item": "Emma"})
+await rt.idle()
+print("items", items.get())
+print("size", await shelf.key("size").pull())
+print("runs", sorted(r["pattern"] for r in rt.inspect()["registrations"]))
+rt.stop(shelf)
+print("after stop", len(rt.registrations()))
+await rt.aclose()
+""",
+]
+
+
+def test_patterns_defined_in_a_notebook_run_there() -> None:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(src) for src in PATTERN_CELLS]
+    client = NotebookClient(nb, kernel_name="python3", timeout=60, allow_errors=False)
+    client.execute()
+    outputs = [
+        "".join(o.get("text", "") for o in cell.outputs if o.get("output_type") == "stream")
+        for cell in nb.cells
+    ]
+    assert "__main__:Shelf\n" == outputs[0]
+    assert (
+        "commit True\nstarted True\npulled {'label': {'loud': 'BOOKS'}, 'size': 0, 'add': None}\n"
+    ) == outputs[1]
+    assert (
+        "items ['Dune', 'Emma']\nsize 2\nruns ['__main__:Label', '__main__:Shelf']\nafter stop 0\n"
+    ) == outputs[2]
