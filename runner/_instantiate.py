@@ -32,12 +32,13 @@ from cells import (
     Identity,
     Link,
     Linkable,
+    Outcome,
     Transaction,
     read_value,
     resolve,
 )
 from cells._values import thaw
-from scheduler import QueuedEvent
+from scheduler import Node, QueuedEvent
 
 from . import _docs as docs
 from ._builder import Navigate, NodeSpec, Pattern, PatternInstance, find_pattern
@@ -110,20 +111,19 @@ def _lift(
     out_key = out.key(identity)
     label = _label(pattern, spec)
     chain = (*reg.chain, reg.key)
-    child: list[Registration | None] = [None]
-    """The child this lift launched last (if it returns a pattern)."""
+    launches = _ComputedLaunches()
 
     def run(tx: Transaction) -> None:
         args = [materialize(tx, a) for a in args_tree]
         kwargs = {k: materialize(tx, v) for k, v in kwargs_tree.items()}
         value = fn(*args, **kwargs)
         if isinstance(value, PatternInstance):
-            _computed_child(runner, tx, value, out, chain, label, child)
+            _computed_child(runner, tx, value, out, chain, label, launches, node)
             return
         if tx.peek(out_key, (docs.PATTERN,)) is not MISSING:
             # It returned a pattern before and a plain value now: let the child go.
+            launches.latest += 1
             runner.release(out_key, None, why=f"{label} stopped returning a pattern")
-            child[0] = None
             tx.write(out_key, (docs.PATTERN,), MISSING)
             tx.write(out_key, (docs.ARGUMENT,), MISSING)
         if isinstance(value, Linkable) and not isinstance(value, Link):
@@ -138,12 +138,23 @@ def _lift(
         reads=_declared(bound, identity),
     )
     reg.group.add(lambda: runner.scheduler.remove(node))
+    # Teardown lets the child go, tokenless: later runs re-drive one shared child and
+    # install nothing of their own, so a token narrowed to one run would never match.
+    reg.group.add(lambda: runner.release(out_key, None, why=f"teardown of {label}"))
 
-    def let_child_go() -> None:
-        if child[0] is not None:
-            runner.release(out_key, None, why=f"teardown of {label}")
 
-    reg.group.add(let_child_go)
+class _ComputedLaunches:
+    """Which run of a lift last launched its child (only the latest may roll it back)."""
+
+    __slots__ = ("failures", "latest")
+
+    def __init__(self) -> None:
+        self.latest = 0
+        self.failures = 0
+
+
+MAX_OWED_RERUNS = 5
+"""Re-runs of a lift whose child setup keeps failing for good, before it waits for new input."""
 
 
 def _computed_child(
@@ -153,16 +164,44 @@ def _computed_child(
     out: Link,
     chain: tuple[DocKey, ...],
     label: str,
-    child: list[Registration | None],
+    launches: _ComputedLaunches,
+    node: Node,
 ) -> None:
     from ._runner import instance_argument
 
     runner.stage_setup(tx, inst.pattern, instance_argument(inst), out, label)
-    # `launch` registers the rollback: a non-stale failure of this run releases the
-    # child it installed (token-checked); a stale basis keeps it, and the re-run
-    # stages the setup again.
-    runner.launch(tx, inst.pattern, out, launch=f"computed by {label}", chain=chain, gated=False)
-    child[0] = runner.registrations.get(out.key(tx.identity))
+    runner.launch(
+        tx,
+        inst.pattern,
+        out,
+        launch=f"computed by {label}",
+        chain=chain,
+        gated=False,
+        rollback=False,
+    )
+    launches.latest += 1
+    mine = launches.latest
+    key = out.key(tx.identity)
+
+    def settled(_tx: Transaction, res: CommitResult) -> None:
+        if res.ok:
+            launches.failures = 0
+            return
+        if res.outcome is Outcome.STALE_BASIS:
+            return  # the scheduler re-runs the lift, which stages the setup again
+        # Everything this run staged is gone, and a later run may have skipped writing
+        # equal values on top of it: those writes are owed, so the lift runs again.
+        runner.trace.record("debt", key, launch=f"computed by {label}")
+        if launches.latest == mine:
+            # The latest run failed for good: its child runs against writes that never
+            # landed. Let it go (a later run of the lift materializes it again).
+            runner.trace.record("rollback", key, launch=f"computed by {label}")
+            runner.release(key, None, why=f"rollback of a run of {label}")
+        launches.failures += 1
+        if launches.failures <= MAX_OWED_RERUNS:
+            runner.scheduler.invalidate(node)
+
+    tx.add_settle_callback(settled)
 
 
 # --------------------------------------------------------------------------- nested patterns

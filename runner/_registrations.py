@@ -31,7 +31,7 @@ Key = DocKey
 class Registration:
     """The handle (and token) of one running result. Created only by `Registrations`."""
 
-    __slots__ = ("_ended", "chain", "generation", "group", "key", "launch", "pattern")
+    __slots__ = ("_ended", "chain", "generation", "group", "key", "launch", "owed", "pattern")
 
     def __init__(
         self, key: Key, generation: int, launch: str, pattern: str, chain: tuple[Key, ...]
@@ -44,6 +44,9 @@ class Registration:
         """The identity of the pattern it runs."""
         self.chain = chain
         """The results that launched it, outermost first (walked for runaway nesting)."""
+        self.owed = False
+        """Its setup transaction failed on a stale basis: the setup writes are owed (debt)
+        and the next launch of the same run re-issues them, nested children included."""
         self.group = CancelGroup(f"{key}#{generation}")
         self._ended = False
 

@@ -114,6 +114,7 @@ class Runner:
         launch: str,
         chain: tuple[Key, ...],
         gated: bool,
+        rollback: bool = True,
     ) -> Token:
         """Start `result` (already staged in `tx`) for this launch; returns the launch's token.
 
@@ -128,14 +129,29 @@ class Runner:
         existing = self.registrations.get(key)
         if existing is not None:
             if existing.pattern == pattern.identity:
+                if existing.owed:
+                    self._repay(tx, existing, pattern, result)
                 return None
             self.trace.record("replace", key, old=existing.pattern, new=pattern.identity)
             self.stop_result(key, why="its pattern was replaced")
         if gated:
             return self._gate(tx, pattern, result, launch=launch, chain=chain)
         reg = self.start_core(tx, pattern, result, launch=launch, chain=chain)
-        tx.add_settle_callback(lambda _tx, res: self._rollback(key, reg, res, launch))
+        if rollback:
+            tx.add_settle_callback(lambda _tx, res: self._rollback(key, reg, res, launch))
         return reg
+
+    def _repay(self, tx: Transaction, reg: Registration, pattern: Pattern, result: Link) -> None:
+        """Re-issue the owed setup writes of a kept run (its nested children's too)."""
+        reg.owed = False
+        self.trace.record("repay", reg.key, generation=reg.generation)
+        stage_tree(self, tx, pattern, result, depth=0)
+
+        def settled(_tx: Transaction, res: CommitResult) -> None:
+            if not res.ok and self.registrations.get(reg.key) is reg:
+                reg.owed = True
+
+        tx.add_settle_callback(settled)
 
     def _rollback(self, key: Key, reg: Registration, result: CommitResult, launch: str) -> None:
         if result.ok:
@@ -143,6 +159,8 @@ class Runner:
         if result.outcome is Outcome.STALE_BASIS:
             # The writes are gone but the work is right: the re-run reuses the registration
             # and re-issues the setup writes (they are owed, not in place).
+            if self.registrations.get(key) is reg:
+                reg.owed = True
             self.trace.record("debt", key, launch=launch, generation=reg.generation)
             return
         self.trace.record("rollback", key, launch=launch, outcome=result.outcome.name)
@@ -498,6 +516,9 @@ def stage_tree(runner: Runner, tx: Transaction, pattern: Pattern, result: Link, 
         child = find_pattern(node.target)
         out = docs.internal_link(result, node.index)
         runner.stage_setup(tx, child, docs.bind(node.inputs, result), out, f"node {node.index}")
+        reg = runner.registrations.get(out.key(tx.identity))
+        if reg is not None:
+            reg.owed = False
         stage_tree(runner, tx, child, out, depth + 1)
 
 

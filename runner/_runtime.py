@@ -111,8 +111,8 @@ class Session:
     def release(self, cell: Cell, token: Registration | None = None) -> None:
         self.runtime._release(self.identity, cell, token)
 
-    def send(self, stream: Cell, event: Any) -> None:
-        self.runtime._send(self.identity, stream, event)
+    def send(self, stream: Cell, event: Any, *, event_id: str | None = None) -> None:
+        self.runtime._send(self.identity, stream, event, event_id)
 
     def pages(self) -> list[Cell]:
         return self.runtime._pages(self.identity, self.identity.principal)
@@ -407,17 +407,22 @@ class Runtime:
         return frozenset(self.runner.lifetimes)
 
     # -- events
-    def _send(self, identity: Identity, stream: Cell, event: Any) -> None:
+    def _send(self, identity: Identity, stream: Cell, event: Any, event_id: str | None) -> None:
         self._require_open()
         if not isinstance(stream, Cell):
             raise PatternError(f"rt.send: expected a stream Cell, got {stream!r}")
         if stream.identity != identity:
             stream = Cell(self.replica, identity, stream.link(), host=self._host)
-        self.scheduler.send(stream.resolve(), event)
+        self.scheduler.send(stream.resolve(), event, event_id=event_id)
 
-    def send(self, stream: Cell, event: Any) -> None:
-        """Queue `event` for the handler bound to `stream` (links are followed to it)."""
-        self._send(self.identity, stream, event)
+    def send(self, stream: Cell, event: Any, *, event_id: str | None = None) -> None:
+        """Queue `event` for the handler bound to `stream` (links are followed to it).
+
+        `event_id` makes delivery idempotent: the same id on the same stream is
+        handled at most once, by any runtime sharing the store (a duplicate
+        delivery loses its receipt and never undoes the winner's work).
+        """
+        self._send(self.identity, stream, event, event_id)
 
     # -- pages
     def _record_page(self, target: Link, identity: Identity, *, is_open: bool, via: str) -> None:

@@ -243,6 +243,11 @@ class Scheduler:
                 if node is not suppress:
                     self._invalidate(node)
 
+    def invalidate(self, node: Node) -> None:
+        """Mark `node` invalid: it runs again once live (say, the writes of its last
+        commit were lost and are owed). Unregistered nodes are ignored."""
+        self._invalidate(node)
+
     def _invalidate(self, node: Node) -> None:
         if not node.registered:
             return

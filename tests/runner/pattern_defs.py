@@ -36,6 +36,16 @@ def spawn(event, value):  # type: ignore[no-untyped-def]
     return Child(value=event["value"])
 
 
+@handler
+def open_new(event, value):  # type: ignore[no-untyped-def]
+    return navigate_to(Child(value=event["value"]))
+
+
+@handler
+def open_nested(event, child):  # type: ignore[no-untyped-def]
+    return {"go": [navigate_to(child)]}
+
+
 @pattern
 def Parent(value, items, count):  # type: ignore[no-untyped-def]
     child = Child(value=value)
@@ -45,8 +55,20 @@ def Parent(value, items, count):  # type: ignore[no-untyped-def]
         "add": add_item(items=items),
         "bump": increment(count=count),
         "open": open_child(child=child),
+        "open_nested": open_nested(child=child),
+        "open_new": open_new(value=value),
         "spawn": spawn(value=value),
     }
+
+
+def child_of(v: Any) -> Any:
+    return Child(value=v)
+
+
+@pattern
+def Spawner(source):  # type: ignore[no-untyped-def]
+    """A computation that returns a pattern: its output spot is the child's result."""
+    return {"child": lift(child_of)(source)}
 
 
 @pattern

@@ -35,7 +35,9 @@ from runner import _docs as docs
 
 
 def arun(fn: Callable[[], Awaitable[Any]]) -> Any:
-    return asyncio.run(fn())  # type: ignore[arg-type]
+    # The timeout is a watchdog only (a held gate left behind by a failed assertion
+    # would otherwise hang the run); no test relies on time passing.
+    return asyncio.run(asyncio.wait_for(fn(), timeout=30))
 
 
 async def run_parent(rt: Runtime, value: Any = 3, name: str = "res") -> Any:
