@@ -1,7 +1,7 @@
 """Cells basics: a store, a space, cells, transactions and their results.
 
 Run it with ``python -m examples.cells_basics``. The tutorial
-(docs/tutorial.md) walks through it part by part.
+(docs/tutorial-cells.md) walks through it part by part.
 """
 
 from __future__ import annotations
