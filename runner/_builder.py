@@ -257,6 +257,10 @@ def _bind(value: Any, trace: _Trace, where: str) -> Any:
         return out
     if isinstance(value, (list, tuple)):
         return [_bind(v, trace, f"{where}[{i}]") for i, v in enumerate(value)]
+    if type(value) in _SCALARS:
+        return normalize(value, where=where)
+    # A negative isinstance against a runtime-checkable Protocol costs microseconds:
+    # scalars never reach it.
     if isinstance(value, Linkable):
         return value.link()
     if isinstance(value, (Pattern, Lift, Handler)):
@@ -267,6 +271,9 @@ def _bind(value: Any, trace: _Trace, where: str) -> Any:
         return normalize(value, where=where)
     except _InvalidValueError as exc:
         raise PatternError(str(exc)) from exc
+
+
+_SCALARS: Final = frozenset({str, int, float, bool, type(None)})
 
 
 def _function_id(fn: Callable[..., Any], trace: _Trace | None, index: int) -> str:

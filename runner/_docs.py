@@ -16,12 +16,16 @@ address, so a re-run, a second runtime and a restart find the same documents:
 - the pattern document (the traced graph as JSON, shared by every run of the
   pattern): `entity_id({"pattern": identity})` at scope "space".
 
+Derivations are cached (an id is a SHA-256 of canonical bytes, about 9 µs,
+and setup, start and the pre-sync ask for the same ones many times).
+
 All of a run's documents share `R`'s scope, so a user- or session-scoped run
 keeps its whole tree in that principal's (or session's) instance.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Final
 
 from cells import Link, entity_id
@@ -39,10 +43,12 @@ def root(link: Link) -> Link:
     return link if not link.path else Link(link.space, link.id, link.scope)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def argument_link(result: Link) -> Link:
     return Link(result.space, entity_id({"argument": [result.id, result.scope]}), result.scope)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def internal_link(result: Link, index: int) -> Link:
     cause = {"internal": [result.id, result.scope], "node": index}
     return Link(result.space, entity_id(cause), result.scope)
@@ -53,6 +59,7 @@ def handler_result_link(stream: Link, event_id: str) -> Link:
     return Link(stream.space, entity_id(cause), stream.scope)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def pattern_link(space: str, identity: str) -> Link:
     return Link(space, entity_id({"pattern": identity}))
 

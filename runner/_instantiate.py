@@ -49,6 +49,10 @@ if TYPE_CHECKING:
     from ._runner import Runner
 
 
+_PLAIN = frozenset({str, int, float, bool, type(None), dict, list})
+"""Values that are never cells (a Protocol isinstance check is slow; skip it for these)."""
+
+
 def _declared(tree: Any, identity: Identity) -> list[tuple[DocKey, tuple[Any, ...], bool]]:
     return [(ln.key(identity), (docs.VALUE, *ln.path), False) for ln in docs.links_in(tree)]
 
@@ -126,7 +130,7 @@ def _lift(
             runner.release(out_key, None, why=f"{label} stopped returning a pattern")
             tx.write(out_key, (docs.PATTERN,), MISSING)
             tx.write(out_key, (docs.ARGUMENT,), MISSING)
-        if isinstance(value, Linkable) and not isinstance(value, Link):
+        if type(value) not in _PLAIN and type(value) is not Link and isinstance(value, Linkable):
             value = value.link()
         tx.write(out_key, (docs.VALUE,), value)
 

@@ -526,7 +526,10 @@ def plain_argument(value: Any) -> Any:
     """A user's argument with cells (anything linkable) replaced by links."""
     from cells import Linkable
 
-    if isinstance(value, Linkable) and not isinstance(value, Link):
+    t = type(value)
+    if t in (str, int, float, bool, type(None), Link):
+        return value
+    if t is not dict and t is not list and isinstance(value, Linkable):
         return value.link()
     if isinstance(value, dict):
         return {k: plain_argument(v) for k, v in value.items()}
