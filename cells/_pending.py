@@ -86,12 +86,16 @@ class Mailbox:
         loop = self._loop
         if loop is None or self._scheduled:
             return
+        # The flag goes up *before* the drain is queued: set after, a drain running on
+        # the loop in between would clear it first, and the flag would then claim a
+        # drain that no one queued. Every later post would skip scheduling, and
+        # whoever awaits the store would hang (a lost wake-up).
+        self._scheduled = True
         try:
             loop.call_soon_threadsafe(self.drain)
         except RuntimeError:  # the loop was closed (asyncio.run returned): pump by hand again
+            self._scheduled = False
             self._loop = None
-            return
-        self._scheduled = True
 
     def drain(self) -> int:
         """Run every queued callback in order; returns how many ran. Not re-entrant."""
