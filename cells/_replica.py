@@ -268,7 +268,18 @@ class Replica:
             changes.append(Change(key, before, after))
 
     # ------------------------------------------------------------------ commit
-    def _ops_for(self, td: TxDoc, visible: Value) -> list[tuple[Path, Value]]:
+    def _ops_for(self, td: TxDoc, rec: DocRecord) -> tuple[list[tuple[Path, Value]], bool]:
+        """The writes a layer carries, and whether any of them changes the visible value.
+
+        A write equal to the visible value is elided, unless that value is only
+        pending (a local layer not yet confirmed): that layer may still fail, and
+        the write must then survive it, so it is kept as a *shadow* write that
+        changes nothing now. (Without this, a setup re-issued on top of an earlier
+        pending setup commits nothing, and loses everything if the earlier fails.)
+        """
+        visible = rec.visible
+        pending = bool(rec.layers)
+        changes = False
         ops: list[tuple[Path, Value]] = []
         written = td.written
         for path in written if len(written) == 1 else _compact(written):
@@ -293,21 +304,25 @@ class Replica:
                 # The leaf did not change, but a level this transaction created and
                 # then emptied (`{}` left behind) must still be written.
                 created = _created_level(td.working, visible, target)
-                if created is None:
+                if created is not None:
+                    target, new = created, get_path(td.working, created)
+                    changes = True
+                elif not pending or same_value(new, get_path(rec.confirmed, target)):
                     continue
-                target, new = created, get_path(td.working, created)
+            else:
+                changes = True
             ops.append((target, new))
         if len(ops) > 1:
             keep = set(_compact(p for p, _ in ops))
             ops = [(p, v) for p, v in ops if p in keep]
-        return ops
+        return ops, changes
 
     def _commit(self, tx: Transaction) -> None:
         docs = tx.documents()
         records = self._docs
         # One pass: check every read document's basis and stage every written one.
         # Staging only computes, so a stale document found later discards it safely.
-        staged: list[tuple[DocKey, DocRecord, list[tuple[Path, Value]], Value]] = []
+        staged: list[tuple[DocKey, DocRecord, list[tuple[Path, Value]], Value, bool]] = []
         for key, td in docs.items():
             rec = records[key]
             if td.read and rec.version != td.version:
@@ -322,7 +337,7 @@ class Replica:
                 )
                 return
             if td.written:
-                ops = self._ops_for(td, rec.visible)
+                ops, visible_change = self._ops_for(td, rec)
                 if ops:
                     after = rec.visible
                     try:
@@ -339,7 +354,7 @@ class Replica:
                             )
                         )
                         return
-                    staged.append((key, rec, ops, after))
+                    staged.append((key, rec, ops, after, visible_change))
         if not staged and not tx._create_only:
             self.stats.commits_elided += 1
             tx._settle(CommitResult(Outcome.OK))
@@ -348,15 +363,15 @@ class Replica:
         self._next_seq += 1
         changes: list[Change] = []
         writes: list[Write] = []
-        for key, rec, ops, after in staged:
-            # Non-elided ops change the visible value by construction: no compare needed.
+        for key, rec, ops, after, visible_change in staged:
             before = rec.visible
             if not rec.layers:
                 rec.layers = collections.deque()
             rec.layers.append(Layer(seq, ops))
-            rec.visible = after
-            rec.version += 1
-            changes.append(Change(key, before, after))
+            if visible_change:
+                rec.visible = after
+                rec.version += 1
+                changes.append(Change(key, before, after))
             for path, value in ops:
                 writes.append(Write(key, path, value))
         reads: list[ReadClaim] = []

@@ -437,6 +437,15 @@ class StoreConformanceMachine(RuleBasedStateMachine):
         )
         untouched = {k for k in rec.shadow if not self._changed_since(rec, k)}
         visible_before = {k: replica.visible(k) for k in KEYS}
+        # Writes equal to a value that is only pending (a local layer not yet confirmed)
+        # are still sent, as shadow writes that change nothing now: they must survive
+        # if that layer fails. They can only go to documents with pending layers whose
+        # confirmed state differs from what this transaction wrote.
+        shadow_ok = {
+            k
+            for k in rec.written_keys
+            if replica._docs[k].layers and not same(replica._docs[k].confirmed, rec.shadow[k])
+        }
         n_log, n_sent = len(log), len(self.submitted)
         self.committing = rec
         try:
@@ -478,16 +487,21 @@ class StoreConformanceMachine(RuleBasedStateMachine):
         if not sent:
             # P-TX-3: elided. Only a commit that changes nothing and marks nothing may be.
             assert not moved and not rec.create_only, f"commit writing {moved} was not sent"
+            event("commit elided")
             assert pending.done() and pending.result() == CommitResult(Outcome.OK), pending
             assert emitted == [], f"elided commit notified: {emitted}"
             return
         assert len(sent) == 1, sent
         (request,) = sent
-        assert moved or rec.create_only, f"a commit that changes nothing was sent: {request}"
+        shadowed = request.keys - moved
+        assert moved or shadowed or rec.create_only, f"a commit changing nothing went: {request}"
+        assert shadowed <= shadow_ok, f"shadow writes to {shadowed}, allowed only {shadow_ok}"
+        if shadowed:
+            event("shadow writes sent (equal to a pending value)")
         assert not pending.done(), "a verdict arrived inside commit()"
         assert request.session_id == replica.session_id
         assert request.create_only == frozenset(rec.create_only)
-        assert request.keys == moved, f"sent writes to {request.keys}; visible moved {moved}"
+        assert moved <= request.keys, f"sent writes to {request.keys}; visible moved {moved}"
         changed = [ch.key for nf in emitted for ch in nf.changes]
         assert [nf.kind for nf in emitted] == (["commit"] if moved else []), emitted
         assert sorted(changed, key=str) == sorted(moved, key=str), emitted

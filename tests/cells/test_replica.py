@@ -143,6 +143,31 @@ def test_a_commit_built_on_a_rejected_one_is_rejected_too(w: World) -> None:
     assert [nf.kind for nf in w.log(w.a)] == ["commit", "commit", "commit", "revert", "revert"]
 
 
+def test_a_write_equal_to_a_pending_value_survives_when_that_layer_fails(w: World) -> None:
+    """A blind write equal to a value that is only pending is sent (a shadow write):
+    eliding it would lose it when the pending layer is rejected."""
+    w.put(DOC, {"n": 1})
+    with w.store.testing.hold_verdicts() as gate:
+        first = w.a.edit(ME)
+        first.write(DOC, ("n",), 2)
+        p1 = first.commit()
+        second = w.a.edit(ME)
+        second.write(DOC, ("n",), 2)  # equal to the visible (pending) value
+        p2 = second.commit()
+        assert 2 == gate.waiting()  # sent, not elided
+        assert ["commit"] == [nf.kind for nf in w.log(w.a)]  # but it changed nothing now
+        gate.accept(1)  # the second is durable first
+        gate.reject(0, Outcome.PERMANENT)
+        w.pump()
+    assert p1.result().outcome is Outcome.PERMANENT
+    assert p2.result().ok
+    assert {"n": 2} == w.a.visible(DOC) == w.store.read_durable(DOC)
+    third = w.a.edit(ME)
+    third.write(DOC, ("n",), 2)  # equal to the confirmed value: elided as before
+    assert third.commit().result().ok
+    assert 1 == w.a.stats.commits_elided
+
+
 def test_a_commit_released_before_its_dependency_is_rejected(w: World) -> None:
     w.put(DOC, {"n": 1})
     with w.store.testing.hold_verdicts() as gate:
