@@ -45,7 +45,8 @@ from cells import Linkable, normalize
 from .errors import PatternError, PatternLoadError
 
 BindingCell: TypeAlias = Literal["argument", "internal"]
-NodeKind: TypeAlias = Literal["lift", "pattern", "handler", "navigate"]
+NodeKind: TypeAlias = Literal["lift", "pattern", "handler", "navigate", "map", "filter", "flat_map"]
+LIST_KINDS: Final = ("map", "filter", "flat_map")
 
 
 class Binding(msgspec.Struct, frozen=True):
@@ -101,6 +102,36 @@ class Ref:
     @property
     def binding(self) -> Binding:
         return self._binding
+
+    def _list_node(self, kind: NodeKind, op: Any) -> Ref:
+        trace = self._trace
+        where = f"{self!r}.{kind}({op!r}) in pattern {trace.pattern.identity}"
+        if _current.get() is not trace:
+            raise PatternError(f"{where}: list builtins can only be used inside the pattern body")
+        if not isinstance(op, Pattern):
+            raise PatternError(
+                f"{where}: the op must be a @pattern taking `element` (and optionally `index`),"
+                f" got {type(op).__name__}"
+            )
+        extra = [p for p in op.params if p not in ("element", "index")]
+        if "element" not in op.params or extra:
+            raise PatternError(
+                f"{where}: op pattern {op.identity} must take `element` and optionally"
+                f" `index`; its parameters are ({', '.join(op.params)})"
+            )
+        return trace.add(kind, op.identity, {"list": self._binding})
+
+    def map(self, op: Pattern) -> Ref:
+        """One child of `op` per element; the output keeps positions (links to results)."""
+        return self._list_node("map", op)
+
+    def filter(self, op: Pattern) -> Ref:
+        """The elements whose `op` result is truthy, dense, as the original elements."""
+        return self._list_node("filter", op)
+
+    def flat_map(self, op: Pattern) -> Ref:
+        """Each element's `op` result flattened one level (a scalar counts as one item)."""
+        return self._list_node("flat_map", op)
 
 
 class NodeSpec(msgspec.Struct, frozen=True):

@@ -41,7 +41,7 @@ from cells._values import thaw
 from scheduler import Node, QueuedEvent
 
 from . import _docs as docs
-from ._builder import Navigate, NodeSpec, Pattern, PatternInstance, find_pattern
+from ._builder import LIST_KINDS, Navigate, NodeSpec, Pattern, PatternInstance, find_pattern
 from ._registrations import Registration
 from .errors import PatternError
 
@@ -88,6 +88,10 @@ def instantiate(
             _handler(runner, reg, pattern, spec, result, identity)
         elif spec.kind == "navigate":
             _navigate(runner, reg, pattern, spec, result, identity)
+        elif spec.kind in LIST_KINDS:
+            from ._lists import Coordinator
+
+            Coordinator(runner, reg, pattern, spec, result, identity)
         else:  # pragma: no cover - PatternGraph only holds the kinds above
             raise PatternError(f"pattern {pattern.identity}: unknown node kind {spec.kind!r}")
 

@@ -54,6 +54,7 @@ from ._trace import LifecycleTrace
 from .errors import PatternCycleError, PatternError, PatternLoadError
 
 if TYPE_CHECKING:
+    from ._lists import Coordinator
     from ._runtime import Runtime
 
 MAX_NESTING: Final = 64
@@ -75,6 +76,8 @@ class Runner:
         self._declined: dict[Key, Registration] = {}
         """Releases that declined only because a start was in flight (DESIGN §4.3 item 4)."""
         self._idle_waiters: list[Callable[[], None]] = []
+        self.coordinators: set[Coordinator] = set()
+        """Live list coordinators (for `_check` and diagnostics)."""
 
     # ------------------------------------------------------------------ setup
     def stage_setup(
@@ -474,6 +477,9 @@ class Runner:
         assert self.lifetimes <= self.registrations.keys(), self.lifetimes
         for key, reg in self._declined.items():
             assert self.registrations.get(key) is reg, (key, reg)
+        for coordinator in self.coordinators:
+            assert not coordinator.reg.ended, coordinator
+            coordinator._check()
 
 
 def _link_at(value: Any, path: tuple[Any, ...]) -> Link | None:

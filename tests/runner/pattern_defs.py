@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 from typing import Any
 
 from runner import handler, lift, navigate_to, pattern
@@ -117,3 +118,95 @@ def UsesBad(value):  # type: ignore[no-untyped-def]
 def Opener(value):  # type: ignore[no-untyped-def]
     child = Child(value=value)
     return {"child": child, "opened": navigate_to(child)}
+
+
+# --------------------------------------------------------------------------- lists
+
+CALLS: collections.Counter[str] = collections.Counter()
+"""How often each element function ran (tests count element computations)."""
+
+
+def counted_double(v: Any) -> Any:
+    CALLS["double"] += 1
+    return None if v is None else v * 2
+
+
+def is_even(v: Any) -> bool:
+    CALLS["even"] += 1
+    return isinstance(v, int) and not isinstance(v, bool) and v % 2 == 0
+
+
+def repeat(v: Any) -> Any:
+    CALLS["repeat"] += 1
+    if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
+        return [v] * v
+    return v
+
+
+def at(v: Any, i: Any) -> Any:
+    CALLS["at"] += 1
+    return [v, i]
+
+
+@pattern
+def Double(element):  # type: ignore[no-untyped-def]
+    return lift(counted_double)(element)
+
+
+@pattern
+def IsEven(element):  # type: ignore[no-untyped-def]
+    return lift(is_even)(element)
+
+
+@pattern
+def Repeat(element):  # type: ignore[no-untyped-def]
+    return lift(repeat)(element)
+
+
+@pattern
+def At(element, index):  # type: ignore[no-untyped-def]
+    return lift(at)(element, index)
+
+
+@pattern
+def Mapped(items):  # type: ignore[no-untyped-def]
+    return {"out": items.map(Double)}
+
+
+@pattern
+def Filtered(items):  # type: ignore[no-untyped-def]
+    return {"out": items.filter(IsEven)}
+
+
+@pattern
+def Flattened(items):  # type: ignore[no-untyped-def]
+    return {"out": items.flat_map(Repeat)}
+
+
+@pattern
+def Indexed(items):  # type: ignore[no-untyped-def]
+    return {"out": items.map(At)}
+
+
+@pattern
+def AllThree(items):  # type: ignore[no-untyped-def]
+    return {
+        "doubled": items.map(Double),
+        "evens": items.filter(IsEven),
+        "repeated": items.flat_map(Repeat),
+    }
+
+
+def upper_title(element: Any) -> Any:
+    CALLS["upper"] += 1
+    return (element or {}).get("title", "").upper()
+
+
+@pattern
+def Upper(element):  # type: ignore[no-untyped-def]
+    return lift(upper_title)(element)
+
+
+@pattern
+def Titles(items):  # type: ignore[no-untyped-def]
+    return {"out": items.map(Upper)}

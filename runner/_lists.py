@@ -1,0 +1,351 @@
+"""List coordinators: `items.map(Op)`, `items.filter(Pred)`, `items.flat_map(Op)`.
+
+A coordinator is one scheduler computation per list node. Each run (a
+*reconcile*) reads the list's structure, keeps one child run of the op
+pattern per element, and writes the aggregate into its output cell (the
+*container*):
+
+- map: a list of links to the element results (positions kept);
+- filter: the original elements whose result is truthy, dense;
+- flat_map: the element results flattened one level (a scalar counts as one
+  item; an element whose result is still absent contributes nothing yet).
+
+Element identity (`element_keys`): an element that is a link is keyed by its
+target (space, id, scope, path) and occurrence, so its child moves with it
+and repeated references get a child each; an inline value is keyed by its
+position. The scope is part of the key, so a re-scoped element is a new
+element. A child's result id derives from (container, element key), so every
+runtime and every restart finds the same child.
+
+Incremental: the coordinator reads the list shallowly (its length and the
+identity or kind at each position), so editing inside an element re-runs
+only that element's child (which reads its element through a link); a
+structural change re-runs the coordinator once (O(N) for the diff) and sets
+up only new elements, or moved ones whose op reads `index`.
+
+Ownership (the spec's "Releasing a child"): the coordinator *releases*
+(never stops) a child when the list no longer holds its element, when the
+list becomes undefined, and on teardown; one failing release does not keep
+its siblings alive. A child opened as a page survives all of these (the
+release declines on its lifetime).
+
+Setup debt: issuing an element's setup stamps the entry with the issuing
+reconcile. When that reconcile's transaction fails (a stale basis too),
+every entry it still stamps owes its setup again, and only the latest
+issuer decides. On a non-stale failure the reconcile also undoes its own
+bookkeeping — entries it created (releasing their children) and indices it
+moved — each only if still its own; then the coordinator runs again.
+
+Bookkeeping is kept per resolution identity `(principal, session)`: one
+identity's completed setup never satisfies another's.
+
+Cold resume: a list document that has not loaded yet is never read as
+"empty" (the container and the children are kept until it loads), and a
+filter or flat_map aggregate is not republished while an element's result
+document is still loading.
+
+Invariants (checked by `_check`)
+- entry keys are unique and each entry's child id derives from its key;
+- an entry's issuer, when set, is a reconcile that issued its setup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from cells import (
+    MISSING,
+    CommitResult,
+    DocKey,
+    Identity,
+    Link,
+    Outcome,
+    Transaction,
+    entity_id,
+    read_value,
+    resolve,
+)
+from cells._values import thaw
+from scheduler import Node
+
+from . import _docs as docs
+from ._builder import NodeSpec, Pattern, find_pattern
+from ._registrations import Registration
+
+if TYPE_CHECKING:
+    from ._runner import Runner
+
+ElementKey = tuple[Any, ...]
+
+MAX_FAILED_RECONCILES = 5
+"""Re-runs after reconciles that fail for good, before the coordinator waits for new input."""
+
+
+def element_keys(items: Iterable[Any]) -> list[ElementKey]:
+    """The identity key of each element: links by target and occurrence, inline by position."""
+    seen: dict[tuple[Any, ...], int] = {}
+    keys: list[ElementKey] = []
+    for i, item in enumerate(items):
+        if type(item) is Link:
+            target = (item.space, item.id, item.scope, item.path)
+            n = seen.get(target, 0)
+            seen[target] = n + 1
+            keys.append(("link", *target, n))
+        else:
+            keys.append(("pos", i))
+    return keys
+
+
+def _plain(key: Any) -> Any:
+    return [_plain(k) for k in key] if type(key) is tuple else key
+
+
+def child_link(kind: str, container: Link, key: ElementKey) -> Link:
+    """The element's child result: derived from (container, element key, scope kind)."""
+    cause = {kind: [container.id, container.scope], "element": _plain(key)}
+    return Link(container.space, entity_id(cause), container.scope)
+
+
+class _Issuance:
+    """One reconcile's transaction: the token that stamps the setups it issued."""
+
+    __slots__ = ("number",)
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+
+    def __repr__(self) -> str:
+        return f"<reconcile #{self.number}>"
+
+
+class _Entry:
+    __slots__ = ("child", "created_by", "index", "issuer", "key", "owed")
+
+    def __init__(self, key: ElementKey, child: Link, index: int) -> None:
+        self.key = key
+        self.child = child
+        self.index = index
+        self.owed = True
+        self.issuer: _Issuance | None = None
+        self.created_by: _Issuance | None = None
+
+    def __repr__(self) -> str:
+        state = " owed" if self.owed else ""
+        return f"<element {self.key!r} @{self.index}{state}>"
+
+
+class _State:
+    """A coordinator's bookkeeping for one resolution identity."""
+
+    __slots__ = ("entries", "failures")
+
+    def __init__(self) -> None:
+        self.entries: dict[ElementKey, _Entry] = {}
+        self.failures = 0
+
+
+class Coordinator:
+    def __init__(
+        self,
+        runner: Runner,
+        reg: Registration,
+        pattern: Pattern,
+        spec: NodeSpec,
+        result: Link,
+        identity: Identity,
+    ) -> None:
+        self.runner = runner
+        self.reg = reg
+        self.kind = spec.kind
+        self.op = find_pattern(spec.target)
+        self.uses_index = "index" in self.op.params
+        bound = docs.bind(spec.inputs, result)["list"]
+        assert type(bound) is Link
+        self.list_link: Link = bound
+        self.container = docs.internal_link(result, spec.index)
+        self.label = f"{pattern.__qualname__}.n{spec.index} {spec.kind}({self.op.__qualname__})"
+        self.chain = (*reg.chain, reg.key)
+        self.states: dict[Identity, _State] = {}
+        self.reconciles = 0
+        self.active = True
+        self.node: Node = runner.scheduler.register(
+            self.reconcile,
+            identity=identity,
+            outputs=[(self.container.key(identity), (docs.VALUE,))],
+            label=self.label,
+            reads=[(bound.key(identity), (docs.VALUE, *bound.path), True)],
+        )
+        reg.group.add(self.teardown)
+        runner.coordinators.add(self)
+
+    def __repr__(self) -> str:
+        return f"<Coordinator {self.label}>"
+
+    # ------------------------------------------------------------------ reconcile
+    def reconcile(self, tx: Transaction) -> None:
+        if not self.active:
+            return
+        identity = tx.identity
+        state = self.states.get(identity)
+        if state is None:
+            state = self.states[identity] = _State()
+        out_key = self.container.key(identity)
+        place = resolve(tx, self.list_link)
+        list_key = place.key(identity)
+        base = (docs.VALUE, *place.path)
+        if not self.runner.replica.is_loaded(list_key):
+            # Cold resume: an input still loading is not an empty list. Keep the container
+            # and the children; the load's notification runs this again.
+            tx.read(list_key, base, shallow=True)
+            return
+        items = tx.read(list_key, base, shallow=True)
+        if type(items) is not list:
+            # Undefined (or not a list): release every child, the output is empty.
+            errors = self._release(state, list(state.entries))
+            tx.write(out_key, (docs.VALUE,), [])
+            if errors:
+                raise ExceptionGroup(f"{self.label}: {len(errors)} releases failed", errors)
+            return
+        for i in range(len(items)):
+            tx.read(list_key, (*base, i), shallow=True)
+        keys = element_keys(items)
+        wanted = set(keys)
+        self.reconciles += 1
+        issuance = _Issuance(self.reconciles)
+        created: list[_Entry] = []
+        moved: list[tuple[_Entry, int, int]] = []
+        errors = self._release(state, [k for k in state.entries if k not in wanted])
+        for i, (key, item) in enumerate(zip(keys, items, strict=True)):
+            entry = state.entries.get(key)
+            if entry is None:
+                entry = _Entry(key, child_link(self.kind, self.container, key), i)
+                entry.created_by = issuance
+                state.entries[key] = entry
+                created.append(entry)
+            elif entry.index != i:
+                moved.append((entry, entry.index, i))
+                entry.index = i
+                if self.uses_index:
+                    entry.owed = True  # its argument's index changed
+            if entry.owed:
+                element = item if type(item) is Link else place.child(i)
+                self._issue(tx, entry, element, issuance)
+        tx.write(out_key, (docs.VALUE,), self._aggregate(tx, state, keys, items, out_key))
+        tx.add_settle_callback(lambda _tx, res: self._settled(state, issuance, created, moved, res))
+        if errors:
+            raise ExceptionGroup(f"{self.label}: {len(errors)} releases failed", errors)
+
+    def _issue(self, tx: Transaction, entry: _Entry, element: Link, issuance: _Issuance) -> None:
+        argument: dict[str, Any] = {"element": element}
+        if self.uses_index:
+            argument["index"] = entry.index
+        self.runner.stage_setup(tx, self.op, argument, entry.child, self.label)
+        self.runner.launch(
+            tx,
+            self.op,
+            entry.child,
+            launch=f"element of {self.label}",
+            chain=self.chain,
+            gated=False,
+            rollback=False,
+        )
+        entry.owed = False
+        entry.issuer = issuance
+
+    def _aggregate(
+        self,
+        tx: Transaction,
+        state: _State,
+        keys: list[ElementKey],
+        items: list[Any],
+        out_key: DocKey,
+    ) -> Any:
+        entries = [state.entries[k] for k in keys]
+        if self.kind == "map":
+            return [e.child for e in entries]
+        replica = self.runner.replica
+        identity = tx.identity
+        if any(not replica.is_loaded(e.child.key(identity)) for e in entries):
+            # Cold resume: never republish a partial aggregate while results load.
+            previous = tx.peek(out_key, (docs.VALUE,))
+            if previous is not MISSING:
+                return previous
+        out: list[Any] = []
+        for e, item in zip(entries, items, strict=True):
+            value = read_value(tx, e.child)
+            if self.kind == "filter":
+                if value is not MISSING and value:
+                    out.append(item)
+            elif value is MISSING or value is None:
+                continue  # flat_map: not computed yet
+            elif type(value) is list:
+                out.extend(value)
+            else:
+                out.append(value)
+        return thaw(out) if self.kind == "flat_map" else out
+
+    def _settled(
+        self,
+        state: _State,
+        issuance: _Issuance,
+        created: list[_Entry],
+        moved: list[tuple[_Entry, int, int]],
+        res: CommitResult,
+    ) -> None:
+        if res.ok:
+            state.failures = 0
+            return
+        # Everything this reconcile staged is gone: what it issued is owed again, but
+        # only where it is still the latest issuer (a later reconcile decides the rest).
+        for entry in state.entries.values():
+            if entry.issuer is issuance:
+                entry.owed = True
+                self.runner.trace.record("debt", entry.child.key(self.node.identity))
+        if res.outcome is Outcome.STALE_BASIS:
+            return  # the scheduler re-runs the reconcile against fresher state
+        for entry in created:
+            if state.entries.get(entry.key) is entry and entry.created_by is issuance:
+                # Created by a reconcile that never landed: release (never stop) its child.
+                del state.entries[entry.key]
+                self.runner.trace.record("rollback", entry.child.key(self.node.identity))
+                self.runner.release(entry.child.key(self.node.identity), None, why="rollback")
+        for entry, before, after in moved:
+            if state.entries.get(entry.key) is entry and entry.index == after:
+                entry.index = before
+        state.failures += 1
+        if state.failures <= MAX_FAILED_RECONCILES:
+            self.runner.scheduler.invalidate(self.node)
+
+    # ------------------------------------------------------------------ release
+    def _release(self, state: _State, keys: list[ElementKey]) -> list[Exception]:
+        """Release the children of `keys`; an entry goes only once its release succeeded."""
+        errors: list[Exception] = []
+        identity = self.node.identity
+        for key in keys:
+            entry = state.entries[key]
+            try:
+                self.runner.release(
+                    entry.child.key(identity), None, why=f"element left {self.label}"
+                )
+            except Exception as exc:  # one bad child must not keep its siblings alive
+                errors.append(exc)
+                continue
+            del state.entries[key]
+        return errors
+
+    def teardown(self) -> None:
+        self.active = False
+        self.runner.coordinators.discard(self)
+        self.runner.scheduler.remove(self.node)
+        errors: list[Exception] = []
+        for state in self.states.values():
+            errors.extend(self._release(state, list(state.entries)))
+        if errors:
+            raise ExceptionGroup(f"{self.label}: {len(errors)} releases failed", errors)
+
+    def _check(self) -> None:
+        for state in self.states.values():
+            for key, entry in state.entries.items():
+                assert entry.key == key, entry
+                assert entry.child == child_link(self.kind, self.container, key), entry

@@ -1,0 +1,488 @@
+"""Reactive lists: map, filter and flat_map coordinators (SCENARIOS.md H-K and the spec).
+
+Element computations are counted with `pattern_defs.CALLS`; races hold
+verdicts and loads with the store's test controls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from pattern_defs import (
+    CALLS,
+    AllThree,
+    Filtered,
+    Flattened,
+    Indexed,
+    Mapped,
+    Titles,
+)
+
+from cells import MemoryStore, Outcome
+from runner import PatternError, Runtime, pattern
+from runner._lists import Coordinator, element_keys
+from scheduler import NodeError
+
+
+def arun(fn: Callable[[], Awaitable[Any]]) -> Any:
+    # The timeout is a watchdog only; no test relies on time passing.
+    return asyncio.run(asyncio.wait_for(fn(), timeout=30))
+
+
+async def run_list(rt: Runtime, pat: Any, items: Any, name: str = "r") -> tuple[Any, Any]:
+    cell = rt.get_cell(f"{name}-items")
+    res = rt.get_cell(name)
+    tx = rt.edit()
+    cell.with_tx(tx).set(items)
+    rt.run(tx, pat, {"items": cell}, res)
+    assert (await tx.commit()).ok
+    return cell, res
+
+
+def coordinator(rt: Runtime) -> Coordinator:
+    (only,) = rt.runner.coordinators
+    return only
+
+
+# --------------------------------------------------------------------------- identity
+
+
+def test_element_keys_link_by_target_and_occurrence_inline_by_position() -> None:
+    from cells import Link
+
+    a, b = Link("s", "a"), Link("s", "b")
+    keys = element_keys([a, 7, b, a, Link("s", "a", "user")])
+    assert [
+        ("link", "s", "a", "space", (), 0),
+        ("pos", 1),
+        ("link", "s", "b", "space", (), 0),
+        ("link", "s", "a", "space", (), 1),
+        ("link", "s", "a", "user", (), 0),
+    ] == keys
+
+
+def test_S46_linked_elements_keep_their_child_when_they_move() -> None:
+    async def main() -> None:
+        async with Runtime() as rt:
+            cells = [rt.get_cell(n) for n in "ABCX"]
+            tx = rt.edit()
+            for c, v in zip(cells, (1, 2, 3, 99), strict=True):
+                c.with_tx(tx).set(v)
+            await tx.commit()
+            a, b, c, x = (cell.link() for cell in cells)
+            items, res = await run_list(rt, Mapped, [a, b, c])
+            assert [2, 4, 6] == await res.key("out").pull()
+            before = CALLS["double"]
+            items.set([a, x, b, c])
+            assert [2, 198, 4, 6] == await res.key("out").pull()
+            assert 1 == CALLS["double"] - before  # only X's element computation ran
+
+    arun(main)
+
+
+def test_S47_inline_values_are_identified_by_position() -> None:
+    async def main() -> None:
+        async with Runtime() as rt:
+            items, res = await run_list(rt, Mapped, [1, 2, 3])
+            assert [2, 4, 6] == await res.key("out").pull()
+            before = CALLS["double"]
+            items.set([1, 99, 2, 3])
+            assert [2, 198, 4, 6] == await res.key("out").pull()
+            assert 3 == CALLS["double"] - before  # positions 1, 2 changed; 3 is new
+
+    arun(main)
+
+
+@pytest.mark.parametrize(
+    ("pat", "expect"),
+    [
+        (Mapped, lambda xs: [2 * x for x in xs]),
+        (Filtered, lambda xs: [x for x in xs if x % 2 == 0]),
+        (Flattened, lambda xs: [x for x in xs for _ in range(x)]),
+    ],
+)
+def test_S49_a_shrink_releases_exactly_the_removed_elements(pat: Any, expect: Any) -> None:
+    async def main() -> None:
+        async with Runtime() as rt:
+            values = list(range(1, 21))
+            items, res = await run_list(rt, pat, values)
+            assert expect(values) == await res.key("out").pull()
+            full = len(rt.registrations())
+            items.set(values[:5])
+            assert expect(values[:5]) == await res.key("out").pull()
+            assert full - 15 == len(rt.registrations())
+            items.set(values)
+            assert expect(values) == await res.key("out").pull()
+            assert full == len(rt.registrations())
+            rt._check()
+
+    arun(main)
+
+
+def test_S50_coordinator_teardown_releases_everything_it_holds() -> None:
+    async def main() -> None:
+        async with Runtime() as rt:
+            _items, res = await run_list(rt, Mapped, [1, 2, 3, 4, 5])
+            await res.key("out").pull()
+            assert 6 == len(rt.registrations())
+            rt.stop(res)
+            assert frozenset() == rt.registrations()
+            assert set() == rt.runner.coordinators
+            assert 0 == rt.scheduler.statistics()["nodes"]
+
+    arun(main)
+
+
+def test_S51_an_undefined_list_empties_the_output_and_releases_every_child() -> None:
+    async def main() -> None:
+        async with Runtime() as rt:
+            items, res = await run_list(rt, Mapped, [1, 2])
+            assert [2, 4] == await res.key("out").pull()
+            items.delete()
+            assert [] == await res.key("out").pull()
+            assert 1 == len(rt.registrations())
+            before = CALLS["double"]
+            items.set([3, 4])
+            assert [6, 8] == await res.key("out").pull()
+            assert 2 == CALLS["double"] - before
+            assert 3 == len(rt.registrations())
+
+    arun(main)
+
+
+def test_an_edit_inside_an_element_runs_only_that_element() -> None:
+    async def main() -> None:
+        async with Runtime() as rt:
+            notes = [{"title": f"note {i}"} for i in range(50)]
+            items, res = await run_list(rt, Titles, notes)
+            await res.key("out").pull()
+            reconciles = coordinator(rt).reconciles
+            before = CALLS["upper"]
+            items.key(17, "title").set("edited")  # a UI edit: a path write
+            out = await res.key("out").pull()
+            assert "EDITED" == out[17]
+            assert 1 == CALLS["upper"] - before
+            assert reconciles == coordinator(rt).reconciles  # the coordinator did not run
+
+    arun(main)
+
+
+def test_reversing_a_list_of_links_runs_no_child_with_index_free_ops() -> None:
+    async def main() -> None:
+        async with Runtime() as rt:
+            cells = [rt.get_cell(("e", i)) for i in range(6)]
+            tx = rt.edit()
+            for i, c in enumerate(cells):
+                c.with_tx(tx).set(i)
+            await tx.commit()
+            links = [c.link() for c in cells]
+            items, res = await run_list(rt, Mapped, links)
+            assert [0, 2, 4, 6, 8, 10] == await res.key("out").pull()
+            before = CALLS["double"]
+            items.set(list(reversed(links)))
+            assert [10, 8, 6, 4, 2, 0] == await res.key("out").pull()
+            assert 0 == CALLS["double"] - before
+
+    arun(main)
+
+
+def test_an_op_that_reads_index_reruns_when_its_index_changes() -> None:
+    async def main() -> None:
+        async with Runtime() as rt:
+            cells = [rt.get_cell(("e", i)) for i in range(3)]
+            tx = rt.edit()
+            for i, c in enumerate(cells):
+                c.with_tx(tx).set(i * 10)
+            await tx.commit()
+            a, b, c = (x.link() for x in cells)
+            items, res = await run_list(rt, Indexed, [a, b, c])
+            assert [[0, 0], [10, 1], [20, 2]] == await res.key("out").pull()
+            before = CALLS["at"]
+            items.set([b, a, c])
+            assert [[10, 0], [0, 1], [20, 2]] == await res.key("out").pull()
+            assert 2 == CALLS["at"] - before  # a and b moved; c kept its index
+
+    arun(main)
+
+
+def test_filter_is_dense_over_the_original_elements_and_flat_map_flattens() -> None:
+    async def main() -> None:
+        async with Runtime() as rt:
+            e = rt.get_cell("e")
+            e.set(4)
+            _items, res = await run_list(rt, AllThree, [1, e.link(), 3, 0, 2])
+            out = await res.pull()
+            assert [2, 8, 6, 0, 4] == out["doubled"]
+            assert [4, 0, 2] == out["evens"]
+            assert [1, 4, 4, 4, 4, 3, 3, 3, 2, 2] == out["repeated"]
+            raw = res.key("evens").resolve().get()
+            assert 3 == len(raw)
+            e.set(5)  # the linked element stops being even
+            assert [0, 2] == await res.key("evens").pull()
+
+    arun(main)
+
+
+def test_flat_map_counts_a_scalar_as_one_item() -> None:
+    async def main() -> None:
+        async with Runtime() as rt:
+            _items, res = await run_list(rt, Flattened, [2, "x", None, -1])
+            assert [2, 2, "x", -1] == await res.key("out").pull()
+
+    arun(main)
+
+
+def test_S64_a_genuine_steady_state_shrink_converges() -> None:
+    async def main() -> None:
+        async with Runtime() as rt:
+            cells = [rt.get_cell(("s", i)) for i in range(3)]
+            tx = rt.edit()
+            for c in cells:
+                c.with_tx(tx).set(2)
+            await tx.commit()
+            _items, res = await run_list(rt, Filtered, [c.link() for c in cells])
+            assert [2, 2, 2] == await res.key("out").pull()
+            cells[1].set(3)
+            assert [2, 2] == await res.key("out").pull()
+
+    arun(main)
+
+
+def test_a_child_opened_as_a_page_survives_its_elements_removal() -> None:
+    async def main() -> None:
+        async with Runtime() as rt:
+            items, res = await run_list(rt, Mapped, [1, 2, 3])
+            await res.key("out").pull()
+            # The container's slot 1 holds a link to the element's result: start follows it.
+            # (Starting `res.key("out", 1)` would start `res` itself: a sub-path of a
+            # result starts the whole result.)
+            page = res.key("out").resolve().key(1)
+            assert await rt.start(page) is True
+            (key,) = rt.lifetimes()
+            items.set([1, 3])
+            assert [2, 6] == await res.key("out").pull()
+            assert key in rt.registrations()
+            rt.stop(res)
+            assert {key} == rt.registrations()
+
+    arun(main)
+
+
+def test_a_rescoped_element_is_a_new_element() -> None:
+    async def main() -> None:
+        async with Runtime() as rt:
+            space = rt.get_cell("shared")
+            user = rt.get_cell("shared", scope="user")
+            tx = rt.edit()
+            space.with_tx(tx).set(1)
+            user.with_tx(tx).set(5)
+            await tx.commit()
+            items, res = await run_list(rt, Mapped, [space.link()])
+            assert [2] == await res.key("out").pull()
+            first = rt.registrations()
+            items.set([user.link()])  # same id and path, another scope
+            assert [10] == await res.key("out").pull()
+            after = rt.registrations()
+            assert 2 == len(after) and first != after  # the old child was released
+
+    arun(main)
+
+
+def test_element_children_are_the_same_on_another_runtime_and_after_restart() -> None:
+    async def main() -> None:
+        store = MemoryStore()
+        async with Runtime(store) as one, Runtime(store) as two:
+            _items, res = await run_list(one, Mapped, [1, 2, 3])
+            await res.key("out").pull()
+            await one.idle()
+            other = two.get_cell("r")
+            assert await two.start(other) is True
+            assert [2, 4, 6] == await other.key("out").pull()
+            assert one.registrations() == two.registrations()
+
+    arun(main)
+
+
+def test_ops_are_checked_when_the_pattern_is_traced() -> None:
+    @pattern
+    def TwoArgs(element, other):  # type: ignore[no-untyped-def]
+        return element
+
+    @pattern
+    def BadOp(items):  # type: ignore[no-untyped-def]
+        return items.map(TwoArgs)
+
+    @pattern
+    def NotAPattern(items):  # type: ignore[no-untyped-def]
+        return items.filter(lambda x: x)
+
+    with pytest.raises(PatternError, match=r"must take `element` and optionally `index`"):
+        BadOp.graph  # noqa: B018
+    with pytest.raises(PatternError, match="the op must be a @pattern"):
+        NotAPattern.graph  # noqa: B018
+
+
+# --------------------------------------------------------------------------- setup debt
+#
+# These hold verdicts with only the coordinator demanded (its children are not live),
+# so each structural change makes exactly two commits: the list write, then the
+# reconcile. Rejections are delivered with `pump()` and the bookkeeping inspected
+# before the coordinator runs again.
+
+
+def entries(rt: Runtime) -> dict[Any, Any]:
+    (state,) = coordinator(rt).states.values()
+    return state.entries
+
+
+def test_S57_a_stale_basis_keeps_the_bookkeeping_but_owes_the_writes() -> None:
+    async def main() -> None:
+        store = MemoryStore()
+        async with Runtime(store) as rt:
+            items, res = await run_list(rt, Mapped, [1])
+            assert [2] == await res.key("out").pull()
+            rt.scheduler.demand(coordinator(rt).node)
+            with store.testing.hold_verdicts() as gate:
+                items.set([1, 2])
+                rt.settle()
+                # held: the list write, the reconcile, the new child's first computation
+                assert 3 == gate.waiting()
+                gate.accept(0)  # the list write
+                gate.reject(0, Outcome.STALE_BASIS)  # the reconcile that set up element 2
+                rt.replica.pump()
+                assert [False, True] == [e.owed for e in entries(rt).values()]
+                assert 3 == len(rt.registrations())  # kept: the re-run reuses it
+            await rt.idle()
+            assert not any(e.owed for e in entries(rt).values())
+            assert [2, 4] == await res.key("out").pull()
+            rt._check()
+
+    arun(main)
+
+
+@pytest.mark.parametrize("durable", ["later", "earlier"])
+def test_S58_only_the_latest_issuer_restores_the_debt(durable: str) -> None:
+    async def main() -> None:
+        store = MemoryStore()
+        async with Runtime(store) as rt:
+            cells = [rt.get_cell(("e", i)) for i in range(2)]
+            tx = rt.edit()
+            for i, c in enumerate(cells):
+                c.with_tx(tx).set(i)
+            await tx.commit()
+            a, b = (c.link() for c in cells)
+            items, res = await run_list(rt, Indexed, [a, b])
+            await res.key("out").pull()
+            rt.scheduler.demand(coordinator(rt).node)
+            with store.testing.hold_verdicts() as gate:
+                items.set([b, a])
+                rt.settle()  # X1 issues both elements again (their indices changed)
+                items.set([a, b])
+                rt.settle()  # X2 issues both again
+                assert 4 == gate.waiting()  # list 1, X1, list 2, X2
+                gate.accept(0)  # list 1
+                if durable == "later":
+                    gate.accept(1)  # list 2
+                    gate.accept(1)  # X2 is durable ...
+                    gate.reject(0, Outcome.PERMANENT)  # ... then X1 fails: nothing owed
+                else:
+                    gate.accept(0)  # X1 is durable ...
+                    gate.accept(0)  # list 2
+                    gate.reject(0, Outcome.PERMANENT)  # ... then X2, the latest, fails
+                rt.replica.pump()
+                owed = [e.owed for e in entries(rt).values()]
+                assert ([False, False] if durable == "later" else [True, True]) == owed
+            await rt.idle()
+            assert [[0, 0], [1, 1]] == await res.key("out").pull()
+            assert not any(e.owed for e in entries(rt).values())
+            rt._check()
+
+    arun(main)
+
+
+def test_S31_a_mapped_element_survives_an_aborted_child_setup() -> None:
+    async def main() -> None:
+        store = MemoryStore()
+        async with Runtime(store) as rt:
+            items, res = await run_list(rt, Mapped, [])
+            assert [] == await res.key("out").pull()
+            rt.scheduler.demand(coordinator(rt).node)
+            with store.testing.hold_verdicts() as gate:
+                items.set([1])
+                rt.settle()
+                gate.accept(0)  # the list write
+                gate.reject(0, Outcome.ABORTED)  # the first element setup fails for good
+                rt.replica.pump()
+                assert {} == entries(rt)  # created by the failed reconcile: undone
+                assert 1 == len(rt.registrations())  # and its child released
+            await rt.idle()
+            assert [2] == await res.key("out").pull()
+            rt._check()
+
+    arun(main)
+
+
+def test_S56_a_definitive_failure_undoes_only_its_own_bookkeeping() -> None:
+    async def main() -> None:
+        store = MemoryStore()
+        async with Runtime(store) as rt:
+            cells = [rt.get_cell(("e", i)) for i in range(3)]
+            tx = rt.edit()
+            for i, c in enumerate(cells):
+                c.with_tx(tx).set(i)
+            await tx.commit()
+            a, b, c = (x.link() for x in cells)
+            items, res = await run_list(rt, Indexed, [a, b])
+            await res.key("out").pull()
+            rt.scheduler.demand(coordinator(rt).node)
+            count = len(rt.registrations())
+            with store.testing.hold_verdicts() as gate:
+                items.set([c, b, a])  # creates c; moves a from 0 to 2
+                rt.settle()
+                gate.accept(0)
+                gate.reject(0, Outcome.PERMANENT)
+                rt.replica.pump()
+                by_target = {k[2]: e for k, e in entries(rt).items()}
+                assert {a.id, b.id} == set(by_target)  # c's entry dropped ...
+                assert count == len(rt.registrations())  # ... and its child released
+                assert 0 == by_target[a.id].index  # a's move undone
+                assert 1 == by_target[b.id].index
+            await rt.idle()
+            assert [[2, 0], [1, 1], [0, 2]] == await res.key("out").pull()
+            rt._check()
+
+    arun(main)
+
+
+def test_one_failing_release_does_not_keep_its_siblings_alive() -> None:
+    async def main() -> None:
+        async with Runtime() as rt:
+            items, res = await run_list(rt, Mapped, [1, 2, 3])
+            await res.key("out").pull()
+            runner = rt.runner
+            real = runner.release
+            refusing: list[Any] = []
+
+            def flaky(key: Any, token: Any = None, *, why: str = "release") -> bool:
+                if not refusing:
+                    refusing.append(key)
+                if key == refusing[0]:
+                    raise RuntimeError("this child refuses to go")
+                return real(key, token, why=why)
+
+            rt.scheduler.demand(coordinator(rt).node)
+            runner.release = flaky  # type: ignore[method-assign]
+            items.set([])
+            with pytest.raises(NodeError, match="1 releases failed"):
+                rt.settle()
+            runner.release = real  # type: ignore[method-assign]
+            assert 2 == len(rt.registrations())  # the parent and the one that refused
+            assert 1 == len(entries(rt))  # its entry stays, so a later reconcile retries
+            items.set([5])
+            assert [10] == await res.key("out").pull()
+            assert 2 == len(rt.registrations())
+
+    arun(main)
