@@ -1,10 +1,11 @@
 """The notes demo: a small notes app written as patterns, on a SQLite file.
 
-Run it with ``make demo`` (or ``python -m examples.demo``). It keeps its data
-in ``.cellweave/notes.db`` under the current directory and deletes that file
-first, so every run starts from nothing and prints the same thing. The
-patterns are in ``examples/notes.py``; the tour of the cells layer that used
-to live here is ``python -m examples.cells_demo``.
+Run it with ``python -m examples.notes_demo`` (``make demo`` runs the todo
+board, ``examples/demo.py``). It keeps its data in ``.cellweave/notes.db``
+under the current directory and deletes that file first, so every run starts
+from nothing and prints the same thing. The patterns are in
+``examples/notes.py``; the tutorial (docs/tutorial.md) builds them step by
+step.
 
 What it shows, step by step: the notebook opened as a page, notes added by a
 handler, a note opened as a page of its own by another handler
@@ -16,9 +17,7 @@ the open pages back. Stopping a page removes it for good.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-from collections.abc import AsyncIterator
 from typing import Any
 
 from cells import Cell, SQLiteStore
@@ -81,33 +80,10 @@ def opened(page: Cell) -> None:
     print(f"  -> the app opens {title_of(page)}")
 
 
-@contextlib.asynccontextmanager
-async def unstuck(rt: Runtime) -> AsyncIterator[None]:
-    """Workaround for a lost wake-up in `cells.Mailbox` (remove once it is fixed).
-
-    When a store thread posts an answer while the loop is draining the
-    mailbox, the mailbox can end up marked "drain scheduled" with no drain
-    scheduled, and every await on the store then waits forever (about one
-    run in twenty on SQLite). `pump()` delivers what is queued and clears the
-    mark, so pumping every 20 ms keeps the demo from hanging.
-    """
-
-    async def pump() -> None:
-        while True:
-            await asyncio.sleep(0.02)
-            rt.replica.pump()
-
-    task = asyncio.create_task(pump())
-    try:
-        yield
-    finally:
-        task.cancel()
-
-
 async def first_session() -> None:
     store = SQLiteStore(DB_PATH)
     rt = Runtime(store, space="notes", principal="ada", on_navigate=opened)
-    async with unstuck(rt), rt:  # leaving `rt` waits for in-flight work, then closes it
+    async with rt:  # leaving `rt` waits for in-flight work, then closes it
         step("1. Open a notebook")
         notes = rt.get_cell("notes")  # the data: a list of notes
         notebook = rt.get_cell("notebook")  # where the Notebook pattern's result lives
@@ -146,7 +122,7 @@ async def second_session() -> None:
     step("5. Restart: a new runtime on the same file resumes the open pages")
     store = SQLiteStore(DB_PATH)
     rt = Runtime(store, space="notes", principal="ada")
-    async with unstuck(rt), rt:
+    async with rt:
         print(f"  running before resume: {len(rt.registrations())} patterns")
         pages = await rt.resume()
         print(f"  resumed {len(pages)} pages")
@@ -169,7 +145,7 @@ async def second_session() -> None:
 
     store = SQLiteStore(DB_PATH)
     rt = Runtime(store, space="notes", principal="ada")
-    async with unstuck(rt), rt:
+    async with rt:
         resumed = await rt.resume()
         print(f"  after another restart, resume() brings back: {', '.join(map(title_of, resumed))}")
     store.close()

@@ -39,8 +39,64 @@ def run_example(module: str, cwd: Path, timeout: float = 60) -> str:
     return out
 
 
-def test_notes_demo_shows_pages_handlers_and_a_resume(tmp_path: Path) -> None:
+def in_order(lines: list[str], expected: list[str]) -> None:
+    """Every expected line is printed, in this order (other lines may come between)."""
+    at = 0
+    for line in expected:
+        assert line in lines[at:], f"{line!r} not printed after line {at}"
+        at = lines.index(line, at) + 1
+
+
+def test_todo_demo_shows_lists_a_card_page_and_a_resume(tmp_path: Path) -> None:
     out = run_example("examples.demo", tmp_path)
+    lines = out.splitlines()
+    assert (tmp_path / ".cellweave" / "todo.db").exists()
+    in_order(
+        lines,
+        [
+            '  -> the app opens board "Home"',
+            "  |   (no tasks yet)",
+            # 2. add: map, filter and flat_map follow the list
+            "  | Board: Home  (4 open, 0 done)",
+            "  |   4. [ ] Water plants #home",
+            "  |   open: Buy milk, Fix bike, Write report, Water plants",
+            "  |   tags: #home 3, #outdoor 1, #work 1",
+            "  card lines computed: 4 (Buy milk, Fix bike, Water plants, Write report)",
+            # 3. toggles: the filtered views move; only the toggled cards re-run
+            "  |   2. [x] Fix bike #home #outdoor",
+            "  |   done: Fix bike, Write report",
+            "  card lines computed: 2 (Fix bike, Write report)",
+            # 4. a card opened as a page by a handler
+            '  -> the app opens card "Fix bike"',
+            "  | Card: [x] Fix bike #home #outdoor",
+            # 5. removed from the list: the page stays, nothing else re-runs
+            "  | Board: Home  (2 open, 1 done)",
+            "  |   tags: #home 2, #work 1",
+            "  card lines computed: 0",
+            '  open pages: board "Home", card "Fix bike"',
+            "  running: Board x1, Card x4, IsDone x3, IsOpen x3, Tags x3",
+            # 6. the page is live off the board
+            "  | Card: [ ] Fix bike #home #outdoor",
+            "  the board's open view: Buy milk, Water plants",
+            # 7. restart
+            "  running before resume: 0 patterns",
+            '  resumed 2 pages: board "Home", card "Fix bike"',
+            # 8. live after the restart
+            "  |   4. [ ] Call Bob #work #phone",
+            "  |   tags: #home 2, #phone 1, #work 2",
+            "  | Card: [x] Fix bike #home #outdoor",
+            "  card lines computed: 2 (Call Bob, Fix bike)",
+            # 9. stop closes the page for good
+            '  open pages: board "Home"',
+            '  after another restart, resume() brings back: board "Home"',
+        ],
+    )
+    # A fresh file on every run: the second run prints exactly the same.
+    assert out == run_example("examples.demo", tmp_path)
+
+
+def test_notes_demo_shows_pages_handlers_and_a_resume(tmp_path: Path) -> None:
+    out = run_example("examples.notes_demo", tmp_path)
     lines = out.splitlines()
     assert (tmp_path / ".cellweave" / "notes.db").exists()
     expected_in_order = [
@@ -61,10 +117,9 @@ def test_notes_demo_shows_pages_handlers_and_a_resume(tmp_path: Path) -> None:
         '  open pages: notebook "Ada\'s notes"',
         '  after another restart, resume() brings back: notebook "Ada\'s notes"',
     ]
-    positions = [lines.index(line) for line in expected_in_order]
-    assert sorted(positions) == positions
+    in_order(lines, expected_in_order)
     # A fresh file on every run: the second run prints exactly the same.
-    assert out == run_example("examples.demo", tmp_path)
+    assert out == run_example("examples.notes_demo", tmp_path)
 
 
 def test_cells_demo_keeps_counting_runs_on_its_file(tmp_path: Path) -> None:
