@@ -22,10 +22,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 BLOCK = re.compile(r"```(\w*)\n(.*?)```", re.S)
 
-# docs/howto/pages.md is not run here: its resume section uses SQLiteStore, and a
-# lost wake-up in cells.Mailbox hangs about one SQLite run in twenty (see
-# examples/demo.py, `unstuck`). Add it once the mailbox is fixed.
-PAGES = ["tutorial.md", "howto/notebooks.md", "reference/runner.md"]
+PAGES = [
+    "tutorial.md",
+    "howto/lists.md",
+    "howto/notebooks.md",
+    "howto/pages.md",
+    "reference/runner.md",
+]
 
 
 def run_page(path: Path) -> list[tuple[str, str]]:
