@@ -74,7 +74,11 @@ def resolve(tx: Transaction, link: Link, *, follow_last: bool = True) -> Link:
 
 
 def read_value(tx: Transaction, link: Link, *, log: bool = True) -> Value:
-    """The value at `link`, with links inside it followed (a list of links reads as values)."""
+    """The value at `link`, with links inside it followed (a list of links reads as values).
+
+    MISSING only if the value at `link` itself is absent: a followed link inside it
+    whose target is absent drops its key from a dict and reads as None in a list.
+    """
     return _read(tx, link, log, frozenset())
 
 
@@ -94,6 +98,9 @@ def _materialize(
     t = type(value)
     if t is Link:
         return _read(tx, value, log, active)
+    # A link inside a value whose target is absent (not computed yet, deleted) reads
+    # as an absent key in a dict and as None in a list: values stay plain data, and
+    # the MISSING sentinel never reaches a user (only the top level may be absent).
     if t is dict:
         out = None
         for k, v in value.items():
@@ -101,7 +108,10 @@ def _materialize(
             if m is not v and out is None:
                 out = dict(value)
             if out is not None:
-                out[k] = m
+                if m is MISSING:
+                    del out[k]
+                else:
+                    out[k] = m
         return value if out is None else out
     if t is list:
         items = None
@@ -110,6 +120,6 @@ def _materialize(
             if m is not v and items is None:
                 items = list(value)
             if items is not None:
-                items[i] = m
+                items[i] = None if m is MISSING else m
         return value if items is None else items
     return value

@@ -43,7 +43,8 @@ def fresh_file(path: str) -> None:
 
 
 def is_note(view: Any) -> bool:
-    return isinstance(view, dict) and "words" in view
+    # A note shows a title (from its argument, present at once); a notebook a name.
+    return isinstance(view, dict) and "title" in view
 
 
 def title_of(page: Cell) -> str:

@@ -123,6 +123,13 @@ def test_a_link_to_a_missing_document_reads_missing(w: World) -> None:
     assert MISSING is w.cell("a").get()
 
 
+def test_an_absent_link_target_inside_a_value_is_plain_data(w: World) -> None:
+    """MISSING never reaches a user inside a value: a dict drops the key, a list reads None."""
+    gone = w.cell("nowhere").link()
+    w.put("doc", {"a": 1, "b": gone, "items": [gone, 2]})
+    assert {"a": 1, "items": [None, 2]} == w.cell("doc").get()
+
+
 def test_get_returns_a_copy_the_caller_may_mutate(w: World) -> None:
     w.put("b", {"items": [1, 2]})
     w.put("a", {"ref": w.cell("b").link()})
