@@ -26,9 +26,11 @@ from ._builder import pattern as pattern
 from ._runtime import Runtime as Runtime
 from ._runtime import Session as Session
 from .errors import OwnershipError as OwnershipError
+from .errors import PageError as PageError
 from .errors import PatternCycleError as PatternCycleError
 from .errors import PatternError as PatternError
 from .errors import PatternLoadError as PatternLoadError
+from .errors import ResumeError as ResumeError
 
 __all__ = [
     "Binding",
@@ -37,6 +39,7 @@ __all__ = [
     "Navigate",
     "NodeSpec",
     "OwnershipError",
+    "PageError",
     "Pattern",
     "PatternCycleError",
     "PatternError",
@@ -44,6 +47,7 @@ __all__ = [
     "PatternInstance",
     "PatternLoadError",
     "Ref",
+    "ResumeError",
     "Runtime",
     "Session",
     "handler",

@@ -379,8 +379,9 @@ def _navigate(
     navigated: set[str] = set()
 
     def run(tx: Transaction) -> None:
-        target = docs.root(resolve(tx, bound))
-        page = docs.page_id(target)
+        # Once per target (the place the reference resolves to, links followed); the
+        # page itself is opened with the reference, which the start follows.
+        page = docs.page_id(resolve(tx, bound))
         tx.write(out_key, (docs.VALUE,), True)
         if page in navigated:
             return  # once per target, however often this runs
@@ -390,7 +391,7 @@ def _navigate(
             if res.ok:
                 if reg.ended:
                     return
-                runner.rt._open_page(target, identity, via=label)
+                runner.rt._open_page(bound, identity, via=label)
             else:
                 navigated.discard(page)  # a rejected commit: a later run navigates
 

@@ -29,7 +29,7 @@ from ._registrations import Key, Registration
 
 
 class StartAttempt:
-    __slots__ = ("epoch", "generations", "label", "number", "target", "tombstones")
+    __slots__ = ("epoch", "generations", "label", "number", "on_claim", "target", "tombstones")
 
     _numbers = itertools.count(1)
 
@@ -40,6 +40,7 @@ class StartAttempt:
         self.generations: dict[Key, int] = {}
         self.tombstones: set[Key] = set()
         self.target: Key | None = None
+        self.on_claim: Callable[[Key], None] | None = None
 
     def __repr__(self) -> str:
         return f"<StartAttempt #{self.number} {self.label} target={self.target}>"

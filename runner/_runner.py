@@ -134,6 +134,11 @@ class Runner:
             if existing.pattern == pattern.identity:
                 if existing.owed:
                     self._repay(tx, existing, pattern, result)
+                if self._declined.get(key) is existing:
+                    # This launch now holds the running result: a release that an earlier
+                    # launch deferred behind a start in flight must not end it later.
+                    del self._declined[key]
+                    self.trace.record("adopt", key, launch=launch)
                 return None
             self.trace.record("replace", key, old=existing.pattern, new=pattern.identity)
             self.stop_result(key, why="its pattern was replaced")
@@ -313,9 +318,20 @@ class Runner:
         self.trace.record("stop-all", "*", ended=len(ended))
 
     # ------------------------------------------------------------------ start cascade
-    def start(self, link: Link, identity: Identity, *, label: str = "start") -> Pending[bool]:
-        """Start the result `link` names (following links). See the module docstring."""
+    def start(
+        self,
+        link: Link,
+        identity: Identity,
+        *,
+        label: str = "start",
+        on_claim: Callable[[Key], None] | None = None,
+    ) -> Pending[bool]:
+        """Start the result `link` names (following links). See the module docstring.
+
+        `on_claim(key)` runs when this start claims a lifetime for the result `key`.
+        """
         attempt = self.attempts.begin(label)
+        attempt.on_claim = on_claim
         self.attempts.track(attempt, docs.root(link).key(identity))
         result: Pending[bool] = Pending(self.replica.mailbox)
         gen = self._cascade(attempt, link, identity)
@@ -372,6 +388,8 @@ class Runner:
             assert target is not None
             self.lifetimes.add(target)
             self.trace.record("claim", target, attempt=attempt.number)
+            if attempt.on_claim is not None:
+                attempt.on_claim(target)
         elif target is not None:
             self.trace.record("no-claim", target, attempt=attempt.number, failed=error is not None)
         keys = list(attempt.generations)

@@ -45,9 +45,10 @@ from scheduler import Clock, Scheduler
 
 from . import _docs as docs
 from ._builder import Pattern
+from ._pages import Pages
 from ._registrations import Key, Registration
 from ._runner import Runner, plain_argument
-from .errors import OwnershipError, PatternError
+from .errors import OwnershipError, PatternError, ResumeError
 
 
 class _Host:
@@ -117,6 +118,14 @@ class Session:
     def pages(self) -> list[Cell]:
         return self.runtime._pages(self.identity, self.identity.principal)
 
+    def open_page(self, cell: Cell) -> asyncio.Future[bool]:
+        if cell.identity != self.identity:
+            cell = Cell(self.runtime.replica, self.identity, cell.link(), host=self.runtime._host)
+        return self.runtime.open_page(cell)
+
+    async def resume(self) -> list[Cell]:
+        return await self.runtime._resume(self.identity)
+
 
 class Runtime:
     """One session against a store. `Runtime()` uses a fresh `MemoryStore`.
@@ -151,7 +160,7 @@ class Runtime:
         self.runner = Runner(self)
         self.on_navigate = on_navigate
         """Called with each page a navigation opened, once it is running (a UI shows it)."""
-        self._page_owner: dict[Key, str] = {}
+        self._pages_book = Pages(self)
         self._closed = False
 
     def __repr__(self) -> str:
@@ -352,22 +361,15 @@ class Runtime:
             raise PatternError(f"rt.key: expected a Cell, got {cell!r}")
         return docs.root(cell.link()).key(cell.identity)
 
-    def _check_owner(self, identity: Identity, key: Key, what: str) -> None:
-        owner = self._page_owner.get(key)
-        if owner is not None and owner != identity.principal:
-            raise OwnershipError(
-                f"cannot {what} page {key}: it belongs to {owner!r}, not {identity.principal!r}"
-            )
-
     def _stop(self, identity: Identity, cell: Cell, generation: int | None) -> None:
         self._require_open()
+        rec = self._pages_book.find(cell)
         key = self.key(cell)
-        self._check_owner(identity, key, "stop")
-        if key in self._page_owner:
+        if rec is not None:
             # Decision before cleanup: the stop is recorded before anything is cancelled,
             # so a restart never resumes a page someone stopped.
-            self._record_page(docs.root(cell.link()), identity, is_open=False, via="stop")
-            del self._page_owner[key]
+            self._pages_book.stop(rec, identity)
+            key = rec.key or key
         self.runner.stop(key, generation=generation)
 
     def stop(self, cell: Cell, *, generation: int | None = None) -> None:
@@ -425,49 +427,26 @@ class Runtime:
         self._send(self.identity, stream, event, event_id)
 
     # -- pages
-    def _record_page(self, target: Link, identity: Identity, *, is_open: bool, via: str) -> None:
-        tx = self.replica.edit(identity)
-        record = {"target": target, "open": is_open, "session": identity.session, "via": via}
-        tx.write(
-            docs.pages_link(self.space).key(identity), (docs.VALUE, docs.page_id(target)), record
-        )
-        tx.commit_detached()
-        self.runner.trace.record("page-open" if is_open else "page-stop", target.key(identity))
-
     def _open_page(self, target: Link, identity: Identity, *, via: str) -> Pending[bool]:
         """Record `target` as an open page of `identity`'s principal, then start it."""
-        target = docs.root(target)
-        key = target.key(identity)
-        self._check_owner(identity, key, "open")
-        self._record_page(target, identity, is_open=True, via=via)
-        self._page_owner[key] = identity.principal
-        started = self.runner.start(target, identity, label=f"page via {via}")
-        if self.on_navigate is not None:
-            callback = self.on_navigate
-            cell = Cell(self.replica, identity, target, host=self._host)
-
-            def opened(p: Pending[bool]) -> None:
-                try:
-                    p.result()
-                except Exception:
-                    return
-                callback(cell)
-
-            started.add_done_callback(opened)
-        return started
+        return self._pages_book.open(target, identity, via=via)
 
     def open_page(self, cell: Cell) -> asyncio.Future[bool]:
-        """Open the result `cell` names as a page of this runtime's principal (recorded
-        durably, then started: it gets an independent lifetime)."""
+        """Open the result `cell` names as a page of the cell's principal: recorded
+        durably first, then started (it gets an independent lifetime). Resolves True
+        once it runs; if the record does not become durable it fails, and if the start
+        fails or is superseded the record is withdrawn."""
         self._require_open()
-        loop = asyncio.get_running_loop()
+        if not isinstance(cell, Cell):
+            raise PatternError(f"rt.open_page: expected a Cell, got {cell!r}")
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise CellweaveError(
+                f"rt.open_page({cell!r}) needs a running event loop: call it from async code"
+            ) from None
         self.replica.mailbox.attach(loop)
         return _future(loop, self._open_page(cell.link(), cell.identity, via="open_page"))
-
-    def _page_records(self, identity: Identity) -> dict[str, Any]:
-        doc = self.replica.visible(docs.pages_link(self.space).key(identity))
-        value = doc.get(docs.VALUE) if type(doc) is dict else None
-        return value if type(value) is dict else {}
 
     def _pages(self, identity: Identity, principal: str | None) -> list[Cell]:
         self._require_open()
@@ -476,30 +455,44 @@ class Runtime:
                 f"cannot list the pages of {principal!r}: this runtime acts for"
                 f" {identity.principal!r} (use rt.session({principal!r}, ...) to act for them)"
             )
-        out: list[Cell] = []
-        for record in self._page_records(identity).values():
-            if type(record) is dict and record.get("open") is True:
-                target = record.get("target")
-                if type(target) is Link:
-                    out.append(Cell(self.replica, identity, target, host=self._host))
-        return out
+        return [cell for _pid, cell in self._pages_book.open_cells(identity)]
 
     def pages(self, principal: str | None = None) -> list[Cell]:
         """Pages (results started in their own right) owned by `principal` (default: this
         runtime's). Another principal's pages raise `OwnershipError`."""
         return self._pages(self.identity, principal)
 
+    async def _resume(self, identity: Identity) -> list[Cell]:
+        self._require_open()
+        loop = asyncio.get_running_loop()
+        self.replica.mailbox.attach(loop)
+        await self.replica.sync([docs.pages_link(self.space).key(identity)])
+        pages = self._pages_book.open_cells(identity)
+        starts = [
+            _future(loop, self._pages_book.resume_one(pid, cell, identity)) for pid, cell in pages
+        ]
+        outcomes = await asyncio.gather(*starts, return_exceptions=True)
+        resumed: list[Cell] = []
+        failures: dict[str, BaseException] = {}
+        for (_pid, cell), outcome in zip(pages, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                failures[str(cell.link())] = outcome
+            elif outcome:
+                resumed.append(cell)
+        if failures:
+            names = ", ".join(failures)
+            raise ResumeError(
+                f"resumed {len(resumed)} pages; {len(failures)} could not start: {names}",
+                resumed=list(resumed),
+                failures=failures,
+            )
+        return resumed
+
     async def resume(self) -> list[Cell]:
         """Start again every page recorded open for this runtime's principal (after a
-        restart, also after `kill -9`); returns the pages now running."""
-        self._require_open()
-        key = docs.pages_link(self.space).key(self.identity)
-        await self.replica.sync([key])
-        pages = self._pages(self.identity, None)
-        for cell in pages:
-            self._page_owner[self.key(cell)] = self.identity.principal
-        results = [await self._start(self.identity, cell) for cell in pages]
-        return [cell for cell, ok in zip(pages, results, strict=True) if ok]
+        restart, also after `kill -9`); returns the pages now running. Each page starts
+        on its own: if some cannot, the rest still do, and `ResumeError` reports them."""
+        return await self._resume(self.identity)
 
     # -- running
     def settle(self) -> None:
@@ -557,6 +550,7 @@ class Runtime:
 
     def _check(self) -> None:
         self.runner._check()
+        self._pages_book._check()
         self.scheduler._check()
         self.replica._check()
 

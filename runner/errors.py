@@ -33,3 +33,20 @@ class PatternCycleError(CellweaveError, RecursionError):
 
 class OwnershipError(CellweaveError, PermissionError):
     """Acting on another principal's page, or without an identity."""
+
+
+class PageError(CellweaveError, RuntimeError):
+    """A page could not be opened (its record did not become durable)."""
+
+
+class ResumeError(CellweaveError, RuntimeError):
+    """Some pages recorded open could not be resumed; the others were.
+
+    `resumed` lists the pages now running; `failures` maps each page that could
+    not start (its recorded link) to the error.
+    """
+
+    def __init__(self, message: str, *, resumed: list[object], failures: dict[str, BaseException]):
+        super().__init__(message)
+        self.resumed = resumed
+        self.failures = failures

@@ -43,7 +43,7 @@ def assert_nothing_left(rt: Runtime) -> None:
     assert frozenset() == rt.lifetimes()
     assert {} == runner._declined
     assert frozenset() == rt.registrations()
-    assert {} == rt._page_owner
+    assert ({}, {}) == (rt._pages_book.by_pid, rt._pages_book.by_key)
     assert 0 == rt.scheduler.statistics()["nodes"]
     rt._check()
 
@@ -262,12 +262,6 @@ def test_start_stop_churn_on_one_result_leaves_nothing() -> None:
     arun(main)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_open_page records the page open and its owner before starting it and undoes"
-    " neither when the start fails: the failed page stays listed, keeps an owner entry,"
-    " and every later resume() raises on it",
-)
 def test_an_open_page_that_fails_to_start_leaves_no_record_or_owner() -> None:
     async def main() -> None:
         async with Runtime() as rt:

@@ -23,7 +23,6 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import pytest
 from pattern_defs import Child
 
 from cells import MISSING, CellweaveError, MemoryStore, Outcome, SQLiteStore
@@ -108,11 +107,6 @@ def test_a_page_open_at_kill_9_resumes_and_computes_a_stopped_one_does_not(
     arun(main)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="resume() starts pages one by one and lets the first failure escape: a page"
-    " that can no longer start keeps every page recorded after it from resuming",
-)
 def test_resume_starts_the_other_pages_when_one_can_no_longer_start() -> None:
     """A page recorded open whose pattern can no longer be loaded (its module was renamed,
     say) must not keep the other pages from resuming; reporting it is fine."""
@@ -145,12 +139,6 @@ def test_resume_starts_the_other_pages_when_one_can_no_longer_start() -> None:
     arun(restart)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open_page commits its record detached and resolves once the start claims,"
-    " without waiting for the record's verdict: a rejected record leaves a page running"
-    " with an independent lifetime that nothing durable names, and the caller got True",
-)
 def test_open_page_reports_success_only_once_its_record_is_durable() -> None:
     async def main() -> None:
         store = MemoryStore()
@@ -181,12 +169,6 @@ def test_open_page_reports_success_only_once_its_record_is_durable() -> None:
     arun(main)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rt.stop commits the stop record detached and never re-issues it: when that"
-    " commit fails (even retryably, on a stale basis) the page is stopped here but still"
-    " recorded open, rt.pages() lists it again, and the next resume() restarts it",
-)
 def test_a_stopped_page_stays_stopped_when_its_stop_record_first_fails() -> None:
     store = MemoryStore()
 
