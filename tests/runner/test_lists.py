@@ -23,6 +23,7 @@ from pattern_defs import (
 
 from cells import MemoryStore, Outcome
 from runner import PatternError, Runtime, pattern
+from runner import _docs as docs
 from runner._lists import Coordinator, element_keys
 from scheduler import NodeError
 
@@ -484,5 +485,101 @@ def test_one_failing_release_does_not_keep_its_siblings_alive() -> None:
             items.set([5])
             assert [10] == await res.key("out").pull()
             assert 2 == len(rt.registrations())
+
+    arun(main)
+
+
+# --------------------------------------------------------------------------- cold resume
+
+
+def test_S62_a_cold_runtime_never_clears_the_container_while_its_input_loads() -> None:
+    async def main() -> None:
+        store = MemoryStore()
+        async with Runtime(store) as one:
+            items, res = await run_list(one, Mapped, [1, 2, 3])
+            assert [2, 4, 6] == await res.key("out").pull()
+            await one.idle()
+        container = docs.internal_link(res.link(), 0)
+        async with Runtime(store) as two:
+            cold = two.get_cell("r")
+            with store.testing.hold_loads(items.doc_key) as gate:
+                assert await two.start(cold) is True
+                seen: list[Any] = []
+                cancel = cold.key("out").sink(seen.append)
+                two.settle()
+                assert 1 <= gate.waiting()
+                durable = store.read_durable(container.key(two.identity))
+                assert 3 == len(durable["value"])  # not cleared while the input loads
+                assert [[2, 4, 6]] == seen  # the durable aggregate, never []
+            await two.idle()
+            assert [2, 4, 6] == await cold.key("out").pull()
+            assert 4 == len(two.registrations())
+            cancel()
+            two._check()
+
+    arun(main)
+
+
+def test_S63_a_cold_filter_never_republishes_while_element_results_load() -> None:
+    async def main() -> None:
+        store = MemoryStore()
+        async with Runtime(store) as one:
+            _items, res = await run_list(one, Filtered, [2, 3, 4])
+            assert [2, 4] == await res.key("out").pull()
+            await one.idle()
+            container = one.runner.coordinators.copy().pop()
+            children = [e.child for s in container.states.values() for e in s.entries.values()]
+        async with Runtime(store) as two:
+            cold = two.get_cell("r")
+            held = [c.key(two.identity) for c in children]
+            with store.testing.hold_loads(*held):
+                assert await two.start(cold) is True
+                seen: list[Any] = []
+                cancel = cold.key("out").sink(seen.append)
+                two.settle()
+                assert seen and all(v == [2, 4] for v in seen), seen  # never partial or empty
+            await two.idle()
+            assert [2, 4] == await cold.key("out").pull()
+            cancel()
+
+    arun(main)
+
+
+# --------------------------------------------------------------------------- identities
+
+
+def test_each_principal_keeps_its_own_coordinator_and_children() -> None:
+    async def main() -> None:
+        async with Runtime(principal="service") as rt:
+            alice, bob = rt.session("alice", "a1"), rt.session("bob", "b1")
+            outs = []
+            for who, values in ((alice, [1, 2]), (bob, [10, 20, 30])):
+                items = who.get_cell("todo", scope="user")
+                res = who.get_cell("board", scope="user")
+                tx = who.edit()
+                items.with_tx(tx).set(values)
+                who.run(tx, Mapped, {"items": items}, res)
+                assert (await tx.commit()).ok
+                outs.append(res)
+            assert [[2, 4], [20, 40, 60]] == [await r.key("out").pull() for r in outs]
+            assert 2 + 2 + 3 == len(rt.registrations())  # per scope instance
+            a_keys = {k for k in rt.registrations() if k.principal == "alice"}
+            assert 3 == len(a_keys)
+            rt._check()
+
+    arun(main)
+
+
+def test_S17_a_map_element_being_opened_survives_its_parents_teardown() -> None:
+    async def main() -> None:
+        async with Runtime() as rt:
+            _items, res = await run_list(rt, Mapped, [1, 2, 3])
+            await res.key("out").pull()
+            slot = res.key("out").resolve().key(1)
+            started = rt.start(slot)  # in flight
+            rt.stop(res)
+            assert await started is True
+            assert 1 == len(rt.registrations()) == len(rt.lifetimes())
+            rt._check()
 
     arun(main)
