@@ -1,0 +1,679 @@
+"""A reference model of the child-run ownership rules, in plain Python.
+
+No scheduler, no storage, no runner code: documents are plain names, a
+registration is a `MReg` carrying a model *token* (an int, unique over the whole
+model), and the only asynchrony is a FIFO that stands for a replica's mailbox
+(load answers and start settlements arrive through it, in posting order). The
+machine in `test_ownership_machine.py` drives this model and a real `Runtime`
+side by side and compares them after every step.
+
+Written from `spec/runner-child-run-ownership.md` (quoted below, sentence by
+sentence, each with the rule that implements it), DESIGN §4.2-4.3 (the items
+that apply without list coordinators) and the start-cascade stages of
+reference-runner §1.2.
+
+Spec sentence -> model rule
+---------------------------
+Preamble
+- "Running a pattern produces a registration ... indexed by the result's key."
+  -> `RunnerModel.regs: dict[doc, MReg]`, one per result name.
+- "Starting a result installs one; stopping it removes and cancels one."
+  -> `_install` / `_end`.
+- "The registration is not part of any transaction." -> `run` installs at once,
+  before any verdict; `MTx` holds only the *callbacks* a launch registered.
+- "The writes a setup stages roll back ...; the registration does not." ->
+  a settle only runs callbacks (`MTx.settle`); nothing else is undone.
+- "A result is also reachable from more than one place" -> the same result name
+  can be launched by a parent (`_launch_child`), run (`run`), and started
+  (`start`, possibly through link documents `World.links`).
+
+Two ways a registration ends
+- "An explicit stop is authoritative over the result. It ends whatever
+  registration it finds, discards any lifetime the result holds" -> `stop`,
+  `_stop_result` (no token check; `lifetimes.discard`).
+- "and reaches starts that hold no registration yet: a start still resolving a
+  link to this result terminates when it resolves." -> `stop` adds a tombstone
+  to every active attempt that has not discovered the key
+  (`MAttempt.tombstones`); `_current` fails once a discovered key is tombstoned.
+- "A release is authoritative over the registration its own launch installed,
+  and over nothing else." -> `release(doc, token)` declines on a token mismatch.
+- "A pattern releases a child it launched when that pattern is torn down" ->
+  `MReg.cleanups` (child, token) run newest first when the parent ends.
+- "and a launch releases its own registration when the transaction staging its
+  setup does not become durable." -> `_rollback` callbacks on the setup `MTx`.
+- "A release leaves a replacement registration alone" -> token mismatch declines.
+- "leaves a result that holds a lifetime of its own running" -> `release`
+  declines when `doc in lifetimes`.
+- "and leaves a start it cannot see to settle on its own terms." -> `release`
+  never tombstones; it bumps only the key it ends (DESIGN §4.2: "without
+  tombstoning unresolved starts").
+- "Pending starts ... are the exception: a release cancels every one held for
+  the result, including one another launch scheduled" -> `release` with nothing
+  registered calls `_cancel_pending(doc)` (all of them); so does a release that
+  ends a registration (DESIGN §4.2 gives the order: the three declines first,
+  then the pending cancel when nothing is registered).
+
+Releasing a child
+- "A pattern that launches a child registers a release for it, which runs when
+  the launching pattern is torn down." -> `_install` appends (child, token) to
+  the parent's cleanups; `_end` runs them.
+- List-coordinator sentences (removal, scope change, per-element scope,
+  reconciliation) -> NOT MODELLED YET (no map/filter/flat_map). The extension
+  point is `RunnerModel.release` with a token of None, which is how a
+  coordinator releases (reference §1.1 "tokenless releases").
+- "A release stops the child's registration only when both of these hold:" /
+  "The registration is the one this launch installed. A later attempt that
+  replaced it owns itself, so a release that no longer recognizes what it finds
+  does nothing." -> token check. A launch whose child was already running holds
+  no token (None) and releases whatever is there (reference §1.1).
+- "Nothing holds an independent lifetime for the result" -> lifetime decline.
+- "The second condition reaches only the starts a release can see. A start that
+  has not yet resolved its link to this result is indexed under no key the
+  release consults, so a release cannot tell that one is in flight." ->
+  `_in_flight(doc)` looks only at attempts whose `discovered` holds `doc`.
+- "That release proceeds: it ends the registration its own launch installed,
+  and leaves the start running." -> `release` ends and bumps `doc` only; the
+  unresolved attempt has no entry for it, so it is unaffected.
+- "The start may go on to install a registration of its own and claim a
+  lifetime for it, by the rule below." -> the cascade installs when it finds
+  nothing registered and claims at settle (`_settle`).
+- "A stop of the same result instead terminates that start when it resolves."
+  -> tombstones (see stop above).
+
+List setup across serving instances
+- Every sentence -> NOT MODELLED YET (list coordinators). Two principals on one
+  runtime are modelled only as disjoint result names (`UA.*`, `UB.*`), acting
+  through their own session views.
+
+Independent lifetimes
+- "A result acquires a lifetime of its own when something starts it in its own
+  right ... Runner.start." / "Navigating to a nested result opens it as a page"
+  -> `start(doc)` on any result or link name, a nested child included.
+- "An enclosing pattern releasing such a result leaves it running; only
+  stopping it directly ends it." -> lifetime decline in `release`; only
+  `_stop_result` / `stop_all` / the end of the registration drop the lifetime.
+- "A start that is still resolving may be about to acquire that lifetime and
+  cannot say so yet, so a release declines while one is in flight." ->
+  `_in_flight` decline.
+- "A start that then fails leaves the result registered until the runtime
+  stops it, the same bound the scheduler accepts ..." -> superseded by DESIGN
+  §4.3 item 4 (below): the declined release is remembered and applied.
+- "The lifetime is claimed when the start settles" -> `_settle` runs as a FIFO
+  item posted after the cascade returns, never inside `start`.
+- "and only when its target is still current at that moment: no stop has
+  tombstoned the target for this start or replaced the target's registration
+  since this start discovered it." -> `_current_for(att, target)`: target
+  discovered, not tombstoned, not bumped since discovery (`discovered[doc]`
+  turns True on every `_bump`), same epoch; and the target is registered.
+- "A start whose target a stop superseded while it was resolving claims
+  nothing ... Such a start reports that it did not leave the piece running."
+  -> `MAttempt.result = False`.
+- "The judgment is about the target alone — a stop of an intermediate link doc
+  ... voids neither the claim nor the report." -> `_current_for` looks at the
+  target only (the whole-attempt `_current` still guards every cascade stage).
+
+Rolling back with the transaction
+- "A run stages its setup in a transaction and installs its registration
+  outside one." -> `run`.
+- "When that transaction does not become durable, the launch releases its
+  registration" -> `_rollback(doc, token)` on every outcome but OK/STALE_BASIS,
+  ABORTED included.
+- "The rollback is a release rather than a stop, so it compensates the
+  registration this launch installed and reaches no further. A result someone
+  opened in its own right stays running, and a start still resolving is left to
+  settle ..." -> `_rollback` calls `release` with the launch's token.
+- "A stale basis is the exception ... that re-run reuses what is already there."
+  -> STALE_BASIS runs no release (DESIGN §4.3 item 2: keep, mark owed; the
+  owed-writes flag itself is not compared).
+
+Commit-gated starts
+- "A start gated on a commit has no registration until its callback installs
+  one." -> `run(gated=True)` adds an `MPending`; its `MTx` callback installs.
+- "Ownership of it begins when the start is scheduled, so stopping the result
+  before that commit tombstones the pending start and the callback does not
+  install it." -> `_stop_result` cancels every pending start of the key; a
+  cancelled one installs nothing.
+- "Releasing the child cancels the pending starts held for that result too, at
+  the width the exception above describes." -> `release` (see above).
+- "A launch whose child is still gated holds that child through the pending
+  start and nothing else" -> a gated run's token is the pending start; a failed
+  commit settles it (DESIGN §4.2 "A failed commit settles it (no leak)").
+
+DESIGN §4.2 / §4.3 items that apply
+- §4.2 stop_all -> `stop_all`: new epoch (every attempt stops at its next
+  check), every pending start cancelled, every lifetime and remembered decline
+  dropped, every registration ended (in installation order).
+- §4.3.2 stale basis keeps, everywhere -> `_rollback`.
+- §4.3.3 no orphaned lifetime -> `_end` drops the lifetime whatever ends it.
+- §4.3.4 no zombie after a declined release -> `declined[doc] = token` on an
+  in-flight decline; `_settle` applies it once no attempt tracks the key (and
+  `_end` forgets it when that registration goes another way). Checked property
+  (`violations`): the applied release must not end a child that a *running*
+  parent launched meanwhile — a launch that finds its child already running
+  holds it tokenless (reference §1.1), so that child is no zombie, and ending it
+  leaves the parent running without the child nobody stopped ("a release ... is
+  authoritative over the registration its own launch installed, and over
+  nothing else").
+- §4.3.7 generation fences -> `stop(doc, generation=token)`: a generation is
+  unique per registration, so naming one is naming its token; a stale one does
+  nothing.
+- §4.3.5 (page owners), §4.3.6 (runaway nesting), §4.3.1 (list rollback) -> not
+  modelled (no pages, fixed finite nesting, no lists).
+
+Not modelled yet (the machine keeps them out of reach, so the comparison stays exact)
+- List coordinators (map / filter / flat_map): element launches, removal and scope
+  changes, per-resolution-identity bookkeeping, list rollback (§4.3.1). Extension
+  points: `RunnerModel.release(doc, None)` is a coordinator's tokenless release;
+  `World.children` would gain element children keyed by (container, occurrence,
+  scope); a `MTx` callback per reconcile would carry its rollback.
+- Rejections of the runner's own transactions (a start's or a gated install's
+  start transaction): the machine only ever accepts those, so their callbacks
+  (children's rollback, re-staging owed writes) never change a registration and
+  the model treats them as inert.
+- The owed-writes flag of a stale basis (§4.3.2 "mark as debt"): kept or not, it
+  changes no registration; not compared.
+- Handlers, event-launched children and lineage, navigation and pages (durable
+  page records, owners §4.3.5, resume), computation-produced children, runaway
+  nesting (§4.3.6).
+- The window between a start's last stage and its settlement: the machine
+  drains every mailbox after each step, so a stop landing exactly there (the
+  target-only judgement of the claim) is not reached.
+
+Start cascade (reference §1.2; API: "rt.start syncs every document it visits")
+- root sync -> each link hop -> target found (registered: done) -> pattern load
+  -> dependency pre-sync (`World.presync`) -> registered? done : install. After
+  each sync the whole attempt must be current (`_current`); a failed load
+  fails the attempt (it claims nothing and its future raises).
+- Loads: one load per (replica, document) at a time; a second sync of a
+  document already loading waits on the same load (`_loading`, `_waiters`).
+  A held document's load waits in its `MGate` until `release` or `fail`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+KNOWN_BUG_STRANDED_CHILD = False
+"""The runtime applies a deferred release (DESIGN §4.3.4) even to a child that a running
+parent launched after the release declined (it found the child running, so it holds it
+tokenless): that parent is left running without its child, which nobody stopped.
+`tests/runner/test_found_by_model.py::test_a_deferred_release_spares_a_child_a_running_parent_adopted`
+pins it (xfail). While True the model mirrors the runtime and tallies each occurrence in
+`RunnerModel.stranded`; once the runner is fixed, set it to False: the model then keeps
+such a child running and any occurrence is a violation."""
+
+# --------------------------------------------------------------------------- static world
+
+
+@dataclass(frozen=True)
+class World:
+    """The documents: results (with their nested children) and link documents."""
+
+    patterns: dict[str, str]
+    """result name -> pattern name"""
+    children: dict[str, tuple[str, ...]]
+    """result name -> its nested children's result names (in node order)"""
+    links: dict[str, str]
+    """link document -> the document it points at (a result or another link)"""
+
+    def arg(self, doc: str) -> str:
+        return f"arg:{doc}"
+
+    def pattern_doc(self, doc: str) -> str:
+        return f"pat:{self.patterns[doc]}"
+
+    def presync(self, doc: str) -> list[str]:
+        """The run's own documents: its argument, then every descendant's result doc."""
+        out = [self.arg(doc)]
+        stack = list(reversed(self.children[doc]))
+        while stack:
+            child = stack.pop()
+            out.append(child)
+            stack.extend(reversed(self.children[child]))
+        return out
+
+    def descendants(self, doc: str) -> list[str]:
+        return self.presync(doc)[1:]
+
+
+class LoadFailed(Exception):
+    """A held load that `MGate.fail` failed (the runtime raises a LIVENESS error)."""
+
+
+# --------------------------------------------------------------------------- store side
+
+
+@dataclass(eq=False)
+class MGate:
+    id: int
+    doc: str
+    active: bool = True
+    waiting: list[tuple[RunnerModel, str]] = field(default_factory=list)
+
+
+class StoreModel:
+    """What the runners share: load gates (a held document holds every replica's load)."""
+
+    def __init__(self) -> None:
+        self.gates: dict[int, MGate] = {}
+        self._ids = itertools.count(1)
+        self.tokens = itertools.count(1)
+        self.clock = itertools.count(1)
+        """Logical time: when causes happened (for 'no stopped result running')."""
+
+    def held_by(self, doc: str) -> MGate | None:
+        for gate in self.gates.values():
+            if gate.active and gate.doc == doc:
+                return gate
+        return None
+
+    def hold(self, doc: str) -> MGate:
+        assert self.held_by(doc) is None, doc
+        gate = MGate(next(self._ids), doc)
+        self.gates[gate.id] = gate
+        return gate
+
+    def release(self, gate: MGate, *, fail: bool = False) -> None:
+        gate.active = False
+        waiting, gate.waiting = gate.waiting, []
+        for runner, doc in waiting:
+            err = LoadFailed(doc) if fail else None
+            runner.post(lambda r=runner, d=doc, e=err: r._on_loaded(d, e))  # type: ignore[misc]
+
+
+# --------------------------------------------------------------------------- runner side
+
+
+@dataclass(eq=False)
+class MReg:
+    doc: str
+    token: int
+    launch: str
+    """'run', 'gated', 'start' or 'nested'"""
+    cause: int
+    """logical time of the action that led to this install"""
+    tx: MTx | None = None
+    """the setup transaction of a 'run' launch"""
+    parent: str | None = None
+    cleanups: list[tuple[str, int | None]] = field(default_factory=list)
+    """(child, token or None): the releases this run's teardown performs"""
+
+
+@dataclass(eq=False)
+class MPending:
+    id: int
+    doc: str
+    cause: int
+    cancelled: bool = False
+    settled: bool = False
+
+
+@dataclass(eq=False)
+class MTx:
+    id: int
+    callbacks: list[Callable[[str], None]] = field(default_factory=list)
+    outcome: str | None = None
+    """None while open or held; then 'OK', 'STALE_BASIS', 'PERMANENT', 'ABORTED', ..."""
+
+    def settle(self, outcome: str) -> None:
+        assert self.outcome is None, self
+        self.outcome = outcome
+        callbacks, self.callbacks = self.callbacks, []
+        for cb in callbacks:
+            cb(outcome)
+
+
+@dataclass(eq=False)
+class MAttempt:
+    id: int
+    start_doc: str
+    epoch: int
+    cause: int
+    discovered: dict[str, bool] = field(default_factory=dict)
+    """doc -> has it been bumped (stopped, released, replaced) since discovery?"""
+    tombstones: set[str] = field(default_factory=set)
+    target: str | None = None
+    gen: Generator[list[str], BaseException | None, bool] | None = None
+    result: bool | str | None = None
+    """None while in flight; then True / False, or 'error' (a failed load)"""
+
+
+class RunnerModel:
+    """One runtime's ownership state (its registrations, attempts, pending starts)."""
+
+    def __init__(self, world: World, store: StoreModel) -> None:
+        self.world = world
+        self.store = store
+        self.regs: dict[str, MReg] = {}
+        self.lifetimes: set[str] = set()
+        self.pending: dict[str, list[MPending]] = {}
+        self.attempts: list[MAttempt] = []
+        self.declined: dict[str, int] = {}
+        self.epoch = 0
+        self.fifo: deque[Callable[[], None]] = deque()
+        self._loading: set[str] = set()
+        self._waiters: dict[str, list[Callable[[BaseException | None], None]]] = {}
+        self._ids = itertools.count(1)
+        self.last_stop: dict[str, int] = {}
+        """doc -> logical time of the last stop that reached it (stop or stop_all)"""
+        self.stop_all_time = 0
+        self.violations: list[str] = []
+        self.stranded: list[str] = []
+        """Occurrences of the known bug (`KNOWN_BUG_STRANDED_CHILD`), tallied, not failed."""
+
+    # ------------------------------------------------------------ mailbox
+    def post(self, fn: Callable[[], None]) -> None:
+        self.fifo.append(fn)
+
+    def drain(self) -> None:
+        while self.fifo:
+            self.fifo.popleft()()
+
+    # ------------------------------------------------------------ registrations
+    def _install(self, doc: str, launch: str, cause: int, tx: MTx | None = None) -> MReg:
+        """Install `doc`, then launch its nested children (rollback on `tx` if given)."""
+        assert doc not in self.regs, doc
+        reg = MReg(doc, next(self.store.tokens), launch, cause, tx=tx if launch == "run" else None)
+        self.regs[doc] = reg
+        here = next(self.store.clock)
+        for child in self.world.children[doc]:
+            token = self._launch_child(child, here, tx)
+            reg.cleanups.append((child, token))
+        return reg
+
+    def _launch_child(self, child: str, cause: int, tx: MTx | None) -> int | None:
+        if child in self.regs:
+            return None  # already running: this launch holds no token (releases tokenless)
+        reg = self._install(child, "nested", cause, tx)
+        reg.parent = None  # set by the caller's cleanups; kept for diagnostics
+        if tx is not None:
+            tx.callbacks.append(self._rollback(child, reg.token))
+        return reg.token
+
+    def _rollback(self, doc: str, token: int) -> Callable[[str], None]:
+        def settled(outcome: str) -> None:
+            if outcome in ("OK", "STALE_BASIS"):
+                return  # durable, or a stale basis: keep (the re-run reuses it)
+            self.release(doc, token)
+
+        return settled
+
+    def _end(self, doc: str) -> MReg | None:
+        reg = self.regs.pop(doc, None)
+        if reg is None:
+            return None
+        self.lifetimes.discard(doc)  # no orphaned lifetime (§4.3.3)
+        if self.declined.get(doc) == reg.token:
+            del self.declined[doc]
+        for child, token in reversed(reg.cleanups):
+            self.release(child, token)
+        return reg
+
+    def _bump(self, doc: str) -> None:
+        for att in self.attempts:
+            if doc in att.discovered:
+                att.discovered[doc] = True
+
+    def _cancel_pending(self, doc: str) -> None:
+        for p in self.pending.pop(doc, []):
+            p.cancelled = True
+            p.settled = True
+
+    def _in_flight(self, doc: str) -> bool:
+        return any(doc in att.discovered for att in self.attempts)
+
+    # ------------------------------------------------------------ the two authorities
+    def stop(self, doc: str, generation: int | None = None) -> None:
+        if generation is not None:
+            reg = self.regs.get(doc)
+            if reg is None or reg.token != generation:
+                return  # a stale generation does nothing (§4.3.7)
+        for att in self.attempts:
+            if doc not in att.discovered:
+                att.tombstones.add(doc)
+        self.last_stop[doc] = next(self.store.clock)
+        self._stop_result(doc)
+
+    def _stop_result(self, doc: str) -> None:
+        self.lifetimes.discard(doc)
+        self._cancel_pending(doc)
+        self._bump(doc)
+        self._end(doc)
+
+    def release(self, doc: str, token: int | None = None) -> bool:
+        """Returns True if it ended a registration."""
+        reg = self.regs.get(doc)
+        if token is not None and reg is not None and reg.token != token:
+            return False  # a replacement owns itself
+        if doc in self.lifetimes:
+            return False
+        if self._in_flight(doc):
+            if reg is not None:
+                self.declined[doc] = reg.token  # applied if that start claims nothing
+            return False
+        if reg is None:
+            self._cancel_pending(doc)
+            return False
+        if token is not None and reg.token != token:  # pragma: no cover - checked above
+            self.violations.append(f"release of {doc} with {token} ended {reg.token}")
+        self.lifetimes.discard(doc)
+        self._cancel_pending(doc)
+        self._bump(doc)
+        self._end(doc)
+        return True
+
+    def stop_all(self) -> None:
+        self.epoch += 1
+        now = next(self.store.clock)
+        self.stop_all_time = now
+        for doc in list(self.pending):
+            self._cancel_pending(doc)
+        self.lifetimes.clear()
+        self.declined.clear()
+        for doc in list(self.regs):
+            self._end(doc)
+
+    # ------------------------------------------------------------ launches
+    def new_tx(self) -> MTx:
+        return MTx(next(self._ids))
+
+    def run(self, tx: MTx, doc: str, *, gated: bool) -> None:
+        """`rt.run(tx, pattern, ..., doc)` (setup staged in `tx`, then launch)."""
+        cause = next(self.store.clock)
+        if doc in self.regs:
+            return  # same pattern already running: only its argument is updated
+        if gated:
+            pending = MPending(next(self._ids), doc, cause)
+            self.pending.setdefault(doc, []).append(pending)
+
+            def settled(outcome: str) -> None:
+                if pending.cancelled:
+                    return  # stopped or released before the commit: install nothing
+                pending.settled = True
+                starts = self.pending.get(doc, [])
+                if pending in starts:
+                    starts.remove(pending)
+                    if not starts:
+                        del self.pending[doc]
+                if outcome != "OK" or doc in self.regs:
+                    return
+                self._install(doc, "gated", pending.cause)  # its start tx is inert here
+
+            tx.callbacks.append(settled)
+            return
+        reg = self._install(doc, "run", cause, tx)
+        tx.callbacks.append(self._rollback(doc, reg.token))
+
+    # ------------------------------------------------------------ start attempts
+    def start(self, doc: str) -> MAttempt:
+        att = MAttempt(next(self._ids), doc, self.epoch, next(self.store.clock))
+        self.attempts.append(att)
+        self._track(att, doc)
+        att.gen = self._cascade(att)
+        self._step(att, None)
+        return att
+
+    def _track(self, att: MAttempt, doc: str) -> None:
+        att.discovered.setdefault(doc, False)
+
+    def _current(self, att: MAttempt) -> bool:
+        if att.epoch != self.epoch or att not in self.attempts:
+            return False
+        return not any(bumped or doc in att.tombstones for doc, bumped in att.discovered.items())
+
+    def _current_for(self, att: MAttempt, doc: str) -> bool:
+        return (
+            att.epoch == self.epoch
+            and doc in att.discovered
+            and doc not in att.tombstones
+            and not att.discovered[doc]
+        )
+
+    def _cascade(self, att: MAttempt) -> Generator[list[str], BaseException | None, bool]:
+        doc = att.start_doc
+        while True:
+            self._track(att, doc)
+            yield [doc]
+            if not self._current(att):
+                return False
+            if doc in self.world.patterns:
+                break
+            doc = self.world.links[doc]
+        att.target = doc
+        if doc in self.regs:
+            return True
+        yield [self.world.pattern_doc(doc)]
+        if not self._current(att):
+            return False
+        yield self.world.presync(doc)
+        if not self._current(att):
+            return False
+        if doc in self.regs:
+            return True
+        self._install(doc, "start", att.cause)
+        return True
+
+    def _step(self, att: MAttempt, error: BaseException | None) -> None:
+        gen = att.gen
+        assert gen is not None
+        try:
+            keys = gen.send(None) if error is None else gen.throw(error)
+        except StopIteration as stop:
+            running = bool(stop.value)
+            self.post(lambda: self._settle(att, running, None))
+            return
+        except LoadFailed as exc:
+            failure = exc
+            self.post(lambda: self._settle(att, False, failure))
+            return
+        self._sync(keys, lambda err: self._step(att, err))
+
+    def _sync(self, keys: list[str], done: Callable[[BaseException | None], None]) -> None:
+        keys = list(dict.fromkeys(keys))
+        remaining = [len(keys)]
+        finished = [False]
+
+        def one_done(error: BaseException | None) -> None:
+            if finished[0]:
+                return
+            if error is not None:
+                finished[0] = True
+                done(error)
+                return
+            remaining[0] -= 1
+            if remaining[0] == 0:
+                finished[0] = True
+                done(None)
+
+        for key in keys:
+            self._waiters.setdefault(key, []).append(one_done)
+            if key not in self._loading:
+                self._loading.add(key)
+                gate = self.store.held_by(key)
+                if gate is not None:
+                    gate.waiting.append((self, key))
+                else:
+                    self.post(lambda k=key: self._on_loaded(k, None))  # type: ignore[misc]
+
+    def _on_loaded(self, doc: str, error: BaseException | None) -> None:
+        self._loading.discard(doc)
+        for fn in self._waiters.pop(doc, []):
+            fn(error)
+
+    def _settle(self, att: MAttempt, running: bool, error: BaseException | None) -> None:
+        target = att.target
+        claimed = (
+            error is None
+            and running
+            and target is not None
+            and self._current_for(att, target)
+            and target in self.regs
+        )
+        if claimed:
+            assert target is not None
+            self.lifetimes.add(target)
+        keys = list(att.discovered)
+        self.attempts.remove(att)
+        for key in keys:
+            token = self.declined.get(key)
+            if token is not None and not self._in_flight(key):
+                del self.declined[key]
+                # A child a running parent adopted meanwhile (that launch found it
+                # running and holds it tokenless) is no zombie: ending it would leave the
+                # parent running without a child nobody stopped.
+                holders = [p.doc for p in self.regs.values() if (key, None) in p.cleanups]
+                if holders and not KNOWN_BUG_STRANDED_CHILD:
+                    continue  # the intended rule: the adopting launch owns it now
+                if self.release(key, token) and holders:  # §4.3.4: no zombie
+                    where = self.stranded if KNOWN_BUG_STRANDED_CHILD else self.violations
+                    where.append(
+                        f"a deferred release ended {key} (token {token}), which the running"
+                        f" {', '.join(holders)} launched and still holds"
+                    )
+        att.result = "error" if error is not None else claimed
+
+    # ------------------------------------------------------------ properties
+    def unjustified(self) -> list[str]:
+        """Registrations no owner justifies: not a lifetime, not a live launch."""
+        bad = []
+        for doc, reg in self.regs.items():
+            if doc in self.lifetimes:
+                continue
+            if reg.launch == "gated":
+                continue  # the caller's run, durable: ended only by its caller's stop
+            if reg.launch == "run":
+                assert reg.tx is not None
+                if reg.tx.outcome in (None, "OK", "STALE_BASIS"):
+                    continue
+            if any(
+                (doc, tok) in p.cleanups for p in self.regs.values() for tok in (reg.token, None)
+            ):
+                continue  # a running parent will release it
+            bad.append(f"{doc} ({reg.launch}, token {reg.token})")
+        return bad
+
+    def stopped_but_running(self) -> list[str]:
+        """Registrations whose launch began before the last stop that reached their key."""
+        return [
+            f"{doc} (cause {reg.cause}, stopped at {self.last_stop.get(doc)})"
+            for doc, reg in self.regs.items()
+            if reg.cause < max(self.last_stop.get(doc, 0), self.stop_all_time)
+        ]
+
+    def leaks(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.attempts:
+            out["attempts"] = [a.id for a in self.attempts]
+        if self.pending:
+            out["pending"] = sorted(self.pending)
+        if self.declined:
+            out["declined"] = dict(self.declined)
+        if not self.lifetimes <= set(self.regs):
+            out["lifetimes"] = sorted(self.lifetimes - set(self.regs))
+        if self.fifo or self._loading or self._waiters:
+            out["loads"] = sorted(self._loading)
+        return out
