@@ -415,7 +415,7 @@ class Runtime:
             raise PatternError(f"rt.send: expected a stream Cell, got {stream!r}")
         if stream.identity != identity:
             stream = Cell(self.replica, identity, stream.link(), host=self._host)
-        self.scheduler.send(stream.resolve(), event, event_id=event_id)
+        self.scheduler.send(stream.resolve(), event, event_id=event_id, actor=identity)
 
     def send(self, stream: Cell, event: Any, *, event_id: str | None = None) -> None:
         """Queue `event` for the handler bound to `stream` (links are followed to it).

@@ -90,6 +90,8 @@ class QueuedEvent:
     result: CommitResult | None = None
     error: BaseException | None = None
     on_settle: Callable[[QueuedEvent], None] | None = None
+    actor: Identity | None = None
+    """Who fired it: the handling runs as this identity (default: the handler's)."""
 
     def __repr__(self) -> str:
         return f"<Event {self.id[:12]} #{self.seq} {self.status} -> {self.handler.label!r}>"

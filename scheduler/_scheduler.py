@@ -648,13 +648,17 @@ class Scheduler:
         event_id: str | None = None,
         retry: bool = True,
         on_settle: Callable[[QueuedEvent], None] | None = None,
+        actor: Identity | None = None,
     ) -> QueuedEvent:
         """Queue `payload` for the handler bound to `stream` (FIFO).
 
         `origin` defaults to the transaction of the node or handler running now:
         the event then waits for that transaction to commit, and is dropped if
         it fails. `event_id` makes delivery idempotent: the same id on the same
-        stream is handled at most once, on any runtime sharing the store.
+        stream is handled at most once, on any runtime sharing the store. `actor` is
+        who fired it: the handling runs as that identity (its scoped reads and writes,
+        and what it launches, land in that identity's instances); by default the actor
+        of the handling that sent it, else the handler's own identity.
         """
         key = (stream.doc_key, ("value", *stream.path))
         handler = self.events.handlers.get(key)
@@ -670,8 +674,17 @@ class Scheduler:
             ev_id = "ev:" + entity_id(cause)
         if origin is None:
             origin = self._current_tx
+        if actor is None and origin is not None and origin.meta.get("event") is not None:
+            actor = origin.identity  # a handler's follow-up keeps its actor (multi-hop)
         ev = QueuedEvent(
-            ev_id, self.events.next_seq(), handler, value, origin, retry, on_settle=on_settle
+            ev_id,
+            self.events.next_seq(),
+            handler,
+            value,
+            origin,
+            retry,
+            on_settle=on_settle,
+            actor=actor,
         )
         self.events.queue.add(ev)
         if origin is not None:
@@ -741,7 +754,7 @@ class Scheduler:
         self.events.queue.discard(ev)
         ev.status = "dispatched"
         handler = ev.handler
-        tx = self.replica.edit(handler.identity, source=handler)
+        tx = self.replica.edit(ev.actor or handler.identity, source=handler)
         tx.meta["event"] = ev
         receipt = ev.receipt_key()
         tx.create_only(receipt)

@@ -15,7 +15,7 @@ import pytest
 from pattern_defs import Child, Parent, Spawner
 
 from cells import MISSING, CellweaveError, MemoryStore, Outcome, classify
-from runner import Runtime
+from runner import OwnershipError, Runtime
 from runner import _docs as docs
 from runner._ownership import PendingStart
 from scheduler import CommitConvergenceError, ManualClock
@@ -708,5 +708,24 @@ def test_S44_navigation_happens_after_the_commit_once() -> None:
             assert 2 == len(opened)  # each successful handling navigates once
             assert 1 == len(rt.pages())
             assert 1 == len(rt.lifetimes())
+
+    arun(main)
+
+
+def test_S45_a_deferred_start_keeps_the_firing_sessions_identity() -> None:
+    async def main() -> None:
+        async with Runtime(principal="service") as rt:
+            parent = await run_parent(rt)  # a space-scoped piece the service runs
+            alice, bob = rt.session("alice", "a1"), rt.session("bob", "b1")
+            alice.send(parent.key("open_new"), {"value": 1})
+            bob.send(parent.key("open_new"), {"value": 2})
+            await rt.idle()
+            # Each navigation lands with the principal that fired it, never the service.
+            assert 1 == len(alice.pages()) == len(bob.pages())
+            assert [] == rt.pages()
+            assert alice.pages()[0].id != bob.pages()[0].id  # each event its own child
+            assert [2, 4] == [await p.key("doubled").pull() for p in alice.pages() + bob.pages()]
+            with pytest.raises(OwnershipError):
+                bob.stop(alice.pages()[0])
 
     arun(main)

@@ -281,3 +281,21 @@ def test_idle_waits_for_queued_events(env: Env) -> None:
         return items.get()
 
     assert asyncio.run(main()) == [1]
+
+
+def test_a_handling_runs_as_its_actor_and_a_follow_up_keeps_it(env: Env) -> None:
+    first, second = env.sp.cell("first"), env.sp.cell("second")
+    who: list[tuple[str, str]] = []
+    alice = cells.Identity("alice", "a1")
+
+    def hop(tx: Transaction, payload: Any) -> None:
+        who.append(("first", tx.identity.principal))
+        env.sch.send(second, {"hop": 2})  # no actor given: it inherits alice
+
+    env.sch.add_handler(first, hop)
+    env.sch.add_handler(second, lambda tx, p: who.append(("second", tx.identity.principal)))
+    env.sch.send(first, {}, actor=alice)
+    env.sch.settle()
+    env.sp.replica.pump()
+    env.sch.settle()
+    assert [("first", "alice"), ("second", "alice")] == who
