@@ -210,3 +210,18 @@ def Upper(element):  # type: ignore[no-untyped-def]
 @pattern
 def Titles(items):  # type: ignore[no-untyped-def]
     return {"out": items.map(Upper)}
+
+
+def window(rows: Any, start: Any) -> Any:
+    return list((rows or [])[start or 0 : (start or 0) + 5])
+
+
+@pattern
+def Row(element):  # type: ignore[no-untyped-def]
+    """A two-level child: a nested Child inside each element's run."""
+    return {"inner": Child(value=element), "same": element}
+
+
+@pattern
+def Window(rows, start):  # type: ignore[no-untyped-def]
+    return {"rows": lift(window)(rows, start).map(Row)}

@@ -19,6 +19,7 @@ from pattern_defs import (
     Indexed,
     Mapped,
     Titles,
+    Window,
 )
 
 from cells import MemoryStore, Outcome
@@ -580,6 +581,32 @@ def test_S17_a_map_element_being_opened_survives_its_parents_teardown() -> None:
             rt.stop(res)
             assert await started is True
             assert 1 == len(rt.registrations()) == len(rt.lifetimes())
+            rt._check()
+
+    arun(main)
+
+
+def test_S55_retained_children_stay_bounded_while_a_window_slides() -> None:
+    async def main() -> None:
+        async with Runtime() as rt:
+            rows, start, res = rt.get_cell("rows"), rt.get_cell("start"), rt.get_cell("w")
+            tx = rt.edit()
+            rows.with_tx(tx).set(list(range(20)))
+            start.with_tx(tx).set(0)
+            rt.run(tx, Window, {"rows": rows, "start": start}, res)
+            assert (await tx.commit()).ok
+            cancel = res.key("rows").sink(lambda _v: None)
+            await rt.idle()
+            settled = len(rt.registrations())
+            nodes = rt.scheduler.statistics()["nodes"]
+            assert 1 + 5 * 2 == settled  # the window, and a Row plus its Child per row
+            for i in range(10):
+                start.set(10 if i % 2 == 0 else 0)
+                await rt.idle()
+                assert settled == len(rt.registrations())
+                assert nodes == rt.scheduler.statistics()["nodes"]
+            assert [{"inner": {"doubled": 0}, "same": 0}] == (await res.key("rows").pull())[:1]
+            cancel()
             rt._check()
 
     arun(main)
