@@ -1,0 +1,658 @@
+"""Benchmarks of reactive lists: `items.map(Card)` over N = 100, 1,000 and 10,000 tasks.
+
+The workload is `Board`, defined here: `{"out": items.map(Card)}`, where
+`items` is a list of links to task cells (`{"title": ..., "body": ...}`)
+and `Card(element)` is three lifts that do about 20 us of Python together
+(`words`, `score`, `label`), so one element is one registration and three
+scheduler nodes. One more row keeps the tasks inline in the list document
+(dict elements, keyed by position) to show an edit inside one big document.
+
+Groups
+------
+``lists setup``
+    One op is one element. `map N=...`: `rt.run(tx, Board, ...)` + commit +
+    the first full pull of `out` (every card computed), on a fresh runtime
+    and store per sample whose task cells were written beforehand (untimed).
+    `cold resume`: a second `Runtime` on the same `MemoryStore` (or a new
+    `SQLiteStore` on the same file) starts the existing result, `await
+    rt.start(res)`, and pulls `out` in full. Baseline: the same cards
+    computed by plain Python (the three functions called per task).
+``lists edit`` / ``lists insert`` / ``lists remove`` / ``lists reverse``
+    One op is one list change followed by a pull of what it affects:
+    `items.key(i, "title").set(...)` (a UI edit, a path write through the
+    element's link) then a pull of card i's label; a new task linked at the
+    front, then a pull of card 0; the middle element removed, then a pull of
+    the card now in its place; the whole list of links reversed, then a pull
+    of card 0. The edit group also runs the same edit against a reaktiv
+    computed list (a `Signal` holding the list, a `Computed` mapping every
+    task to its card) and against plain Python recomputing every card
+    (the baseline).
+
+The change groups reuse one set-up world per N for all their samples (built
+once per process, untimed, on the first sample that needs it): a fresh
+10,000-element setup costs about half a minute, and building one per sample
+would make the run take many minutes. Every sample changes different
+elements (new titles, new tasks), so no sample repeats a no-op.
+
+Counted work beside the times (deltas over the timed region): scheduler
+computations and effect runs, commits sent by the scheduler, calls of the
+element functions (`calls`: three per computed card), coordinator
+reconciles, registrations, and the reader index's path comparisons (how many
+read paths a change was matched against: the part that grows with N when
+every element reads one big document). Each change row asserts them exactly, and every
+row checks the values it pulled against the same cards computed in plain
+Python.
+
+Sizes: ``BENCH_LIST_SIZES`` (default ``100,1000,10000``); for example
+``BENCH_LIST_SIZES=100,1000`` leaves out the 10,000-element rows, which take
+most of the run (the harness's ``--quick`` only lowers the sample count).
+
+See docs/performance.md ("Reactive lists") for numbers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import reaktiv
+
+from bench.harness import BenchError, Counts, Run, bench
+from cells import Cell, MemoryStore, SQLiteStore, StoreBase
+from runner import Runtime, lift, pattern
+
+
+def _sizes() -> list[int]:
+    raw = os.environ.get("BENCH_LIST_SIZES", "100,1000,10000")
+    try:
+        sizes = [int(s) for s in raw.split(",") if s.strip()]
+    except ValueError:
+        sizes = []
+    if not sizes or any(n < 10 for n in sizes):
+        raise BenchError(f"BENCH_LIST_SIZES must be sizes >= 10, comma-separated; got {raw!r}")
+    return sizes
+
+
+SIZES = _sizes()
+BIG = max(SIZES)
+CHANGES = 5
+"""List changes per sample in the insert and remove groups."""
+EDITS = 20
+"""Edits per sample in the edit group (cheap: more of them steady the median)."""
+NODES_PER_CARD = 3
+
+# ---------------------------------------------------------------------------- the work
+
+CALLS = [0]
+"""Element-function calls (three per card computed)."""
+
+
+def _spin(text: str) -> int:
+    h = 0
+    for _ in range(2):
+        for ch in text:
+            h = (h * 31 + ord(ch)) & 0xFFFFFFFF
+    return h
+
+
+def words(title: Any, body: Any) -> int:
+    CALLS[0] += 1
+    return len(f"{title} {body}".split())
+
+
+def score(title: Any, body: Any) -> int:
+    CALLS[0] += 1
+    return _spin(f"{title}|{body}") % 1000
+
+
+def label(title: Any, n: Any, s: Any) -> str:
+    CALLS[0] += 1
+    return f"{str(title or '').upper()} ({n} words, score {s})"
+
+
+def card(task: dict[str, Any]) -> dict[str, Any]:
+    """The card of one task, in plain Python (what `Card` computes)."""
+    t, b = task["title"], task["body"]
+    s = score(t, b)
+    return {"label": label(t, words(t, b), s), "score": s}
+
+
+def expected(task: dict[str, Any]) -> dict[str, Any]:
+    """`card(task)` for checking a result: not counted in `CALLS`."""
+    before = CALLS[0]
+    try:
+        return card(task)
+    finally:
+        CALLS[0] = before
+
+
+@pattern
+def Card(element):  # type: ignore[no-untyped-def]
+    """Three lifts over one task: its word count, a score, and a label using both."""
+    n = lift(words)(element["title"], element["body"])
+    s = lift(score)(element["title"], element["body"])
+    return {"label": lift(label)(element["title"], n, s), "score": s}
+
+
+@pattern
+def Board(items):  # type: ignore[no-untyped-def]
+    return {"out": items.map(Card)}
+
+
+def task(i: int, title: str | None = None) -> dict[str, Any]:
+    return {"title": title or f"task {i}", "body": f"write the report for item {i} and send it"}
+
+
+# ---------------------------------------------------------------------------- harness glue
+
+
+class _World:
+    """A runtime, its store, the event loop that drives it, and the tasks it maps.
+
+    `tasks` mirrors the list in Python, in list order: the cell of each task
+    (links mode) and the task's current value, so the expected cards are known.
+    """
+
+    def __init__(self, n: int, *, links: bool = True, store: StoreBase | None = None) -> None:
+        self.n = n
+        self.links = links
+        self.store: StoreBase = store if store is not None else MemoryStore()
+        self.loop = asyncio.new_event_loop()
+        self.rt = Runtime(self.store, space="bench")
+        self.items = self.rt.get_cell("items")
+        self.res = self.rt.get_cell("board")
+        self.cells: list[Cell] = []
+        self.tasks: list[dict[str, Any]] = []
+        self.made = 0
+        Board.graph  # noqa: B018  traced before any timed region
+        Card.graph  # noqa: B018
+
+    def drive(self, main: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
+        return self.loop.run_until_complete(main())
+
+    def close(self) -> None:
+        if not self.loop.is_closed():
+            self.loop.run_until_complete(self.rt.aclose())
+            self.loop.close()
+
+    async def write_tasks(self) -> None:
+        tx = self.rt.edit()
+        for i in range(self.n):
+            self.tasks.append(task(i))
+            if self.links:
+                c = self.rt.get_cell(("task", i))
+                c.with_tx(tx).set(self.tasks[-1])
+                self.cells.append(c)
+        self.made = self.n
+        value: list[Any] = [c.link() for c in self.cells] if self.links else list(self.tasks)
+        self.items.with_tx(tx).set(value)
+        if not (await tx.commit()).ok:
+            raise BenchError(f"writing {self.n} tasks: the commit failed")
+
+    async def run_board(self) -> None:
+        tx = self.rt.edit()
+        self.rt.run(tx, Board, {"items": self.items}, self.res)
+        if not (await tx.commit()).ok:
+            raise BenchError(f"rt.run of a {self.n}-element board: the commit failed")
+
+    async def pull_all(self) -> None:
+        got = await self.res.key("out").pull()
+        self.expect_all(got)
+
+    def expect_all(self, got: Any) -> None:
+        if got != [expected(t) for t in self.tasks]:
+            raise BenchError(f"{self.n}-element board: the pulled cards are not the tasks' cards")
+
+    def coordinator_reconciles(self) -> int:
+        return sum(c.reconciles for c in self.rt.runner.coordinators)
+
+    def now(self) -> dict[str, int]:
+        stats = self.rt.scheduler.statistics()
+        return {
+            "computations": int(stats["runs_computation"]),
+            "effects": int(stats["runs_effect"]),
+            "commits": int(stats["commits"]),
+            "calls": CALLS[0],
+            "reconciles": self.coordinator_reconciles(),
+            "registrations": len(self.rt.registrations()),
+            "comparisons": int(stats["comparisons"]),  # reader-index path checks
+        }
+
+    def counter(self) -> Callable[[], dict[str, int]]:
+        start = self.now()
+        return lambda: {k: v - start[k] for k, v in self.now().items()}
+
+
+_leftovers: list[_World] = []
+_shared: dict[tuple[int, bool], _World] = {}
+_templates: dict[str, Any] = {}
+
+
+def _clean_up() -> None:
+    while _leftovers:
+        _leftovers.pop().close()
+
+
+def _close_all() -> None:
+    _clean_up()
+    for world in _shared.values():
+        world.close()
+    _shared.clear()
+    for value in _templates.values():
+        if isinstance(value, _World):
+            value.close()
+    if "sqlite_dir" in _templates:
+        shutil.rmtree(_templates["sqlite_dir"], ignore_errors=True)
+    _templates.clear()
+
+
+atexit.register(_close_all)
+
+
+def _fresh(n: int, **kw: Any) -> _World:
+    _clean_up()
+    world = _World(n, **kw)
+    _leftovers.append(world)
+    return world
+
+
+def _built(n: int, *, links: bool = True) -> _World:
+    """The shared, set-up and fully computed world of `n` elements (built once per process)."""
+    _clean_up()
+    world = _shared.get((n, links))
+    if world is None:
+        world = _shared[(n, links)] = _World(n, links=links)
+
+        async def build() -> None:
+            await world.write_tasks()
+            await world.run_board()
+            await world.pull_all()
+            await world.rt.idle()
+
+        world.drive(build)
+    return world
+
+
+def _expect(what: str, counts: dict[str, int], **expected: int) -> None:
+    wrong = {k: (counts[k], v) for k, v in expected.items() if counts[k] != v}
+    if wrong:
+        raise BenchError(f"{what}: counted (got, expected) {wrong}; all counts {counts}")
+
+
+# ---------------------------------------------------------------------------- setup
+
+
+def _setup_bench(n: int) -> None:
+    @bench(group="lists setup", name=f"map setup + first pull N={n}", ops=n)
+    def map_setup() -> Run:
+        world = _fresh(n)
+        world.drive(world.write_tasks)
+
+        async def main() -> None:
+            await world.run_board()
+            await world.pull_all()
+
+        def run() -> Counts:
+            counted = world.counter()
+            world.drive(main)
+            counts = counted()
+            _expect(
+                f"setup of {n}",
+                counts,
+                calls=NODES_PER_CARD * n,
+                computations=NODES_PER_CARD * n + 1,  # + the coordinator's one reconcile
+                reconciles=1,
+                registrations=n + 1,
+            )
+            return counts
+
+        return run
+
+
+for _n in SIZES:
+    _setup_bench(_n)
+
+
+@bench(group="lists setup", name=f"plain Python cards N={BIG}", ops=BIG, baseline=True)
+def plain_cards() -> Run:
+    tasks = [task(i) for i in range(BIG)]
+
+    def run() -> Counts:
+        before = CALLS[0]
+        cards = [card(t) for t in tasks]
+        if len(cards) != BIG:
+            raise BenchError("plain cards: wrong length")
+        return {"calls": CALLS[0] - before}
+
+    return run
+
+
+def _memory_template() -> _World:
+    world = _templates.get("memory")
+    if world is None:
+        world = _templates["memory"] = _built_alone(BIG, MemoryStore())
+    assert isinstance(world, _World)
+    return world
+
+
+def _built_alone(n: int, store: StoreBase) -> _World:
+    world = _World(n, store=store)
+
+    async def build() -> None:
+        await world.write_tasks()
+        await world.run_board()
+        await world.pull_all()
+        await world.rt.idle()
+
+    world.drive(build)
+    return world
+
+
+async def _resume(second: _World, first: _World) -> None:
+    if await second.rt.start(second.res) is not True:
+        raise BenchError("cold resume: rt.start did not claim the existing board")
+    got = await second.res.key("out").pull()
+    first.expect_all(got)
+
+
+def _resume_counts(second: _World, counted: Callable[[], dict[str, int]]) -> Counts:
+    counts = counted()
+    _expect(f"cold resume of {BIG}", counts, registrations=BIG + 1)
+    return counts
+
+
+@bench(group="lists setup", name=f"cold resume N={BIG} (MemoryStore)", ops=BIG)
+def cold_resume_memory() -> Run:
+    first = _memory_template()
+    second = _fresh(BIG, store=first.store)
+
+    def run() -> Counts:
+        counted = second.counter()
+        second.drive(lambda: _resume(second, first))
+        return _resume_counts(second, counted)
+
+    return run
+
+
+def _sqlite_template() -> tuple[_World, str]:
+    if "sqlite" not in _templates:
+        directory = _templates["sqlite_dir"] = tempfile.mkdtemp(prefix="bench-lists-")
+        path = os.path.join(directory, "board.db")
+        world = _built_alone(BIG, SQLiteStore(path))
+        world.close()  # the process that set it up is gone; its file stays
+        world.store.close()
+        _templates["sqlite"] = (world, path)
+    first, path = _templates["sqlite"]
+    return first, path
+
+
+@bench(group="lists setup", name=f"cold resume N={BIG} (SQLite file reopened)", ops=BIG)
+def cold_resume_sqlite() -> Run:
+    first, path = _sqlite_template()
+    _clean_up()
+    store = SQLiteStore(path)
+    second = _World(BIG, store=store)
+    _leftovers.append(second)
+
+    def run() -> Counts:
+        counted = second.counter()
+        second.drive(lambda: _resume(second, first))
+        return _resume_counts(second, counted)
+
+    return run
+
+
+# ---------------------------------------------------------------------------- edit
+
+
+def _edit_bench(n: int, links: bool) -> None:
+    kind = "links" if links else "inline dicts"
+
+    @bench(group="lists edit", name=f"cellweave path write N={n} ({kind})", ops=EDITS)
+    def edit() -> Run:
+        world = _built(n, links=links)
+        step = max(1, n // EDITS)
+        positions = [(k * step + world.made) % n for k in range(EDITS)]
+        world.made += 1
+        titles = [f"edited {world.made} at {i}" for i in positions]
+
+        async def main() -> None:
+            for i, title in zip(positions, titles, strict=True):
+                await world.items.key(i, "title").set(title)
+                got = await world.res.key("out", i, "label").pull()
+                world.tasks[i] = {**world.tasks[i], "title": title}
+                if got != expected(world.tasks[i])["label"]:
+                    raise BenchError(f"edit of {i}: pulled {got!r}")
+
+        def run() -> Counts:
+            counted = world.counter()
+            world.drive(main)
+            counts = counted()
+            _expect(
+                f"edit at N={n}",
+                counts,
+                calls=NODES_PER_CARD * EDITS,
+                computations=NODES_PER_CARD * EDITS,
+                reconciles=0,
+                registrations=0,
+            )
+            return counts
+
+        return run
+
+
+for _n in SIZES:
+    _edit_bench(_n, True)
+_edit_bench(BIG, False)
+
+
+def _peer_benches(n: int) -> None:
+    @bench(group="lists edit", name=f"reaktiv computed list N={n}", ops=EDITS)
+    def edit_reaktiv() -> Run:
+        tasks = reaktiv.Signal([task(i) for i in range(n)])
+        cards = reaktiv.Computed(lambda: [card(t) for t in tasks()])
+        cards()
+
+        def run() -> Counts:
+            before = CALLS[0]
+            for k in range(EDITS):
+                i = k * (n // EDITS)
+                new = list(tasks())  # reaktiv compares by identity: a new list
+                new[i] = {**new[i], "title": f"edited {k}"}
+                tasks.set(new)
+                if cards()[i] != expected(new[i]):
+                    raise BenchError("reaktiv: wrong card")
+            return {"calls": CALLS[0] - before}
+
+        return run
+
+    @bench(
+        group="lists edit",
+        name=f"plain Python recompute all N={n}",
+        ops=EDITS,
+        baseline=(n == BIG),
+    )
+    def edit_plain() -> Run:
+        tasks = [task(i) for i in range(n)]
+        cards = [card(t) for t in tasks]
+
+        def run() -> Counts:
+            nonlocal cards
+            before = CALLS[0]
+            for k in range(EDITS):
+                i = k * (n // EDITS)
+                tasks[i] = {**tasks[i], "title": f"edited {k}"}
+                cards = [card(t) for t in tasks]
+            return {"calls": CALLS[0] - before}
+
+        return run
+
+
+for _n in SIZES:
+    _peer_benches(_n)
+
+
+# ---------------------------------------------------------------------------- insert, remove
+
+
+def _structure_benches(n: int) -> None:
+    @bench(group="lists insert", name=f"cellweave insert at front N={n}", ops=CHANGES)
+    def insert() -> Run:
+        world = _built(n)
+        rt = world.rt
+        new_cells: list[Cell] = []
+        for _ in range(CHANGES):
+            i = world.made
+            world.made += 1
+            cell = rt.get_cell(("task", i))
+            new_cells.append(cell)
+
+        async def prepare() -> None:
+            tx = rt.edit()
+            for j, cell in enumerate(new_cells):
+                cell.with_tx(tx).set(task(world.made - CHANGES + j))
+            if not (await tx.commit()).ok:
+                raise BenchError("insert: writing the new tasks failed")
+
+        world.drive(prepare)
+
+        async def main() -> None:
+            for cell in new_cells:
+                world.cells.insert(0, cell)
+                world.tasks.insert(0, cell.get())
+                await world.items.set([c.link() for c in world.cells])
+                got = await world.res.key("out", 0, "label").pull()
+                if got != expected(world.tasks[0])["label"]:
+                    raise BenchError(f"insert: pulled {got!r}")
+
+        def run() -> Counts:
+            counted = world.counter()
+            world.drive(main)
+            counts = counted()
+            _expect(
+                f"insert at N={n}",
+                counts,
+                calls=NODES_PER_CARD * CHANGES,
+                computations=(NODES_PER_CARD + 1) * CHANGES,  # + one reconcile each
+                reconciles=CHANGES,
+                registrations=CHANGES,
+            )
+            return counts
+
+        return run
+
+    @bench(group="lists remove", name=f"cellweave remove middle N={n}", ops=CHANGES)
+    def remove() -> Run:
+        world = _built(n)
+
+        async def main() -> None:
+            for _ in range(CHANGES):
+                i = len(world.cells) // 2
+                del world.cells[i], world.tasks[i]
+                await world.items.set([c.link() for c in world.cells])
+                got = await world.res.key("out", i, "label").pull()
+                if got != expected(world.tasks[i])["label"]:
+                    raise BenchError(f"remove: pulled {got!r}")
+
+        def run() -> Counts:
+            counted = world.counter()
+            world.drive(main)
+            counts = counted()
+            _expect(
+                f"remove at N={n}",
+                counts,
+                calls=0,
+                computations=CHANGES,  # the reconciles; no card runs
+                reconciles=CHANGES,
+                registrations=-CHANGES,
+            )
+            return counts
+
+        return run
+
+    @bench(group="lists reverse", name=f"cellweave reverse links N={n}", ops=1)
+    def reverse() -> Run:
+        world = _built(n)
+
+        async def main() -> None:
+            world.cells.reverse()
+            world.tasks.reverse()
+            await world.items.set([c.link() for c in world.cells])
+            got = await world.res.key("out", 0, "label").pull()
+            if got != expected(world.tasks[0])["label"]:
+                raise BenchError(f"reverse: pulled {got!r}")
+
+        def run() -> Counts:
+            counted = world.counter()
+            world.drive(main)
+            counts = counted()
+            _expect(f"reverse at N={n}", counts, calls=0, reconciles=1, registrations=0)
+            return counts
+
+        return run
+
+
+for _n in SIZES:
+    _structure_benches(_n)
+
+
+# ---------------------------------------------------------------------------- profile
+
+
+def profile(n: int = BIG, *, links: bool = True, top: int = 25) -> None:
+    """cProfile path writes and inserts at the front on a built `n`-element board.
+
+    Run as ``python -m bench.bench_lists [N] [inline]``; prints the top
+    functions by cumulative and by own CPU time for each kind of change
+    (`inline`: the tasks inline in the list document; edits only).
+    """
+    import cProfile
+    import gc
+    import pstats
+    import time
+
+    world = _built(n, links=links)
+    cells = [world.rt.get_cell(("task", "profiled", k)) for k in range(CHANGES)]
+
+    async def write_tasks() -> None:
+        for k, cell in enumerate(cells):
+            await cell.set(task(n + k, "profiled"))
+
+    world.drive(write_tasks)
+
+    async def edit() -> None:
+        for k in range(CHANGES):
+            i = (n // CHANGES) * k
+            await world.items.key(i, "title").set(f"edited under the profiler {k}")
+            await world.res.key("out", i, "label").pull()
+
+    async def insert() -> None:
+        for cell in cells:
+            world.cells.insert(0, cell)
+            await world.items.set([c.link() for c in world.cells])
+            await world.res.key("out", 0, "label").pull()
+
+    changes = [("path write", edit), ("insert at front", insert)] if links else [("edit", edit)]
+    for name, change in changes:
+        gc.collect()  # as the harness does before a timed region
+        # CPU time, not wall time: on a shared machine, wall time charges whatever
+        # function was running when the process lost its core.
+        profiler = cProfile.Profile(time.process_time)
+        profiler.enable()
+        world.drive(change)
+        profiler.disable()
+        print(f"\n=== {CHANGES} x {name}, N={n} ===")
+        stats = pstats.Stats(profiler).strip_dirs()
+        stats.sort_stats("cumulative").print_stats(top)
+        stats.sort_stats("tottime").print_stats(top)
+
+
+if __name__ == "__main__":
+    import sys
+
+    profile(int(sys.argv[1]) if len(sys.argv) > 1 else BIG, links="inline" not in sys.argv[2:])
