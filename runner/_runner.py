@@ -44,6 +44,7 @@ from cells import (
     Outcome,
     Pending,
     Transaction,
+    resolve,
 )
 
 from . import _docs as docs
@@ -450,6 +451,15 @@ class Runner:
         yield self.replica.sync(run_keys(pattern, target, identity))
         if not self._current(attempt, key, "dependency pre-sync"):
             return False
+        if _list_nodes(pattern, target):
+            # Lists: their input documents, then every element child they hold now,
+            # derived exactly as the coordinators derive them on first setup.
+            yield self.replica.sync(list_input_keys(self, pattern, target, identity))
+            if not self._current(attempt, key, "list pre-sync"):
+                return False
+            yield self.replica.sync(element_run_keys(self, pattern, target, identity))
+            if not self._current(attempt, key, "element pre-sync"):
+                return False
         if key in self.registrations:
             return True
         tx = self.replica.edit(identity)
@@ -528,7 +538,66 @@ def run_keys(pattern: Pattern, result: Link, identity: Identity, depth: int = 0)
                 child = find_pattern(node.target)
             except PatternLoadError:
                 continue  # instantiation reports it with the node's place
-            keys.extend(run_keys(child, out, identity, depth + 1)[1:])
+            keys.extend(run_keys(child, out, identity, depth + 1))
+    return keys
+
+
+def _list_nodes(
+    pattern: Pattern, result: Link, depth: int = 0
+) -> list[tuple[Any, Link, Pattern, str, Link]]:
+    """(node, bound list link, op, kind, container) for every list node of a run's tree."""
+    from ._builder import LIST_KINDS
+
+    out: list[tuple[Any, Link, Pattern, str, Link]] = []
+    for node in pattern.graph.nodes:
+        if node.kind in LIST_KINDS:
+            bound = docs.bind(node.inputs, result)["list"]
+            try:
+                op = find_pattern(node.target)
+            except PatternLoadError:
+                continue
+            out.append((node, bound, op, node.kind, docs.internal_link(result, node.index)))
+        elif node.kind == "pattern" and depth < MAX_NESTING:
+            try:
+                child = find_pattern(node.target)
+            except PatternLoadError:
+                continue
+            out.extend(_list_nodes(child, docs.internal_link(result, node.index), depth + 1))
+    return out
+
+
+def list_input_keys(
+    runner: Runner, pattern: Pattern, result: Link, identity: Identity
+) -> list[Any]:
+    """The documents the run's lists live in (read through the synced argument links)."""
+    tx = runner.replica.edit(identity)
+    try:
+        return [resolve(tx, bound).key(identity) for _n, bound, *_ in _list_nodes(pattern, result)]
+    finally:
+        tx.abort("pre-sync probe")
+
+
+def element_run_keys(
+    runner: Runner, pattern: Pattern, result: Link, identity: Identity
+) -> list[Any]:
+    """Every document of every element child the run's lists hold now, derived exactly as
+    the coordinators derive them (container, element key, scope)."""
+    from ._lists import child_link, element_keys
+
+    keys: list[Any] = []
+    tx = runner.replica.edit(identity)
+    try:
+        for _node, bound, op, kind, container in _list_nodes(pattern, result):
+            place = resolve(tx, bound)
+            items = tx.peek(place.key(identity), (docs.VALUE, *place.path))
+            if type(items) is not list:
+                continue
+            for key in element_keys(items):
+                child = child_link(kind, container, key)
+                keys.append(child.key(identity))
+                keys.extend(run_keys(op, child, identity))
+    finally:
+        tx.abort("pre-sync probe")
     return keys
 
 

@@ -503,17 +503,19 @@ def test_S62_a_cold_runtime_never_clears_the_container_while_its_input_loads() -
         container = docs.internal_link(res.link(), 0)
         async with Runtime(store) as two:
             cold = two.get_cell("r")
+            seen: list[Any] = []
             with store.testing.hold_loads(items.doc_key) as gate:
-                assert await two.start(cold) is True
-                seen: list[Any] = []
+                started = two.start(cold)  # held at the list pre-sync: the input loads
                 cancel = cold.key("out").sink(seen.append)
-                two.settle()
-                assert 1 <= gate.waiting()
+                for _ in range(10):
+                    await asyncio.sleep(0)
+                assert 1 <= gate.waiting() and not started.done()
                 durable = store.read_durable(container.key(two.identity))
                 assert 3 == len(durable["value"])  # not cleared while the input loads
-                assert [[2, 4, 6]] == seen  # the durable aggregate, never []
+            assert await started is True
             await two.idle()
             assert [2, 4, 6] == await cold.key("out").pull()
+            assert all(v == [2, 4, 6] for v in seen), seen  # never [] on the way
             assert 4 == len(two.registrations())
             cancel()
             two._check()
@@ -533,14 +535,17 @@ def test_S63_a_cold_filter_never_republishes_while_element_results_load() -> Non
         async with Runtime(store) as two:
             cold = two.get_cell("r")
             held = [c.key(two.identity) for c in children]
+            seen: list[Any] = []
             with store.testing.hold_loads(*held):
-                assert await two.start(cold) is True
-                seen: list[Any] = []
+                started = two.start(cold)  # held while the element results load
                 cancel = cold.key("out").sink(seen.append)
-                two.settle()
-                assert seen and all(v == [2, 4] for v in seen), seen  # never partial or empty
+                for _ in range(10):
+                    await asyncio.sleep(0)
+                assert not started.done()
+            assert await started is True
             await two.idle()
             assert [2, 4] == await cold.key("out").pull()
+            assert seen and all(v == [2, 4] for v in seen), seen  # never partial or empty
             cancel()
 
     arun(main)
@@ -608,5 +613,31 @@ def test_S55_retained_children_stay_bounded_while_a_window_slides() -> None:
             assert [{"inner": {"doubled": 0}, "same": 0}] == (await res.key("rows").pull())[:1]
             cancel()
             rt._check()
+
+    arun(main)
+
+
+def test_a_cold_start_pre_syncs_every_element_child_as_setup_derives_it() -> None:
+    async def main() -> None:
+        store = MemoryStore()
+        async with Runtime(store) as one:
+            _items, res = await run_list(one, Mapped, [1, 2])
+            assert [2, 4] == await res.key("out").pull()
+            await one.idle()
+            (coord,) = one.runner.coordinators
+            children = [e.child for s in coord.states.values() for e in s.entries.values()]
+        async with Runtime(store) as two:
+            arg = docs.argument_link(children[1]).key(two.identity)
+            with store.testing.hold_loads(arg) as gate:
+                started = two.start(two.get_cell("r"))
+                for _ in range(10):
+                    await asyncio.sleep(0)
+                assert 1 == gate.waiting()  # held at the element pre-sync
+                assert not started.done()
+                two.stop(two.get_cell("r"))
+            assert await started is False  # a stop reaches it there too
+            assert frozenset() == two.registrations()
+            assert await two.start(two.get_cell("r")) is True
+            assert [2, 4] == await two.get_cell("r").key("out").pull()
 
     arun(main)
