@@ -1,12 +1,27 @@
 """runner: patterns, the Runtime, and who may end each child run.
 
-What it is (so far): the pattern builder — `@pattern`, `lift`, `handler`,
-`navigate_to` — which traces pattern functions into serializable graphs with
-stable identities (`load_pattern`); and the `Runtime` facade (transactions,
-reactive cells, sessions, settle/idle). Coming next: setup and start, nested
-children, registrations, stop and release, lifetimes, pages, list coordinators
-and cold resume (see DESIGN.md §4).
-What it is not: scheduling (see `scheduler`) or storage (see `cells`).
+What it is: the pattern builder (`@pattern`, `lift`, `handler`, `navigate_to`
+and the list builtins `.map`, `.filter`, `.flat_map` on a `Ref`), which traces
+pattern functions into serializable graphs with stable identities
+(`load_pattern`); and the `Runtime` facade, with `Session` views acting for
+other (principal, session) identities. A runtime sets up, runs, starts, stops
+and releases pattern runs (nested children, computed children, what handlers
+launch, one child per list element), keeps one registration per running
+result, and applies the ownership rules: `stop` is authoritative over a
+result, `release` only over the registration its own launch installed; a
+result started in its own right holds an independent lifetime; a commit-gated
+start is owned before it installs; a setup whose transaction fails is rolled
+back (released), and one that fails on a stale basis is kept and owes its
+writes. Pages are durable intent: `open_page` (or a navigation) records the
+page for its principal before starting it, `stop` records the stop first, and
+`resume()` starts the pages recorded open after a restart. Handlers run as the
+identity that sent the event. `inspect()` and the lifecycle trace show what
+runs and why.
+
+What it is not: scheduling (see `scheduler`) or storage (see `cells`); access
+control on data or events (the page owner rules guard only the page
+lifecycle); several processes sharing the work of one store (no page leases
+yet); scope narrowing of list containers.
 """
 
 from ._builder import Binding as Binding

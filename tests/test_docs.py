@@ -28,6 +28,7 @@ PAGES = [
     "howto/notebooks.md",
     "howto/pages.md",
     "reference/runner.md",
+    "explanation/ownership.md",
 ]
 
 
