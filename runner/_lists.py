@@ -17,11 +17,13 @@ position. The scope is part of the key, so a re-scoped element is a new
 element. A child's result id derives from (container, element key), so every
 runtime and every restart finds the same child.
 
-Incremental: the coordinator reads the list shallowly (its length and the
-identity or kind at each position), so editing inside an element re-runs
-only that element's child (which reads its element through a link); a
-structural change re-runs the coordinator once (O(N) for the diff) and sets
-up only new elements, or moved ones whose op reads `index`.
+Incremental: the coordinator reads the list's structure only — one deep read
+when it holds links and scalars (an edit made through a link lands in
+another document), else its length and the identity of each position that
+is not an inline container — so editing inside an element re-runs only that
+element's child (which reads its element through a link); a structural
+change re-runs the coordinator once (O(N) for the diff) and sets up only new
+elements, or moved ones whose op reads `index`.
 
 Ownership (the spec's "Releasing a child"): the coordinator *releases*
 (never stops) a child when the list no longer holds its element, when the
@@ -207,8 +209,17 @@ class Coordinator:
             if errors:
                 raise ExceptionGroup(f"{self.label}: {len(errors)} releases failed", errors)
             return
-        for i in range(len(items)):
-            tx.read(list_key, (*base, i), shallow=True)
+        if not any(type(x) is dict or type(x) is list for x in items):
+            # Links and scalars only: one deep read sees exactly what matters (a link
+            # re-pointed, a scalar changed, the length), while an edit made *through* a
+            # link changes another document and re-runs only that element's child.
+            tx.read(list_key, base)
+        else:
+            # Inline containers: an edit inside one must not re-run the coordinator, so
+            # read the identity of every other position shallowly and skip those.
+            for i, x in enumerate(items):
+                if type(x) is not dict and type(x) is not list:
+                    tx.read(list_key, (*base, i), shallow=True)
         keys = element_keys(items)
         wanted = set(keys)
         self.reconciles += 1
