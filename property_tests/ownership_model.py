@@ -145,15 +145,16 @@ DESIGN §4.2 / §4.3 items that apply
   dropped, every registration ended (in installation order).
 - §4.3.2 stale basis keeps, everywhere -> `_rollback`.
 - §4.3.3 no orphaned lifetime -> `_end` drops the lifetime whatever ends it.
-- §4.3.4 no zombie after a declined release -> `declined[doc] = token` on an
-  in-flight decline; `_settle` applies it once no attempt tracks the key (and
-  `_end` forgets it when that registration goes another way). Checked property
-  (`violations`): the applied release must not end a child that a *running*
-  parent launched meanwhile — a launch that finds its child already running
-  holds it tokenless (reference §1.1), so that child is no zombie, and ending it
-  leaves the parent running without the child nobody stopped ("a release ... is
-  authoritative over the registration its own launch installed, and over
-  nothing else").
+- §4.3.4 no zombie after a declined release -> `declined[doc] = (token, origin)`
+  on an in-flight decline; `_settle` applies it once no attempt tracks the key
+  (and `_end` forgets it when that registration goes another way). A launch that
+  finds the result running adopts it (`_adopt`): it holds it tokenless
+  (reference §1.1), so a release an earlier launch deferred is dropped. Checked
+  property (`violations`): an applied deferred release of a launch never ends a
+  child a *running* parent launched meanwhile — that parent would run without a
+  child nobody stopped ("a release ... is authoritative over the registration its
+  own launch installed, and over nothing else"). This machine found that bug;
+  the runner fixed it in 036be3b (tests/runner/test_found_by_model.py pins it).
 - §4.3.7 generation fences -> `stop(doc, generation=token)`: a generation is
   unique per registration, so naming one is naming its token; a stale one does
   nothing.
@@ -197,15 +198,6 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
-KNOWN_BUG_STRANDED_CHILD = False
-"""The runtime applies a deferred release (DESIGN §4.3.4) even to a child that a running
-parent launched after the release declined (it found the child running, so it holds it
-tokenless): that parent is left running without its child, which nobody stopped.
-`tests/runner/test_found_by_model.py::test_a_deferred_release_spares_a_child_a_running_parent_adopted`
-pins it (xfail). While True the model mirrors the runtime and tallies each occurrence in
-`RunnerModel.stranded`; once the runner is fixed, set it to False: the model then keeps
-such a child running and any occurrence is a violation."""
-
 # --------------------------------------------------------------------------- static world
 
 
@@ -226,18 +218,22 @@ class World:
     def pattern_doc(self, doc: str) -> str:
         return f"pat:{self.patterns[doc]}"
 
+    presync_child_arguments: bool = False
+    """Whether the dependency pre-sync also syncs each descendant's argument document
+    (an implementation detail the spec leaves open; the machine sets it to match)."""
+
     def presync(self, doc: str) -> list[str]:
-        """The run's own documents: its argument, then every descendant's result doc."""
+        """The run's own documents: its argument, then every descendant's result doc
+        (and its argument doc, if `presync_child_arguments`), depth first."""
         out = [self.arg(doc)]
         stack = list(reversed(self.children[doc]))
         while stack:
             child = stack.pop()
             out.append(child)
+            if self.presync_child_arguments:
+                out.append(self.arg(child))
             stack.extend(reversed(self.children[child]))
         return out
-
-    def descendants(self, doc: str) -> list[str]:
-        return self.presync(doc)[1:]
 
 
 class LoadFailed(Exception):
@@ -352,7 +348,9 @@ class RunnerModel:
         self.lifetimes: set[str] = set()
         self.pending: dict[str, list[MPending]] = {}
         self.attempts: list[MAttempt] = []
-        self.declined: dict[str, int] = {}
+        self.declined: dict[str, tuple[int, str]] = {}
+        """doc -> (token, origin): a release that declined behind a start in flight;
+        origin is "launch" (teardown, rollback) or "user" (`rt.release`)."""
         self.epoch = 0
         self.fifo: deque[Callable[[], None]] = deque()
         self._loading: set[str] = set()
@@ -362,8 +360,6 @@ class RunnerModel:
         """doc -> logical time of the last stop that reached it (stop or stop_all)"""
         self.stop_all_time = 0
         self.violations: list[str] = []
-        self.stranded: list[str] = []
-        """Occurrences of the known bug (`KNOWN_BUG_STRANDED_CHILD`), tallied, not failed."""
 
     # ------------------------------------------------------------ mailbox
     def post(self, fn: Callable[[], None]) -> None:
@@ -385,8 +381,15 @@ class RunnerModel:
             reg.cleanups.append((child, token))
         return reg
 
+    def _adopt(self, doc: str) -> None:
+        """A launch found `doc` running: it holds it now (tokenless), so a release an
+        earlier launch deferred behind a start in flight no longer applies to it."""
+        if doc in self.declined and self.declined[doc][0] == self.regs[doc].token:
+            del self.declined[doc]
+
     def _launch_child(self, child: str, cause: int, tx: MTx | None) -> int | None:
         if child in self.regs:
+            self._adopt(child)
             return None  # already running: this launch holds no token (releases tokenless)
         reg = self._install(child, "nested", cause, tx)
         reg.parent = None  # set by the caller's cleanups; kept for diagnostics
@@ -407,7 +410,7 @@ class RunnerModel:
         if reg is None:
             return None
         self.lifetimes.discard(doc)  # no orphaned lifetime (§4.3.3)
-        if self.declined.get(doc) == reg.token:
+        if doc in self.declined and self.declined[doc][0] == reg.token:
             del self.declined[doc]
         for child, token in reversed(reg.cleanups):
             self.release(child, token)
@@ -444,7 +447,7 @@ class RunnerModel:
         self._bump(doc)
         self._end(doc)
 
-    def release(self, doc: str, token: int | None = None) -> bool:
+    def release(self, doc: str, token: int | None = None, origin: str = "launch") -> bool:
         """Returns True if it ended a registration."""
         reg = self.regs.get(doc)
         if token is not None and reg is not None and reg.token != token:
@@ -453,7 +456,7 @@ class RunnerModel:
             return False
         if self._in_flight(doc):
             if reg is not None:
-                self.declined[doc] = reg.token  # applied if that start claims nothing
+                self.declined[doc] = (reg.token, origin)  # applied if the start claims nothing
             return False
         if reg is None:
             self._cancel_pending(doc)
@@ -485,6 +488,7 @@ class RunnerModel:
         """`rt.run(tx, pattern, ..., doc)` (setup staged in `tx`, then launch)."""
         cause = next(self.store.clock)
         if doc in self.regs:
+            self._adopt(doc)
             return  # same pattern already running: only its argument is updated
         if gated:
             pending = MPending(next(self._ids), doc, cause)
@@ -619,18 +623,15 @@ class RunnerModel:
         keys = list(att.discovered)
         self.attempts.remove(att)
         for key in keys:
-            token = self.declined.get(key)
-            if token is not None and not self._in_flight(key):
+            entry = self.declined.get(key)
+            if entry is not None and not self._in_flight(key):
+                token, origin = entry
                 del self.declined[key]
-                # A child a running parent adopted meanwhile (that launch found it
-                # running and holds it tokenless) is no zombie: ending it would leave the
-                # parent running without a child nobody stopped.
                 holders = [p.doc for p in self.regs.values() if (key, None) in p.cleanups]
-                if holders and not KNOWN_BUG_STRANDED_CHILD:
-                    continue  # the intended rule: the adopting launch owns it now
-                if self.release(key, token) and holders:  # §4.3.4: no zombie
-                    where = self.stranded if KNOWN_BUG_STRANDED_CHILD else self.violations
-                    where.append(
+                if self.release(key, token) and holders and origin == "launch":
+                    # A launch's deferred release must not end a child that a running
+                    # parent launched since (adoption drops the deferral, see `_adopt`).
+                    self.violations.append(
                         f"a deferred release ended {key} (token {token}), which the running"
                         f" {', '.join(holders)} launched and still holds"
                     )

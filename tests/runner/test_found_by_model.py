@@ -1,9 +1,11 @@
 """Regressions the ownership model machine (property_tests/test_ownership_machine.py) found.
 
-Each test is named after the behaviour the rules call for, carries the machine's
-shrunk example in a comment, and is marked xfail(strict=True) until the runner
-is fixed (then the xfail goes, and so does the matching `KNOWN_BUG_*` flag in
-property_tests/ownership_model.py).
+Each test is named after the behaviour the rules call for and carries the
+machine's shrunk example in a comment. A test is added with
+`xfail(strict=True)` while the bug stands and loses the mark with the fix.
+
+- `test_a_deferred_release_spares_a_child_a_running_parent_adopted`: fixed in
+  036be3b (a launch that adopts a running result drops a deferred release).
 """
 
 from __future__ import annotations
