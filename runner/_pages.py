@@ -16,13 +16,17 @@ learned when the start claims it. Pages belong to the principal who opened
 them: stopping, listing or inspecting another principal's pages raises
 `OwnershipError`.
 
+Two principals may each open the same shared (space-scoped) result as a page:
+each has a record; a stop closes the stopping principal's page, and stops the
+result only when no other principal's page still holds it.
+
 Invariants (checked by `_check`)
-- `by_key` and `by_pid` hold the same records; a record is in `by_key` iff its
-  target key is known.
+- every record in `by_key` is in `by_pid`, under its own principal and key.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from cells import (
@@ -36,7 +40,7 @@ from cells import (
 
 from . import _docs as docs
 from ._registrations import Key
-from .errors import OwnershipError, PageError
+from .errors import PageError
 
 if TYPE_CHECKING:
     from ._runtime import Runtime
@@ -45,13 +49,15 @@ MAX_RECORD_RETRIES: Final = 10
 
 
 class PageRecord:
-    __slots__ = ("key", "link", "pid", "principal")
+    __slots__ = ("key", "link", "pid", "principal", "stopped")
 
     def __init__(self, principal: str, pid: str, link: Link) -> None:
         self.principal = principal
         self.pid = pid
         self.link = link
         self.key: Key | None = None
+        self.stopped = False
+        """A stop came while the page was still being opened: it must not start."""
 
     def __repr__(self) -> str:
         return f"<page {self.link} of {self.principal!r}>"
@@ -61,55 +67,76 @@ class Pages:
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
         self.by_pid: dict[tuple[str, str], PageRecord] = {}
-        self.by_key: dict[Key, PageRecord] = {}
+        self.by_key: dict[Key, dict[str, PageRecord]] = {}
+        """Pages on each result, per principal (two principals may open one shared result)."""
 
     # ------------------------------------------------------------------ records
     def _doc(self, identity: Identity) -> Any:
         return docs.pages_link(self.rt.space).key(identity)
 
     def _write(
-        self, identity: Identity, pid: str, record: Any, *, attempt: int = 0
-    ) -> Pending[CommitResult]:
-        """Write one page record (None withdraws it); a retryable failure re-issues it."""
+        self,
+        identity: Identity,
+        pid: str,
+        record: Any,
+        *,
+        done: Callable[[CommitResult], None] | None = None,
+        attempt: int = 0,
+    ) -> None:
+        """Write one page record (None withdraws it). A retryable failure re-issues it;
+        `done` sees only the final outcome, so a caller never acts on a first failure
+        that a retry then overturns."""
         tx = self.rt.replica.edit(identity)
         tx.write(self._doc(identity), (docs.VALUE, pid), record)
-        pending = tx.commit()
 
         def settled(p: Pending[CommitResult]) -> None:
             res = p.result()
             if not res.ok and res.outcome in RETRYABLE and attempt < MAX_RECORD_RETRIES:
-                self._write(identity, pid, record, attempt=attempt + 1)
+                self._write(identity, pid, record, done=done, attempt=attempt + 1)
+            elif done is not None:
+                done(res)
 
-        pending.add_done_callback(settled)
-        return pending
+        tx.commit().add_done_callback(settled)
 
     def records(self, identity: Identity) -> dict[str, Any]:
         doc = self.rt.replica.visible(self._doc(identity))
         value = doc.get(docs.VALUE) if type(doc) is dict else None
         return value if type(value) is dict else {}
 
-    def find(self, cell: Cell) -> PageRecord | None:
-        """The page `cell` names: by the result it ends at, or by the link it was opened with."""
-        rec = self.by_key.get(self.rt.key(cell))
-        if rec is not None:
-            return rec
+    def find(self, cell: Cell, identity: Identity) -> tuple[PageRecord | None, str | None]:
+        """The acting principal's page that `cell` names (by the result it ends at, or
+        by the link it was opened with), and another principal who holds a page there."""
+        principal = identity.principal
         pid = docs.page_id(cell.link())
-        for (_principal, p), candidate in self.by_pid.items():
-            if p == pid:
-                return candidate
-        return None
+        own = self.by_pid.get((principal, pid))
+        key = self.rt.key(cell)
+        holders = self.by_key.get(key, {})
+        if own is None:
+            own = holders.get(principal)
+        others = [p for p in holders if p != principal]
+        if not others:
+            # Opened through this very link by someone else and not claimed yet; a
+            # claimed record on another instance (a user-scoped result) is not theirs here.
+            others = [
+                p
+                for (p, q), r in self.by_pid.items()
+                if q == pid and p != principal and r.key is None
+            ]
+        return own, (others[0] if others else None)
 
-    def check_owner(self, identity: Identity, rec: PageRecord | None, what: str) -> None:
-        if rec is not None and rec.principal != identity.principal:
-            raise OwnershipError(
-                f"cannot {what} page {rec.link}: it belongs to {rec.principal!r}, not"
-                f" {identity.principal!r}"
-            )
+    def _claim(self, rec: PageRecord, key: Key) -> None:
+        rec.key = key
+        self.by_key.setdefault(key, {})[rec.principal] = rec
 
     def _forget(self, rec: PageRecord) -> None:
-        self.by_pid.pop((rec.principal, rec.pid), None)
-        if rec.key is not None and self.by_key.get(rec.key) is rec:
-            del self.by_key[rec.key]
+        if self.by_pid.get((rec.principal, rec.pid)) is rec:
+            del self.by_pid[(rec.principal, rec.pid)]
+        if rec.key is not None:
+            holders = self.by_key.get(rec.key)
+            if holders is not None and holders.get(rec.principal) is rec:
+                del holders[rec.principal]
+                if not holders:
+                    del self.by_key[rec.key]
 
     # ------------------------------------------------------------------ open
     def open(self, link: Link, identity: Identity, *, via: str) -> Pending[bool]:
@@ -117,45 +144,50 @@ class Pages:
         start it. Resolves True once it runs with a lifetime of its own."""
         rt = self.rt
         pid = docs.page_id(link)
-        existing = self.by_pid.get((identity.principal, pid))
+        rec = self.by_pid.get((identity.principal, pid))
+        if rec is None or rec.stopped:
+            rec = PageRecord(identity.principal, pid, link)
+            # Known from now on, so a stop that comes before the record lands reaches it.
+            self.by_pid[(rec.principal, pid)] = rec
+        page = rec
         result: Pending[bool] = Pending(rt.replica.mailbox)
         record = {"target": link, "open": True, "session": identity.session, "via": via}
-        rec = existing or PageRecord(identity.principal, pid, link)
         rt.runner.trace.record("page-open", str(link), via=via)
 
-        def recorded(p: Pending[CommitResult]) -> None:
-            res = p.result()
+        def recorded(res: CommitResult) -> None:
+            if page.stopped:
+                result._resolve(False)  # stopped while opening: the stop's record wins
+                return
             if not res.ok:
+                self._forget(page)
                 rt.runner.trace.record("page-open-failed", str(link), outcome=res.outcome.name)
                 result._fail(
                     res.error or PageError(f"the record of page {link} did not become durable")
                 )
                 return
-            self.by_pid[(rec.principal, pid)] = rec
-            started = rt.runner.start(link, identity, label=f"page via {via}", on_claim=claimed)
+            started = rt.runner.start(
+                link, identity, label=f"page via {via}", on_claim=lambda key: self._claim(page, key)
+            )
             started.add_done_callback(after_start)
-
-        def claimed(key: Key) -> None:
-            rec.key = key
-            self.by_key[key] = rec
 
         def after_start(p: Pending[bool]) -> None:
             try:
                 ok = p.result()
             except Exception as exc:
-                self._withdraw(rec, identity)
+                self._withdraw(page, identity)
                 result._fail(exc)
                 return
-            if not ok:
+            if not ok or page.stopped:
                 # Superseded (a stop won): withdrawn, so a restart never resumes it.
-                self._withdraw(rec, identity)
+                if not page.stopped:
+                    self._withdraw(page, identity)
                 result._resolve(False)
                 return
             if rt.on_navigate is not None:
                 rt.on_navigate(Cell(rt.replica, identity, link, host=rt._host))
             result._resolve(True)
 
-        self._write(identity, pid, record).add_done_callback(recorded)
+        self._write(identity, pid, record, done=recorded)
         return result
 
     def _withdraw(self, rec: PageRecord, identity: Identity) -> None:
@@ -164,13 +196,16 @@ class Pages:
         self._write(identity, rec.pid, None)
 
     # ------------------------------------------------------------------ stop
-    def stop(self, rec: PageRecord, identity: Identity) -> None:
-        """Record the stop (decision before cleanup); the caller then stops the result."""
-        self.check_owner(identity, rec, "stop")
+    def stop(self, rec: PageRecord, identity: Identity) -> bool:
+        """Record the stop (decision before cleanup). Returns whether the result itself
+        should stop: not while another principal still holds a page on it."""
         record = {"target": rec.link, "open": False, "session": identity.session, "via": "stop"}
+        rec.stopped = True
         self._write(identity, rec.pid, record)
+        key = rec.key
         self._forget(rec)
         self.rt.runner.trace.record("page-stop", str(rec.link))
+        return key is None or not self.by_key.get(key)
 
     # ------------------------------------------------------------------ listing, resume
     def open_cells(self, identity: Identity) -> list[tuple[str, Cell]]:
@@ -190,17 +225,16 @@ class Pages:
             rec = self.by_pid[(identity.principal, pid)] = PageRecord(
                 identity.principal, pid, cell.link()
             )
-
-        def claimed(key: Key) -> None:
-            assert rec is not None
-            rec.key = key
-            self.by_key[key] = rec
-
-        return rt.runner.start(cell.link(), identity, label="resume", on_claim=claimed)
+        page = rec
+        return rt.runner.start(
+            cell.link(), identity, label="resume", on_claim=lambda key: self._claim(page, key)
+        )
 
     def _check(self) -> None:
         for (principal, pid), rec in self.by_pid.items():
             assert (rec.principal, rec.pid) == (principal, pid), rec
-        for key, rec in self.by_key.items():
-            assert rec.key == key, rec
-            assert self.by_pid.get((rec.principal, rec.pid)) is rec, rec
+        for key, holders in self.by_key.items():
+            assert holders, key
+            for principal, rec in holders.items():
+                assert rec.key == key and rec.principal == principal, rec
+                assert self.by_pid.get((rec.principal, rec.pid)) is rec, rec

@@ -363,13 +363,19 @@ class Runtime:
 
     def _stop(self, identity: Identity, cell: Cell, generation: int | None) -> None:
         self._require_open()
-        rec = self._pages_book.find(cell)
+        own, other = self._pages_book.find(cell, identity)
         key = self.key(cell)
-        if rec is not None:
+        if own is None and other is not None:
+            raise OwnershipError(
+                f"cannot stop page {cell.link()}: it belongs to {other!r}, not"
+                f" {identity.principal!r}"
+            )
+        if own is not None:
             # Decision before cleanup: the stop is recorded before anything is cancelled,
             # so a restart never resumes a page someone stopped.
-            self._pages_book.stop(rec, identity)
-            key = rec.key or key
+            key = own.key or key
+            if not self._pages_book.stop(own, identity):
+                return  # another principal's page still holds the shared result
         self.runner.stop(key, generation=generation)
 
     def stop(self, cell: Cell, *, generation: int | None = None) -> None:

@@ -194,3 +194,83 @@ def test_a_stopped_page_stays_stopped_when_its_stop_record_first_fails() -> None
 
     arun(stop_with_a_conflict)
     arun(restart)
+
+
+def test_an_open_whose_first_record_commit_conflicts_retries_and_opens() -> None:
+    async def main() -> None:
+        store = MemoryStore()
+        async with Runtime(store) as rt:
+            page = rt.get_cell("page")
+            tx = rt.edit()
+            rt.setup(tx, Child, {"value": 1}, page)
+            assert (await tx.commit()).ok
+            with store.testing.hold_verdicts() as gate:
+                opened = rt.open_page(page)
+                while gate.waiting() == 0:
+                    await asyncio.sleep(0)
+                gate.reject(0, Outcome.STALE_BASIS)  # retryable: the record is re-issued
+            assert await opened is True
+            await rt.idle()
+            assert [page.id] == [c.id for c in rt.pages()]
+            assert {rt.key(page)} == rt.lifetimes()
+
+    arun(main)
+
+
+def test_a_stop_while_the_page_record_is_pending_wins() -> None:
+    store = MemoryStore()
+
+    async def main() -> None:
+        async with Runtime(store) as rt:
+            page = rt.get_cell("page")
+            tx = rt.edit()
+            rt.setup(tx, Child, {"value": 1}, page)
+            assert (await tx.commit()).ok
+            with store.testing.hold_verdicts() as gate:
+                opened = rt.open_page(page)
+                while gate.waiting() == 0:
+                    await asyncio.sleep(0)
+                rt.stop(page)  # before the record landed
+            assert await opened is False
+            await rt.idle()
+            assert frozenset() == rt.registrations()
+            assert [] == rt.pages()
+
+    async def restart() -> None:
+        async with Runtime(store) as rt:
+            assert [] == await rt.resume()
+
+    arun(main)
+    arun(restart)
+
+
+def test_two_principals_may_each_open_a_shared_result_as_a_page() -> None:
+    async def main() -> None:
+        async with Runtime(principal="service") as rt:
+            alice, bob = rt.session("alice", "a1"), rt.session("bob", "b1")
+            shared = rt.get_cell("shared")
+            tx = rt.edit()
+            rt.setup(tx, Child, {"value": 3}, shared)
+            assert (await tx.commit()).ok
+            assert await alice.open_page(shared) is True
+            assert await bob.open_page(shared) is True
+            bob.stop(shared)  # closes bob's page; alice's still holds the result
+            assert [] == bob.pages() and 1 == len(alice.pages())
+            assert rt.key(shared) in rt.registrations()
+            alice.stop(shared)
+            assert frozenset() == rt.registrations()
+            # A user-scoped result: bob's own instance is his, whatever alice opened.
+            mine = alice.get_cell("mine", scope="user")
+            tx = alice.edit()
+            alice.setup(tx, Child, {"value": 1}, mine)
+            assert (await tx.commit()).ok
+            assert await alice.open_page(mine) is True
+            bobs = bob.get_cell("mine", scope="user")
+            tx = bob.edit()
+            bob.run(tx, Child, {"value": 2}, bobs)
+            assert (await tx.commit()).ok
+            bob.stop(bobs)  # not alice's page: no OwnershipError
+            assert rt.key(bobs) not in rt.registrations()
+            rt._check()
+
+    arun(main)
