@@ -58,12 +58,11 @@ class Notification(msgspec.Struct, frozen=True):
     reason: BaseException | None = None
 
 
-class Layer:
-    __slots__ = ("seq", "writes")
+class Layer(msgspec.Struct):
+    """One pending commit's writes to one document (a Struct: made once per commit)."""
 
-    def __init__(self, seq: int, writes: list[tuple[Path, Value]]):
-        self.seq = seq
-        self.writes = writes
+    seq: int
+    writes: list[tuple[Path, Value]]
 
     def __repr__(self) -> str:
         return f"Layer({self.seq}, {self.writes!r})"
@@ -111,6 +110,7 @@ class ReplicaStats:
 
 
 _NO_SEQS: frozenset[int] = frozenset()
+_OK = CommitResult(Outcome.OK)
 _NO_KEYS: frozenset[DocKey] = frozenset()
 
 
@@ -271,6 +271,7 @@ class Replica:
     def _ops_for(self, td: TxDoc, visible: Value) -> list[tuple[Path, Value]]:
         ops: list[tuple[Path, Value]] = []
         written = td.written
+        assert written is not None  # only called for written documents
         for path in written if len(written) == 1 else _compact(written):
             target = path
             # Lift a write that changed a list's length to the list: list elements
@@ -303,88 +304,71 @@ class Replica:
         return ops
 
     def _commit(self, tx: Transaction) -> None:
-        docs = tx.documents()
         records = self._docs
-        # One pass: check every read document's basis and stage every written one.
-        # Staging only computes, so a stale document found later discards it safely.
+        # One pass: check every read document's basis, stage every written one and
+        # collect the read claims. Staging only computes, so a stale document found
+        # later discards it safely.
         staged: list[tuple[DocKey, DocRecord, list[tuple[Path, Value]], Value]] = []
-        for key, td in docs.items():
+        reads: list[ReadClaim] = []
+        deps: set[int] | None = None
+        for key, td in tx._docs.items():
             rec = records[key]
-            if td.read and rec.version != td.version:
-                self.stats.local_stale += 1
-                tx._settle(
-                    CommitResult(
-                        Outcome.STALE_BASIS,
-                        InconsistentBasisError(
-                            f"{key} changed locally after this transaction first read it"
-                        ),
-                    )
-                )
-                return
+            if td.read:
+                if rec.version != td.version:
+                    self._stale(tx, f"{key} changed locally after this transaction first read it")
+                    return
+                if td.deps:
+                    if deps is None:
+                        deps = set()
+                    deps.update(td.deps)
+                td_reads = td.reads
+                assert td_reads is not None  # a read document has read paths
+                if len(td_reads) == 1:
+                    path, shallow = td_reads[0]
+                    reads.append(ReadClaim(key, path, shallow, td.basis_seq))
+                else:
+                    self._claims(key, td, reads)
             if td.written:
-                ops = self._ops_for(td, rec.visible)
+                visible = rec.visible
+                ops = self._ops_for(td, visible)
                 if ops:
-                    after = rec.visible
+                    after = visible
                     try:
                         for path, value in ops:
                             after = set_path(after, path, value)
                     except InvalidValueError as exc:
                         # A blind write below a place that became a scalar since this
                         # transaction first saw it: nothing applied, re-run on fresh state.
-                        self.stats.local_stale += 1
-                        tx._settle(
-                            CommitResult(
-                                Outcome.STALE_BASIS,
-                                InconsistentBasisError(f"write to {key} no longer applies: {exc}"),
-                            )
-                        )
+                        self._stale(tx, f"write to {key} no longer applies: {exc}")
                         return
                     staged.append((key, rec, ops, after))
-        if not staged and not tx._create_only:
+        create_only = tx._create_only
+        if not staged and not create_only:
             self.stats.commits_elided += 1
-            tx._settle(CommitResult(Outcome.OK))
+            tx._settle(_OK)
             return
         seq = self._next_seq
-        self._next_seq += 1
+        self._next_seq = seq + 1
         changes: list[Change] = []
         writes: list[Write] = []
         for key, rec, ops, after in staged:
             # Non-elided ops change the visible value by construction: no compare needed.
-            before = rec.visible
-            if not rec.layers:
-                rec.layers = collections.deque()
-            rec.layers.append(Layer(seq, ops))
+            layers = rec.layers
+            if not layers:
+                layers = rec.layers = collections.deque()
+            layers.append(Layer(seq, ops))
+            changes.append(Change(key, rec.visible, after))
             rec.visible = after
             rec.version += 1
-            changes.append(Change(key, before, after))
             for path, value in ops:
                 writes.append(Write(key, path, value))
-        reads: list[ReadClaim] = []
-        deps: set[int] = set()
-        for key, td in docs.items():
-            if not td.read:
-                continue
-            if td.deps:
-                deps.update(td.deps)
-            if len(td.reads) == 1:
-                path, shallow = td.reads[0]
-                reads.append(ReadClaim(key, path, shallow, td.basis_seq))
-                continue
-            deep = _compact(p for p, shallow in td.reads if not shallow)
-            reads.extend(ReadClaim(key, p, False, td.basis_seq) for p in deep)
-            shallow_paths = {p for p, s in td.reads if s}
-            reads.extend(
-                ReadClaim(key, p, True, td.basis_seq)
-                for p in sorted(shallow_paths, key=str)
-                if not any(p[: len(q)] == q for q in deep)
-            )
         request = CommitRequest(
             self.session_id,
             seq,
             tuple(reads),
             frozenset(deps) if deps else _NO_SEQS,
             tuple(writes),
-            frozenset(tx._create_only) if tx._create_only else _NO_KEYS,
+            frozenset(create_only) if create_only else _NO_KEYS,
         )
         self._in_flight[seq] = tx
         self.stats.commits_sent += 1
@@ -392,6 +376,23 @@ class Replica:
             self._notify(Notification("commit", tuple(changes), tx))
         finally:
             self.store.submit(self, request)
+
+    def _stale(self, tx: Transaction, message: str) -> None:
+        self.stats.local_stale += 1
+        tx._settle(CommitResult(Outcome.STALE_BASIS, InconsistentBasisError(message)))
+
+    @staticmethod
+    def _claims(key: DocKey, td: TxDoc, out: list[ReadClaim]) -> None:
+        """The read claims of a document read more than once: deep paths compacted."""
+        assert td.reads is not None
+        deep = _compact(p for p, shallow in td.reads if not shallow)
+        out.extend(ReadClaim(key, p, False, td.basis_seq) for p in deep)
+        shallow_paths = {p for p, s in td.reads if s}
+        out.extend(
+            ReadClaim(key, p, True, td.basis_seq)
+            for p in sorted(shallow_paths, key=str)
+            if not any(p[: len(q)] == q for q in deep)
+        )
 
     # ------------------------------------------------------------------ store listener
     def on_verdict(self, request: CommitRequest, verdict: Verdict) -> None:

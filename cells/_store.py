@@ -27,7 +27,7 @@ import abc
 import functools
 import itertools
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -86,7 +86,10 @@ class CommitRequest(msgspec.Struct, frozen=True):
 
     def keys_in_order(self) -> list[DocKey]:
         """Written documents, each once, in write order (deterministic notifications)."""
-        return list(dict.fromkeys(w.key for w in self.writes))
+        writes = self.writes
+        if len(writes) == 1:
+            return [writes[0].key]
+        return list(dict.fromkeys(w.key for w in writes))
 
 
 class Verdict(msgspec.Struct, frozen=True):
@@ -189,30 +192,47 @@ def validate_commit(
                 f"commit {request.session_id}#{request.local_seq} was built on commit #{dep},"
                 " which has no verdict yet"
             )
-    by_key: dict[tuple[DocKey, int], list[ReadClaim]] = {}
-    if len(request.reads) == 1:
-        only = request.reads[0]
-        by_key[(only.key, only.basis_seq)] = [only]
-    else:
-        for claim in request.reads:
+    reads = request.reads
+    if len(reads) == 1:  # the common case (a scheduler run reads one place): no grouping
+        only = reads[0]
+        error = _check_claims(request, only.key, only.basis_seq, reads, revisions_since)
+        if error is not None:
+            return error
+    elif reads:
+        by_key: dict[tuple[DocKey, int], list[ReadClaim]] = {}
+        for claim in reads:
             by_key.setdefault((claim.key, claim.basis_seq), []).append(claim)
-    for (key, basis), claims in by_key.items():
-        for rev in revisions_since(key, basis):
-            if rev.session_id == request.session_id and rev.local_seq in request.deps:
-                continue  # the commit saw these writes as pending layers
-            for claim in claims:
-                for path in rev.paths:
-                    if write_overlaps_read(path, claim.path, claim.shallow):
-                        return ConflictError(
-                            f"commit {request.session_id}#{request.local_seq} read {key} at"
-                            f" {list(claim.path)} (basis seq {basis}); seq {rev.seq} has since"
-                            f" written {list(path)}"
-                        )
+        for (key, basis), claims in by_key.items():
+            error = _check_claims(request, key, basis, claims, revisions_since)
+            if error is not None:
+                return error
     for key in sorted(request.create_only, key=str) if request.create_only else ():
         if ever_written(key):
             return PreconditionFailedError(
                 f"create-only document {key} already exists (or existed)", kind="receipt-exists"
             )
+    return None
+
+
+def _check_claims(
+    request: CommitRequest,
+    key: DocKey,
+    basis: int,
+    claims: Sequence[ReadClaim],
+    revisions_since: Callable[[DocKey, int], Iterable[Revision]],
+) -> CommitRejected | None:
+    """The first conflict between `claims` (reads of `key` at `basis`) and later writes."""
+    for rev in revisions_since(key, basis):
+        if rev.session_id == request.session_id and rev.local_seq in request.deps:
+            continue  # the commit saw these writes as pending layers
+        for claim in claims:
+            for path in rev.paths:
+                if write_overlaps_read(path, claim.path, claim.shallow):
+                    return ConflictError(
+                        f"commit {request.session_id}#{request.local_seq} read {key} at"
+                        f" {list(claim.path)} (basis seq {basis}); seq {rev.seq} has since"
+                        f" written {list(path)}"
+                    )
     return None
 
 
@@ -362,6 +382,20 @@ class TestControls:
 # --------------------------------------------------------------------------- base
 
 
+class _Delivery:
+    """A verdict waiting on a mailbox: one object per commit, not a closure and its cells."""
+
+    __slots__ = ("listener", "request", "verdict")
+
+    def __init__(self, listener: SessionListener, request: CommitRequest, verdict: Verdict):
+        self.listener = listener
+        self.request = request
+        self.verdict = verdict
+
+    def __call__(self) -> None:
+        self.listener.on_verdict(self.request, self.verdict)
+
+
 class StoreBase(abc.ABC):
     """Sessions, gates and fan-out shared by every store backend."""
 
@@ -429,7 +463,7 @@ class StoreBase(abc.ABC):
             self._broadcast(request.session_id, verdict.seq, verdict.docs)
 
     def _answer(self, listener: SessionListener, request: CommitRequest, verdict: Verdict) -> None:
-        listener.mailbox.post(lambda: listener.on_verdict(request, verdict))
+        listener.mailbox.post(_Delivery(listener, request, verdict))
 
     def _broadcast(self, origin: str, seq: int, docs: dict[DocKey, Value]) -> None:
         if len(self._listeners) == 1 and origin in self._listeners:

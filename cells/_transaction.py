@@ -47,8 +47,11 @@ class TxDoc:
         self.basis_seq = basis_seq
         self.deps = deps
         self.read = False
-        self.reads: list[tuple[Path, bool]] = []
-        self.written: list[Path] = []
+        # Made at the first read / write: most documents are only read or only written.
+        self.reads: list[tuple[Path, bool]] | None = None
+        """(path, shallow) of every read, in order; None until the first read."""
+        self.written: list[Path] | None = None
+        """Every written path, in order; None until the first write."""
 
 
 class Transaction:
@@ -61,12 +64,12 @@ class Transaction:
         "_create_only",
         "_docs",
         "_log",
+        "_meta",
         "_pending",
         "_post_commit",
         "_replica",
         "_settle_callbacks",
         "identity",
-        "meta",
         "result",
         "source",
         "status",
@@ -77,15 +80,16 @@ class Transaction:
         self.identity = identity
         self.source = source
         """Who runs this transaction (a scheduler node); its own commit never invalidates it."""
-        self.meta: dict[str, Any] = {}
-        """Free-form annotations for layers above (e.g. the runner's commit-gated flag)."""
         self.status: Status = "open"
         self.result: CommitResult | None = None
         self._docs: dict[DocKey, TxDoc] = {}
         self._log: list[tuple[DocKey, Path, bool]] = []
-        self._create_only: set[DocKey] = set()
-        self._settle_callbacks: list[SettleCallback] = []
-        self._post_commit: list[Callable[[], None]] = []
+        # Made on first use: the scheduler opens one transaction per node run, and
+        # most never need annotations, create-only keys, callbacks or effects.
+        self._meta: dict[str, Any] | None = None
+        self._create_only: set[DocKey] | None = None
+        self._settle_callbacks: list[SettleCallback] | None = None
+        self._post_commit: list[Callable[[], None]] | None = None
         self._pending: Pending[CommitResult] | None = None  # made when someone asks
 
     def __repr__(self) -> str:
@@ -93,6 +97,14 @@ class Transaction:
             f"<Transaction {self.status} {self.identity.principal}/{self.identity.session}"
             f" docs={len(self._docs)}>"
         )
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """Free-form annotations for layers above (e.g. the runner's commit-gated flag)."""
+        meta = self._meta
+        if meta is None:
+            meta = self._meta = {}
+        return meta
 
     @property
     def replica(self) -> Replica:
@@ -139,7 +151,11 @@ class Transaction:
                 td.basis_seq = rec.confirmed_seq
                 layers = rec.layers
                 td.deps = tuple([lay.seq for lay in layers]) if layers else ()
-        td.reads.append((path, shallow))
+        reads = td.reads
+        if reads is None:
+            td.reads = [(path, shallow)]
+        else:
+            reads.append((path, shallow))
         if log:
             self._log.append((key, path, shallow))
         return get_path(td.working, path)
@@ -179,7 +195,11 @@ class Transaction:
             set_path(td.working, path, v, where=where)
             raise
         td.working = working
-        td.written.append(path)
+        written = td.written
+        if written is None:
+            td.written = [path]
+        else:
+            written.append(path)
 
     def delete(self, key: DocKey, path: Path = ()) -> None:
         self.write(key, path, MISSING)
@@ -187,6 +207,8 @@ class Transaction:
     def create_only(self, key: DocKey) -> None:
         """Make the commit fail PERMANENT if `key` exists or ever existed in the store."""
         self._require_open(f"mark {key} create-only")
+        if self._create_only is None:
+            self._create_only = set()
         self._create_only.add(key)
 
     # -- settling
@@ -194,6 +216,8 @@ class Transaction:
         """`fn(tx, result)` runs exactly once, for every outcome (right away if already settled)."""
         if self.result is not None:
             fn(self, self.result)
+        elif self._settle_callbacks is None:
+            self._settle_callbacks = [fn]
         else:
             self._settle_callbacks.append(fn)
 
@@ -203,7 +227,10 @@ class Transaction:
             if self.result.ok:
                 fn()
             return
-        self._post_commit.append(fn)
+        if self._post_commit is None:
+            self._post_commit = [fn]
+        else:
+            self._post_commit.append(fn)
 
     def commit(self) -> Pending[CommitResult]:
         """Apply locally (notifying at once), send to the store, return the pending verdict."""
@@ -250,19 +277,20 @@ class Transaction:
         else:
             self.status = "rejected"
         errors: list[Exception] = []
-        effects, self._post_commit = self._post_commit, []
-        if result.ok:
+        effects, self._post_commit = self._post_commit, None
+        if effects and result.ok:
             for fn in effects:
                 try:
                     fn()
                 except Exception as exc:
                     errors.append(exc)
-        callbacks, self._settle_callbacks = self._settle_callbacks, []
-        for cb in callbacks:
-            try:
-                cb(self, result)
-            except Exception as exc:  # one failing callback must not skip its siblings
-                errors.append(exc)
+        callbacks, self._settle_callbacks = self._settle_callbacks, None
+        if callbacks:
+            for cb in callbacks:
+                try:
+                    cb(self, result)
+                except Exception as exc:  # one failing callback must not skip its siblings
+                    errors.append(exc)
         if self._pending is not None:
             self._pending._resolve(result)
         if errors:

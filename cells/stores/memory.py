@@ -19,7 +19,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable
 
-from .._address import DocKey
+from .._address import DocKey, Path
 from .._store import (
     NO_STATE,
     CommitRequest,
@@ -73,6 +73,8 @@ class MemoryStore(StoreBase):
             # The revisions after this basis were pruned: assume the worst (a write
             # at the document root). Over-approximating a conflict is allowed.
             return (Revision(self._floors[key], "", -1, ((),)),)
+        if revs[-1].seq <= seq:
+            return ()  # nothing newer than the basis (the common case): no slice
         i = bisect.bisect_right(self._revision_seqs[key], seq)
         return revs[i:]
 
@@ -94,18 +96,25 @@ class MemoryStore(StoreBase):
             if error is not None:
                 self._resolutions[(request.session_id, request.local_seq)] = None
                 return Verdict(None, error=error)
+            heads = self._heads
             docs: dict[DocKey, Value] = {}
             base_seqs: dict[DocKey, int] = {}
-            paths: dict[DocKey, list[tuple[str | int, ...]]] = {}
+            paths: dict[DocKey, list[Path]] = {}
             try:
                 for w in request.writes:
-                    current = docs.get(w.key, MISSING)
-                    if w.key not in docs:
-                        head = self._heads.get(w.key, NO_STATE)
+                    key = w.key
+                    current = docs.get(key, MISSING)
+                    if key not in docs:
+                        head = heads.get(key, NO_STATE)
                         current = head.value
-                        base_seqs[w.key] = head.seq
-                    docs[w.key] = set_path(current, w.path, w.value, where="commit")
-                    paths.setdefault(w.key, []).append(revision_path(current, w.path))
+                        base_seqs[key] = head.seq
+                    docs[key] = set_path(current, w.path, w.value, where="commit")
+                    rpath = revision_path(current, w.path)
+                    kpaths = paths.get(key)
+                    if kpaths is None:
+                        paths[key] = [rpath]
+                    else:
+                        kpaths.append(rpath)
             except InvalidValueError as exc:
                 # A blind write below a place a newer commit made a scalar cannot apply.
                 # Raising would strand the commit: no verdict, its layer never dropped.
@@ -117,25 +126,28 @@ class MemoryStore(StoreBase):
                     ),
                 )
             # Only now: a refused commit must not use up a seq (seqs are gap-free).
-            self._seq += 1
-            seq = self._seq
+            self._seq = seq = self._seq + 1
+            session_id, local_seq = request.session_id, request.local_seq
+            ever = self._ever
             for key, value in docs.items():
-                self._heads[key] = DocState(seq, value)
-                self._ever.add(key)
+                heads[key] = DocState(seq, value)
+                ever.add(key)
                 revs = self._revisions.get(key)
                 if revs is None:
                     revs = self._revisions[key] = []
-                    self._revision_seqs[key] = []
-                revs.append(Revision(seq, request.session_id, request.local_seq, tuple(paths[key])))
-                seqs = self._revision_seqs[key]
+                    seqs = self._revision_seqs[key] = []
+                else:
+                    seqs = self._revision_seqs[key]
+                revs.append(Revision(seq, session_id, local_seq, tuple(paths[key])))
                 seqs.append(seq)
                 if len(revs) > 2 * REVISIONS_KEPT:
                     # Bounded history: keep the newest REVISIONS_KEPT per document.
                     self._floors[key] = seqs[-REVISIONS_KEPT - 1]
                     del revs[:-REVISIONS_KEPT]
                     del seqs[:-REVISIONS_KEPT]
-            self._ever.update(request.create_only)
-            self._resolutions[(request.session_id, request.local_seq)] = seq
+            if request.create_only:
+                ever.update(request.create_only)
+            self._resolutions[(session_id, local_seq)] = seq
             return Verdict(seq, docs, base_seqs=base_seqs)
 
     def _check(self) -> None:
