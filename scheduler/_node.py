@@ -73,6 +73,7 @@ class Node:
 
     @property
     def is_live(self) -> bool:
+        # live_refs first: most live nodes are computations read by a live node.
         return self.registered and (
-            self.kind == "effect" or self.provisional or self.demand > 0 or self.live_refs > 0
+            self.live_refs > 0 or self.kind == "effect" or self.provisional or self.demand > 0
         )

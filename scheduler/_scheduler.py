@@ -130,6 +130,7 @@ class Scheduler:
         self._timer_loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
         self._unsubscribe = replica.subscribe(self._on_notification)
+        self._settled = self._on_node_settled  # bound once: every run's commit registers it
         self.graph.on_live = self._on_live
         self.events = EventLane()
         self.lineage = Lineage(self._origin_failed)
@@ -236,12 +237,16 @@ class Scheduler:
 
     # ------------------------------------------------------------------ invalidation
     def _on_notification(self, nf: Notification) -> None:
-        src = nf.source.source if nf.source is not None else None
-        suppress = src if nf.kind in ("commit", "integrate") else None
+        source = nf.source
+        suppress = (
+            source.source if source is not None and nf.kind in ("commit", "integrate") else None
+        )
+        match = self.index.match
+        invalidate = self._invalidate
         for change in nf.changes:
-            for node in self.index.match(change):
+            for node in match(change):
                 if node is not suppress:
-                    self._invalidate(node)
+                    invalidate(node)
 
     def _invalidate(self, node: Node) -> None:
         if not node.registered:
@@ -256,7 +261,7 @@ class Scheduler:
         self._dirty[node] = None
         if node.is_live:
             self._candidates[node] = None
-            if self._draining:
+            if self._draining and node not in self._in_heap:
                 self._push(node)
 
     def _on_live(self, node: Node) -> None:
@@ -378,20 +383,29 @@ class Scheduler:
         self.stats.drains += 1
         for n in seeds:
             self._push(n)
-        size = len(self._heap)
+        heap = self._heap
+        in_heap = self._in_heap
+        size = len(heap)
         self._draining = True
         try:
             now = self.clock.now()
-            while self._heap:
-                height, _, node = heapq.heappop(self._heap)
+            heappop = heapq.heappop
+            run = self._run
+            while heap:
+                height, _, node = heappop(heap)
                 if node.height != height and node.registered:
-                    heapq.heappush(self._heap, (node.height, node.ordinal, node))
+                    heapq.heappush(heap, (node.height, node.ordinal, node))
                     continue
-                self._in_heap.discard(node)
-                size += 0
-                if not self._runnable(node, now):
+                in_heap.discard(node)
+                if not (
+                    node.registered
+                    and node.status != "clean"
+                    and node.is_live
+                    and node.eligible_at <= now
+                    and node.pass_runs < PASS_RUN_BUDGET
+                ):  # `_runnable`, inlined: this loop runs once per node update
                     continue
-                self._run(node)
+                run(node)
                 ran[node] = None
                 size += 1
         finally:
@@ -409,10 +423,11 @@ class Scheduler:
         if node.throttle:
             node.throttle_ready_at = self.clock.now() + node.throttle
             node.update_gate()
+        stats = self.stats
         if node.kind == "effect":
-            self.stats.runs_effect += 1
+            stats.runs_effect += 1
         else:
-            self.stats.runs_computation += 1
+            stats.runs_computation += 1
         tx = self.replica.edit(node.identity, source=node)
         previous, self._running = self._running, node
         previous_tx, self._current_tx = self._current_tx, tx
@@ -435,14 +450,17 @@ class Scheduler:
             if log != node.raw_reads:  # most runs read exactly what they read last time
                 node.raw_reads = log
                 self.graph.set_reads(node, compact_reads(log))
-        if tx.is_open:
-            self.stats.commits += 1
-            tx.add_settle_callback(self._on_node_settled)
+        if tx.status == "open":
+            stats.commits += 1
+            tx.add_settle_callback(self._settled)
             tx.commit_detached()
 
     def _on_node_settled(self, tx: Transaction, result: CommitResult) -> None:
         node = tx.source
         assert isinstance(node, Node)
+        if result.outcome is Outcome.OK:  # the common case, without a second call
+            node.retries = 0
+            return
         self._on_commit(node, result)
 
     def _on_commit(self, node: Node, result: CommitResult) -> None:
