@@ -146,7 +146,9 @@ class Replica:
         self.store = store
         self.mailbox = Mailbox()
         self._docs: dict[DocKey, DocRecord] = {}
-        self._subscribers: list[Callable[[Notification], None]] = []
+        # A tuple, replaced on (un)subscribe: a notification iterates it without a copy,
+        # and a subscriber that unsubscribes during one does not disturb the loop.
+        self._subscribers: tuple[Callable[[Notification], None], ...] = ()
         self._next_seq = 1
         self._in_flight: dict[int, Transaction] = {}
         self._sync_waiters: dict[DocKey, list[Callable[[BaseException | None], None]]] = {}
@@ -167,11 +169,13 @@ class Replica:
 
     def subscribe(self, fn: Callable[[Notification], None]) -> Callable[[], None]:
         """Receive every notification; returns a function that unsubscribes."""
-        self._subscribers.append(fn)
+        self._subscribers = (*self._subscribers, fn)
 
         def cancel() -> None:
-            if fn in self._subscribers:
-                self._subscribers.remove(fn)
+            subscribers = list(self._subscribers)
+            if fn in subscribers:
+                subscribers.remove(fn)
+                self._subscribers = tuple(subscribers)
 
         return cancel
 
@@ -248,11 +252,13 @@ class Replica:
         if not nf.changes:
             return
         self.stats.notifications += 1
-        errors: list[Exception] = []
-        for fn in list(self._subscribers):
+        errors: list[Exception] | None = None
+        for fn in self._subscribers:
             try:
                 fn(nf)
             except Exception as exc:  # every subscriber hears every change
+                if errors is None:
+                    errors = []
                 errors.append(exc)
         if errors:
             if len(errors) == 1:
@@ -331,7 +337,12 @@ class Replica:
             if td.written:
                 visible = rec.visible
                 ops = self._ops_for(td, visible)
-                if ops:
+                written = td.written
+                if len(written) == 1 and visible is td.baseline and ops and ops[0][0] is written[0]:
+                    # The one write, unlifted, on the state the transaction started
+                    # from: the working copy is that write applied to the visible value.
+                    staged.append((key, rec, ops, td.working))
+                elif ops:
                     after = visible
                     try:
                         for path, value in ops:

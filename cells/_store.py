@@ -180,7 +180,8 @@ def validate_commit(
     `resolution(session, local_seq)` is the seq an earlier commit got, `None`
     if it was rejected, or `False` if it is unresolved.
     """
-    for dep in sorted(request.deps) if request.deps else ():
+    deps = request.deps
+    for dep in (deps if len(deps) == 1 else sorted(deps)) if deps else ():
         got = resolution(request.session_id, dep)
         if got is None:
             return DependencyRejectedError(
