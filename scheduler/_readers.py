@@ -109,6 +109,13 @@ def changed_at_reference(before: object, after: object, path: Path, *, shallow: 
     return b_depth != a_depth
 
 
+_ENTRIES: dict[tuple[tuple[Path, ...], tuple[Path, ...]], tuple[tuple[Path, ...], tuple[Path, ...]]]
+_ENTRIES = {}
+"""Shared read-set entries for top-level deep reads (`(("value",),), ()` above all):
+one tuple for every node that reads the same way instead of one each. Bounded."""
+_ENTRIES_KEPT = 64
+
+
 def compact_reads(log: Iterable[tuple[DocKey, Path, bool]]) -> ReadSet:
     """Group a transaction's read log per document; drop deep paths below other deep paths."""
     deep: dict[DocKey, set[Path]] = {}
@@ -127,7 +134,10 @@ def compact_reads(log: Iterable[tuple[DocKey, Path, bool]]) -> ReadSet:
                 key=repr,
             )
         )
-        out[key] = (tuple(sorted(dpaths, key=repr)), spaths)
+        entry = (tuple(sorted(dpaths, key=repr)), spaths)
+        out[key] = _ENTRIES.get(entry, entry)
+        if len(_ENTRIES) < _ENTRIES_KEPT and all(len(p) <= 1 for p in dpaths):
+            _ENTRIES.setdefault(entry, entry)
     return out
 
 

@@ -196,8 +196,9 @@ class Scheduler:
         self.graph.remove(node)
         self._dirty.pop(node, None)
         self._candidates.pop(node, None)
-        if node.parent is not None and node in node.parent.children:
-            node.parent.children.remove(node)
+        siblings = node.parent._children if node.parent is not None else None
+        if siblings is not None and node in siblings:
+            siblings.remove(node)
 
     def set_debounce(self, node: Node, seconds: float) -> None:
         """Run `node` only once its inputs have been quiet for `seconds` (0 turns it off)."""
@@ -254,9 +255,10 @@ class Scheduler:
         self.stats.invalidations += 1
         if node.status == "clean":
             node.status = "invalid"
-        if node.debounce:
+        gates = node._gates
+        if gates is not None and gates.debounce:
             # Debounce: each invalidation pushes the earliest run out again.
-            node.debounce_ready_at = self.clock.now() + node.debounce
+            gates.debounce_ready_at = self.clock.now() + gates.debounce
             node.update_gate()
         self._dirty[node] = None
         if node.is_live:
@@ -363,8 +365,9 @@ class Scheduler:
         self._defer(over)
         for n in ran:
             n.pass_runs = 0
-            if n.status == "clean" and n.eligible_at <= now:
-                n.backoff_streak = 0
+            gates = n._gates
+            if gates is not None and n.status == "clean" and n.eligible_at <= now:
+                gates.backoff_streak = 0
             if n.provisional and n.runs > 0:
                 was = n.is_live
                 n.provisional = False
@@ -420,8 +423,9 @@ class Scheduler:
         self._dirty.pop(node, None)
         node.pass_runs += 1
         node.runs += 1
-        if node.throttle:
-            node.throttle_ready_at = self.clock.now() + node.throttle
+        gates = node._gates
+        if gates is not None and gates.throttle:
+            gates.throttle_ready_at = self.clock.now() + gates.throttle
             node.update_gate()
         stats = self.stats
         if node.kind == "effect":
@@ -447,7 +451,15 @@ class Scheduler:
         if node.registered:
             # Keep the read set even after an error: the node re-runs when its inputs change.
             log = tx.reads
-            if log != node.raw_reads:  # most runs read exactly what they read last time
+            if len(log) == 1:
+                # One read: compare with the read set itself, and keep no log.
+                key, path, shallow = log[0]
+                reads = node.reads
+                node.raw_reads = None
+                entry = reads.get(key) if len(reads) == 1 else None
+                if entry is None or entry != (((), (path,)) if shallow else ((path,), ())):
+                    self.graph.set_reads(node, compact_reads(log))
+            elif log != node.raw_reads:  # most runs read exactly what they read last time
                 node.raw_reads = log
                 self.graph.set_reads(node, compact_reads(log))
         if tx.status == "open":
@@ -459,7 +471,9 @@ class Scheduler:
         node = tx.source
         assert isinstance(node, Node)
         if result.outcome is Outcome.OK:  # the common case, without a second call
-            node.retries = 0
+            gates = node._gates
+            if gates is not None:
+                gates.retries = 0
             return
         self._on_commit(node, result)
 
