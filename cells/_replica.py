@@ -41,8 +41,11 @@ from .errors import InconsistentBasisError, InvalidValueError, TransactionError
 NotificationKind = Literal["commit", "revert", "integrate", "load"]
 
 
-class Change(msgspec.Struct, frozen=True):
-    """One document's visible value before and after a change."""
+class Change(msgspec.Struct, frozen=True, gc=False):
+    """One document's visible value before and after a change.
+
+    `gc=False`: it holds a key and two values, which never refer back to it.
+    """
 
     key: DocKey
     before: Value
@@ -58,8 +61,12 @@ class Notification(msgspec.Struct, frozen=True):
     reason: BaseException | None = None
 
 
-class Layer(msgspec.Struct):
-    """One pending commit's writes to one document (a Struct: made once per commit)."""
+class Layer(msgspec.Struct, gc=False):
+    """One pending commit's writes to one document.
+
+    A Struct because one is made per commit; `gc=False` because it holds only
+    paths and values, which never refer back to it.
+    """
 
     seq: int
     writes: list[tuple[Path, Value]]
@@ -68,19 +75,23 @@ class Layer(msgspec.Struct):
         return f"Layer({self.seq}, {self.writes!r})"
 
 
-class DocRecord:
-    __slots__ = ("confirmed", "confirmed_seq", "layers", "loaded", "loading", "version", "visible")
+class DocRecord(msgspec.Struct, gc=False):
+    """One document's state in the replica.
 
-    def __init__(self) -> None:
-        self.confirmed: Value = MISSING
-        self.confirmed_seq = 0
-        # A shared empty tuple until the first pending layer: an empty deque costs
-        # 760 bytes, and most documents (every computation's output) have none.
-        self.layers: collections.deque[Layer] | tuple[()] = ()
-        self.visible: Value = MISSING
-        self.version = 0
-        self.loaded = False
-        self.loading = False
+    A Struct with `gc=False`: one exists per document for the replica's life,
+    and it holds only values, seqs and its layers, which never refer back to it,
+    so the collector need not scan it (and it needs no collector header).
+    """
+
+    confirmed: Value = MISSING
+    confirmed_seq: int = 0
+    # A shared empty tuple until the first pending layer: an empty deque costs
+    # 760 bytes, and most documents (every computation's output) have none.
+    layers: collections.deque[Layer] | tuple[()] = ()
+    visible: Value = MISSING
+    version: int = 0
+    loaded: bool = False
+    loading: bool = False
 
     def fold(self) -> Value:
         v = self.confirmed

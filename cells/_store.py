@@ -50,10 +50,14 @@ from .errors import (
 
 
 # Records are frozen msgspec Structs: several are built per commit, and they
-# construct an order of magnitude faster than attrs' frozen classes.
+# construct an order of magnitude faster than attrs' frozen classes. Those that
+# hold only keys, paths, values and other such records are `gc=False`: nothing
+# they reach can refer back to them, so they are never part of a reference
+# cycle, and the collector need not scan the thousands a settling graph keeps
+# in flight (a Verdict holds an exception, which can, so it stays tracked).
 
 
-class ReadClaim(msgspec.Struct, frozen=True):
+class ReadClaim(msgspec.Struct, frozen=True, gc=False):
     """A read the store must validate: nothing overlapping `path` written after `basis_seq`."""
 
     key: DocKey
@@ -62,7 +66,7 @@ class ReadClaim(msgspec.Struct, frozen=True):
     basis_seq: int
 
 
-class Write(msgspec.Struct, frozen=True):
+class Write(msgspec.Struct, frozen=True, gc=False):
     """One leaf write: `value` at full-document `path` (`MISSING` deletes)."""
 
     key: DocKey
@@ -70,7 +74,7 @@ class Write(msgspec.Struct, frozen=True):
     value: Value
 
 
-class CommitRequest(msgspec.Struct, frozen=True):
+class CommitRequest(msgspec.Struct, frozen=True, gc=False):
     session_id: str
     local_seq: int
     reads: tuple[ReadClaim, ...]
@@ -106,14 +110,14 @@ class Verdict(msgspec.Struct, frozen=True):
     base_seqs: dict[DocKey, int] = msgspec.field(default_factory=dict)
 
 
-class DocState(msgspec.Struct, frozen=True):
+class DocState(msgspec.Struct, frozen=True, gc=False):
     seq: int
     """Sequence number of the last write to the document (0 if never written)."""
     value: Value
     """The document, or MISSING."""
 
 
-class Revision(msgspec.Struct, frozen=True):
+class Revision(msgspec.Struct, frozen=True, gc=False):
     seq: int
     session_id: str
     local_seq: int

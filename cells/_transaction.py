@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
+import msgspec
+
 from ._address import DocKey, Identity, Path, check_path
 from ._outcome import CommitResult, Outcome
 from ._pending import Pending
@@ -35,23 +37,25 @@ Status = Literal["open", "committing", "committed", "rejected", "aborted"]
 SettleCallback = Callable[["Transaction", CommitResult], None]
 
 
-class TxDoc:
-    """A transaction's view of one document: its basis and its working copy."""
+class TxDoc(msgspec.Struct, gc=False):
+    """A transaction's view of one document: its basis and its working copy.
 
-    __slots__ = ("baseline", "basis_seq", "deps", "read", "reads", "version", "working", "written")
+    A Struct because every transaction makes one per document it touches;
+    `gc=False` because it holds only values, seqs and paths, which never refer
+    back to it (the collector need not scan the ones in flight).
+    """
 
-    def __init__(self, baseline: Value, version: int, basis_seq: int, deps: tuple[int, ...]):
-        self.baseline = baseline
-        self.working = baseline
-        self.version = version
-        self.basis_seq = basis_seq
-        self.deps = deps
-        self.read = False
-        # Made at the first read / write: most documents are only read or only written.
-        self.reads: list[tuple[Path, bool]] | None = None
-        """(path, shallow) of every read, in order; None until the first read."""
-        self.written: list[Path] | None = None
-        """Every written path, in order; None until the first write."""
+    baseline: Value
+    version: int
+    basis_seq: int
+    deps: tuple[int, ...]
+    working: Value
+    read: bool = False
+    # Made at the first read / write: most documents are only read or only written.
+    reads: list[tuple[Path, bool]] | None = None
+    """(path, shallow) of every read, in order; None until the first read."""
+    written: list[Path] | None = None
+    """Every written path, in order; None until the first write."""
 
 
 class Transaction:
@@ -125,7 +129,8 @@ class Transaction:
             # The store-facing basis (confirmed seq, pending layers seen) is taken
             # at the first *read*: a written-only document needs none, and copying
             # the layer list here made many commits in flight on one document O(n^2).
-            td = TxDoc(rec.visible, rec.version, rec.confirmed_seq, ())
+            visible = rec.visible
+            td = TxDoc(visible, rec.version, rec.confirmed_seq, (), visible)
             self._docs[key] = td
         return td
 
