@@ -387,15 +387,15 @@ class TestControls:
 # --------------------------------------------------------------------------- base
 
 
-class _Delivery:
-    """A verdict waiting on a mailbox: one object per commit, not a closure and its cells."""
+class _Delivery(msgspec.Struct):
+    """A verdict waiting on a mailbox: one object per commit, not a closure and its cells.
 
-    __slots__ = ("listener", "request", "verdict")
+    Tracked by the collector: it refers to the replica, whose mailbox refers to it.
+    """
 
-    def __init__(self, listener: SessionListener, request: CommitRequest, verdict: Verdict):
-        self.listener = listener
-        self.request = request
-        self.verdict = verdict
+    listener: SessionListener
+    request: CommitRequest
+    verdict: Verdict
 
     def __call__(self) -> None:
         self.listener.on_verdict(self.request, self.verdict)

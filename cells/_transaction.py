@@ -146,21 +146,35 @@ class Transaction:
         """
         if self.status != "open":
             raise TransactionError(f"cannot read {key}: the transaction is {self.status}")
-        td = self._access(key)
-        if not td.read:
-            td.read = True
-            rec = self._replica._docs[key]
-            if rec.version == td.version:
-                # Same visible value as at first access: this state is its basis.
-                # (If it moved, the commit fails the local basis check anyway.)
-                td.basis_seq = rec.confirmed_seq
-                layers = rec.layers
-                td.deps = tuple([lay.seq for lay in layers]) if layers else ()
-        reads = td.reads
-        if reads is None:
+        td = self._docs.get(key)
+        if td is None:
+            # First access is this read: the state seen now is the basis (what
+            # `_access` and the first-read branch below would do, in one step).
+            replica = self._replica
+            rec = replica._docs.get(key)
+            if rec is None:
+                rec = replica._record(key)
+            visible = rec.visible
+            layers = rec.layers
+            deps = tuple([lay.seq for lay in layers]) if layers else ()
+            td = TxDoc(visible, rec.version, rec.confirmed_seq, deps, visible, True)
             td.reads = [(path, shallow)]
+            self._docs[key] = td
         else:
-            reads.append((path, shallow))
+            if not td.read:
+                td.read = True
+                rec = self._replica._docs[key]
+                if rec.version == td.version:
+                    # Same visible value as at first access: this state is its basis.
+                    # (If it moved, the commit fails the local basis check anyway.)
+                    td.basis_seq = rec.confirmed_seq
+                    layers = rec.layers
+                    td.deps = tuple([lay.seq for lay in layers]) if layers else ()
+            reads = td.reads
+            if reads is None:
+                td.reads = [(path, shallow)]
+            else:
+                reads.append((path, shallow))
         if log:
             self._log.append((key, path, shallow))
         return get_path(td.working, path)
@@ -172,7 +186,10 @@ class Transaction:
         td = self._docs.get(key)
         if td is not None:
             return get_path(td.working, path)
-        return get_path(self._replica._record(key).visible, path)
+        rec = self._replica._docs.get(key)
+        if rec is None:
+            rec = self._replica._record(key)
+        return get_path(rec.visible, path)
 
     @property
     def reads(self) -> list[tuple[DocKey, Path, bool]]:
@@ -250,7 +267,8 @@ class Transaction:
 
         Makes no `Pending` (the scheduler commits one transaction per node run).
         """
-        self._require_open("commit")
+        if self.status != "open":
+            self._require_open("commit")
         self.status = "committing"
         self._replica._commit(self)
 

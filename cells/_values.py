@@ -69,6 +69,9 @@ def normalize(value: Any, *, where: str = "value", path: Path = ()) -> Value:
     the offending type; nothing is partially written because nothing is
     written here at all.  O(size of value).
     """
+    t = type(value)
+    if t is str or t is bool or value is None or (t is int and -MAX_INT - 1 <= value <= MAX_INT):
+        return value  # a scalar that needs no change: no path list or cycle set to make
     return _normalize(value, where, list(path), set())
 
 
