@@ -286,9 +286,24 @@ class Replica:
 
     # ------------------------------------------------------------------ commit
     def _ops_for(self, td: TxDoc, visible: Value) -> list[tuple[Path, Value]]:
-        ops: list[tuple[Path, Value]] = []
         written = td.written
         assert written is not None  # only called for written documents
+        if len(written) == 1:
+            path = written[0]
+            working, baseline = td.working, td.baseline
+            if (
+                len(path) == 1
+                and type(working) is dict
+                and type(visible) is dict
+                and type(baseline) is not list
+                and type(path[0]) is str
+            ):
+                # One write to a top-level field of a dict document (the usual
+                # scheduler write): nothing to lift, and two lookups decide it.
+                new = working.get(path[0], MISSING)
+                if not same_value(new, visible.get(path[0], MISSING)):
+                    return [(path, new)]
+        ops: list[tuple[Path, Value]] = []
         for path in written if len(written) == 1 else _compact(written):
             target = path
             # Lift a write that changed a list's length to the list: list elements
@@ -423,7 +438,8 @@ class Replica:
             return  # replica was closed meanwhile; nothing to settle
         changes: list[Change] = []
         seq = verdict.seq if verdict.error is None else None
-        for key in request.keys_in_order():
+        writes = request.writes
+        for key in (writes[0].key,) if len(writes) == 1 else request.keys_in_order():
             rec = self._docs[key]
             layers = rec.layers
             if (

@@ -453,7 +453,8 @@ class StoreBase(abc.ABC):
     # -- commits
     def submit(self, listener: SessionListener, request: CommitRequest) -> None:
         """Queue `request`; its verdict arrives on `listener.mailbox`, never inside this call."""
-        self._check_open()
+        if self.closed:
+            self._check_open()
         gate = self._verdict_gate
         if gate is not None:
             gate._held.append(HeldCommit(self, listener, request))
@@ -463,8 +464,8 @@ class StoreBase(abc.ABC):
     def _evaluate_and_answer(self, listener: SessionListener, request: CommitRequest) -> None:
         verdict = self._evaluate(request)
         self.commits_evaluated += 1
-        self._answer(listener, request, verdict)
-        if verdict.error is None and verdict.seq is not None:
+        listener.mailbox.post(_Delivery(listener, request, verdict))  # `_answer`, inlined
+        if verdict.error is None and verdict.seq is not None and len(self._listeners) > 1:
             self._broadcast(request.session_id, verdict.seq, verdict.docs)
 
     def _answer(self, listener: SessionListener, request: CommitRequest, verdict: Verdict) -> None:

@@ -204,7 +204,9 @@ class Transaction:
         """Stage `value` at full-document `path` (checked and copied; MISSING deletes)."""
         if self.status != "open":
             self._require_open(f"write {key}")
-        td = self._access(key)
+        td = self._docs.get(key)
+        if td is None:
+            td = self._access(key)
         try:
             check_path(path, where="write")
             v = value if value is MISSING else normalize(value, where="write")
@@ -293,7 +295,8 @@ class Transaction:
         if self.result is not None:
             raise TransactionError("a transaction settled twice (this is a bug)")
         self.result = result
-        if result.ok:
+        ok = result.outcome is Outcome.OK
+        if ok:
             self.status = "committed"
         elif result.outcome is Outcome.ABORTED:
             self.status = "aborted"
@@ -301,7 +304,7 @@ class Transaction:
             self.status = "rejected"
         errors: list[Exception] = []
         effects, self._post_commit = self._post_commit, None
-        if effects and result.ok:
+        if effects and ok:
             for fn in effects:
                 try:
                     fn()

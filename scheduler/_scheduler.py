@@ -403,10 +403,15 @@ class Scheduler:
                 if not (
                     node.registered
                     and node.status != "clean"
-                    and node.is_live
+                    and (
+                        node.live_refs > 0
+                        or node.kind == "effect"
+                        or node.provisional
+                        or node.demand > 0
+                    )
                     and node.eligible_at <= now
                     and node.pass_runs < PASS_RUN_BUDGET
-                ):  # `_runnable`, inlined: this loop runs once per node update
+                ):  # `_runnable` and `is_live`, inlined: this loop runs once per node update
                     continue
                 run(node)
                 ran[node] = None

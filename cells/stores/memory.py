@@ -108,8 +108,14 @@ class MemoryStore(StoreBase):
                         head = heads.get(key, NO_STATE)
                         current = head.value
                         base_seqs[key] = head.seq
-                    docs[key] = set_path(current, w.path, w.value, where="commit")
-                    rpath = revision_path(current, w.path)
+                    path = w.path
+                    docs[key] = set_path(current, path, w.value, where="commit")
+                    # A one-level write to an existing document creates no level.
+                    rpath = (
+                        path
+                        if len(path) == 1 and current is not MISSING
+                        else revision_path(current, path)
+                    )
                     kpaths = paths.get(key)
                     if kpaths is None:
                         paths[key] = [rpath]
