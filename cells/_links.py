@@ -53,10 +53,16 @@ def resolve(tx: Transaction, link: Link, *, follow_last: bool = True) -> Link:
 def _resolve(tx: Transaction, link: Link, follow_last: bool) -> tuple[Link, DocKey]:
     """`resolve`, also returning the final place's document for `tx.identity`."""
     identity = tx.identity
-    key = link.key(identity)
-    found = _first_link(tx.peek(key, _VALUE_PATH), link.path)
-    if found is None:
-        return link, key  # the common case: no link on the way, nothing to track
+    key = DocKey(link.space, link.id) if link.scope == "space" else link.key(identity)
+    root = tx.peek(key, _VALUE_PATH)
+    if not link.path:
+        if type(root) is not Link:
+            return link, key  # the common case: no link on the way, nothing to track
+        found: tuple[int, Link] | None = (0, root)
+    else:
+        found = _first_link(root, link.path)
+        if found is None:
+            return link, key
     current = link
     seen: set[tuple[object, Path]] = set()
     chain: list[Link] = [link]  # formatted only if an error needs it

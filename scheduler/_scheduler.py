@@ -261,10 +261,15 @@ class Scheduler:
             gates.debounce_ready_at = self.clock.now() + gates.debounce
             node.update_gate()
         self._dirty[node] = None
-        if node.is_live:
+        # `is_live` and `_push`, inlined: every change a node reads comes through here.
+        if node.live_refs > 0 or node.kind == "effect" or node.provisional or node.demand > 0:
             self._candidates[node] = None
-            if self._draining and node not in self._in_heap:
-                self._push(node)
+            if self._draining:
+                in_heap = self._in_heap
+                if node not in in_heap:
+                    in_heap.add(node)
+                    heapq.heappush(self._heap, (node.height, node.ordinal, node))
+                    self.stats.heap_pushes += 1
 
     def _on_live(self, node: Node) -> None:
         if node in self._dirty:
