@@ -16,7 +16,6 @@ Invariants (checked by `_check`)
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Iterable
 
 from .._address import DocKey, Path
@@ -46,7 +45,6 @@ class MemoryStore(StoreBase):
         self._heads: dict[DocKey, DocState] = {}
         self._ever: set[DocKey] = set()
         self._revisions: dict[DocKey, list[Revision]] = {}
-        self._revision_seqs: dict[DocKey, list[int]] = {}
         self._floors: dict[DocKey, int] = {}
         """Per document: the newest pruned revision's seq (reads older than it conflict)."""
         self._resolutions: dict[tuple[str, int], int | None] = {}
@@ -73,9 +71,14 @@ class MemoryStore(StoreBase):
             # The revisions after this basis were pruned: assume the worst (a write
             # at the document root). Over-approximating a conflict is allowed.
             return (Revision(self._floors[key], "", -1, ((),)),)
-        if revs[-1].seq <= seq:
+        i = len(revs)
+        if revs[i - 1].seq <= seq:
             return ()  # nothing newer than the basis (the common case): no slice
-        i = bisect.bisect_right(self._revision_seqs[key], seq)
+        # Scan back from the newest: a basis is usually only a revision or two behind,
+        # and a document keeps at most 2 * REVISIONS_KEPT revisions.
+        i -= 1
+        while i and revs[i - 1].seq > seq:
+            i -= 1
         return revs[i:]
 
     def _resolution(self, session_id: str, local_seq: int) -> int | bool | None:
@@ -135,22 +138,20 @@ class MemoryStore(StoreBase):
             self._seq = seq = self._seq + 1
             session_id, local_seq = request.session_id, request.local_seq
             ever = self._ever
+            revisions = self._revisions
             for key, value in docs.items():
                 heads[key] = DocState(seq, value)
                 ever.add(key)
-                revs = self._revisions.get(key)
+                revision = Revision(seq, session_id, local_seq, tuple(paths[key]))
+                revs = revisions.get(key)
                 if revs is None:
-                    revs = self._revisions[key] = []
-                    seqs = self._revision_seqs[key] = []
-                else:
-                    seqs = self._revision_seqs[key]
-                revs.append(Revision(seq, session_id, local_seq, tuple(paths[key])))
-                seqs.append(seq)
+                    revisions[key] = [revision]
+                    continue
+                revs.append(revision)
                 if len(revs) > 2 * REVISIONS_KEPT:
                     # Bounded history: keep the newest REVISIONS_KEPT per document.
-                    self._floors[key] = seqs[-REVISIONS_KEPT - 1]
+                    self._floors[key] = revs[-REVISIONS_KEPT - 1].seq
                     del revs[:-REVISIONS_KEPT]
-                    del seqs[:-REVISIONS_KEPT]
             if request.create_only:
                 ever.update(request.create_only)
             self._resolutions[(session_id, local_seq)] = seq
@@ -164,6 +165,5 @@ class MemoryStore(StoreBase):
             seqs = [r.seq for r in revs]
             assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs), f"revisions of {key}"
             assert self._heads[key].seq == seqs[-1], f"head of {key} is not its last revision"
-            assert seqs == self._revision_seqs[key], f"seq index of {key}"
             assert not seqs or seqs[0] > self._floors.get(key, 0), f"floor of {key}"
             assert key in self._ever
