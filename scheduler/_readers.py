@@ -191,28 +191,51 @@ class ReaderIndex:
         return set(self.deep.get(key, ())) | set(self.shallow.get(key, ()))
 
     def match(self, change: Change) -> list[Node]:
-        """Readers whose read value changed between `change.before` and `change.after`."""
+        """Readers whose read value changed between `change.before` and `change.after`.
+
+        Readers that read the same way share one paths tuple (see `compact_reads`),
+        so consecutive readers with the same tuple reuse its verdict: a document
+        read by many nodes is compared once, not once per reader.
+        """
         hits: list[Node] = []
         before, after = change.before, change.after
         deep = self.deep.get(change.key)
         if deep:
-            for node, paths in deep.items():
-                for p in paths:
-                    self.comparisons += 1
-                    if changed_at(before, after, p, shallow=False):
-                        hits.append(node)
-                        break
+            hits.extend(self._matching(deep.items(), before, after, False))
         shallow = self.shallow.get(change.key)
         if shallow:
-            for node, paths in shallow.items():
-                if deep and node in deep and node in hits:
-                    continue
-                for p in paths:
-                    self.comparisons += 1
-                    if changed_at(before, after, p, shallow=True):
-                        hits.append(node)
-                        break
+            readers: Iterable[tuple[Node, tuple[Path, ...]]] = shallow.items()
+            if deep:  # a node already hit by a deep read needs no shallow comparison
+                found = hits
+                readers = [(n, p) for n, p in readers if not (n in deep and n in found)]
+            hits.extend(self._matching(readers, before, after, True))
         return hits
+
+    def _matching(
+        self,
+        readers: Iterable[tuple[Node, tuple[Path, ...]]],
+        before: object,
+        after: object,
+        shallow: bool,
+    ) -> list[Node]:
+        out: list[Node] = []
+        last: tuple[Path, ...] | None = None
+        hit = False
+        tried = 0
+        comparisons = 0
+        for node, paths in readers:
+            if paths is not last:
+                last, hit, tried = paths, False, 0
+                for p in paths:
+                    tried += 1
+                    if changed_at(before, after, p, shallow=shallow):
+                        hit = True
+                        break
+            comparisons += tried  # what comparing this reader's paths alone would count
+            if hit:
+                out.append(node)
+        self.comparisons += comparisons
+        return out
 
     def _check(self, nodes: Iterable[Node]) -> None:
         for node in nodes:
