@@ -27,7 +27,7 @@ import msgspec
 from ._address import DocKey, Identity, Path, check_path
 from ._outcome import CommitResult, Outcome
 from ._pending import Pending
-from ._values import MISSING, Value, get_path, normalize, set_path
+from ._values import MAX_INT, MISSING, Value, get_path, normalize, set_path
 from .errors import InvalidValueError, TransactionAborted, TransactionError
 
 if TYPE_CHECKING:
@@ -211,8 +211,15 @@ class Transaction:
         if td is None:
             td = self._access(key)
         try:
-            check_path(path, where="write")
-            v = value if value is MISSING else normalize(value, where="write")
+            for elem in path:
+                if type(elem) is not str and (type(elem) is not int or elem < 0):
+                    check_path(path, where="write")  # anything unusual: the full check
+                    break
+            t = type(value)
+            if (t is int and -MAX_INT - 1 <= value <= MAX_INT) or t is str or value is None:
+                v = value  # what normalize returns for these, without the call
+            else:
+                v = value if value is MISSING else normalize(value, where="write")
             working = set_path(td.working, path, v, where="write")
         except InvalidValueError:
             # Errors are rare: only now build the message naming document and path.
