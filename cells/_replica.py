@@ -85,9 +85,11 @@ class DocRecord(msgspec.Struct, gc=False):
 
     confirmed: Value = MISSING
     confirmed_seq: int = 0
-    # A shared empty tuple until the first pending layer: an empty deque costs
-    # 760 bytes, and most documents (every computation's output) have none.
-    layers: collections.deque[Layer] | tuple[()] = ()
+    # A tuple while there are at most one pending layer (the shared empty tuple, or
+    # a 1-tuple), a deque only for more: a deque costs 760 bytes, most documents
+    # (every computation's output) have none, and a scheduler run's commit has one
+    # in flight until its verdict.
+    layers: collections.deque[Layer] | tuple[Layer, ...] = ()
     visible: Value = MISSING
     version: int = 0
     loaded: bool = False
@@ -392,8 +394,11 @@ class Replica:
             # Non-elided ops change the visible value by construction: no compare needed.
             layers = rec.layers
             if not layers:
-                layers = rec.layers = collections.deque()
-            layers.append(Layer(seq, ops))
+                rec.layers = (Layer(seq, ops),)
+            elif isinstance(layers, tuple):
+                rec.layers = collections.deque((*layers, Layer(seq, ops)))
+            else:
+                layers.append(Layer(seq, ops))
             changes.append(Change(key, rec.visible, after))
             rec.visible = after
             rec.version += 1
@@ -453,9 +458,12 @@ class Replica:
                 # over confirmed, so the visible value (the rest folded on top) does
                 # not move. Adopt it without re-folding or comparing documents, which
                 # would cost O(document x layers) per verdict.
-                layers.popleft()
-                if not layers:
-                    rec.layers = ()
+                if isinstance(layers, tuple):
+                    layers = rec.layers = layers[1:]
+                else:
+                    layers.popleft()
+                    if not layers:
+                        rec.layers = ()
                 rec.confirmed = rec.visible if not layers else verdict.docs[key]
                 rec.confirmed_seq = seq
                 rec.loaded = True

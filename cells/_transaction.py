@@ -92,7 +92,8 @@ class Transaction:
         # most never need annotations, create-only keys, callbacks or effects.
         self._meta: dict[str, Any] | None = None
         self._create_only: set[DocKey] | None = None
-        self._settle_callbacks: list[SettleCallback] | None = None
+        # One callback is kept as is, a list only for more (a scheduler run adds one).
+        self._settle_callbacks: SettleCallback | list[SettleCallback] | None = None
         self._post_commit: list[Callable[[], None]] | None = None
         self._pending: Pending[CommitResult] | None = None  # made when someone asks
 
@@ -250,10 +251,14 @@ class Transaction:
         """`fn(tx, result)` runs exactly once, for every outcome (right away if already settled)."""
         if self.result is not None:
             fn(self, self.result)
-        elif self._settle_callbacks is None:
-            self._settle_callbacks = [fn]
         else:
-            self._settle_callbacks.append(fn)
+            callbacks = self._settle_callbacks
+            if callbacks is None:
+                self._settle_callbacks = fn
+            elif isinstance(callbacks, list):
+                callbacks.append(fn)
+            else:
+                self._settle_callbacks = [callbacks, fn]
 
     def post_commit(self, fn: Callable[[], None]) -> None:
         """`fn()` runs once, only after a successful commit."""
@@ -321,8 +326,8 @@ class Transaction:
                 except Exception as exc:
                     errors.append(exc)
         callbacks, self._settle_callbacks = self._settle_callbacks, None
-        if callbacks:
-            for cb in callbacks:
+        if callbacks is not None:
+            for cb in callbacks if isinstance(callbacks, list) else (callbacks,):
                 try:
                     cb(self, result)
                 except Exception as exc:  # one failing callback must not skip its siblings
@@ -336,5 +341,5 @@ class Transaction:
 
     def _check(self) -> None:
         assert (self.result is None) == (self.status in ("open", "committing")), self.status
-        assert self.result is None or not self._settle_callbacks
+        assert self.result is None or self._settle_callbacks is None
         assert self._pending is None or self._pending.done() == (self.result is not None)
