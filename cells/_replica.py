@@ -477,7 +477,7 @@ class Replica:
             self._refresh(key, rec, changes)
         if verdict.error is None:
             self.stats.accepted += 1
-            result = CommitResult(Outcome.OK, seq=verdict.seq)
+            result = CommitResult(Outcome.OK, None, verdict.seq)
             try:
                 if changes:
                     self._notify(Notification("integrate", tuple(changes), None))

@@ -126,7 +126,10 @@ class Transaction:
     def _access(self, key: DocKey) -> TxDoc:
         td = self._docs.get(key)
         if td is None:
-            rec = self._replica._record(key)
+            replica = self._replica
+            rec = replica._docs.get(key)
+            if rec is None:
+                rec = replica._record(key)
             # The store-facing basis (confirmed seq, pending layers seen) is taken
             # at the first *read*: a written-only document needs none, and copying
             # the layer list here made many commits in flight on one document O(n^2).

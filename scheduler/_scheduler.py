@@ -467,7 +467,15 @@ class Scheduler:
                 reads = node.reads
                 node.raw_reads = None
                 entry = reads.get(key) if len(reads) == 1 else None
-                if entry is None or entry != (((), (path,)) if shallow else ((path,), ())):
+                if entry is None:
+                    moved = True
+                else:
+                    # Unchanged iff the read set is exactly this path, deep or shallow
+                    # as read now: (((path,), ()) or ((), (path,)), what compact_reads
+                    # would make of this log.
+                    other_kind, this_kind = entry if shallow else (entry[1], entry[0])
+                    moved = bool(other_kind) or len(this_kind) != 1 or this_kind[0] != path
+                if moved:
                     self.graph.set_reads(node, compact_reads(log))
             elif log != node.raw_reads:  # most runs read exactly what they read last time
                 node.raw_reads = log
