@@ -24,7 +24,7 @@ Invariants (checked by `_check`)
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal
 
 import attrs
@@ -69,7 +69,7 @@ class Layer(msgspec.Struct, gc=False):
     """
 
     seq: int
-    writes: list[tuple[Path, Value]]
+    writes: Sequence[tuple[Path, Value]]
 
     def __repr__(self) -> str:
         return f"Layer({self.seq}, {self.writes!r})"
@@ -287,7 +287,7 @@ class Replica:
             changes.append(Change(key, before, after))
 
     # ------------------------------------------------------------------ commit
-    def _ops_for(self, td: TxDoc, visible: Value) -> list[tuple[Path, Value]]:
+    def _ops_for(self, td: TxDoc, visible: Value) -> Sequence[tuple[Path, Value]]:
         written = td.written
         assert written is not None  # only called for written documents
         if len(written) == 1:
@@ -304,7 +304,7 @@ class Replica:
                 # scheduler write): nothing to lift, and two lookups decide it.
                 new = working.get(path[0], MISSING)
                 if not same_value(new, visible.get(path[0], MISSING)):
-                    return [(path, new)]
+                    return ((path, new),)  # a tuple: it can leave the collector's view
         ops: list[tuple[Path, Value]] = []
         for path in written if len(written) == 1 else _compact(written):
             target = path
@@ -342,7 +342,7 @@ class Replica:
         # One pass: check every read document's basis, stage every written one and
         # collect the read claims. Staging only computes, so a stale document found
         # later discards it safely.
-        staged: list[tuple[DocKey, DocRecord, list[tuple[Path, Value]], Value]] = []
+        staged: list[tuple[DocKey, DocRecord, Sequence[tuple[Path, Value]], Value]] = []
         reads: list[ReadClaim] = []
         deps: set[int] | None = None
         for key, td in tx._docs.items():

@@ -51,11 +51,13 @@ class TxDoc(msgspec.Struct, gc=False):
     deps: tuple[int, ...]
     working: Value
     read: bool = False
-    # Made at the first read / write: most documents are only read or only written.
-    reads: list[tuple[Path, bool]] | None = None
-    """(path, shallow) of every read, in order; None until the first read."""
-    written: list[Path] | None = None
-    """Every written path, in order; None until the first write."""
+    # None until the first read / write (most documents are only read or only
+    # written), a 1-tuple for one (a tuple of untracked things leaves the
+    # collector's view once scanned, a list never does), a list from the second.
+    reads: list[tuple[Path, bool]] | tuple[tuple[Path, bool], ...] | None = None
+    """(path, shallow) of every read, in order."""
+    written: list[Path] | tuple[Path, ...] | None = None
+    """Every written path, in order."""
 
 
 class Transaction:
@@ -162,7 +164,7 @@ class Transaction:
             layers = rec.layers
             deps = tuple([lay.seq for lay in layers]) if layers else ()
             td = TxDoc(visible, rec.version, rec.confirmed_seq, deps, visible, True)
-            td.reads = [(path, shallow)]
+            td.reads = ((path, shallow),)
             self._docs[key] = td
         else:
             if not td.read:
@@ -176,7 +178,9 @@ class Transaction:
                     td.deps = tuple([lay.seq for lay in layers]) if layers else ()
             reads = td.reads
             if reads is None:
-                td.reads = [(path, shallow)]
+                td.reads = ((path, shallow),)
+            elif isinstance(reads, tuple):
+                td.reads = [*reads, (path, shallow)]
             else:
                 reads.append((path, shallow))
         if log:
@@ -235,7 +239,9 @@ class Transaction:
         td.working = working
         written = td.written
         if written is None:
-            td.written = [path]
+            td.written = (path,)
+        elif isinstance(written, tuple):
+            td.written = [*written, path]
         else:
             written.append(path)
 
