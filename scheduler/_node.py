@@ -2,7 +2,10 @@
 
 A node is a *computation* (idempotent; may run any number of times; writes
 its declared outputs), or an *effect* (a demand source: a sink, a pull, a
-view). Identity is the object itself, never a string.
+view). Identity is the object itself, never a string. State few nodes ever
+use (debounce, throttle, backoff, retries) lives in a `Gates` record made on
+first write, and `children` is made on first use: every node pays for the
+record's fields, so it keeps only what every run needs.
 
 Invariants
 - `status` is "never-ran" until the first completed run; a run sets "clean"
@@ -11,6 +14,8 @@ Invariants
 - `outputs` (the static write surface) never changes after registration.
 - `height` is above the height of every writer of the node (except around
   cycles, where it is capped), so ordering by (height, ordinal) is topological.
+- `eligible_at` is max(debounce_ready_at, throttle_ready_at, backoff_until),
+  0.0 while there is no `Gates` record.
 """
 
 from __future__ import annotations
