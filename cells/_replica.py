@@ -303,7 +303,13 @@ class Replica:
                 # One write to a top-level field of a dict document (the usual
                 # scheduler write): nothing to lift, and two lookups decide it.
                 new = working.get(path[0], MISSING)
-                if not same_value(new, visible.get(path[0], MISSING)):
+                old = visible.get(path[0], MISSING)
+                t = type(new)
+                if t is type(old) and (t is int or t is str):
+                    changed = new != old  # what same_value decides for two ints or strs
+                else:
+                    changed = not same_value(new, old)
+                if changed:
                     return ((path, new),)  # a tuple: it can leave the collector's view
         ops: list[tuple[Path, Value]] = []
         for path in written if len(written) == 1 else _compact(written):
