@@ -28,8 +28,12 @@ PathElem: TypeAlias = str | int
 Path: TypeAlias = tuple[PathElem, ...]
 
 
-class Identity(msgspec.Struct, frozen=True):
-    """Who is reading or writing: selects the instance of `user` and `session` documents."""
+class Identity(msgspec.Struct, frozen=True, gc=False):
+    """Who is reading or writing: selects the instance of `user` and `session` documents.
+
+    `gc=False` (as for `DocKey` and `Link`): it holds only strs, so it can never be
+    part of a reference cycle.
+    """
 
     principal: str
     session: str
@@ -42,8 +46,14 @@ class Identity(msgspec.Struct, frozen=True):
                 )
 
 
-class DocKey(msgspec.Struct, frozen=True):
-    """The physical key of one document instance."""
+class DocKey(msgspec.Struct, frozen=True, gc=False):
+    """The physical key of one document instance.
+
+    `gc=False`: it holds only strs, so it can never be part of a reference cycle.
+    This matters beyond the key itself: CPython keeps a dict or tuple that holds
+    an object of a collected type tracked by the collector for good, and
+    transactions, read logs, read sets and store records are full of keys.
+    """
 
     space: str
     id: str
@@ -104,10 +114,13 @@ def check_path(path: tuple[Any, ...], *, where: str) -> Path:
     return path
 
 
-class Link(msgspec.Struct, frozen=True):
+class Link(msgspec.Struct, frozen=True, gc=False):
     """A reference to a place: a document (canonical address) and a value-relative path.
 
     Links are values: they can be stored inside documents, and reads follow them.
+    `gc=False`: it holds only strs and a path of strs and ints, so it can never
+    be part of a reference cycle (and documents holding links can leave the
+    collector's view, see `DocKey`).
     """
 
     space: str

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from ._address import Link, Path
+from ._address import DocKey, Link, Path
 from ._transaction import Transaction
 from ._values import MISSING, Value
 from .errors import LinkCycleError
@@ -19,6 +19,7 @@ from .errors import LinkCycleError
 MAX_HOPS: Final = 100
 VALUE: Final = "value"
 """Cell data lives under this key of a document; the rest of the document is metadata."""
+_VALUE_PATH: Final = (VALUE,)
 
 
 def _first_link(root: Value, path: Path) -> tuple[int, Link] | None:
@@ -46,17 +47,34 @@ def resolve(tx: Transaction, link: Link, *, follow_last: bool = True) -> Link:
     With `follow_last=False` a link sitting exactly at the final position is
     not followed (writes replace it).  O(hops · path length).
     """
+    return _resolve(tx, link, follow_last)[0]
+
+
+def _resolve(tx: Transaction, link: Link, follow_last: bool) -> tuple[Link, DocKey]:
+    """`resolve`, also returning the final place's document for `tx.identity`."""
+    identity = tx.identity
+    key = DocKey(link.space, link.id) if link.scope == "space" else link.key(identity)
+    root = tx.peek(key, _VALUE_PATH)
+    if not link.path:
+        if type(root) is not Link:
+            return link, key  # the common case: no link on the way, nothing to track
+        found: tuple[int, Link] | None = (0, root)
+    else:
+        found = _first_link(root, link.path)
+        if found is None:
+            return link, key
     current = link
     seen: set[tuple[object, Path]] = set()
     chain: list[Link] = [link]  # formatted only if an error needs it
-    for _ in range(MAX_HOPS + 1):  # the extra turn sees whether hop MAX_HOPS ended it
-        key = current.key(tx.identity)
-        found = _first_link(tx.peek(key, (VALUE,)), current.path)
+    for hop in range(MAX_HOPS + 1):  # the extra turn sees whether hop MAX_HOPS ended it
+        if hop:
+            key = current.key(identity)
+            found = _first_link(tx.peek(key, _VALUE_PATH), current.path)
         if found is None:
-            return current
+            return current, key
         at, target = found
         if at == len(current.path) and not follow_last:
-            return current
+            return current, key
         tx.read(key, (VALUE, *current.path[:at]), shallow=True)
         marker = (key, current.path[:at])
         if marker in seen:
@@ -73,22 +91,38 @@ def resolve(tx: Transaction, link: Link, *, follow_last: bool = True) -> Link:
     )
 
 
+_NO_ACTIVE: frozenset[tuple[object, Path]] = frozenset()
+
+
 def read_value(tx: Transaction, link: Link, *, log: bool = True) -> Value:
     """The value at `link`, with links inside it followed (a list of links reads as values).
 
     MISSING only if the value at `link` itself is absent: a followed link inside it
     whose target is absent drops its key from a dict and reads as None in a list.
     """
-    return _read(tx, link, log, frozenset())
+    if not link.path and link.scope == "space":
+        # `_read` and `_resolve` for the most common link (a whole cell of a shared
+        # document) when no link sits there, without their two calls.
+        key = DocKey(link.space, link.id)
+        if type(tx.peek(key, _VALUE_PATH)) is not Link:
+            value = tx.read(key, _VALUE_PATH, log=log)
+            t = type(value)
+            if t is not dict and t is not list and t is not Link:
+                return value
+            return _materialize(tx, value, log, frozenset({(key, ())}))
+    return _read(tx, link, log, _NO_ACTIVE)
 
 
 def _read(tx: Transaction, link: Link, log: bool, active: frozenset[tuple[object, Path]]) -> Value:
-    final = resolve(tx, link)
-    key = final.key(tx.identity)
-    marker = (key, final.path)
-    if marker in active:
+    final, key = _resolve(tx, link, True)
+    path = final.path
+    marker = (key, path)
+    if active and marker in active:
         raise LinkCycleError(f"the value at {final} contains a link back to itself")
-    value = tx.read(key, (VALUE, *final.path), log=log)
+    value = tx.read(key, (VALUE, *path) if path else _VALUE_PATH, log=log)
+    t = type(value)
+    if t is not dict and t is not list and t is not Link:
+        return value  # a scalar holds no links: nothing to materialize
     return _materialize(tx, value, log, active | {marker})
 
 

@@ -24,7 +24,7 @@ Invariants (checked by `_check`)
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal
 
 import attrs
@@ -41,8 +41,11 @@ from .errors import InconsistentBasisError, InvalidValueError, TransactionError
 NotificationKind = Literal["commit", "revert", "integrate", "load"]
 
 
-class Change(msgspec.Struct, frozen=True):
-    """One document's visible value before and after a change."""
+class Change(msgspec.Struct, frozen=True, gc=False):
+    """One document's visible value before and after a change.
+
+    `gc=False`: it holds a key and two values, which never refer back to it.
+    """
 
     key: DocKey
     before: Value
@@ -58,30 +61,39 @@ class Notification(msgspec.Struct, frozen=True):
     reason: BaseException | None = None
 
 
-class Layer:
-    __slots__ = ("seq", "writes")
+class Layer(msgspec.Struct, gc=False):
+    """One pending commit's writes to one document.
 
-    def __init__(self, seq: int, writes: list[tuple[Path, Value]]):
-        self.seq = seq
-        self.writes = writes
+    A Struct because one is made per commit; `gc=False` because it holds only
+    paths and values, which never refer back to it.
+    """
+
+    seq: int
+    writes: Sequence[tuple[Path, Value]]
 
     def __repr__(self) -> str:
         return f"Layer({self.seq}, {self.writes!r})"
 
 
-class DocRecord:
-    __slots__ = ("confirmed", "confirmed_seq", "layers", "loaded", "loading", "version", "visible")
+class DocRecord(msgspec.Struct, gc=False):
+    """One document's state in the replica.
 
-    def __init__(self) -> None:
-        self.confirmed: Value = MISSING
-        self.confirmed_seq = 0
-        # A shared empty tuple until the first pending layer: an empty deque costs
-        # 760 bytes, and most documents (every computation's output) have none.
-        self.layers: collections.deque[Layer] | tuple[()] = ()
-        self.visible: Value = MISSING
-        self.version = 0
-        self.loaded = False
-        self.loading = False
+    A Struct with `gc=False`: one exists per document for the replica's life,
+    and it holds only values, seqs and its layers, which never refer back to it,
+    so the collector need not scan it (and it needs no collector header).
+    """
+
+    confirmed: Value = MISSING
+    confirmed_seq: int = 0
+    # A tuple while there are at most one pending layer (the shared empty tuple, or
+    # a 1-tuple), a deque only for more: a deque costs 760 bytes, most documents
+    # (every computation's output) have none, and a scheduler run's commit has one
+    # in flight until its verdict.
+    layers: collections.deque[Layer] | tuple[Layer, ...] = ()
+    visible: Value = MISSING
+    version: int = 0
+    loaded: bool = False
+    loading: bool = False
 
     def fold(self) -> Value:
         v = self.confirmed
@@ -111,6 +123,7 @@ class ReplicaStats:
 
 
 _NO_SEQS: frozenset[int] = frozenset()
+_OK = CommitResult(Outcome.OK)
 _NO_KEYS: frozenset[DocKey] = frozenset()
 
 
@@ -146,7 +159,9 @@ class Replica:
         self.store = store
         self.mailbox = Mailbox()
         self._docs: dict[DocKey, DocRecord] = {}
-        self._subscribers: list[Callable[[Notification], None]] = []
+        # A tuple, replaced on (un)subscribe: a notification iterates it without a copy,
+        # and a subscriber that unsubscribes during one does not disturb the loop.
+        self._subscribers: tuple[Callable[[Notification], None], ...] = ()
         self._next_seq = 1
         self._in_flight: dict[int, Transaction] = {}
         self._sync_waiters: dict[DocKey, list[Callable[[BaseException | None], None]]] = {}
@@ -167,11 +182,13 @@ class Replica:
 
     def subscribe(self, fn: Callable[[Notification], None]) -> Callable[[], None]:
         """Receive every notification; returns a function that unsubscribes."""
-        self._subscribers.append(fn)
+        self._subscribers = (*self._subscribers, fn)
 
         def cancel() -> None:
-            if fn in self._subscribers:
-                self._subscribers.remove(fn)
+            subscribers = list(self._subscribers)
+            if fn in subscribers:
+                subscribers.remove(fn)
+                self._subscribers = tuple(subscribers)
 
         return cancel
 
@@ -248,11 +265,13 @@ class Replica:
         if not nf.changes:
             return
         self.stats.notifications += 1
-        errors: list[Exception] = []
-        for fn in list(self._subscribers):
+        errors: list[Exception] | None = None
+        for fn in self._subscribers:
             try:
                 fn(nf)
             except Exception as exc:  # every subscriber hears every change
+                if errors is None:
+                    errors = []
                 errors.append(exc)
         if errors:
             if len(errors) == 1:
@@ -268,7 +287,7 @@ class Replica:
             changes.append(Change(key, before, after))
 
     # ------------------------------------------------------------------ commit
-    def _ops_for(self, td: TxDoc, rec: DocRecord) -> tuple[list[tuple[Path, Value]], bool]:
+    def _ops_for(self, td: TxDoc, rec: DocRecord) -> tuple[Sequence[tuple[Path, Value]], bool]:
         """The writes a layer carries, and whether any of them changes the visible value.
 
         A write equal to the visible value is elided, unless that value is only
@@ -278,10 +297,32 @@ class Replica:
         pending setup commits nothing, and loses everything if the earlier fails.)
         """
         visible = rec.visible
+        written = td.written
+        assert written is not None  # only called for written documents
+        if len(written) == 1:
+            path = written[0]
+            working, baseline = td.working, td.baseline
+            if (
+                len(path) == 1
+                and type(working) is dict
+                and type(visible) is dict
+                and type(baseline) is not list
+                and type(path[0]) is str
+            ):
+                # One write to a top-level field of a dict document (the usual
+                # scheduler write): nothing to lift, and two lookups decide it.
+                new = working.get(path[0], MISSING)
+                old = visible.get(path[0], MISSING)
+                t = type(new)
+                if t is type(old) and (t is int or t is str):
+                    changed = new != old  # what same_value decides for two ints or strs
+                else:
+                    changed = not same_value(new, old)
+                if changed:
+                    return ((path, new),), True  # a tuple: it can leave the collector's view
         pending = bool(rec.layers)
         changes = False
         ops: list[tuple[Path, Value]] = []
-        written = td.written
         for path in written if len(written) == 1 else _compact(written):
             target = path
             # Lift a write that changed a list's length to the list: list elements
@@ -318,88 +359,80 @@ class Replica:
         return ops, changes
 
     def _commit(self, tx: Transaction) -> None:
-        docs = tx.documents()
         records = self._docs
-        # One pass: check every read document's basis and stage every written one.
-        # Staging only computes, so a stale document found later discards it safely.
-        staged: list[tuple[DocKey, DocRecord, list[tuple[Path, Value]], Value, bool]] = []
-        for key, td in docs.items():
+        # One pass: check every read document's basis, stage every written one and
+        # collect the read claims. Staging only computes, so a stale document found
+        # later discards it safely.
+        staged: list[tuple[DocKey, DocRecord, Sequence[tuple[Path, Value]], Value, bool]] = []
+        reads: list[ReadClaim] = []
+        deps: set[int] | None = None
+        for key, td in tx._docs.items():
             rec = records[key]
-            if td.read and rec.version != td.version:
-                self.stats.local_stale += 1
-                tx._settle(
-                    CommitResult(
-                        Outcome.STALE_BASIS,
-                        InconsistentBasisError(
-                            f"{key} changed locally after this transaction first read it"
-                        ),
-                    )
-                )
-                return
+            if td.read:
+                if rec.version != td.version:
+                    self._stale(tx, f"{key} changed locally after this transaction first read it")
+                    return
+                if td.deps:
+                    if deps is None:
+                        deps = set()
+                    deps.update(td.deps)
+                td_reads = td.reads
+                assert td_reads is not None  # a read document has read paths
+                if len(td_reads) == 1:
+                    path, shallow = td_reads[0]
+                    reads.append(ReadClaim(key, path, shallow, td.basis_seq))
+                else:
+                    self._claims(key, td, reads)
             if td.written:
+                visible = rec.visible
                 ops, visible_change = self._ops_for(td, rec)
-                if ops:
-                    after = rec.visible
+                written = td.written
+                if len(written) == 1 and visible is td.baseline and ops and ops[0][0] is written[0]:
+                    # The one write, unlifted, on the state the transaction started
+                    # from: the working copy is that write applied to the visible value.
+                    staged.append((key, rec, ops, td.working, visible_change))
+                elif ops:
+                    after = visible
                     try:
                         for path, value in ops:
                             after = set_path(after, path, value)
                     except InvalidValueError as exc:
                         # A blind write below a place that became a scalar since this
                         # transaction first saw it: nothing applied, re-run on fresh state.
-                        self.stats.local_stale += 1
-                        tx._settle(
-                            CommitResult(
-                                Outcome.STALE_BASIS,
-                                InconsistentBasisError(f"write to {key} no longer applies: {exc}"),
-                            )
-                        )
+                        self._stale(tx, f"write to {key} no longer applies: {exc}")
                         return
                     staged.append((key, rec, ops, after, visible_change))
-        if not staged and not tx._create_only:
+        create_only = tx._create_only
+        if not staged and not create_only:
             self.stats.commits_elided += 1
-            tx._settle(CommitResult(Outcome.OK))
+            tx._settle(_OK)
             return
         seq = self._next_seq
-        self._next_seq += 1
+        self._next_seq = seq + 1
         changes: list[Change] = []
         writes: list[Write] = []
         for key, rec, ops, after, visible_change in staged:
-            before = rec.visible
-            if not rec.layers:
-                rec.layers = collections.deque()
-            rec.layers.append(Layer(seq, ops))
+            layers = rec.layers
+            if not layers:
+                rec.layers = (Layer(seq, ops),)
+            elif isinstance(layers, tuple):
+                rec.layers = collections.deque((*layers, Layer(seq, ops)))
+            else:
+                layers.append(Layer(seq, ops))
             if visible_change:
+                # A shadow write (equal to a still-pending value) changes nothing now.
+                changes.append(Change(key, rec.visible, after))
                 rec.visible = after
                 rec.version += 1
-                changes.append(Change(key, before, after))
             for path, value in ops:
                 writes.append(Write(key, path, value))
-        reads: list[ReadClaim] = []
-        deps: set[int] = set()
-        for key, td in docs.items():
-            if not td.read:
-                continue
-            if td.deps:
-                deps.update(td.deps)
-            if len(td.reads) == 1:
-                path, shallow = td.reads[0]
-                reads.append(ReadClaim(key, path, shallow, td.basis_seq))
-                continue
-            deep = _compact(p for p, shallow in td.reads if not shallow)
-            reads.extend(ReadClaim(key, p, False, td.basis_seq) for p in deep)
-            shallow_paths = {p for p, s in td.reads if s}
-            reads.extend(
-                ReadClaim(key, p, True, td.basis_seq)
-                for p in sorted(shallow_paths, key=str)
-                if not any(p[: len(q)] == q for q in deep)
-            )
         request = CommitRequest(
             self.session_id,
             seq,
             tuple(reads),
             frozenset(deps) if deps else _NO_SEQS,
             tuple(writes),
-            frozenset(tx._create_only) if tx._create_only else _NO_KEYS,
+            frozenset(create_only) if create_only else _NO_KEYS,
         )
         self._in_flight[seq] = tx
         self.stats.commits_sent += 1
@@ -408,6 +441,23 @@ class Replica:
         finally:
             self.store.submit(self, request)
 
+    def _stale(self, tx: Transaction, message: str) -> None:
+        self.stats.local_stale += 1
+        tx._settle(CommitResult(Outcome.STALE_BASIS, InconsistentBasisError(message)))
+
+    @staticmethod
+    def _claims(key: DocKey, td: TxDoc, out: list[ReadClaim]) -> None:
+        """The read claims of a document read more than once: deep paths compacted."""
+        assert td.reads is not None
+        deep = _compact(p for p, shallow in td.reads if not shallow)
+        out.extend(ReadClaim(key, p, False, td.basis_seq) for p in deep)
+        shallow_paths = {p for p, s in td.reads if s}
+        out.extend(
+            ReadClaim(key, p, True, td.basis_seq)
+            for p in sorted(shallow_paths, key=str)
+            if not any(p[: len(q)] == q for q in deep)
+        )
+
     # ------------------------------------------------------------------ store listener
     def on_verdict(self, request: CommitRequest, verdict: Verdict) -> None:
         tx = self._in_flight.pop(request.local_seq, None)
@@ -415,7 +465,8 @@ class Replica:
             return  # replica was closed meanwhile; nothing to settle
         changes: list[Change] = []
         seq = verdict.seq if verdict.error is None else None
-        for key in request.keys_in_order():
+        writes = request.writes
+        for key in (writes[0].key,) if len(writes) == 1 else request.keys_in_order():
             rec = self._docs[key]
             layers = rec.layers
             if (
@@ -429,9 +480,12 @@ class Replica:
                 # over confirmed, so the visible value (the rest folded on top) does
                 # not move. Adopt it without re-folding or comparing documents, which
                 # would cost O(document x layers) per verdict.
-                layers.popleft()
-                if not layers:
-                    rec.layers = ()
+                if isinstance(layers, tuple):
+                    layers = rec.layers = layers[1:]
+                else:
+                    layers.popleft()
+                    if not layers:
+                        rec.layers = ()
                 rec.confirmed = rec.visible if not layers else verdict.docs[key]
                 rec.confirmed_seq = seq
                 rec.loaded = True
@@ -445,7 +499,7 @@ class Replica:
             self._refresh(key, rec, changes)
         if verdict.error is None:
             self.stats.accepted += 1
-            result = CommitResult(Outcome.OK, seq=verdict.seq)
+            result = CommitResult(Outcome.OK, None, verdict.seq)
             try:
                 if changes:
                     self._notify(Notification("integrate", tuple(changes), None))

@@ -27,7 +27,7 @@ import abc
 import functools
 import itertools
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -50,10 +50,14 @@ from .errors import (
 
 
 # Records are frozen msgspec Structs: several are built per commit, and they
-# construct an order of magnitude faster than attrs' frozen classes.
+# construct an order of magnitude faster than attrs' frozen classes. Those that
+# hold only keys, paths, values and other such records are `gc=False`: nothing
+# they reach can refer back to them, so they are never part of a reference
+# cycle, and the collector need not scan the thousands a settling graph keeps
+# in flight (a Verdict holds an exception, which can, so it stays tracked).
 
 
-class ReadClaim(msgspec.Struct, frozen=True):
+class ReadClaim(msgspec.Struct, frozen=True, gc=False):
     """A read the store must validate: nothing overlapping `path` written after `basis_seq`."""
 
     key: DocKey
@@ -62,7 +66,7 @@ class ReadClaim(msgspec.Struct, frozen=True):
     basis_seq: int
 
 
-class Write(msgspec.Struct, frozen=True):
+class Write(msgspec.Struct, frozen=True, gc=False):
     """One leaf write: `value` at full-document `path` (`MISSING` deletes)."""
 
     key: DocKey
@@ -70,7 +74,7 @@ class Write(msgspec.Struct, frozen=True):
     value: Value
 
 
-class CommitRequest(msgspec.Struct, frozen=True):
+class CommitRequest(msgspec.Struct, frozen=True, gc=False):
     session_id: str
     local_seq: int
     reads: tuple[ReadClaim, ...]
@@ -86,7 +90,10 @@ class CommitRequest(msgspec.Struct, frozen=True):
 
     def keys_in_order(self) -> list[DocKey]:
         """Written documents, each once, in write order (deterministic notifications)."""
-        return list(dict.fromkeys(w.key for w in self.writes))
+        writes = self.writes
+        if len(writes) == 1:
+            return [writes[0].key]
+        return list(dict.fromkeys(w.key for w in writes))
 
 
 class Verdict(msgspec.Struct, frozen=True):
@@ -103,14 +110,14 @@ class Verdict(msgspec.Struct, frozen=True):
     base_seqs: dict[DocKey, int] = msgspec.field(default_factory=dict)
 
 
-class DocState(msgspec.Struct, frozen=True):
+class DocState(msgspec.Struct, frozen=True, gc=False):
     seq: int
     """Sequence number of the last write to the document (0 if never written)."""
     value: Value
     """The document, or MISSING."""
 
 
-class Revision(msgspec.Struct, frozen=True):
+class Revision(msgspec.Struct, frozen=True, gc=False):
     seq: int
     session_id: str
     local_seq: int
@@ -177,7 +184,8 @@ def validate_commit(
     `resolution(session, local_seq)` is the seq an earlier commit got, `None`
     if it was rejected, or `False` if it is unresolved.
     """
-    for dep in sorted(request.deps) if request.deps else ():
+    deps = request.deps
+    for dep in (deps if len(deps) == 1 else sorted(deps)) if deps else ():
         got = resolution(request.session_id, dep)
         if got is None:
             return DependencyRejectedError(
@@ -189,30 +197,47 @@ def validate_commit(
                 f"commit {request.session_id}#{request.local_seq} was built on commit #{dep},"
                 " which has no verdict yet"
             )
-    by_key: dict[tuple[DocKey, int], list[ReadClaim]] = {}
-    if len(request.reads) == 1:
-        only = request.reads[0]
-        by_key[(only.key, only.basis_seq)] = [only]
-    else:
-        for claim in request.reads:
+    reads = request.reads
+    if len(reads) == 1:  # the common case (a scheduler run reads one place): no grouping
+        only = reads[0]
+        error = _check_claims(request, only.key, only.basis_seq, reads, revisions_since)
+        if error is not None:
+            return error
+    elif reads:
+        by_key: dict[tuple[DocKey, int], list[ReadClaim]] = {}
+        for claim in reads:
             by_key.setdefault((claim.key, claim.basis_seq), []).append(claim)
-    for (key, basis), claims in by_key.items():
-        for rev in revisions_since(key, basis):
-            if rev.session_id == request.session_id and rev.local_seq in request.deps:
-                continue  # the commit saw these writes as pending layers
-            for claim in claims:
-                for path in rev.paths:
-                    if write_overlaps_read(path, claim.path, claim.shallow):
-                        return ConflictError(
-                            f"commit {request.session_id}#{request.local_seq} read {key} at"
-                            f" {list(claim.path)} (basis seq {basis}); seq {rev.seq} has since"
-                            f" written {list(path)}"
-                        )
+        for (key, basis), claims in by_key.items():
+            error = _check_claims(request, key, basis, claims, revisions_since)
+            if error is not None:
+                return error
     for key in sorted(request.create_only, key=str) if request.create_only else ():
         if ever_written(key):
             return PreconditionFailedError(
                 f"create-only document {key} already exists (or existed)", kind="receipt-exists"
             )
+    return None
+
+
+def _check_claims(
+    request: CommitRequest,
+    key: DocKey,
+    basis: int,
+    claims: Sequence[ReadClaim],
+    revisions_since: Callable[[DocKey, int], Iterable[Revision]],
+) -> CommitRejected | None:
+    """The first conflict between `claims` (reads of `key` at `basis`) and later writes."""
+    for rev in revisions_since(key, basis):
+        if rev.session_id == request.session_id and rev.local_seq in request.deps:
+            continue  # the commit saw these writes as pending layers
+        for claim in claims:
+            for path in rev.paths:
+                if write_overlaps_read(path, claim.path, claim.shallow):
+                    return ConflictError(
+                        f"commit {request.session_id}#{request.local_seq} read {key} at"
+                        f" {list(claim.path)} (basis seq {basis}); seq {rev.seq} has since"
+                        f" written {list(path)}"
+                    )
     return None
 
 
@@ -362,6 +387,20 @@ class TestControls:
 # --------------------------------------------------------------------------- base
 
 
+class _Delivery(msgspec.Struct):
+    """A verdict waiting on a mailbox: one object per commit, not a closure and its cells.
+
+    Tracked by the collector: it refers to the replica, whose mailbox refers to it.
+    """
+
+    listener: SessionListener
+    request: CommitRequest
+    verdict: Verdict
+
+    def __call__(self) -> None:
+        self.listener.on_verdict(self.request, self.verdict)
+
+
 class StoreBase(abc.ABC):
     """Sessions, gates and fan-out shared by every store backend."""
 
@@ -414,7 +453,8 @@ class StoreBase(abc.ABC):
     # -- commits
     def submit(self, listener: SessionListener, request: CommitRequest) -> None:
         """Queue `request`; its verdict arrives on `listener.mailbox`, never inside this call."""
-        self._check_open()
+        if self.closed:
+            self._check_open()
         gate = self._verdict_gate
         if gate is not None:
             gate._held.append(HeldCommit(self, listener, request))
@@ -424,12 +464,12 @@ class StoreBase(abc.ABC):
     def _evaluate_and_answer(self, listener: SessionListener, request: CommitRequest) -> None:
         verdict = self._evaluate(request)
         self.commits_evaluated += 1
-        self._answer(listener, request, verdict)
-        if verdict.error is None and verdict.seq is not None:
+        listener.mailbox.post(_Delivery(listener, request, verdict))  # `_answer`, inlined
+        if verdict.error is None and verdict.seq is not None and len(self._listeners) > 1:
             self._broadcast(request.session_id, verdict.seq, verdict.docs)
 
     def _answer(self, listener: SessionListener, request: CommitRequest, verdict: Verdict) -> None:
-        listener.mailbox.post(lambda: listener.on_verdict(request, verdict))
+        listener.mailbox.post(_Delivery(listener, request, verdict))
 
     def _broadcast(self, origin: str, seq: int, docs: dict[DocKey, Value]) -> None:
         if len(self._listeners) == 1 and origin in self._listeners:

@@ -22,10 +22,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
+import msgspec
+
 from ._address import DocKey, Identity, Path, check_path
 from ._outcome import CommitResult, Outcome
 from ._pending import Pending
-from ._values import MISSING, Value, get_path, normalize, set_path
+from ._values import MAX_INT, MISSING, Value, get_path, normalize, set_path
 from .errors import InvalidValueError, TransactionAborted, TransactionError
 
 if TYPE_CHECKING:
@@ -35,20 +37,27 @@ Status = Literal["open", "committing", "committed", "rejected", "aborted"]
 SettleCallback = Callable[["Transaction", CommitResult], None]
 
 
-class TxDoc:
-    """A transaction's view of one document: its basis and its working copy."""
+class TxDoc(msgspec.Struct, gc=False):
+    """A transaction's view of one document: its basis and its working copy.
 
-    __slots__ = ("baseline", "basis_seq", "deps", "read", "reads", "version", "working", "written")
+    A Struct because every transaction makes one per document it touches;
+    `gc=False` because it holds only values, seqs and paths, which never refer
+    back to it (the collector need not scan the ones in flight).
+    """
 
-    def __init__(self, baseline: Value, version: int, basis_seq: int, deps: tuple[int, ...]):
-        self.baseline = baseline
-        self.working = baseline
-        self.version = version
-        self.basis_seq = basis_seq
-        self.deps = deps
-        self.read = False
-        self.reads: list[tuple[Path, bool]] = []
-        self.written: list[Path] = []
+    baseline: Value
+    version: int
+    basis_seq: int
+    deps: tuple[int, ...]
+    working: Value
+    read: bool = False
+    # None until the first read / write (most documents are only read or only
+    # written), a 1-tuple for one (a tuple of untracked things leaves the
+    # collector's view once scanned, a list never does), a list from the second.
+    reads: list[tuple[Path, bool]] | tuple[tuple[Path, bool], ...] | None = None
+    """(path, shallow) of every read, in order."""
+    written: list[Path] | tuple[Path, ...] | None = None
+    """Every written path, in order."""
 
 
 class Transaction:
@@ -61,12 +70,12 @@ class Transaction:
         "_create_only",
         "_docs",
         "_log",
+        "_meta",
         "_pending",
         "_post_commit",
         "_replica",
         "_settle_callbacks",
         "identity",
-        "meta",
         "result",
         "source",
         "status",
@@ -77,15 +86,17 @@ class Transaction:
         self.identity = identity
         self.source = source
         """Who runs this transaction (a scheduler node); its own commit never invalidates it."""
-        self.meta: dict[str, Any] = {}
-        """Free-form annotations for layers above (e.g. the runner's commit-gated flag)."""
         self.status: Status = "open"
         self.result: CommitResult | None = None
         self._docs: dict[DocKey, TxDoc] = {}
         self._log: list[tuple[DocKey, Path, bool]] = []
-        self._create_only: set[DocKey] = set()
-        self._settle_callbacks: list[SettleCallback] = []
-        self._post_commit: list[Callable[[], None]] = []
+        # Made on first use: the scheduler opens one transaction per node run, and
+        # most never need annotations, create-only keys, callbacks or effects.
+        self._meta: dict[str, Any] | None = None
+        self._create_only: set[DocKey] | None = None
+        # One callback is kept as is, a list only for more (a scheduler run adds one).
+        self._settle_callbacks: SettleCallback | list[SettleCallback] | None = None
+        self._post_commit: list[Callable[[], None]] | None = None
         self._pending: Pending[CommitResult] | None = None  # made when someone asks
 
     def __repr__(self) -> str:
@@ -93,6 +104,14 @@ class Transaction:
             f"<Transaction {self.status} {self.identity.principal}/{self.identity.session}"
             f" docs={len(self._docs)}>"
         )
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """Free-form annotations for layers above (e.g. the runner's commit-gated flag)."""
+        meta = self._meta
+        if meta is None:
+            meta = self._meta = {}
+        return meta
 
     @property
     def replica(self) -> Replica:
@@ -109,11 +128,15 @@ class Transaction:
     def _access(self, key: DocKey) -> TxDoc:
         td = self._docs.get(key)
         if td is None:
-            rec = self._replica._record(key)
+            replica = self._replica
+            rec = replica._docs.get(key)
+            if rec is None:
+                rec = replica._record(key)
             # The store-facing basis (confirmed seq, pending layers seen) is taken
             # at the first *read*: a written-only document needs none, and copying
             # the layer list here made many commits in flight on one document O(n^2).
-            td = TxDoc(rec.visible, rec.version, rec.confirmed_seq, ())
+            visible = rec.visible
+            td = TxDoc(visible, rec.version, rec.confirmed_seq, (), visible)
             self._docs[key] = td
         return td
 
@@ -129,20 +152,43 @@ class Transaction:
         """
         if self.status != "open":
             raise TransactionError(f"cannot read {key}: the transaction is {self.status}")
-        td = self._access(key)
-        if not td.read:
-            td.read = True
-            rec = self._replica._docs[key]
-            if rec.version == td.version:
-                # Same visible value as at first access: this state is its basis.
-                # (If it moved, the commit fails the local basis check anyway.)
-                td.basis_seq = rec.confirmed_seq
-                layers = rec.layers
-                td.deps = tuple([lay.seq for lay in layers]) if layers else ()
-        td.reads.append((path, shallow))
+        td = self._docs.get(key)
+        if td is None:
+            # First access is this read: the state seen now is the basis (what
+            # `_access` and the first-read branch below would do, in one step).
+            replica = self._replica
+            rec = replica._docs.get(key)
+            if rec is None:
+                rec = replica._record(key)
+            visible = rec.visible
+            layers = rec.layers
+            deps = tuple([lay.seq for lay in layers]) if layers else ()
+            td = TxDoc(visible, rec.version, rec.confirmed_seq, deps, visible, True)
+            td.reads = ((path, shallow),)
+            self._docs[key] = td
+        else:
+            if not td.read:
+                td.read = True
+                rec = self._replica._docs[key]
+                if rec.version == td.version:
+                    # Same visible value as at first access: this state is its basis.
+                    # (If it moved, the commit fails the local basis check anyway.)
+                    td.basis_seq = rec.confirmed_seq
+                    layers = rec.layers
+                    td.deps = tuple([lay.seq for lay in layers]) if layers else ()
+            reads = td.reads
+            if reads is None:
+                td.reads = ((path, shallow),)
+            elif isinstance(reads, tuple):
+                td.reads = [*reads, (path, shallow)]
+            else:
+                reads.append((path, shallow))
         if log:
             self._log.append((key, path, shallow))
-        return get_path(td.working, path)
+        working = td.working
+        if len(path) == 1 and type(working) is dict and type(path[0]) is str:
+            return working.get(path[0], MISSING)  # `get_path` of one field, without the call
+        return get_path(working, path)
 
     def peek(self, key: DocKey, path: Path = ()) -> Value:
         """The value at `path` with nothing logged and no basis taken (for link walking)."""
@@ -151,7 +197,10 @@ class Transaction:
         td = self._docs.get(key)
         if td is not None:
             return get_path(td.working, path)
-        return get_path(self._replica._record(key).visible, path)
+        rec = self._replica._docs.get(key)
+        if rec is None:
+            rec = self._replica._record(key)
+        return get_path(rec.visible, path)
 
     @property
     def reads(self) -> list[tuple[DocKey, Path, bool]]:
@@ -166,10 +215,19 @@ class Transaction:
         """Stage `value` at full-document `path` (checked and copied; MISSING deletes)."""
         if self.status != "open":
             self._require_open(f"write {key}")
-        td = self._access(key)
+        td = self._docs.get(key)
+        if td is None:
+            td = self._access(key)
         try:
-            check_path(path, where="write")
-            v = value if value is MISSING else normalize(value, where="write")
+            for elem in path:
+                if type(elem) is not str and (type(elem) is not int or elem < 0):
+                    check_path(path, where="write")  # anything unusual: the full check
+                    break
+            t = type(value)
+            if (t is int and -MAX_INT - 1 <= value <= MAX_INT) or t is str or value is None:
+                v = value  # what normalize returns for these, without the call
+            else:
+                v = value if value is MISSING else normalize(value, where="write")
             working = set_path(td.working, path, v, where="write")
         except InvalidValueError:
             # Errors are rare: only now build the message naming document and path.
@@ -179,7 +237,13 @@ class Transaction:
             set_path(td.working, path, v, where=where)
             raise
         td.working = working
-        td.written.append(path)
+        written = td.written
+        if written is None:
+            td.written = (path,)
+        elif isinstance(written, tuple):
+            td.written = [*written, path]
+        else:
+            written.append(path)
 
     def delete(self, key: DocKey, path: Path = ()) -> None:
         self.write(key, path, MISSING)
@@ -187,6 +251,8 @@ class Transaction:
     def create_only(self, key: DocKey) -> None:
         """Make the commit fail PERMANENT if `key` exists or ever existed in the store."""
         self._require_open(f"mark {key} create-only")
+        if self._create_only is None:
+            self._create_only = set()
         self._create_only.add(key)
 
     # -- settling
@@ -195,7 +261,13 @@ class Transaction:
         if self.result is not None:
             fn(self, self.result)
         else:
-            self._settle_callbacks.append(fn)
+            callbacks = self._settle_callbacks
+            if callbacks is None:
+                self._settle_callbacks = fn
+            elif isinstance(callbacks, list):
+                callbacks.append(fn)
+            else:
+                self._settle_callbacks = [callbacks, fn]
 
     def post_commit(self, fn: Callable[[], None]) -> None:
         """`fn()` runs once, only after a successful commit."""
@@ -203,7 +275,10 @@ class Transaction:
             if self.result.ok:
                 fn()
             return
-        self._post_commit.append(fn)
+        if self._post_commit is None:
+            self._post_commit = [fn]
+        else:
+            self._post_commit.append(fn)
 
     def commit(self) -> Pending[CommitResult]:
         """Apply locally (notifying at once), send to the store, return the pending verdict."""
@@ -218,7 +293,8 @@ class Transaction:
 
         Makes no `Pending` (the scheduler commits one transaction per node run).
         """
-        self._require_open("commit")
+        if self.status != "open":
+            self._require_open("commit")
         self.status = "committing"
         self._replica._commit(self)
 
@@ -243,26 +319,28 @@ class Transaction:
         if self.result is not None:
             raise TransactionError("a transaction settled twice (this is a bug)")
         self.result = result
-        if result.ok:
+        ok = result.outcome is Outcome.OK
+        if ok:
             self.status = "committed"
         elif result.outcome is Outcome.ABORTED:
             self.status = "aborted"
         else:
             self.status = "rejected"
         errors: list[Exception] = []
-        effects, self._post_commit = self._post_commit, []
-        if result.ok:
+        effects, self._post_commit = self._post_commit, None
+        if effects and ok:
             for fn in effects:
                 try:
                     fn()
                 except Exception as exc:
                     errors.append(exc)
-        callbacks, self._settle_callbacks = self._settle_callbacks, []
-        for cb in callbacks:
-            try:
-                cb(self, result)
-            except Exception as exc:  # one failing callback must not skip its siblings
-                errors.append(exc)
+        callbacks, self._settle_callbacks = self._settle_callbacks, None
+        if callbacks is not None:
+            for cb in callbacks if isinstance(callbacks, list) else (callbacks,):
+                try:
+                    cb(self, result)
+                except Exception as exc:  # one failing callback must not skip its siblings
+                    errors.append(exc)
         if self._pending is not None:
             self._pending._resolve(result)
         if errors:
@@ -272,5 +350,5 @@ class Transaction:
 
     def _check(self) -> None:
         assert (self.result is None) == (self.status in ("open", "committing")), self.status
-        assert self.result is None or not self._settle_callbacks
+        assert self.result is None or self._settle_callbacks is None
         assert self._pending is None or self._pending.done() == (self.result is not None)

@@ -69,6 +69,9 @@ def normalize(value: Any, *, where: str = "value", path: Path = ()) -> Value:
     the offending type; nothing is partially written because nothing is
     written here at all.  O(size of value).
     """
+    t = type(value)
+    if t is str or t is bool or value is None or (t is int and -MAX_INT - 1 <= value <= MAX_INT):
+        return value  # a scalar that needs no change: no path list or cycle set to make
     return _normalize(value, where, list(path), set())
 
 
@@ -206,6 +209,9 @@ def same_value(a: Value, b: Value) -> bool:
 
 def get_path(value: Value, path: Path) -> Value:
     """The value at `path` inside `value`, or `MISSING` if it is not reachable.  O(len(path))."""
+    if len(path) == 1 and type(value) is dict:
+        elem = path[0]
+        return value.get(elem, MISSING) if type(elem) is str else MISSING
     for elem in path:
         t = type(value)
         if t is dict:
@@ -233,6 +239,16 @@ def set_path(root: Value, path: Path, new: Value, *, where: str = "write") -> Va
     """
     if not path:
         return new
+    if len(path) == 1 and type(root) is dict:
+        elem = path[0]
+        if type(elem) is str:
+            # One field of a dict (the usual cell write): `_set` without the call.
+            out = dict(root)
+            if new is MISSING:
+                out.pop(elem, None)
+            else:
+                out[elem] = new
+            return out
     return _set(root, path, 0, new, where)
 
 

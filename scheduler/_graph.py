@@ -62,7 +62,9 @@ class Graph:
     def __init__(self, index: ReaderIndex) -> None:
         self.index = index
         self.nodes: dict[Node, None] = {}
-        self.writers_by_doc: dict[DocKey, set[Node]] = {}
+        self.writers_by_doc: dict[DocKey, Node | set[Node]] = {}
+        """Declared writers per document: the node itself while it is the only one
+        (a set costs 216 bytes, and most documents have exactly one writer)."""
         # Edge sets exist only while non-empty: an empty set costs 216 bytes, and
         # most nodes have no readers (or no writers) at all.
         self.dependents: dict[Node, set[Node]] = {}
@@ -77,8 +79,15 @@ class Graph:
         self.nodes[node] = None
         if node.parent is not None and node.parent.registered:
             node.height = node.parent.height + 1
+        by_doc = self.writers_by_doc
         for key, _ in node.outputs:
-            self.writers_by_doc.setdefault(key, set()).add(node)
+            current = by_doc.get(key)
+            if current is None:
+                by_doc[key] = node
+            elif isinstance(current, set):
+                current.add(node)
+            elif current is not node:
+                by_doc[key] = {current, node}
         # Readers registered before this writer: wire edges to them now.
         for key in {k for k, _ in node.outputs}:
             for reader in self.index.readers_of(key):
@@ -92,12 +101,15 @@ class Graph:
     def remove(self, node: Node) -> None:
         was_live = node.is_live
         node.registered = False
+        by_doc = self.writers_by_doc
         for key, _ in node.outputs:
-            ws = self.writers_by_doc.get(key)
-            if ws is not None:
-                ws.discard(node)
-                if not ws:
-                    del self.writers_by_doc[key]
+            current = by_doc.get(key)
+            if current is node:
+                del by_doc[key]
+            elif isinstance(current, set):
+                current.discard(node)
+                if len(current) == 1:
+                    (by_doc[key],) = current
         for reader in self.dependents.pop(node, set()):
             self._unlink_half(self.writers, reader, node)
         upstream = self.writers.pop(node, set())
@@ -123,7 +135,7 @@ class Graph:
             return
         new_writers: set[Node] = set()
         for key in reads:
-            for w in self.writers_by_doc.get(key, ()):
+            for w in self.writers_of(key):
                 self.edge_visits += 1
                 if w is not node and _feeds(w, reads):
                     new_writers.add(w)
@@ -151,6 +163,15 @@ class Graph:
                 w.live_refs -= 1
                 self.live_writes += 1
                 self.withdraw(w)
+
+    def writers_of(self, key: DocKey) -> Iterable[Node]:
+        """The nodes that declare `key` as an output."""
+        current = self.writers_by_doc.get(key)
+        if current is None:
+            return ()
+        if isinstance(current, set):
+            return current
+        return (current,)
 
     def _link(self, writer: Node, reader: Node) -> None:
         self.dependents.setdefault(writer, set()).add(reader)
@@ -261,6 +282,13 @@ class Graph:
             assert r in self.nodes and ws, r
             for w in ws:
                 assert r in self.dependents.get(w, ()), (w, r)
+        for key, current in self.writers_by_doc.items():
+            assert not isinstance(current, set) or len(current) > 1, key
+            for w in self.writers_of(key):
+                assert w in self.nodes and any(k == key for k, _ in w.outputs), (w, key)
+        for n in self.nodes:
+            for key, _ in n.outputs:
+                assert n in self.writers_of(key), (n, key)
         expected = self.recompute()
         actual = {n: n.live_refs for n in self.nodes}
         assert actual == expected, {

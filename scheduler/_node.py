@@ -2,7 +2,10 @@
 
 A node is a *computation* (idempotent; may run any number of times; writes
 its declared outputs), or an *effect* (a demand source: a sink, a pull, a
-view). Identity is the object itself, never a string.
+view). Identity is the object itself, never a string. State few nodes ever
+use (debounce, throttle, backoff, retries) lives in a `Gates` record made on
+first write, and `children` is made on first use: every node pays for the
+record's fields, so it keeps only what every run needs.
 
 Invariants
 - `status` is "never-ran" until the first completed run; a run sets "clean"
@@ -11,6 +14,8 @@ Invariants
 - `outputs` (the static write surface) never changes after registration.
 - `height` is above the height of every writer of the node (except around
   cycles, where it is capped), so ordering by (height, ordinal) is topological.
+- `eligible_at` is max(debounce_ready_at, throttle_ready_at, backoff_until),
+  0.0 while there is no `Gates` record.
 """
 
 from __future__ import annotations
@@ -28,6 +33,33 @@ ReadSet: TypeAlias = dict[DocKey, tuple[tuple[Path, ...], tuple[Path, ...]]]
 """Per document: (deep paths, shallow paths), compacted."""
 
 
+class Gates:
+    """A node's rarely used state: time gates, backoff and commit retries.
+
+    Made on first use (`Node.gates()`): most nodes never debounce, throttle,
+    back off or retry, and these seven fields would otherwise cost every node.
+    """
+
+    __slots__ = (
+        "backoff_streak",
+        "backoff_until",
+        "debounce",
+        "debounce_ready_at",
+        "retries",
+        "throttle",
+        "throttle_ready_at",
+    )
+
+    def __init__(self) -> None:
+        self.debounce = 0.0
+        self.throttle = 0.0
+        self.debounce_ready_at = 0.0
+        self.throttle_ready_at = 0.0
+        self.backoff_until = 0.0
+        self.backoff_streak = 0
+        self.retries = 0
+
+
 @attrs.define(eq=False, slots=True, repr=False)
 class Node:
     fn: Callable[[Transaction], object]
@@ -40,7 +72,9 @@ class Node:
     status: Status = "never-ran"
     reads: ReadSet = attrs.field(factory=dict)
     raw_reads: list[tuple[DocKey, Path, bool]] | None = None
-    """The last run's read log as logged: an identical log skips re-deriving `reads`."""
+    """The last run's read log as logged, when it had more than one entry: an
+    identical log skips re-deriving `reads` (a one-entry log is checked against
+    `reads` directly, so it is not kept)."""
     live_refs: int = 0
     demand: int = 0
     """Explicit demand holders (pulls, event preflight); a root while > 0."""
@@ -51,21 +85,90 @@ class Node:
     runs: int = 0
     eligible_at: float = 0.0
     """max(debounce_ready_at, throttle_ready_at, backoff_until): the one time gate."""
-    debounce: float = 0.0
-    throttle: float = 0.0
-    debounce_ready_at: float = 0.0
-    throttle_ready_at: float = 0.0
-    backoff_until: float = 0.0
-    backoff_streak: int = 0
-    retries: int = 0
     error: BaseException | None = None
-    children: list[Node] = attrs.field(factory=list)
+    _gates: Gates | None = None
+    _children: list[Node] | None = None
 
     def __repr__(self) -> str:
         return f"<Node {self.kind} {self.label!r} #{self.ordinal} {self.status}>"
 
+    def gates(self) -> Gates:
+        """The gate record, made on first use."""
+        gates = self._gates
+        if gates is None:
+            gates = self._gates = Gates()
+        return gates
+
     def update_gate(self) -> None:
-        self.eligible_at = max(self.debounce_ready_at, self.throttle_ready_at, self.backoff_until)
+        g = self._gates
+        self.eligible_at = (
+            0.0 if g is None else max(g.debounce_ready_at, g.throttle_ready_at, g.backoff_until)
+        )
+
+    @property
+    def children(self) -> list[Node]:
+        """Nodes registered with this node as parent (the list is made on first use)."""
+        children = self._children
+        if children is None:
+            children = self._children = []
+        return children
+
+    # The gate fields, read and written through the side record (reads never make it).
+    @property
+    def debounce(self) -> float:
+        return 0.0 if self._gates is None else self._gates.debounce
+
+    @debounce.setter
+    def debounce(self, value: float) -> None:
+        self.gates().debounce = value
+
+    @property
+    def throttle(self) -> float:
+        return 0.0 if self._gates is None else self._gates.throttle
+
+    @throttle.setter
+    def throttle(self, value: float) -> None:
+        self.gates().throttle = value
+
+    @property
+    def debounce_ready_at(self) -> float:
+        return 0.0 if self._gates is None else self._gates.debounce_ready_at
+
+    @debounce_ready_at.setter
+    def debounce_ready_at(self, value: float) -> None:
+        self.gates().debounce_ready_at = value
+
+    @property
+    def throttle_ready_at(self) -> float:
+        return 0.0 if self._gates is None else self._gates.throttle_ready_at
+
+    @throttle_ready_at.setter
+    def throttle_ready_at(self, value: float) -> None:
+        self.gates().throttle_ready_at = value
+
+    @property
+    def backoff_until(self) -> float:
+        return 0.0 if self._gates is None else self._gates.backoff_until
+
+    @backoff_until.setter
+    def backoff_until(self, value: float) -> None:
+        self.gates().backoff_until = value
+
+    @property
+    def backoff_streak(self) -> int:
+        return 0 if self._gates is None else self._gates.backoff_streak
+
+    @backoff_streak.setter
+    def backoff_streak(self, value: int) -> None:
+        self.gates().backoff_streak = value
+
+    @property
+    def retries(self) -> int:
+        return 0 if self._gates is None else self._gates.retries
+
+    @retries.setter
+    def retries(self, value: int) -> None:
+        self.gates().retries = value
 
     @property
     def is_root(self) -> bool:
@@ -73,6 +176,7 @@ class Node:
 
     @property
     def is_live(self) -> bool:
+        # live_refs first: most live nodes are computations read by a live node.
         return self.registered and (
-            self.kind == "effect" or self.provisional or self.demand > 0 or self.live_refs > 0
+            self.live_refs > 0 or self.kind == "effect" or self.provisional or self.demand > 0
         )

@@ -80,6 +80,11 @@ def changed_at(before: object, after: object, path: Path, *, shallow: bool) -> b
     for elem in path:
         if b is a:
             return False
+        if type(b) is dict and type(a) is dict and type(elem) is str:
+            # The usual step (a field of two documents), without two calls to _step.
+            b = b.get(elem, MISSING)
+            a = a.get(elem, MISSING)
+            continue
         nb = _step(b, elem)
         na = _step(a, elem)
         if nb is _UNREACHABLE or na is _UNREACHABLE:
@@ -87,6 +92,9 @@ def changed_at(before: object, after: object, path: Path, *, shallow: bool) -> b
         b, a = nb, na
     if b is a:
         return False
+    t = type(b)
+    if t is type(a) and (t is int or t is str):
+        return bool(b != a)  # what value_equal decides for two ints or two strs
     return not (shallow_equal(b, a) if shallow else same_value(b, a))
 
 
@@ -99,6 +107,13 @@ def changed_at_reference(before: object, after: object, path: Path, *, shallow: 
     if b_ok != a_ok:
         return True
     return b_depth != a_depth
+
+
+_ENTRIES: dict[tuple[tuple[Path, ...], tuple[Path, ...]], tuple[tuple[Path, ...], tuple[Path, ...]]]
+_ENTRIES = {}
+"""Shared read-set entries for top-level deep reads (`(("value",),), ()` above all):
+one tuple for every node that reads the same way instead of one each. Bounded."""
+_ENTRIES_KEPT = 64
 
 
 def compact_reads(log: Iterable[tuple[DocKey, Path, bool]]) -> ReadSet:
@@ -119,7 +134,10 @@ def compact_reads(log: Iterable[tuple[DocKey, Path, bool]]) -> ReadSet:
                 key=repr,
             )
         )
-        out[key] = (tuple(sorted(dpaths, key=repr)), spaths)
+        entry = (tuple(sorted(dpaths, key=repr)), spaths)
+        out[key] = _ENTRIES.get(entry, entry)
+        if len(_ENTRIES) < _ENTRIES_KEPT and all(len(p) <= 1 for p in dpaths):
+            _ENTRIES.setdefault(entry, entry)
     return out
 
 
@@ -173,28 +191,68 @@ class ReaderIndex:
         return set(self.deep.get(key, ())) | set(self.shallow.get(key, ()))
 
     def match(self, change: Change) -> list[Node]:
-        """Readers whose read value changed between `change.before` and `change.after`."""
+        """Readers whose read value changed between `change.before` and `change.after`.
+
+        Readers that read the same way share one paths tuple (see `compact_reads`),
+        so consecutive readers with the same tuple reuse its verdict: a document
+        read by many nodes is compared once, not once per reader.
+        """
         hits: list[Node] = []
         before, after = change.before, change.after
         deep = self.deep.get(change.key)
         if deep:
-            for node, paths in deep.items():
-                for p in paths:
-                    self.comparisons += 1
-                    if changed_at(before, after, p, shallow=False):
-                        hits.append(node)
-                        break
+            hits.extend(self._matching(deep.items(), before, after, False))
         shallow = self.shallow.get(change.key)
         if shallow:
-            for node, paths in shallow.items():
-                if deep and node in deep and node in hits:
-                    continue
-                for p in paths:
-                    self.comparisons += 1
-                    if changed_at(before, after, p, shallow=True):
-                        hits.append(node)
-                        break
+            readers: Iterable[tuple[Node, tuple[Path, ...]]] = shallow.items()
+            if deep:  # a node already hit by a deep read needs no shallow comparison
+                found = hits
+                readers = [(n, p) for n, p in readers if not (n in deep and n in found)]
+            hits.extend(self._matching(readers, before, after, True))
         return hits
+
+    def _matching(
+        self,
+        readers: Iterable[tuple[Node, tuple[Path, ...]]],
+        before: object,
+        after: object,
+        shallow: bool,
+    ) -> list[Node]:
+        out: list[Node] = []
+        last: tuple[Path, ...] | None = None
+        hit = False
+        tried = 0
+        comparisons = 0
+        dicts = type(before) is dict and type(after) is dict
+        for node, paths in readers:
+            if paths is not last:
+                last, hit, tried = paths, False, 0
+                for p in paths:
+                    tried += 1
+                    if dicts and len(p) == 1 and type(p[0]) is str:
+                        # `changed_at` for one field of two documents, inlined: step
+                        # in, and compare two ints or two strs directly.
+                        b = before.get(p[0], MISSING)  # type: ignore[attr-defined]
+                        a = after.get(p[0], MISSING)  # type: ignore[attr-defined]
+                        if b is a:
+                            continue
+                        t = type(b)
+                        if t is type(a) and (t is int or t is str):
+                            if b != a:
+                                hit = True
+                                break
+                            continue
+                        if changed_at(b, a, (), shallow=shallow):
+                            hit = True
+                            break
+                    elif changed_at(before, after, p, shallow=shallow):
+                        hit = True
+                        break
+            comparisons += tried  # what comparing this reader's paths alone would count
+            if hit:
+                out.append(node)
+        self.comparisons += comparisons
+        return out
 
     def _check(self, nodes: Iterable[Node]) -> None:
         for node in nodes:

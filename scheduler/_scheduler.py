@@ -130,6 +130,7 @@ class Scheduler:
         self._timer_loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
         self._unsubscribe = replica.subscribe(self._on_notification)
+        self._settled = self._on_node_settled  # bound once: every run's commit registers it
         self.graph.on_live = self._on_live
         self.events = EventLane()
         self.lineage = Lineage(self._origin_failed)
@@ -195,8 +196,9 @@ class Scheduler:
         self.graph.remove(node)
         self._dirty.pop(node, None)
         self._candidates.pop(node, None)
-        if node.parent is not None and node in node.parent.children:
-            node.parent.children.remove(node)
+        siblings = node.parent._children if node.parent is not None else None
+        if siblings is not None and node in siblings:
+            siblings.remove(node)
 
     def set_debounce(self, node: Node, seconds: float) -> None:
         """Run `node` only once its inputs have been quiet for `seconds` (0 turns it off)."""
@@ -236,12 +238,16 @@ class Scheduler:
 
     # ------------------------------------------------------------------ invalidation
     def _on_notification(self, nf: Notification) -> None:
-        src = nf.source.source if nf.source is not None else None
-        suppress = src if nf.kind in ("commit", "integrate") else None
+        source = nf.source
+        suppress = (
+            source.source if source is not None and nf.kind in ("commit", "integrate") else None
+        )
+        match = self.index.match
+        invalidate = self._invalidate
         for change in nf.changes:
-            for node in self.index.match(change):
+            for node in match(change):
                 if node is not suppress:
-                    self._invalidate(node)
+                    invalidate(node)
 
     def invalidate(self, node: Node) -> None:
         """Mark `node` invalid: it runs again once live (say, the writes of its last
@@ -254,15 +260,21 @@ class Scheduler:
         self.stats.invalidations += 1
         if node.status == "clean":
             node.status = "invalid"
-        if node.debounce:
+        gates = node._gates
+        if gates is not None and gates.debounce:
             # Debounce: each invalidation pushes the earliest run out again.
-            node.debounce_ready_at = self.clock.now() + node.debounce
+            gates.debounce_ready_at = self.clock.now() + gates.debounce
             node.update_gate()
         self._dirty[node] = None
-        if node.is_live:
+        # `is_live` and `_push`, inlined: every change a node reads comes through here.
+        if node.live_refs > 0 or node.kind == "effect" or node.provisional or node.demand > 0:
             self._candidates[node] = None
             if self._draining:
-                self._push(node)
+                in_heap = self._in_heap
+                if node not in in_heap:
+                    in_heap.add(node)
+                    heapq.heappush(self._heap, (node.height, node.ordinal, node))
+                    self.stats.heap_pushes += 1
 
     def _on_live(self, node: Node) -> None:
         if node in self._dirty:
@@ -363,8 +375,9 @@ class Scheduler:
         self._defer(over)
         for n in ran:
             n.pass_runs = 0
-            if n.status == "clean" and n.eligible_at <= now:
-                n.backoff_streak = 0
+            gates = n._gates
+            if gates is not None and n.status == "clean" and n.eligible_at <= now:
+                gates.backoff_streak = 0
             if n.provisional and n.runs > 0:
                 was = n.is_live
                 n.provisional = False
@@ -383,20 +396,34 @@ class Scheduler:
         self.stats.drains += 1
         for n in seeds:
             self._push(n)
-        size = len(self._heap)
+        heap = self._heap
+        in_heap = self._in_heap
+        size = len(heap)
         self._draining = True
         try:
             now = self.clock.now()
-            while self._heap:
-                height, _, node = heapq.heappop(self._heap)
+            heappop = heapq.heappop
+            run = self._run
+            while heap:
+                height, _, node = heappop(heap)
                 if node.height != height and node.registered:
-                    heapq.heappush(self._heap, (node.height, node.ordinal, node))
+                    heapq.heappush(heap, (node.height, node.ordinal, node))
                     continue
-                self._in_heap.discard(node)
-                size += 0
-                if not self._runnable(node, now):
+                in_heap.discard(node)
+                if not (
+                    node.registered
+                    and node.status != "clean"
+                    and (
+                        node.live_refs > 0
+                        or node.kind == "effect"
+                        or node.provisional
+                        or node.demand > 0
+                    )
+                    and node.eligible_at <= now
+                    and node.pass_runs < PASS_RUN_BUDGET
+                ):  # `_runnable` and `is_live`, inlined: this loop runs once per node update
                     continue
-                self._run(node)
+                run(node)
                 ran[node] = None
                 size += 1
         finally:
@@ -411,13 +438,15 @@ class Scheduler:
         self._dirty.pop(node, None)
         node.pass_runs += 1
         node.runs += 1
-        if node.throttle:
-            node.throttle_ready_at = self.clock.now() + node.throttle
+        gates = node._gates
+        if gates is not None and gates.throttle:
+            gates.throttle_ready_at = self.clock.now() + gates.throttle
             node.update_gate()
+        stats = self.stats
         if node.kind == "effect":
-            self.stats.runs_effect += 1
+            stats.runs_effect += 1
         else:
-            self.stats.runs_computation += 1
+            stats.runs_computation += 1
         tx = self.replica.edit(node.identity, source=node)
         previous, self._running = self._running, node
         previous_tx, self._current_tx = self._current_tx, tx
@@ -437,17 +466,38 @@ class Scheduler:
         if node.registered:
             # Keep the read set even after an error: the node re-runs when its inputs change.
             log = tx.reads
-            if log != node.raw_reads:  # most runs read exactly what they read last time
+            if len(log) == 1:
+                # One read: compare with the read set itself, and keep no log.
+                key, path, shallow = log[0]
+                reads = node.reads
+                node.raw_reads = None
+                entry = reads.get(key) if len(reads) == 1 else None
+                if entry is None:
+                    moved = True
+                else:
+                    # Unchanged iff the read set is exactly this path, deep or shallow
+                    # as read now: (((path,), ()) or ((), (path,)), what compact_reads
+                    # would make of this log.
+                    other_kind, this_kind = entry if shallow else (entry[1], entry[0])
+                    moved = bool(other_kind) or len(this_kind) != 1 or this_kind[0] != path
+                if moved:
+                    self.graph.set_reads(node, compact_reads(log))
+            elif log != node.raw_reads:  # most runs read exactly what they read last time
                 node.raw_reads = log
                 self.graph.set_reads(node, compact_reads(log))
-        if tx.is_open:
-            self.stats.commits += 1
-            tx.add_settle_callback(self._on_node_settled)
+        if tx.status == "open":
+            stats.commits += 1
+            tx.add_settle_callback(self._settled)
             tx.commit_detached()
 
     def _on_node_settled(self, tx: Transaction, result: CommitResult) -> None:
         node = tx.source
         assert isinstance(node, Node)
+        if result.outcome is Outcome.OK:  # the common case, without a second call
+            gates = node._gates
+            if gates is not None:
+                gates.retries = 0
+            return
         self._on_commit(node, result)
 
     def _on_commit(self, node: Node, result: CommitResult) -> None:

@@ -16,10 +16,9 @@ Invariants (checked by `_check`)
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Iterable
 
-from .._address import DocKey
+from .._address import DocKey, Path
 from .._store import (
     NO_STATE,
     CommitRequest,
@@ -46,7 +45,6 @@ class MemoryStore(StoreBase):
         self._heads: dict[DocKey, DocState] = {}
         self._ever: set[DocKey] = set()
         self._revisions: dict[DocKey, list[Revision]] = {}
-        self._revision_seqs: dict[DocKey, list[int]] = {}
         self._floors: dict[DocKey, int] = {}
         """Per document: the newest pruned revision's seq (reads older than it conflict)."""
         self._resolutions: dict[tuple[str, int], int | None] = {}
@@ -73,7 +71,14 @@ class MemoryStore(StoreBase):
             # The revisions after this basis were pruned: assume the worst (a write
             # at the document root). Over-approximating a conflict is allowed.
             return (Revision(self._floors[key], "", -1, ((),)),)
-        i = bisect.bisect_right(self._revision_seqs[key], seq)
+        i = len(revs)
+        if revs[i - 1].seq <= seq:
+            return ()  # nothing newer than the basis (the common case): no slice
+        # Scan back from the newest: a basis is usually only a revision or two behind,
+        # and a document keeps at most 2 * REVISIONS_KEPT revisions.
+        i -= 1
+        while i and revs[i - 1].seq > seq:
+            i -= 1
         return revs[i:]
 
     def _resolution(self, session_id: str, local_seq: int) -> int | bool | None:
@@ -94,18 +99,31 @@ class MemoryStore(StoreBase):
             if error is not None:
                 self._resolutions[(request.session_id, request.local_seq)] = None
                 return Verdict(None, error=error)
+            heads = self._heads
             docs: dict[DocKey, Value] = {}
             base_seqs: dict[DocKey, int] = {}
-            paths: dict[DocKey, list[tuple[str | int, ...]]] = {}
+            paths: dict[DocKey, list[Path]] = {}
             try:
                 for w in request.writes:
-                    current = docs.get(w.key, MISSING)
-                    if w.key not in docs:
-                        head = self._heads.get(w.key, NO_STATE)
+                    key = w.key
+                    current = docs.get(key, MISSING)
+                    if key not in docs:
+                        head = heads.get(key, NO_STATE)
                         current = head.value
-                        base_seqs[w.key] = head.seq
-                    docs[w.key] = set_path(current, w.path, w.value, where="commit")
-                    paths.setdefault(w.key, []).append(revision_path(current, w.path))
+                        base_seqs[key] = head.seq
+                    path = w.path
+                    docs[key] = set_path(current, path, w.value, where="commit")
+                    # A one-level write to an existing document creates no level.
+                    rpath = (
+                        path
+                        if len(path) == 1 and current is not MISSING
+                        else revision_path(current, path)
+                    )
+                    kpaths = paths.get(key)
+                    if kpaths is None:
+                        paths[key] = [rpath]
+                    else:
+                        kpaths.append(rpath)
             except InvalidValueError as exc:
                 # A blind write below a place a newer commit made a scalar cannot apply.
                 # Raising would strand the commit: no verdict, its layer never dropped.
@@ -117,25 +135,26 @@ class MemoryStore(StoreBase):
                     ),
                 )
             # Only now: a refused commit must not use up a seq (seqs are gap-free).
-            self._seq += 1
-            seq = self._seq
+            self._seq = seq = self._seq + 1
+            session_id, local_seq = request.session_id, request.local_seq
+            ever = self._ever
+            revisions = self._revisions
             for key, value in docs.items():
-                self._heads[key] = DocState(seq, value)
-                self._ever.add(key)
-                revs = self._revisions.get(key)
+                heads[key] = DocState(seq, value)
+                ever.add(key)
+                revision = Revision(seq, session_id, local_seq, tuple(paths[key]))
+                revs = revisions.get(key)
                 if revs is None:
-                    revs = self._revisions[key] = []
-                    self._revision_seqs[key] = []
-                revs.append(Revision(seq, request.session_id, request.local_seq, tuple(paths[key])))
-                seqs = self._revision_seqs[key]
-                seqs.append(seq)
+                    revisions[key] = [revision]
+                    continue
+                revs.append(revision)
                 if len(revs) > 2 * REVISIONS_KEPT:
                     # Bounded history: keep the newest REVISIONS_KEPT per document.
-                    self._floors[key] = seqs[-REVISIONS_KEPT - 1]
+                    self._floors[key] = revs[-REVISIONS_KEPT - 1].seq
                     del revs[:-REVISIONS_KEPT]
-                    del seqs[:-REVISIONS_KEPT]
-            self._ever.update(request.create_only)
-            self._resolutions[(request.session_id, request.local_seq)] = seq
+            if request.create_only:
+                ever.update(request.create_only)
+            self._resolutions[(session_id, local_seq)] = seq
             return Verdict(seq, docs, base_seqs=base_seqs)
 
     def _check(self) -> None:
@@ -146,6 +165,5 @@ class MemoryStore(StoreBase):
             seqs = [r.seq for r in revs]
             assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs), f"revisions of {key}"
             assert self._heads[key].seq == seqs[-1], f"head of {key} is not its last revision"
-            assert seqs == self._revision_seqs[key], f"seq index of {key}"
             assert not seqs or seqs[0] > self._floors.get(key, 0), f"floor of {key}"
             assert key in self._ever

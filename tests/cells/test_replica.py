@@ -477,3 +477,27 @@ def test_edit_with_retry_returns_an_abort_without_retrying(w: World) -> None:
 def test_edit_with_retry_needs_at_least_one_attempt(w: World) -> None:
     with pytest.raises(ValueError):
         asyncio.run(edit_with_retry(w.a, ME, lambda tx: None, attempts=0))
+
+
+def test_a_closed_replica_with_verdicts_still_queued_is_freed() -> None:
+    # Keys, links, layers, claims, requests and per-document records are kept out
+    # of the garbage collector (gc=False): none of them may ever close a reference
+    # cycle, or a replica dropped with work in flight would never be freed.
+    import gc
+    import weakref
+
+    store = MemoryStore()
+    replica = Replica(store)
+    space = Space(replica, "x")
+    a, b = space.cell("a"), space.cell("b")
+    a.set(1)
+    for i in range(5):
+        tx = space.edit()
+        tx.write(b.doc_key, (VALUE,), i + tx.read(a.doc_key, (VALUE,)))
+        tx.commit()
+    assert 6 == replica.in_flight()  # verdicts queued on the mailbox, not pumped
+    ref = weakref.ref(replica)
+    replica.close()
+    del replica, space, a, b, tx
+    gc.collect()
+    assert ref() is None

@@ -794,3 +794,71 @@ def test_removing_a_live_reader_of_a_demanded_writer_and_its_reader_keeps_counts
         assert 0 == node_a.live_refs
         release()
         env.sch._check()
+
+
+def test_two_writers_of_one_document_both_feed_its_reader_until_one_is_removed(env: Env) -> None:
+    # The writer map holds a lone writer as the node itself and a set only for
+    # several: growing to two writers and shrinking back must keep every edge.
+    a = env.source("a", 1)
+    out = env.sp.cell("out")
+    first = env.compute(out, [a], lambda v: v + 1)
+    second = env.compute(out, [a], lambda v: v + 1)
+    seen: list[Any] = []
+    env.sch.sink(out, seen.append)
+    reader = next(n for n in env.sch.graph.nodes if n.kind == "effect")
+    assert {first, second} == env.sch.graph.writers[reader]
+    env.check()
+    env.sch.remove(first)
+    assert {second} == env.sch.graph.writers[reader]
+    assert [second] == list(env.sch.graph.writers_of(out.doc_key))
+    env.check()
+    a.set(5)
+    env.sch.settle()
+    assert 6 == seen[-1]
+    env.sch.remove(second)
+    assert [] == list(env.sch.graph.writers_of(out.doc_key))
+    env.check()
+
+
+def test_gate_fields_read_as_zero_and_are_kept_once_set(env: Env) -> None:
+    a = env.source("a", 1)
+    node = env.compute(env.sp.cell("b"), [a], lambda v: v + 1)
+    assert (0.0, 0.0, 0, 0, 0.0) == (
+        node.debounce,
+        node.throttle,
+        node.retries,
+        node.backoff_streak,
+        node.eligible_at,
+    )
+    env.sch.set_throttle(node, 2.0)
+    node.retries = 3
+    assert (2.0, 3) == (node.throttle, node.retries)
+    env.sch.set_throttle(node, 0)
+    assert (0.0, 0.0) == (node.throttle, node.eligible_at)
+
+
+def test_a_node_whose_single_read_moves_to_another_document_follows_it(env: Env) -> None:
+    # A one-entry read log is compared with the read set, not kept: a run that reads
+    # a different document than last time must still move its read set there.
+    a, b = env.source("a", 1), env.source("b", 10)
+    out = env.sp.cell("out")
+    choice = {"cell": a}
+
+    def run(tx: Transaction) -> None:
+        tx.write(out.doc_key, ("value",), read_value(tx, choice["cell"].link()))
+
+    env.sch.register(run, identity=env.sp.identity, outputs=[(out.doc_key, ("value",))])
+    seen: list[Any] = []
+    env.sch.sink(out, seen.append)
+    assert 1 == seen[-1]
+    choice["cell"] = b
+    a.set(2)  # still read from a: this re-run moves the read set to b
+    env.sch.settle()
+    assert 10 == seen[-1]
+    b.set(11)
+    env.sch.settle()
+    assert 11 == seen[-1]
+    before = runs(env.sch)
+    a.set(3)  # no longer read
+    env.sch.settle()
+    assert before == runs(env.sch)
