@@ -290,11 +290,14 @@ class Replica:
     def _ops_for(self, td: TxDoc, rec: DocRecord) -> tuple[Sequence[tuple[Path, Value]], bool]:
         """The writes a layer carries, and whether any of them changes the visible value.
 
-        A write equal to the visible value is elided, unless that value is only
-        pending (a local layer not yet confirmed): that layer may still fail, and
-        the write must then survive it, so it is kept as a *shadow* write that
-        changes nothing now. (Without this, a setup re-issued on top of an earlier
-        pending setup commits nothing, and loses everything if the earlier fails.)
+        A write equal to the visible value is elided only when the document has no
+        pending local layer. Otherwise it is kept as a *shadow* write that changes
+        nothing now: a pending layer may still fail (the write must then survive
+        it), and pending layers confirmed later land *before* this write, so the
+        durable order must include it even when the confirmed value agrees. (Without
+        this, a setup re-issued on top of an earlier pending setup commits nothing
+        and is lost if the earlier fails; and a computation's fresh value, equal to
+        what is shown, is overwritten when older pending writes are confirmed.)
         """
         visible = rec.visible
         written = td.written
@@ -348,7 +351,7 @@ class Replica:
                 if created is not None:
                     target, new = created, get_path(td.working, created)
                     changes = True
-                elif not pending or same_value(new, get_path(rec.confirmed, target)):
+                elif not pending:
                     continue
             else:
                 changes = True

@@ -128,6 +128,10 @@ def _normalize(value: Any, where: str, path: list[Any], active: set[int]) -> Val
         active.add(ident)
         items: list[Value] = []
         for i, v in enumerate(value):
+            tv = type(v)
+            if tv is Link or tv is str or v is None or tv is bool:
+                items.append(v)  # needs no change: no call, no path bookkeeping
+                continue
             path.append(i)
             items.append(_normalize(v, where, path, active))
             path.pop()

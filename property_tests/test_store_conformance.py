@@ -437,15 +437,10 @@ class StoreConformanceMachine(RuleBasedStateMachine):
         )
         untouched = {k for k in rec.shadow if not self._changed_since(rec, k)}
         visible_before = {k: replica.visible(k) for k in KEYS}
-        # Writes equal to a value that is only pending (a local layer not yet confirmed)
-        # are still sent, as shadow writes that change nothing now: they must survive
-        # if that layer fails. They can only go to documents with pending layers whose
-        # confirmed state differs from what this transaction wrote.
-        shadow_ok = {
-            k
-            for k in rec.written_keys
-            if replica._docs[k].layers and not same(replica._docs[k].confirmed, rec.shadow[k])
-        }
+        # Writes equal to the visible value are still sent while the document has
+        # pending local layers, as shadow writes that change nothing now: they must
+        # survive if a layer fails, and come after the layers in the durable order.
+        shadow_ok = {k for k in rec.written_keys if replica._docs[k].layers}
         n_log, n_sent = len(log), len(self.submitted)
         self.committing = rec
         try:

@@ -85,22 +85,27 @@ MAX_FAILED_RECONCILES = 5
 
 
 def element_keys(items: Iterable[Any]) -> list[ElementKey]:
-    """The identity key of each element: links by target and occurrence, inline by position."""
-    seen: dict[tuple[Any, ...], int] = {}
+    """The identity key of each element: a link by its target and occurrence (the
+    scope is part of the link, so a re-scoped element is a new one), an inline value
+    by its position. O(N), one small tuple per element."""
+    seen: dict[Link, int] = {}
     keys: list[ElementKey] = []
     for i, item in enumerate(items):
         if type(item) is Link:
-            target = (item.space, item.id, item.scope, item.path)
-            n = seen.get(target, 0)
-            seen[target] = n + 1
-            keys.append(("link", *target, n))
+            n = seen.get(item, 0)
+            seen[item] = n + 1
+            keys.append((item, n))
         else:
-            keys.append(("pos", i))
+            keys.append((i,))
     return keys
 
 
-def _plain(key: Any) -> Any:
-    return [_plain(k) for k in key] if type(key) is tuple else key
+def _plain(key: ElementKey) -> Any:
+    """The element key as JSON-like data (for deriving the child's id)."""
+    if len(key) == 2:
+        link, n = key
+        return ["link", link.space, link.id, link.scope, list(link.path), n]
+    return ["pos", key[0]]
 
 
 def child_link(kind: str, container: Link, key: ElementKey) -> Link:

@@ -168,6 +168,23 @@ def test_a_write_equal_to_a_pending_value_survives_when_that_layer_fails(w: Worl
     assert 1 == w.a.stats.commits_elided
 
 
+def test_a_write_equal_to_the_confirmed_value_still_lands_after_pending_layers(w: World) -> None:
+    """Pending layers confirmed later land before a new write in the durable order: a
+    write equal to the shown (and confirmed) value is sent while layers are pending."""
+    w.put(DOC, {"n": 1})
+    with w.store.testing.hold_verdicts() as gate:
+        for value in (2, 1, 1):  # the last equals both the visible and confirmed value
+            tx = w.a.edit(ME)
+            tx.write(DOC, ("n",), value)
+            tx.commit()
+        assert 3 == gate.waiting()
+        gate.accept(0)  # n=2 is durable
+        gate.reject(0, Outcome.PERMANENT)  # the first n=1 fails
+        gate.accept(0)  # the last n=1 must still land
+        w.pump()
+    assert {"n": 1} == w.store.read_durable(DOC) == w.a.visible(DOC)
+
+
 def test_a_commit_released_before_its_dependency_is_rejected(w: World) -> None:
     w.put(DOC, {"n": 1})
     with w.store.testing.hold_verdicts() as gate:

@@ -25,7 +25,7 @@ from pattern_defs import (
 from cells import MemoryStore, Outcome
 from runner import PatternError, Runtime, pattern
 from runner import _docs as docs
-from runner._lists import Coordinator, element_keys
+from runner._lists import Coordinator, child_link, element_keys
 from scheduler import NodeError
 
 
@@ -56,14 +56,11 @@ def test_element_keys_link_by_target_and_occurrence_inline_by_position() -> None
     from cells import Link
 
     a, b = Link("s", "a"), Link("s", "b")
-    keys = element_keys([a, 7, b, a, Link("s", "a", "user")])
-    assert [
-        ("link", "s", "a", "space", (), 0),
-        ("pos", 1),
-        ("link", "s", "b", "space", (), 0),
-        ("link", "s", "a", "space", (), 1),
-        ("link", "s", "a", "user", (), 0),
-    ] == keys
+    user_a = Link("s", "a", "user")
+    keys = element_keys([a, 7, b, a, user_a])
+    assert [(a, 0), (1,), (b, 0), (a, 1), (user_a, 0)] == keys
+    containers = {child_link("map", Link("s", "c"), k).id for k in keys}
+    assert 5 == len(containers)  # every occurrence, position and scope: its own child
 
 
 def test_S46_linked_elements_keep_their_child_when_they_move() -> None:
@@ -447,7 +444,7 @@ def test_S56_a_definitive_failure_undoes_only_its_own_bookkeeping() -> None:
                 gate.accept(0)
                 gate.reject(0, Outcome.PERMANENT)
                 rt.replica.pump()
-                by_target = {k[2]: e for k, e in entries(rt).items()}
+                by_target = {k[0].id: e for k, e in entries(rt).items()}
                 assert {a.id, b.id} == set(by_target)  # c's entry dropped ...
                 assert count == len(rt.registrations())  # ... and its child released
                 assert 0 == by_target[a.id].index  # a's move undone
