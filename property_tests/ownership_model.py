@@ -198,6 +198,15 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
+KNOWN_BUG_ADOPTION_ZOMBIE = True
+"""Found by the nightly run: a top-level run that adopts a running result drops the
+release an earlier launch deferred behind a start in flight (036be3b), and is not undone
+when its own transaction fails; if the start then claims nothing, the result runs with
+no owner. Pinned (strict xfail) by tests/runner/test_found_by_model.py::
+test_an_adopting_run_that_fails_restores_the_deferred_release. While True, `unjustified`
+tallies such registrations in `known_bug_zombies` instead of failing; set it to False
+with the fix."""
+
 # --------------------------------------------------------------------------- static world
 
 
@@ -360,6 +369,10 @@ class RunnerModel:
         """doc -> logical time of the last stop that reached it (stop or stop_all)"""
         self.stop_all_time = 0
         self.violations: list[str] = []
+        self.adoptions: dict[str, tuple[int, MTx]] = {}
+        """doc -> (token, the run's tx) for a top-level run that dropped a deferral"""
+        self.known_bug_zombies: list[str] = []
+        """Registrations only `KNOWN_BUG_ADOPTION_ZOMBIE` leaves behind (tallied)."""
 
     # ------------------------------------------------------------ mailbox
     def post(self, fn: Callable[[], None]) -> None:
@@ -381,11 +394,13 @@ class RunnerModel:
             reg.cleanups.append((child, token))
         return reg
 
-    def _adopt(self, doc: str) -> None:
+    def _adopt(self, doc: str, tx: MTx | None = None) -> None:
         """A launch found `doc` running: it holds it now (tokenless), so a release an
         earlier launch deferred behind a start in flight no longer applies to it."""
         if doc in self.declined and self.declined[doc][0] == self.regs[doc].token:
             del self.declined[doc]
+            if tx is not None:
+                self.adoptions[doc] = (self.regs[doc].token, tx)
 
     def _launch_child(self, child: str, cause: int, tx: MTx | None) -> int | None:
         if child in self.regs:
@@ -488,7 +503,7 @@ class RunnerModel:
         """`rt.run(tx, pattern, ..., doc)` (setup staged in `tx`, then launch)."""
         cause = next(self.store.clock)
         if doc in self.regs:
-            self._adopt(doc)
+            self._adopt(doc, tx)
             return  # same pattern already running: only its argument is updated
         if gated:
             pending = MPending(next(self._ids), doc, cause)
@@ -654,6 +669,15 @@ class RunnerModel:
                 (doc, tok) in p.cleanups for p in self.regs.values() for tok in (reg.token, None)
             ):
                 continue  # a running parent will release it
+            adopted = self.adoptions.get(doc)
+            if (
+                KNOWN_BUG_ADOPTION_ZOMBIE
+                and adopted is not None
+                and adopted[0] == reg.token
+                and adopted[1].outcome not in (None, "OK", "STALE_BASIS")
+            ):
+                self.known_bug_zombies.append(f"{doc} ({reg.launch}, token {reg.token})")
+                continue
             bad.append(f"{doc} ({reg.launch}, token {reg.token})")
         return bad
 
