@@ -211,6 +211,9 @@ class Coordinator:
             # Undefined (or not a list): release every child, the output is empty.
             errors = self._release(state, list(state.entries))
             tx.write(out_key, (docs.VALUE,), [])
+            # If this write does not land, the container shows the old aggregate again:
+            # the coordinator must run again (the scheduler re-runs a stale basis only).
+            tx.add_settle_callback(lambda _tx, res: self._settled(state, None, [], [], res))
             if errors:
                 raise ExceptionGroup(f"{self.label}: {len(errors)} releases failed", errors)
             return
@@ -304,7 +307,7 @@ class Coordinator:
     def _settled(
         self,
         state: _State,
-        issuance: _Issuance,
+        issuance: _Issuance | None,
         created: list[_Entry],
         moved: list[tuple[_Entry, int, int]],
         res: CommitResult,
@@ -315,7 +318,7 @@ class Coordinator:
         # Everything this reconcile staged is gone: what it issued is owed again, but
         # only where it is still the latest issuer (a later reconcile decides the rest).
         for entry in state.entries.values():
-            if entry.issuer is issuance:
+            if issuance is not None and entry.issuer is issuance:
                 entry.owed = True
                 self.runner.trace.record("debt", entry.child.key(self.node.identity))
         if res.outcome is Outcome.STALE_BASIS:

@@ -638,3 +638,31 @@ def test_a_cold_start_pre_syncs_every_element_child_as_setup_derives_it() -> Non
             assert [2, 4] == await two.get_cell("r").key("out").pull()
 
     arun(main)
+
+
+def test_a_reconcile_of_an_undefined_list_that_fails_for_good_runs_again() -> None:
+    """Found by the lists soak (shrunk): hold; make the list undefined (twice); reject
+    the first delete as stale; reject the map's reconcile (writing []) for good. The
+    list stays undefined, so the map must run again and show [] (it showed [0, 2])."""
+
+    async def main() -> None:
+        store = MemoryStore()
+        async with Runtime(store) as rt:
+            one = rt.get_cell("one")
+            one.set(1)
+            items, res = await run_list(rt, Mapped, [0, one.link()])
+            cancel = res.key("out").sink(lambda _v: None)
+            await rt.idle()
+            with store.testing.hold_verdicts() as gate:
+                items.delete()
+                rt.settle()
+                items.delete()  # a shadow delete: the first one is still pending
+                rt.settle()
+                gate.reject(0, Outcome.STALE_BASIS)  # the first delete
+                gate.reject(0, Outcome.PERMANENT)  # the map's reconcile writing []
+                rt.settle()
+            await rt.idle()
+            assert [] == await res.key("out").pull()
+            cancel()
+
+    arun(main)
