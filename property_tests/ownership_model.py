@@ -198,7 +198,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
-KNOWN_BUG_ADOPTION_ZOMBIE = True
+KNOWN_BUG_ADOPTION_ZOMBIE = False
 """Found by the nightly run: a top-level run that adopts a running result drops the
 release an earlier launch deferred behind a start in flight (036be3b), and is not undone
 when its own transaction fails; if the start then claims nothing, the result runs with

@@ -137,9 +137,20 @@ class Runner:
                     self._repay(tx, existing, pattern, result)
                 if self._declined.get(key) is existing:
                     # This launch now holds the running result: a release that an earlier
-                    # launch deferred behind a start in flight must not end it later.
+                    # launch deferred behind a start in flight must not end it later ...
                     del self._declined[key]
                     self.trace.record("adopt", key, launch=launch)
+
+                    def adopted(_tx: Transaction, res: CommitResult) -> None:
+                        # ... unless this launch's setup does not land either: then
+                        # nothing holds the result, and the earlier release applies
+                        # (declining, and deferred again, while a start is in flight).
+                        if res.ok or res.outcome is Outcome.STALE_BASIS:
+                            return
+                        if self.registrations.get(key) is existing:
+                            self.release(key, existing, why=f"{launch} did not land")
+
+                    tx.add_settle_callback(adopted)
                 return None
             self.trace.record("replace", key, old=existing.pattern, new=pattern.identity)
             self.stop_result(key, why="its pattern was replaced")

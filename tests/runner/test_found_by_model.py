@@ -6,8 +6,8 @@ machine's shrunk example in a comment. A test is added with
 
 - `test_a_deferred_release_spares_a_child_a_running_parent_adopted`: fixed in
   036be3b (a launch that adopts a running result drops a deferred release).
-- `test_an_adopting_run_that_fails_restores_the_deferred_release`: open (xfail);
-  the matching flag is `KNOWN_BUG_ADOPTION_ZOMBIE` in property_tests/ownership_model.py.
+- `test_an_adopting_run_that_fails_restores_the_deferred_release`: fixed (an adopting
+  launch whose setup does not land applies the release it dropped).
 """
 
 from __future__ import annotations
@@ -86,13 +86,6 @@ def test_a_deferred_release_spares_a_child_a_running_parent_adopted() -> None:
 #   state.abort(data=data(...))                       # Draw: 0  tx 2 never lands either
 #   state.end_load_hold(data=data(...), fail=True)    # Draw: 0  the start claims nothing
 #   -> "registrations nothing justifies: ['P0 (run, token 1)']"
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "a run that adopts a running result drops the release deferred behind a start in"
-        " flight even when its own transaction then fails, so the result runs with no owner"
-    ),
-)
 def test_an_adopting_run_that_fails_restores_the_deferred_release() -> None:
     async def main() -> None:
         store = MemoryStore()
