@@ -671,6 +671,12 @@ class RunnerModel:
                 continue  # a running parent will release it
             adopted = self.adoptions.get(doc)
             if (
+                adopted is not None
+                and adopted[0] == reg.token
+                and adopted[1].outcome in (None, "OK", "STALE_BASIS")
+            ):
+                continue  # a later run adopted it and that run's setup landed: it owns it
+            if (
                 KNOWN_BUG_ADOPTION_ZOMBIE
                 and adopted is not None
                 and adopted[0] == reg.token
