@@ -29,6 +29,7 @@ from cells import MISSING, Link, MemoryStore, Outcome, VerdictGate, read_value
 from runner import Runtime
 from runner import _docs as docs
 from runner._lists import child_link, element_keys
+from scheduler import BACKOFF_CAP, ManualClock
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests" / "runner"))
 from pattern_defs import AllThree
@@ -64,7 +65,10 @@ class ListMachine(RuleBasedStateMachine):
         super().__init__()
         self.loop = asyncio.new_event_loop()
         self.store = MemoryStore()
-        self.rt = Runtime(self.store)
+        # A manual clock: work deferred behind backoff (a pass over budget) is let run
+        # at quiescence by advancing it, never by sleeping.
+        self.clock = ManualClock()
+        self.rt = Runtime(self.store, clock=self.clock)
         self.gate: VerdictGate | None = None
         rt = self.rt
         self.cells = [rt.get_cell(("element", i)) for i in range(N_CELLS)]
@@ -235,9 +239,12 @@ class ListMachine(RuleBasedStateMachine):
         if self.gate is not None:
             self.gate.release()
             self.gate = None
-        for _ in range(10):
+        for _ in range(20):
             self._wait(self.rt.idle())
             self._settle()
+            if self.rt.scheduler.deferred():
+                self.clock.advance(BACKOFF_CAP + 1)
+                continue
             if not self.rt.scheduler.busy():
                 break
 
