@@ -400,7 +400,12 @@ class RunnerModel:
         if doc in self.declined and self.declined[doc][0] == self.regs[doc].token:
             del self.declined[doc]
             if tx is not None:
-                self.adoptions[doc] = (self.regs[doc].token, tx)
+                token = self.regs[doc].token
+                self.adoptions[doc] = (token, tx)
+                if not KNOWN_BUG_ADOPTION_ZOMBIE:
+                    # ... unless the adopting run's setup does not land either: then the
+                    # dropped release applies (deferred again while a start is in flight).
+                    tx.callbacks.append(self._rollback(doc, token))
 
     def _launch_child(self, child: str, cause: int, tx: MTx | None) -> int | None:
         if child in self.regs:
