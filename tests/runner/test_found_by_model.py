@@ -12,26 +12,12 @@ machine's shrunk example in a comment. A test is added with
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
-from typing import Any
-
 import pytest
 from pattern_defs import Child
+from support import arun, turns
 
 from cells import CellweaveError, MemoryStore
 from runner import Runtime, pattern
-
-
-def arun(fn: Callable[[], Awaitable[Any]]) -> Any:
-    # The timeout is a watchdog only (a held gate left behind by a failed assertion
-    # would otherwise hang the run); no test relies on time passing.
-    return asyncio.run(asyncio.wait_for(fn(), timeout=30))
-
-
-async def turns(n: int = 5) -> None:
-    for _ in range(n):
-        await asyncio.sleep(0)
 
 
 @pattern

@@ -11,28 +11,16 @@ races are made by holding loads and verdicts, never by sleeping.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 from pattern_defs import Child, Parent
+from support import arun, turns
 
 from cells import CellweaveError, MemoryStore, Outcome, classify
 from runner import Runtime
 
 N = 64
-
-
-def arun(fn: Callable[[], Awaitable[Any]]) -> Any:
-    # The timeout is a watchdog only (a held gate left behind by a failed assertion
-    # would otherwise hang the run); no test relies on time passing.
-    return asyncio.run(asyncio.wait_for(fn(), timeout=60))
-
-
-async def turns(n: int = 5) -> None:
-    for _ in range(n):
-        await asyncio.sleep(0)
 
 
 def assert_nothing_left(rt: Runtime) -> None:
@@ -107,7 +95,7 @@ def test_starts_through_link_documents_leave_nothing_after_stop_or_release() -> 
             await rt.idle()
             assert_nothing_left(rt)
 
-    arun(main)
+    arun(main, timeout=60)
 
 
 def test_commit_gated_runs_leave_nothing_whether_stopped_released_or_installed() -> None:
@@ -143,7 +131,7 @@ def test_commit_gated_runs_leave_nothing_whether_stopped_released_or_installed()
             await rt.idle()
             assert_nothing_left(rt)
 
-    arun(main)
+    arun(main, timeout=60)
 
 
 def test_starts_whose_held_loads_fail_leave_no_attempts() -> None:
@@ -169,7 +157,7 @@ def test_starts_whose_held_loads_fail_leave_no_attempts() -> None:
             rt.stop(results[0])
             assert_nothing_left(rt)
 
-    arun(main)
+    arun(main, timeout=60)
 
 
 def test_parent_teardown_releases_nested_children_and_forgets_declined_releases() -> None:
@@ -216,7 +204,7 @@ def test_parent_teardown_releases_nested_children_and_forgets_declined_releases(
             await rt.idle()
             assert_nothing_left(rt)
 
-    arun(main)
+    arun(main, timeout=60)
 
 
 def test_opened_and_stopped_pages_leave_no_owner_or_lifetime() -> None:
@@ -240,7 +228,7 @@ def test_opened_and_stopped_pages_leave_no_owner_or_lifetime() -> None:
                 assert [] == rt.pages()
                 assert_nothing_left(rt)
 
-    arun(main)
+    arun(main, timeout=60)
 
 
 def test_start_stop_churn_on_one_result_leaves_nothing() -> None:
@@ -259,7 +247,7 @@ def test_start_stop_churn_on_one_result_leaves_nothing() -> None:
             await rt.idle()
             assert_nothing_left(rt)
 
-    arun(main)
+    arun(main, timeout=60)
 
 
 def test_an_open_page_that_fails_to_start_leaves_no_record_or_owner() -> None:
@@ -272,4 +260,4 @@ def test_an_open_page_that_fails_to_start_leaves_no_record_or_owner() -> None:
             assert [] == rt.pages()
             assert_nothing_left(rt)
 
-    arun(main)
+    arun(main, timeout=60)

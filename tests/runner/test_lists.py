@@ -7,7 +7,6 @@ verdicts and loads with the store's test controls.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -21,17 +20,13 @@ from pattern_defs import (
     Titles,
     Window,
 )
+from support import arun
 
 from cells import MemoryStore, Outcome
 from runner import PatternError, Runtime, pattern
 from runner import _docs as docs
 from runner._lists import Coordinator, child_link, element_keys
 from scheduler import NodeError
-
-
-def arun(fn: Callable[[], Awaitable[Any]]) -> Any:
-    # The timeout is a watchdog only; no test relies on time passing.
-    return asyncio.run(asyncio.wait_for(fn(), timeout=30))
 
 
 async def run_list(rt: Runtime, pat: Any, items: Any, name: str = "r") -> tuple[Any, Any]:

@@ -7,44 +7,18 @@ and acts in the gap; nothing sleeps.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 from pattern_defs import Child, Parent, Spawner
+from support import arun, turns
+from support import parent_result as run_parent
 
 from cells import MISSING, CellweaveError, MemoryStore, Outcome, classify
 from runner import OwnershipError, Runtime
 from runner import _docs as docs
 from runner._ownership import PendingStart
 from scheduler import CommitConvergenceError, ManualClock
-
-
-def arun(fn: Callable[[], Awaitable[Any]]) -> Any:
-    # The timeout is a watchdog only (a held gate left behind by a failed assertion
-    # would otherwise hang the run); no test relies on time passing.
-    return asyncio.run(asyncio.wait_for(fn(), timeout=30))
-
-
-async def run_parent(rt: Runtime, value: Any = 3, name: str = "res", tx: Any = None) -> Any:
-    items = rt.get_cell(f"{name}-items")
-    count = rt.get_cell(f"{name}-count")
-    res = rt.get_cell(name)
-    own = tx is None
-    tx = tx if tx is not None else rt.edit()
-    items.with_tx(tx).set([])
-    count.with_tx(tx).set(0)
-    rt.run(tx, Parent, {"value": value, "items": items, "count": count}, res)
-    if own:
-        assert (await tx.commit()).ok
-    return res
-
-
-async def turns(n: int = 5) -> None:
-    for _ in range(n):
-        await asyncio.sleep(0)
-
 
 # --------------------------------------------------------------------------- B
 

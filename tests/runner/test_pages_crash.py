@@ -20,10 +20,9 @@ import pathlib
 import signal
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
-from typing import Any
 
 from pattern_defs import Child
+from support import arun
 
 from cells import MISSING, CellweaveError, MemoryStore, Outcome, SQLiteStore
 from runner import Runtime
@@ -62,12 +61,6 @@ async def main(path: str) -> None:
 
 asyncio.run(main(sys.argv[1]))
 """
-
-
-def arun(fn: Callable[[], Awaitable[Any]]) -> Any:
-    # The timeout is a watchdog only (a held gate left behind by a failed assertion
-    # would otherwise hang the run); no test relies on time passing.
-    return asyncio.run(asyncio.wait_for(fn(), timeout=30))
 
 
 def crash_after_recording(path: pathlib.Path) -> None:

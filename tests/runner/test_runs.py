@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -21,6 +20,7 @@ from pattern_defs import (
     Tree,
     UsesBad,
 )
+from support import arun, run_parent
 
 from cells import CellweaveError, MemoryStore, Outcome
 from runner import (
@@ -32,25 +32,6 @@ from runner import (
     pattern,
 )
 from runner import _docs as docs
-
-
-def arun(fn: Callable[[], Awaitable[Any]]) -> Any:
-    # The timeout is a watchdog only (a held gate left behind by a failed assertion
-    # would otherwise hang the run); no test relies on time passing.
-    return asyncio.run(asyncio.wait_for(fn(), timeout=30))
-
-
-async def run_parent(rt: Runtime, value: Any = 3, name: str = "res") -> Any:
-    items = rt.get_cell(f"{name}-items")
-    count = rt.get_cell(f"{name}-count")
-    res = rt.get_cell(name)
-    tx = rt.edit()
-    items.with_tx(tx).set([])
-    count.with_tx(tx).set(0)
-    rt.run(tx, Parent, {"value": value, "items": items, "count": count}, res)
-    assert (await tx.commit()).ok
-    return res, items, count
-
 
 # --------------------------------------------------------------------------- A
 
