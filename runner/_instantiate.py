@@ -49,10 +49,6 @@ if TYPE_CHECKING:
     from ._runner import Runner
 
 
-_PLAIN = frozenset({str, int, float, bool, type(None), dict, list})
-"""Values that are never cells (a Protocol isinstance check is slow; skip it for these)."""
-
-
 def _declared(tree: Any, identity: Identity) -> list[tuple[DocKey, tuple[Any, ...], bool]]:
     return [(ln.key(identity), (docs.VALUE, *ln.path), False) for ln in docs.links_in(tree)]
 
@@ -134,9 +130,7 @@ def _lift(
             runner.release(out_key, None, why=f"{label} stopped returning a pattern")
             tx.write(out_key, (docs.PATTERN,), MISSING)
             tx.write(out_key, (docs.ARGUMENT,), MISSING)
-        if type(value) not in _PLAIN and type(value) is not Link and isinstance(value, Linkable):
-            value = value.link()
-        tx.write(out_key, (docs.VALUE,), value)
+        tx.write(out_key, (docs.VALUE,), value)  # the write stores a returned cell as a link
 
     node = runner.scheduler.register(
         run,
@@ -175,9 +169,7 @@ def _computed_child(
     launches: _ComputedLaunches,
     node: Node,
 ) -> None:
-    from ._runner import instance_argument
-
-    runner.stage_setup(tx, inst.pattern, instance_argument(inst), out, label)
+    runner.stage_setup(tx, inst.pattern, inst.argument, out, label)
     runner.launch(
         tx,
         inst.pattern,
@@ -286,12 +278,10 @@ def _handler_result(
     chain: tuple[DocKey, ...],
     label: str,
 ) -> None:
-    from ._runner import instance_argument
-
     for item in _walk(returned):
         if isinstance(item, PatternInstance):
             child = docs.handler_result_link(stream, ev.id)
-            runner.stage_setup(tx, item.pattern, instance_argument(item), child, label)
+            runner.stage_setup(tx, item.pattern, item.argument, child, label)
             key = child.key(tx.identity)
             if key in runner.registrations:
                 continue  # a duplicate delivery: the winner's child stays the winner's
@@ -329,13 +319,11 @@ def _navigate_after_commit(
     ev: QueuedEvent,
     chain: tuple[DocKey, ...],
 ) -> None:
-    from ._runner import instance_argument
-
     if isinstance(target, PatternInstance):
         # navigate_to(Child(...)): the child is set up now and starts only if the
         # handling commits; then it opens as a page.
         link = docs.handler_result_link(stream, ev.id)
-        runner.stage_setup(tx, target.pattern, instance_argument(target), link, label)
+        runner.stage_setup(tx, target.pattern, target.argument, link, label)
     elif isinstance(target, Link):
         link = target
     elif isinstance(target, Linkable):

@@ -35,8 +35,6 @@ from typing import TYPE_CHECKING, Any, Final
 from cells import (
     MAX_HOPS,
     MISSING,
-    Cell,
-    CellweaveError,
     CommitResult,
     Identity,
     Link,
@@ -46,9 +44,10 @@ from cells import (
     Transaction,
     resolve,
 )
+from cells._links import _first_link
 
 from . import _docs as docs
-from ._builder import Pattern, PatternInstance, find_pattern
+from ._builder import Pattern, find_pattern
 from ._ownership import Attempts, PendingStart, PendingStarts, StartAttempt
 from ._registrations import Key, Registration, Registrations
 from ._trace import LifecycleTrace
@@ -436,13 +435,14 @@ class Runner:
             doc = self.replica.visible(key)
             if type(doc) is dict and docs.PATTERN in doc:
                 break
-            hop = _link_at(doc.get(docs.VALUE) if type(doc) is dict else None, link.path)
-            if hop is None:
+            found = _first_link(doc.get(docs.VALUE) if type(doc) is dict else None, link.path)
+            if found is None:
                 raise PatternError(
                     f"cannot start {given}: {key} holds no pattern run (set one up with"
                     " rt.setup or rt.run first) and no link to follow"
                 )
-            link = hop
+            at, hop = found
+            link = hop.child(*link.path[at:])
         else:
             raise LinkCycleError(f"cannot start {given}: more than {MAX_HOPS} link hops")
         target = docs.root(link)
@@ -519,21 +519,6 @@ class Runner:
         for coordinator in self.coordinators:
             assert not coordinator.reg.ended, coordinator
             coordinator._check()
-
-
-def _link_at(value: Any, path: tuple[Any, ...]) -> Link | None:
-    """The first link along `path` inside `value`, with the rest of the path appended."""
-    node = value
-    for i, elem in enumerate(path):
-        if type(node) is Link:
-            return node.child(*path[i:])
-        if type(node) is dict and type(elem) is str:
-            node = node.get(elem)
-        elif type(node) is list and type(elem) is int and elem < len(node):
-            node = node[elem]
-        else:
-            return None
-    return node if type(node) is Link else None
 
 
 def run_keys(pattern: Pattern, result: Link, identity: Identity, depth: int = 0) -> list[Any]:
@@ -624,29 +609,3 @@ def stage_tree(runner: Runner, tx: Transaction, pattern: Pattern, result: Link, 
         if reg is not None:
             reg.owed = False
         stage_tree(runner, tx, child, out, depth + 1)
-
-
-def plain_argument(value: Any) -> Any:
-    """A user's argument with cells (anything linkable) replaced by links."""
-    from cells import Linkable
-
-    t = type(value)
-    if t in (str, int, float, bool, type(None), Link):
-        return value
-    if t is not dict and t is not list and isinstance(value, Linkable):
-        return value.link()
-    if isinstance(value, dict):
-        return {k: plain_argument(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain_argument(v) for v in value]
-    return value
-
-
-def instance_argument(inst: PatternInstance) -> Any:
-    return plain_argument(inst.argument)
-
-
-def check_result_cell(cell: object, where: str) -> Cell:
-    if not isinstance(cell, Cell):
-        raise CellweaveError(f"{where}: the result must be a Cell, got {type(cell).__name__}")
-    return cell

@@ -47,7 +47,7 @@ from . import _docs as docs
 from ._builder import Pattern
 from ._pages import Pages
 from ._registrations import Key, Registration
-from ._runner import Runner, plain_argument
+from ._runner import Runner
 from .errors import OwnershipError, PatternError, ResumeError
 
 
@@ -293,7 +293,7 @@ class Runtime:
         what: str,
     ) -> Cell:
         link = self._check_run(identity, tx, pattern, argument, result, what)
-        self.runner.stage_setup(tx, pattern, plain_argument(dict(argument)), link, f"rt.{what}")
+        self.runner.stage_setup(tx, pattern, dict(argument), link, f"rt.{what}")
         return result
 
     def setup(self, tx: Transaction, pattern: Pattern, argument: Any, result: Cell) -> Cell:
