@@ -12,7 +12,7 @@ error for those three.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ._address import DocKey, Identity, Link, Path, PathElem, check_path
@@ -194,6 +194,39 @@ class Cell:
                 )
 
         return self._write(stage, follow_last=True)
+
+    def splice(self, index: int, delete: int, items: Iterable[Any] = ()) -> Pending[CommitResult]:
+        """Replace `delete` elements of the list here, from `index` on, by `items`.
+
+        Writes only the change: the other elements are kept as stored (no copy
+        through the write boundary), so one insert into a long list is cheap. An
+        absent (or `None`) value counts as `[]`. Reads the list's length (a shallow
+        read, as `push` does), so a concurrent change of its length fails the commit
+        rather than splicing at a shifted position.
+        """
+
+        def stage(tx: Transaction, key: DocKey, path: Path) -> None:
+            current = tx.read(key, path, shallow=True)
+            if current is None:
+                current = MISSING
+            if current is not MISSING and type(current) is not list:
+                raise InvalidValueError(
+                    f"{self!r}.splice(): the value here is a {type(current).__name__}, not a list",
+                    value=current,
+                )
+            if current is MISSING:
+                tx.write(key, path, [])
+            tx.splice(key, path, index, delete, items)
+
+        return self._write(stage, follow_last=True)
+
+    def insert(self, index: int, item: Any) -> Pending[CommitResult]:
+        """Insert `item` before position `index` of the list here (`splice(index, 0, [item])`)."""
+        return self.splice(index, 0, (item,))
+
+    def remove(self, index: int) -> Pending[CommitResult]:
+        """Remove the element at position `index` of the list here (`splice(index, 1)`)."""
+        return self.splice(index, 1)
 
     # -- reactive (need a host)
     def _need_host(self, what: str) -> CellHost:

@@ -19,7 +19,7 @@ Invariants (checked by `_check`)
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
@@ -236,6 +236,62 @@ class Transaction:
             v = value if value is MISSING else normalize(value, where=where)
             set_path(td.working, path, v, where=where)
             raise
+        td.working = working
+        written = td.written
+        if written is None:
+            td.written = (path,)
+        elif isinstance(written, tuple):
+            td.written = [*written, path]
+        else:
+            written.append(path)
+
+    def splice(
+        self, key: DocKey, path: Path, index: int, delete: int, items: Iterable[Any] = ()
+    ) -> None:
+        """Replace `delete` elements of the list at full-document `path`, from `index` on,
+        by `items` (checked and copied); an absent list counts as `[]`.
+
+        A write like `write(key, path, new_list)`, but only `items` are normalized:
+        the kept elements are already stored values and are copied by reference, so
+        inserting or removing one element of an N-element list costs one C-level list
+        copy, not N checks. Like `write`, it logs no read (`Cell.insert` and
+        `Cell.remove` read the length first). Raises `InvalidValueError` when the value
+        there is not a list or the range does not fit it. O(N) C copying + O(len(items)).
+        """
+        if self.status != "open":
+            self._require_open(f"splice {key}")
+        td = self._docs.get(key)
+        if td is None:
+            td = self._access(key)
+        where = f"splice of {key} at {list(path)}"
+        check_path(path, where=where)
+        current = get_path(td.working, path)
+        if current is MISSING:
+            current = []
+        if type(current) is not list:
+            raise InvalidValueError(
+                f"{where}: the value there is a {type(current).__name__}, not a list",
+                path=path,
+                value=current,
+            )
+        if (
+            type(index) is not int
+            or type(delete) is not int
+            or index < 0
+            or delete < 0
+            or index + delete > len(current)
+        ):
+            raise InvalidValueError(
+                f"{where}: cannot replace {delete!r} elements from index {index!r}"
+                f" of a list of {len(current)}",
+                path=path,
+                value=(index, delete),
+            )
+        added = normalize(list(items), where=where)
+        new = current[:index]
+        new += added
+        new += current[index + delete :]
+        working = set_path(td.working, path, new, where=where)
         td.working = working
         written = td.written
         if written is None:

@@ -139,6 +139,26 @@ class ListMachine(RuleBasedStateMachine):
             items.insert(j % (len(items) + 1), item)
             self._edit(items)
 
+    @rule(pos=st.integers(0, 8), v=st.integers(0, 3), user=st.booleans())
+    def cell_insert(self, pos: int, v: int, user: bool) -> None:
+        """`Cell.insert` (a splice) of a link: what the reconcile's middle diff sees."""
+        link = (self.user_cells if user else self.cells)[v].link()
+        self.items.insert(min(pos, len(self._list())), link)
+        self._settle()
+
+    @rule(pos=st.integers(0, 8))
+    def cell_remove(self, pos: int) -> None:
+        items = self._list()
+        if items:
+            self.items.remove(pos % len(items))
+            self._settle()
+
+    @rule()
+    def links_only(self) -> None:
+        """Drop the inline elements: a list of links takes the reconcile's fast path."""
+        items = self._list()
+        self._edit([x for x in items if type(x) is Link])
+
     @rule(i=st.integers(0, 8))
     def duplicate(self, i: int) -> None:
         items = self._list()

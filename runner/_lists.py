@@ -48,7 +48,10 @@ document is still loading.
 
 Invariants (checked by `_check`)
 - entry keys are unique and each entry's child id derives from its key;
-- an entry's issuer, when set, is a reconcile that issued its setup.
+- an entry's issuer, when set, is a reconcile that issued its setup;
+- when a state records its last clean reconcile (`_State.items`), its keys and
+  link counts are those of that list, every key has an entry, and the recorded
+  map aggregate is those entries' children.
 """
 
 from __future__ import annotations
@@ -88,6 +91,11 @@ def element_keys(items: Iterable[Any]) -> list[ElementKey]:
     """The identity key of each element: a link by its target and occurrence (the
     scope is part of the link, so a re-scoped element is a new one), an inline value
     by its position. O(N), one small tuple per element."""
+    return _keys_and_counts(items)[0]
+
+
+def _keys_and_counts(items: Iterable[Any]) -> tuple[list[ElementKey], dict[Link, int]]:
+    """`element_keys`, and how often each link occurs."""
     seen: dict[Link, int] = {}
     keys: list[ElementKey] = []
     for i, item in enumerate(items):
@@ -97,7 +105,47 @@ def element_keys(items: Iterable[Any]) -> list[ElementKey]:
             keys.append((item, n))
         else:
             keys.append((i,))
-    return keys
+    return keys, seen
+
+
+def _same_run(a: list[Any], b: list[Any], start_a: int, start_b: int, limit: int) -> int:
+    """How many elements from `a[start_a]` and `b[start_b]` on are equal pairwise (at
+    most `limit`). Compares growing slices (C-level `==`, identity first), so a run
+    of length r costs O(r) C work and O(log r) Python steps."""
+    done, step = 0, 8
+    while done < limit:
+        step = min(step, limit - done)
+        i, j = start_a + done, start_b + done
+        if a[i : i + step] == b[j : j + step]:
+            done += step
+            step *= 2
+        elif step == 1:
+            return done
+        else:
+            step //= 2
+    return done
+
+
+def common_ends(old: list[Any], new: list[Any]) -> tuple[int, int]:
+    """(prefix, suffix): the lengths of the longest common prefix and, of what remains,
+    the longest common suffix of two lists (by `==`). O(prefix + suffix) C work."""
+    n = min(len(old), len(new))
+    prefix = _same_run(old, new, 0, 0, n)
+    rest = n - prefix
+    # Backwards: compare the reversed tails (slices of reversed copies would cost O(N)).
+    suffix = 0
+    step = 8
+    lo, ln = len(old), len(new)
+    while suffix < rest:
+        step = min(step, rest - suffix)
+        if old[lo - suffix - step : lo - suffix] == new[ln - suffix - step : ln - suffix]:
+            suffix += step
+            step *= 2
+        elif step == 1:
+            break
+        else:
+            step //= 2
+    return prefix, suffix
 
 
 def _plain(key: ElementKey) -> Any:
@@ -143,13 +191,26 @@ class _Entry:
 
 
 class _State:
-    """A coordinator's bookkeeping for one resolution identity."""
+    """A coordinator's bookkeeping for one resolution identity.
 
-    __slots__ = ("entries", "failures")
+    `items`, `keys`, `counts` and `aggregate` describe the last reconcile that
+    finished cleanly over a list of links only (else `items` is None): the list it
+    read, its element keys, how often each link occurs in it, and the aggregate list
+    object it wrote (map only). The next reconcile then diffs only between the
+    common prefix and suffix of that list and the new one (see `_diff_middle`).
+    Any failure (a raising release or setup, a transaction that does not land)
+    clears `items`, so the next reconcile walks the whole list again.
+    """
+
+    __slots__ = ("aggregate", "counts", "entries", "failures", "items", "keys")
 
     def __init__(self) -> None:
         self.entries: dict[ElementKey, _Entry] = {}
         self.failures = 0
+        self.items: list[Any] | None = None
+        self.keys: list[ElementKey] = []
+        self.counts: dict[Link, int] = {}
+        self.aggregate: list[Any] | None = None
 
 
 class Coordinator:
@@ -198,6 +259,7 @@ class Coordinator:
         if state is None:
             state = self.states[identity] = _State()
         out_key = self.container.key(identity)
+        previous, state.items = state.items, None  # set again only by a clean finish
         place = resolve(tx, self.list_link)
         list_key = place.key(identity)
         base = (docs.VALUE, *place.path)
@@ -217,6 +279,13 @@ class Coordinator:
             if errors:
                 raise ExceptionGroup(f"{self.label}: {len(errors)} releases failed", errors)
             return
+        if previous is not None and (not self.uses_index or len(items) == len(previous)):
+            middle = self._diff_middle(state, previous, items)
+            if middle is not None:
+                # The list held links only and still does: one deep read, as below.
+                tx.read(list_key, base)
+                self._reconcile_middle(tx, state, previous, items, middle, out_key)
+                return
         if not any(type(x) is dict or type(x) is list for x in items):
             # Links and scalars only: one deep read sees exactly what matters (a link
             # re-pointed, a scalar changed, the length), while an edit made *through* a
@@ -228,7 +297,7 @@ class Coordinator:
             for i, x in enumerate(items):
                 if type(x) is not dict and type(x) is not list:
                     tx.read(list_key, (*base, i), shallow=True)
-        keys = element_keys(items)
+        keys, counts = _keys_and_counts(items)
         wanted = set(keys)
         self.reconciles += 1
         issuance = _Issuance(self.reconciles)
@@ -250,10 +319,124 @@ class Coordinator:
             if entry.owed:
                 element = item if type(item) is Link else place.child(i)
                 self._issue(tx, entry, element, issuance)
-        tx.write(out_key, (docs.VALUE,), self._aggregate(tx, state, keys, items, out_key))
+        aggregate = self._aggregate(tx, state, keys, items, out_key)
+        tx.write(out_key, (docs.VALUE,), aggregate)
         tx.add_settle_callback(lambda _tx, res: self._settled(state, issuance, created, moved, res))
         if errors:
             raise ExceptionGroup(f"{self.label}: {len(errors)} releases failed", errors)
+        if sum(counts.values()) == len(items):  # links only: the next reconcile may diff less
+            state.items, state.keys, state.counts = items, keys, counts
+            state.aggregate = tx.peek(out_key, (docs.VALUE,)) if self.kind == "map" else None
+
+    def _diff_middle(
+        self, state: _State, old: list[Any], new: list[Any]
+    ) -> tuple[int, int, list[ElementKey]] | None:
+        """(prefix, suffix, keys of the new middle) when only the middle needs a diff.
+
+        `old` is the list of links the last clean reconcile read. Elements in the
+        common prefix and suffix keep their keys, so only the middle is diffed —
+        unless the middle holds an inline value, or changes how often a link that
+        also occurs outside the middle appears (that would renumber the suffix's
+        occurrences): then None, and the whole list is walked. O(prefix + suffix)
+        C-level comparisons plus O(middle).
+        """
+        prefix, suffix = common_ends(old, new)
+        old_mid = state.keys[prefix : len(old) - suffix]
+        new_items = new[prefix : len(new) - suffix]
+        # Per link in the middle: the occurrence numbers the old middle used, in order.
+        numbers: dict[Link, list[int]] = {}
+        for link, n in old_mid:
+            numbers.setdefault(link, []).append(n)
+        wanted: dict[Link, int] = {}
+        for item in new_items:
+            if type(item) is not Link:
+                return None
+            wanted[item] = wanted.get(item, 0) + 1
+        counts = state.counts
+        for link in numbers.keys() | wanted.keys():
+            had = len(numbers.get(link, ()))
+            want = wanted.get(link, 0)
+            if had == want:
+                continue
+            if counts.get(link, 0) != had:
+                return None  # it also occurs outside the middle: renumbering
+            numbers[link] = list(range(want))
+        new_mid: list[ElementKey] = []
+        taken: dict[Link, int] = {}
+        for item in new_items:
+            k = taken.get(item, 0)
+            taken[item] = k + 1
+            new_mid.append((item, numbers[item][k]))
+        return prefix, suffix, new_mid
+
+    def _reconcile_middle(
+        self,
+        tx: Transaction,
+        state: _State,
+        old: list[Any],
+        items: list[Any],
+        middle: tuple[int, int, list[ElementKey]],
+        out_key: DocKey,
+    ) -> None:
+        """A reconcile that touches only the middle `_diff_middle` found: O(changed)
+        bookkeeping, plus C-level list copies for the new key list and aggregate."""
+        prefix, suffix, new_mid = middle
+        end_old = len(old) - suffix
+        old_mid = state.keys[prefix:end_old]
+        self.reconciles += 1
+        issuance = _Issuance(self.reconciles)
+        created: list[_Entry] = []
+        moved: list[tuple[_Entry, int, int]] = []
+        keep = set(new_mid)
+        errors = self._release(state, [k for k in old_mid if k not in keep])
+        entries = state.entries
+        for i, key in enumerate(new_mid, prefix):
+            entry = entries.get(key)
+            if entry is None:
+                entry = _Entry(key, child_link(self.kind, self.container, key), i)
+                entry.created_by = issuance
+                entries[key] = entry
+                created.append(entry)
+            elif self.uses_index and entry.index != i:
+                # Only ops that read `index` keep it (the list kept its length here, so
+                # the prefix and suffix did not move); for the others it is unused.
+                moved.append((entry, entry.index, i))
+                entry.index = i
+                entry.owed = True
+            if entry.owed:
+                self._issue(tx, entry, key[0], issuance)
+        keys = state.keys[:prefix]
+        keys += new_mid
+        keys += state.keys[end_old:]
+        counts = state.counts
+        for link, _n in old_mid:
+            left = counts[link] - 1
+            if left:
+                counts[link] = left
+            else:
+                del counts[link]
+        for link, _n in new_mid:
+            counts[link] = counts.get(link, 0) + 1
+        previous = state.aggregate
+        if self.kind == "map" and previous is not None:
+            children = [entries[k].child for k in new_mid]
+            if tx.peek(out_key, (docs.VALUE,)) is previous:
+                # The container still holds exactly what the last reconcile wrote:
+                # write only the change.
+                tx.splice(out_key, (docs.VALUE,), prefix, end_old - prefix, children)
+            else:
+                aggregate = previous[:prefix]
+                aggregate += children
+                aggregate += previous[end_old:]
+                tx.write(out_key, (docs.VALUE,), aggregate)
+        else:
+            tx.write(out_key, (docs.VALUE,), self._aggregate(tx, state, keys, items, out_key))
+        tx.add_settle_callback(lambda _tx, res: self._settled(state, issuance, created, moved, res))
+        state.keys = keys  # the counts moved with them: keep the two in step
+        if errors:
+            raise ExceptionGroup(f"{self.label}: {len(errors)} releases failed", errors)
+        state.items = items
+        state.aggregate = tx.peek(out_key, (docs.VALUE,)) if self.kind == "map" else None
 
     def _issue(self, tx: Transaction, entry: _Entry, element: Link, issuance: _Issuance) -> None:
         argument: dict[str, Any] = {"element": element}
@@ -315,6 +498,7 @@ class Coordinator:
         if res.ok:
             state.failures = 0
             return
+        state.items = None  # what it recorded did not land: walk the whole list next time
         # Everything this reconcile staged is gone: what it issued is owed again, but
         # only where it is still the latest issuer (a later reconcile decides the rest).
         for entry in state.entries.values():
@@ -368,3 +552,13 @@ class Coordinator:
             for key, entry in state.entries.items():
                 assert entry.key == key, entry
                 assert entry.child == child_link(self.kind, self.container, key), entry
+            if state.items is not None:
+                # What the next reconcile diffs against is exactly the last clean one.
+                keys, counts = _keys_and_counts(state.items)
+                assert state.keys == keys, (state.keys, keys)
+                assert state.counts == counts, (state.counts, counts)
+                assert sum(counts.values()) == len(state.items), "links only"
+                for key in keys:
+                    assert key in state.entries, key
+                if state.aggregate is not None:
+                    assert state.aggregate == [state.entries[k].child for k in keys]

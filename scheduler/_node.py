@@ -87,7 +87,7 @@ class Node:
     """max(debounce_ready_at, throttle_ready_at, backoff_until): the one time gate."""
     error: BaseException | None = None
     _gates: Gates | None = None
-    _children: list[Node] | None = None
+    _children: dict[Node, None] | None = None
 
     def __repr__(self) -> str:
         return f"<Node {self.kind} {self.label!r} #{self.ordinal} {self.status}>"
@@ -106,11 +106,14 @@ class Node:
         )
 
     @property
-    def children(self) -> list[Node]:
-        """Nodes registered with this node as parent (the list is made on first use)."""
+    def children(self) -> dict[Node, None]:
+        """Nodes registered with this node as parent, in order (made on first use).
+
+        An ordered set (a dict), not a list: a list coordinator parents thousands of
+        element nodes, and removing one from a list was O(N) per release."""
         children = self._children
         if children is None:
-            children = self._children = []
+            children = self._children = {}
         return children
 
     # The gate fields, read and written through the side record (reads never make it).

@@ -177,7 +177,7 @@ class Scheduler:
         if kind == "computation" and running is not None and running.is_live:
             node.provisional = True
         if parent is not None:
-            parent.children.append(node)
+            parent.children[node] = None
         self.graph.add(node)
         declared = tuple(reads)
         if declared:
@@ -197,8 +197,8 @@ class Scheduler:
         self._dirty.pop(node, None)
         self._candidates.pop(node, None)
         siblings = node.parent._children if node.parent is not None else None
-        if siblings is not None and node in siblings:
-            siblings.remove(node)
+        if siblings is not None:
+            siblings.pop(node, None)
 
     def set_debounce(self, node: Node, seconds: float) -> None:
         """Run `node` only once its inputs have been quiet for `seconds` (0 turns it off)."""

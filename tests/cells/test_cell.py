@@ -160,6 +160,70 @@ def test_push_onto_a_non_list_raises_and_writes_nothing(w: World) -> None:
     assert w.stored(cell) == "text"
 
 
+def test_insert_and_remove_splice_the_list_in_place(w: World) -> None:
+    cell = w.sp.cell("doc", path=("items",))
+    cell.insert(0, "b")  # an absent list counts as []
+    cell.insert(0, "a")
+    cell.insert(2, {"d": 1.0})
+    cell.splice(2, 0, ["c"])
+    w.replica.pump()
+    assert cell.get() == ["a", "b", "c", {"d": 1}]  # inserted items are normalized
+    cell.remove(1)
+    cell.splice(0, 2, ("x", "y", "z"))
+    w.replica.pump()
+    assert cell.get() == ["x", "y", "z", {"d": 1}]
+
+
+def test_splice_keeps_the_untouched_elements_as_stored(w: World) -> None:
+    cell = w.sp.cell("doc", path=("items",))
+    w.set(cell, [{"n": i} for i in range(4)])
+    before = w.replica.visible(cell.doc_key)["value"]["items"]
+    cell.insert(2, {"n": 9})
+    after = w.replica.visible(cell.doc_key)["value"]["items"]
+    assert [{"n": 0}, {"n": 1}, {"n": 9}, {"n": 2}, {"n": 3}] == after
+    # The kept elements are the stored objects themselves (no copy through normalize).
+    assert all(a is b for a, b in zip(before[:2] + before[2:], after[:2] + after[3:], strict=True))
+
+
+@pytest.mark.parametrize(
+    ("start", "call"),
+    [
+        ("text", lambda c: c.insert(0, 1)),
+        ({"a": 1}, lambda c: c.remove(0)),
+        ([1, 2], lambda c: c.insert(3, 0)),
+        ([1, 2], lambda c: c.remove(2)),
+        ([1, 2], lambda c: c.splice(1, 2, [])),
+        ([1, 2], lambda c: c.splice(-1, 0, [5])),
+        ([1, 2], lambda c: c.insert(0, object())),
+    ],
+)
+def test_a_splice_that_does_not_fit_raises_and_writes_nothing(
+    w: World, start: Any, call: Any
+) -> None:
+    cell = w.sp.cell("doc")
+    w.set(cell, start)
+    w.seen.clear()
+    with pytest.raises(InvalidValueError):
+        call(cell)
+    w.replica.pump()
+    assert w.seen == []
+    assert w.stored(cell) == start
+
+
+def test_tx_splice_stages_into_the_transaction_with_read_your_writes(w: World) -> None:
+    cell = w.sp.cell("doc")
+    w.set(cell, [1, 2, 3])
+    tx = w.sp.edit()
+    key, path = cell.doc_key, (VALUE,)
+    tx.splice(key, path, 1, 1, [7, 8])
+    tx.splice(key, path, 0, 0, [0])
+    assert [0, 1, 7, 8, 3] == tx.read(key, path)
+    assert w.stored(cell) == [1, 2, 3]  # nothing visible before the commit
+    tx.commit()
+    w.replica.pump()
+    assert w.stored(cell) == [0, 1, 7, 8, 3]
+
+
 def test_delete_removes_the_value(w: World) -> None:
     cell = w.sp.cell("doc")
     w.set(cell, {"a": 1, "b": 2})

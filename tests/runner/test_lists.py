@@ -183,6 +183,81 @@ def test_reversing_a_list_of_links_runs_no_child_with_index_free_ops() -> None:
     arun(main)
 
 
+def test_common_ends_finds_the_shared_prefix_and_suffix() -> None:
+    from runner._lists import common_ends
+
+    old = list(range(100))
+    assert (100, 0) == common_ends(old, list(old))
+    assert (0, 100) == common_ends(old, [-1, *old])  # insert at the front
+    assert (37, 62) == common_ends(old, old[:37] + old[38:])  # remove one
+    assert (0, 0) == common_ends(old, old[::-1])
+    assert (3, 0) == common_ends([1, 2, 3], [1, 2, 3, 4])
+    assert (1, 1) == common_ends([1, 1], [1, 9, 1])  # never overlapping
+
+
+def test_cell_insert_and_remove_on_a_map_of_links_run_only_the_changed_element() -> None:
+    async def main() -> None:
+        async with Runtime() as rt:
+            cells = [rt.get_cell(("e", i)) for i in range(40)]
+            tx = rt.edit()
+            for i, c in enumerate(cells):
+                c.with_tx(tx).set(i)
+            await tx.commit()
+            links = [c.link() for c in cells[:30]]
+            items, res = await run_list(rt, Mapped, links)
+            assert [2 * i for i in range(30)] == await res.key("out").pull()
+            registrations = len(rt.registrations())
+            before = CALLS["double"]
+            items.insert(0, cells[35].link())
+            items.insert(10, cells[36].link())
+            assert [70] + [2 * i for i in range(9)] + [72] + [2 * i for i in range(9, 30)] == (
+                await res.key("out").pull()
+            )
+            assert 2 == CALLS["double"] - before
+            assert registrations + 2 == len(rt.registrations())
+            items.remove(10)
+            items.remove(0)
+            items.remove(29)
+            assert [2 * i for i in range(29)] == await res.key("out").pull()
+            assert 2 == CALLS["double"] - before
+            assert registrations - 1 == len(rt.registrations())
+            rt._check()
+
+    arun(main)
+
+
+def test_a_repeated_link_renumbers_its_occurrences_after_an_insert() -> None:
+    async def main() -> None:
+        async with Runtime() as rt:
+            a, b = rt.get_cell("a"), rt.get_cell("b")
+            tx = rt.edit()
+            a.with_tx(tx).set(1)
+            b.with_tx(tx).set(2)
+            await tx.commit()
+            la, lb = a.link(), b.link()
+            items, res = await run_list(rt, Mapped, [la, lb, la, lb])
+            assert [2, 4, 2, 4] == await res.key("out").pull()
+            for index, link in ((1, la), (0, lb), (5, la), (2, lb)):
+                items.insert(index, link)
+                await res.key("out").pull()
+                rt._check()
+            items.remove(3)
+            values = [1 if x == la else 2 for x in _raw(rt, items)]
+            assert [2 * v for v in values] == await res.key("out").pull()
+            container = docs.internal_link(res.link(), 0)
+            expected = {rt.key(res)} | {
+                child_link("map", container, k).key(rt.identity)
+                for k in element_keys(_raw(rt, items))
+            }
+            assert expected == rt.registrations()
+
+    arun(main)
+
+
+def _raw(rt: Runtime, cell: Any) -> Any:
+    return rt.replica.visible(cell.doc_key)["value"]
+
+
 def test_an_op_that_reads_index_reruns_when_its_index_changes() -> None:
     async def main() -> None:
         async with Runtime() as rt:
