@@ -8,12 +8,16 @@ a change of key set, length, kind or link identity, and both when the
 reachability of their path changes (a parent appeared, vanished or moved).
 
 Invariants (checked by `_check`)
-- `deep[doc][node]` and `shallow[doc][node]` are exactly `node.reads[doc]`.
+- `deep[doc][node]` and `shallow[doc][node]` are exactly `node.reads[doc]`;
+- a document's path trie, when it has one, holds exactly those paths, and only
+  documents with readers have one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from itertools import compress
+from operator import is_not
 
 from cells import MISSING, Change, DocKey, Link, Path, same_value, value_equal
 
@@ -141,14 +145,93 @@ def compact_reads(log: Iterable[tuple[DocKey, Path, bool]]) -> ReadSet:
     return out
 
 
-class ReaderIndex:
-    """Readers per document, deep and shallow."""
+TRIE_READERS = 16
+"""A document with at least this many reading nodes is matched through a path trie."""
 
-    __slots__ = ("comparisons", "deep", "shallow")
+
+class _Trie:
+    """The readers of one document by path: a node per path element.
+
+    `deep` / `shallow` hold the readers whose read path ends here. Matching walks
+    the trie and the two document values together, pruning every subtree whose
+    values are the same object (writes copy only along their path), so an edit
+    inside element i of a big list document compares only the readers under
+    `[..., i]` and those above it, not every reader of the document.
+    """
+
+    __slots__ = ("children", "deep", "shallow")
+
+    def __init__(self) -> None:
+        self.children: dict[str | int, _Trie] = {}
+        self.deep: dict[Node, None] = {}
+        self.shallow: dict[Node, None] = {}
+
+    def add(self, node: Node, path: Path, shallow: bool) -> None:
+        t = self
+        for elem in path:
+            child = t.children.get(elem)
+            if child is None:
+                child = t.children[elem] = _Trie()
+            t = child
+        (t.shallow if shallow else t.deep)[node] = None
+
+    def discard(self, node: Node, path: Path, shallow: bool) -> None:
+        trail: list[tuple[_Trie, str | int]] = []
+        t = self
+        for elem in path:
+            child = t.children.get(elem)
+            if child is None:
+                return
+            trail.append((t, elem))
+            t = child
+        (t.shallow if shallow else t.deep).pop(node, None)
+        # Drop the levels this left empty, deepest first.
+        for parent, elem in reversed(trail):
+            if t.deep or t.shallow or t.children:
+                break
+            del parent.children[elem]
+            t = parent
+
+    def everyone(self, out: dict[Node, None]) -> int:
+        """Add every reader in this subtree to `out`; returns how many paths there are."""
+        count = 0
+        stack = [self]
+        while stack:
+            t = stack.pop()
+            out.update(t.deep)
+            out.update(t.shallow)
+            count += len(t.deep) + len(t.shallow)
+            stack.extend(t.children.values())
+        return count
+
+    def entries(self, prefix: Path = ()) -> Iterable[tuple[Node, Path, bool]]:
+        for node in self.deep:
+            yield node, prefix, False
+        for node in self.shallow:
+            yield node, prefix, True
+        for elem, child in self.children.items():
+            yield from child.entries((*prefix, elem))
+
+
+def _value_changed(b: object, a: object) -> bool:
+    """The final comparison of `changed_at` for a deep read (`b is not a` known)."""
+    t = type(b)
+    if t is type(a) and (t is int or t is str):
+        return bool(b != a)
+    return not same_value(b, a)
+
+
+class ReaderIndex:
+    """Readers per document, deep and shallow (and a path trie for well-read documents)."""
+
+    __slots__ = ("comparisons", "deep", "shallow", "tries")
 
     def __init__(self) -> None:
         self.deep: dict[DocKey, dict[Node, tuple[Path, ...]]] = {}
         self.shallow: dict[DocKey, dict[Node, tuple[Path, ...]]] = {}
+        self.tries: dict[DocKey, _Trie] = {}
+        """Made by `match` once a document has `TRIE_READERS` readers, then kept in
+        step by `apply` until the document has no readers."""
         self.comparisons = 0
 
     def apply(self, node: Node, new: ReadSet) -> list[DocKey]:
@@ -158,10 +241,23 @@ class ReaderIndex:
         for key in old.keys() - new.keys():
             self._drop(node, key)
             touched.append(key)
+        tries = self.tries
         for key, (dpaths, spaths) in new.items():
-            if old.get(key) == (dpaths, spaths):
+            was = old.get(key)
+            if was == (dpaths, spaths):
                 continue
             touched.append(key)
+            trie = tries.get(key)
+            if trie is not None:
+                if was is not None:
+                    for p in was[0]:
+                        trie.discard(node, p, False)
+                    for p in was[1]:
+                        trie.discard(node, p, True)
+                for p in dpaths:
+                    trie.add(node, p, False)
+                for p in spaths:
+                    trie.add(node, p, True)
             for table, paths in ((self.deep, dpaths), (self.shallow, spaths)):
                 if paths:
                     table.setdefault(key, {})[node] = paths
@@ -175,12 +271,21 @@ class ReaderIndex:
         return touched
 
     def _drop(self, node: Node, key: DocKey) -> None:
+        trie = self.tries.get(key)
+        if trie is not None:
+            dpaths, spaths = node.reads[key]
+            for p in dpaths:
+                trie.discard(node, p, False)
+            for p in spaths:
+                trie.discard(node, p, True)
         for table in (self.deep, self.shallow):
             readers = table.get(key)
             if readers is not None:
                 readers.pop(node, None)
                 if not readers:
                     del table[key]
+        if trie is not None and key not in self.deep and key not in self.shallow:
+            del self.tries[key]
 
     def remove(self, node: Node) -> None:
         for key in node.reads:
@@ -195,14 +300,25 @@ class ReaderIndex:
 
         Readers that read the same way share one paths tuple (see `compact_reads`),
         so consecutive readers with the same tuple reuse its verdict: a document
-        read by many nodes is compared once, not once per reader.
+        read by many nodes is compared once, not once per reader. A document with
+        many readers goes through its path trie instead (`_match_trie`).
         """
-        hits: list[Node] = []
+        key = change.key
         before, after = change.before, change.after
-        deep = self.deep.get(change.key)
+        deep = self.deep.get(key)
+        shallow = self.shallow.get(key)
+        trie = self.tries.get(key)
+        if trie is None and len(deep or ()) + len(shallow or ()) >= TRIE_READERS:
+            trie = self.tries[key] = _Trie()
+            for table in (deep, shallow):
+                for node, paths in (table or {}).items():
+                    for p in paths:
+                        trie.add(node, p, table is shallow)
+        if trie is not None:
+            return self._match_trie(trie, before, after)
+        hits: list[Node] = []
         if deep:
             hits.extend(self._matching(deep.items(), before, after, False))
-        shallow = self.shallow.get(change.key)
         if shallow:
             readers: Iterable[tuple[Node, tuple[Path, ...]]] = shallow.items()
             if deep:  # a node already hit by a deep read needs no shallow comparison
@@ -210,6 +326,58 @@ class ReaderIndex:
                 readers = [(n, p) for n, p in readers if not (n in deep and n in found)]
             hits.extend(self._matching(readers, before, after, True))
         return hits
+
+    def _match_trie(self, trie: _Trie, before: object, after: object) -> list[Node]:
+        """`changed_at` for every reader of the document at once, walking the trie and
+        both values together. O(readers whose path leads into a changed part + the
+        trie levels walked there); a list level with many read elements finds its
+        changed elements with one C-level identity scan."""
+        hits: dict[Node, None] = {}
+        comparisons = 0
+        stack: list[tuple[_Trie, object, object]] = [(trie, before, after)]
+        while stack:
+            t, b, a = stack.pop()
+            if b is a:
+                continue  # nothing at or below this path changed
+            if t.deep:
+                comparisons += len(t.deep)
+                if _value_changed(b, a):
+                    hits.update(t.deep)
+            if t.shallow:
+                comparisons += len(t.shallow)
+                if not shallow_equal(b, a):
+                    hits.update(t.shallow)
+            children = t.children
+            if not children:
+                continue
+            if type(b) is list and type(a) is list:
+                lb: list[object] = b
+                la: list[object] = a
+                n = min(len(lb), len(la))
+                if len(children) * 20 > n:
+                    # Many read elements: visit only those that are not the same object
+                    # on both sides (str keys below a list are unreachable on both).
+                    for j in compress(range(n), map(is_not, lb, la)):
+                        child = children.get(j)
+                        if child is not None:
+                            stack.append((child, lb[j], la[j]))
+                    for j in range(n, max(len(lb), len(la))):
+                        child = children.get(j)
+                        if child is not None:
+                            nb = lb[j] if j < len(lb) else MISSING
+                            na = la[j] if j < len(la) else MISSING
+                            stack.append((child, nb, na))
+                    continue
+            for elem, child in children.items():
+                nb = _step(b, elem)
+                na = _step(a, elem)
+                if nb is _UNREACHABLE or na is _UNREACHABLE:
+                    if nb is not na:  # the path breaks on one side only: changed
+                        comparisons += child.everyone(hits)
+                    continue
+                stack.append((child, nb, na))
+        self.comparisons += comparisons
+        return list(hits)
 
     def _matching(
         self,
@@ -263,3 +431,14 @@ class ReaderIndex:
             for key, readers in table.items():
                 for node in readers:
                     assert key in node.reads and node.registered, (node, key)
+        for key, trie in self.tries.items():
+            # The trie holds exactly the document's read paths.
+            want = {
+                (node, p, is_shallow)
+                for is_shallow, table in ((False, self.deep), (True, self.shallow))
+                for node, paths in table.get(key, {}).items()
+                for p in paths
+            }
+            got = list(trie.entries())
+            assert len(got) == len(set(got)) and set(got) == want, key
+            assert want, f"an empty trie kept for {key}"
