@@ -1,6 +1,7 @@
 """Command line: ``python -m bench [GROUP ...] [--quick] [--json PATH]``.
 
 Samples per benchmark: ``BENCH_SAMPLES`` (default 7), or 3 with ``--quick``.
+Clock: ``BENCH_CLOCK=cpu`` times CPU time instead of wall time.
 The table goes to stdout, progress to stderr.
 """
 
@@ -14,6 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from bench.harness import (
+    CLOCK,
     DEFAULT_SAMPLES,
     QUICK_SAMPLES,
     REGISTRY,
@@ -53,6 +55,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
     args = parser.parse_args(argv)
     samples = _samples(args.quick, parser)
+    if CLOCK not in ("wall", "cpu"):
+        parser.error(f"BENCH_CLOCK must be 'wall' or 'cpu', got {CLOCK!r}")
 
     modules = discover()
     known = REGISTRY.groups()
@@ -71,7 +75,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if sys.stderr.isatty():
         print("\r\033[K", end="", file=sys.stderr)
 
-    print(f"{samples} samples per benchmark, round-robin within each group")
+    clock = "CPU time" if CLOCK == "cpu" else "wall time"
+    print(f"{samples} samples per benchmark, round-robin within each group, {clock}")
     print(format_table(results))
     if args.json:
         report = {

@@ -21,12 +21,14 @@ Groups
     One op is one list change followed by a pull of what it affects:
     `items.key(i, "title").set(...)` (a UI edit, a path write through the
     element's link) then a pull of card i's label; a new task linked at the
-    front, then a pull of card 0; the middle element removed, then a pull of
-    the card now in its place; the whole list of links reversed, then a pull
-    of card 0. The edit group also runs the same edit against a reaktiv
-    computed list (a `Signal` holding the list, a `Computed` mapping every
-    task to its card) and against plain Python recomputing every card
-    (the baseline).
+    front (`items.insert(0, link)`), then a pull of card 0; the middle element
+    removed (`items.remove(i)`), then a pull of the card now in its place; the
+    whole list of links reversed, then a pull of card 0. The insert and remove
+    groups also make the same change by writing the whole new list
+    (`items.set([...])`, what a client without the incremental calls does).
+    The edit group also runs the same edit against a reaktiv computed list
+    (a `Signal` holding the list, a `Computed` mapping every task to its
+    card) and against plain Python recomputing every card (the baseline).
 
 The change groups reuse one set-up world per N for all their samples (built
 once per process, untimed, on the first sample that needs it): a fresh
@@ -501,7 +503,16 @@ for _n in SIZES:
 
 
 def _structure_benches(n: int) -> None:
-    @bench(group="lists insert", name=f"cellweave insert at front N={n}", ops=CHANGES)
+    for whole in (False, True):
+        _insert_bench(n, whole)
+        _remove_bench(n, whole)
+    _reverse_bench(n)
+
+
+def _insert_bench(n: int, whole: bool) -> None:
+    how = ", whole-list set" if whole else ""
+
+    @bench(group="lists insert", name=f"cellweave insert at front{how} N={n}", ops=CHANGES)
     def insert() -> Run:
         world = _built(n)
         rt = world.rt
@@ -525,7 +536,10 @@ def _structure_benches(n: int) -> None:
             for cell in new_cells:
                 world.cells.insert(0, cell)
                 world.tasks.insert(0, cell.get())
-                await world.items.set([c.link() for c in world.cells])
+                if whole:
+                    await world.items.set([c.link() for c in world.cells])
+                else:
+                    await world.items.insert(0, cell.link())
                 got = await world.res.key("out", 0, "label").pull()
                 if got != expected(world.tasks[0])["label"]:
                     raise BenchError(f"insert: pulled {got!r}")
@@ -546,7 +560,11 @@ def _structure_benches(n: int) -> None:
 
         return run
 
-    @bench(group="lists remove", name=f"cellweave remove middle N={n}", ops=CHANGES)
+
+def _remove_bench(n: int, whole: bool) -> None:
+    how = ", whole-list set" if whole else ""
+
+    @bench(group="lists remove", name=f"cellweave remove middle{how} N={n}", ops=CHANGES)
     def remove() -> Run:
         world = _built(n)
 
@@ -554,7 +572,10 @@ def _structure_benches(n: int) -> None:
             for _ in range(CHANGES):
                 i = len(world.cells) // 2
                 del world.cells[i], world.tasks[i]
-                await world.items.set([c.link() for c in world.cells])
+                if whole:
+                    await world.items.set([c.link() for c in world.cells])
+                else:
+                    await world.items.remove(i)
                 got = await world.res.key("out", i, "label").pull()
                 if got != expected(world.tasks[i])["label"]:
                     raise BenchError(f"remove: pulled {got!r}")
@@ -575,6 +596,8 @@ def _structure_benches(n: int) -> None:
 
         return run
 
+
+def _reverse_bench(n: int) -> None:
     @bench(group="lists reverse", name=f"cellweave reverse links N={n}", ops=1)
     def reverse() -> Run:
         world = _built(n)
@@ -605,7 +628,7 @@ for _n in SIZES:
 
 
 def profile(n: int = BIG, *, links: bool = True, top: int = 25) -> None:
-    """cProfile path writes and inserts at the front on a built `n`-element board.
+    """cProfile path writes, inserts at the front and removes on a built `n`-element board.
 
     Run as ``python -m bench.bench_lists [N] [inline]``; prints the top
     functions by cumulative and by own CPU time for each kind of change
@@ -634,10 +657,21 @@ def profile(n: int = BIG, *, links: bool = True, top: int = 25) -> None:
     async def insert() -> None:
         for cell in cells:
             world.cells.insert(0, cell)
-            await world.items.set([c.link() for c in world.cells])
+            await world.items.insert(0, cell.link())
             await world.res.key("out", 0, "label").pull()
 
-    changes = [("path write", edit), ("insert at front", insert)] if links else [("edit", edit)]
+    async def remove() -> None:
+        for _ in cells:
+            i = len(world.cells) // 2
+            del world.cells[i]
+            await world.items.remove(i)
+            await world.res.key("out", i, "label").pull()
+
+    changes = (
+        [("path write", edit), ("insert at front", insert), ("remove middle", remove)]
+        if links
+        else [("edit", edit)]
+    )
     for name, change in changes:
         gc.collect()  # as the harness does before a timed region
         # CPU time, not wall time: on a shared machine, wall time charges whatever
