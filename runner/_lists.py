@@ -108,6 +108,26 @@ def _keys_and_counts(items: Iterable[Any]) -> tuple[list[ElementKey], dict[Link,
     return keys, seen
 
 
+def _keys_at(items: list[Any], counts: dict[Link, int], start: int, end: int) -> list[ElementKey]:
+    """The element keys of `items[start:end]`, for a list of links whose occurrence
+    counts are `counts`. A link that occurs once is `(link, 0)`; a repeated one
+    counts its occurrences before `start` (C-level `list.count`). O(end - start),
+    plus O(start) per distinct repeated link there."""
+    keys: list[ElementKey] = []
+    seen: dict[Link, int] = {}
+    for i in range(start, end):
+        item = items[i]
+        if counts[item] == 1:
+            keys.append((item, 0))
+            continue
+        n = seen.get(item)
+        if n is None:
+            n = items[:start].count(item) if start else 0
+        seen[item] = n + 1
+        keys.append((item, n))
+    return keys
+
+
 def _same_run(a: list[Any], b: list[Any], start_a: int, start_b: int, limit: int) -> int:
     """How many elements from `a[start_a]` and `b[start_b]` on are equal pairwise (at
     most `limit`). Compares growing slices (C-level `==`, identity first), so a run
@@ -175,6 +195,9 @@ class _Issuance:
 
 
 class _Entry:
+    """One element's child. `index` is kept current only for ops that read `index`
+    (for the others it is the position at some earlier reconcile, and unused)."""
+
     __slots__ = ("child", "created_by", "index", "issuer", "key", "owed")
 
     def __init__(self, key: ElementKey, child: Link, index: int) -> None:
@@ -193,22 +216,24 @@ class _Entry:
 class _State:
     """A coordinator's bookkeeping for one resolution identity.
 
-    `items`, `keys`, `counts` and `aggregate` describe the last reconcile that
-    finished cleanly over a list of links only (else `items` is None): the list it
-    read, its element keys, how often each link occurs in it, and the aggregate list
-    object it wrote (map only). The next reconcile then diffs only between the
+    `items`, `counts` and `aggregate` describe the last reconcile that finished
+    cleanly over a list of links only (else `items` is None): the list it read (the
+    stored object itself, not a copy), how often each link occurs in it, and the
+    aggregate list object it wrote (map only). No key list is kept: a key is the
+    link and its occurrence, which `_keys_at` derives for the part it needs (a new
+    N-element list per change is what the collector's young-generation passes pay
+    for at N = 10,000). The next reconcile then diffs only between the
     common prefix and suffix of that list and the new one (see `_diff_middle`).
     Any failure (a raising release or setup, a transaction that does not land)
     clears `items`, so the next reconcile walks the whole list again.
     """
 
-    __slots__ = ("aggregate", "counts", "entries", "failures", "items", "keys")
+    __slots__ = ("aggregate", "counts", "entries", "failures", "items")
 
     def __init__(self) -> None:
         self.entries: dict[ElementKey, _Entry] = {}
         self.failures = 0
         self.items: list[Any] | None = None
-        self.keys: list[ElementKey] = []
         self.counts: dict[Link, int] = {}
         self.aggregate: list[Any] | None = None
 
@@ -325,13 +350,14 @@ class Coordinator:
         if errors:
             raise ExceptionGroup(f"{self.label}: {len(errors)} releases failed", errors)
         if sum(counts.values()) == len(items):  # links only: the next reconcile may diff less
-            state.items, state.keys, state.counts = items, keys, counts
+            state.items, state.counts = items, counts
             state.aggregate = tx.peek(out_key, (docs.VALUE,)) if self.kind == "map" else None
 
     def _diff_middle(
         self, state: _State, old: list[Any], new: list[Any]
-    ) -> tuple[int, int, list[ElementKey]] | None:
-        """(prefix, suffix, keys of the new middle) when only the middle needs a diff.
+    ) -> tuple[int, int, list[ElementKey], list[ElementKey]] | None:
+        """(prefix, suffix, keys of the old middle, keys of the new middle) when only the
+        middle needs a diff.
 
         `old` is the list of links the last clean reconcile read. Elements in the
         common prefix and suffix keep their keys, so only the middle is diffed —
@@ -341,7 +367,7 @@ class Coordinator:
         C-level comparisons plus O(middle).
         """
         prefix, suffix = common_ends(old, new)
-        old_mid = state.keys[prefix : len(old) - suffix]
+        old_mid = _keys_at(old, state.counts, prefix, len(old) - suffix)
         new_items = new[prefix : len(new) - suffix]
         # Per link in the middle: the occurrence numbers the old middle used, in order.
         numbers: dict[Link, list[int]] = {}
@@ -367,7 +393,7 @@ class Coordinator:
             k = taken.get(item, 0)
             taken[item] = k + 1
             new_mid.append((item, numbers[item][k]))
-        return prefix, suffix, new_mid
+        return prefix, suffix, old_mid, new_mid
 
     def _reconcile_middle(
         self,
@@ -375,14 +401,13 @@ class Coordinator:
         state: _State,
         old: list[Any],
         items: list[Any],
-        middle: tuple[int, int, list[ElementKey]],
+        middle: tuple[int, int, list[ElementKey], list[ElementKey]],
         out_key: DocKey,
     ) -> None:
         """A reconcile that touches only the middle `_diff_middle` found: O(changed)
         bookkeeping, plus C-level list copies for the new key list and aggregate."""
-        prefix, suffix, new_mid = middle
+        prefix, suffix, old_mid, new_mid = middle
         end_old = len(old) - suffix
-        old_mid = state.keys[prefix:end_old]
         self.reconciles += 1
         issuance = _Issuance(self.reconciles)
         created: list[_Entry] = []
@@ -405,9 +430,6 @@ class Coordinator:
                 entry.owed = True
             if entry.owed:
                 self._issue(tx, entry, key[0], issuance)
-        keys = state.keys[:prefix]
-        keys += new_mid
-        keys += state.keys[end_old:]
         counts = state.counts
         for link, _n in old_mid:
             left = counts[link] - 1
@@ -430,9 +452,9 @@ class Coordinator:
                 aggregate += previous[end_old:]
                 tx.write(out_key, (docs.VALUE,), aggregate)
         else:
+            keys = _keys_at(items, counts, 0, len(items))
             tx.write(out_key, (docs.VALUE,), self._aggregate(tx, state, keys, items, out_key))
         tx.add_settle_callback(lambda _tx, res: self._settled(state, issuance, created, moved, res))
-        state.keys = keys  # the counts moved with them: keep the two in step
         if errors:
             raise ExceptionGroup(f"{self.label}: {len(errors)} releases failed", errors)
         state.items = items
@@ -555,8 +577,10 @@ class Coordinator:
             if state.items is not None:
                 # What the next reconcile diffs against is exactly the last clean one.
                 keys, counts = _keys_and_counts(state.items)
-                assert state.keys == keys, (state.keys, keys)
                 assert state.counts == counts, (state.counts, counts)
+                assert keys == _keys_at(state.items, counts, 0, len(keys))
+                for start in range(len(keys) + 1):
+                    assert keys[start:] == _keys_at(state.items, counts, start, len(keys))
                 assert sum(counts.values()) == len(state.items), "links only"
                 for key in keys:
                     assert key in state.entries, key
