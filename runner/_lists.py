@@ -22,8 +22,11 @@ when it holds links and scalars (an edit made through a link lands in
 another document), else its length and the identity of each position that
 is not an inline container — so editing inside an element re-runs only that
 element's child (which reads its element through a link); a structural
-change re-runs the coordinator once (O(N) for the diff) and sets up only new
-elements, or moved ones whose op reads `index`.
+change re-runs the coordinator once and sets up only new elements, or moved
+ones whose op reads `index`. Over a list of links the diff is O(changed): the
+reconcile compares the new list with the one it last matched (C-level slice
+comparisons find the common prefix and suffix), matches only the middle, and
+splices a map's container; otherwise it walks the whole list (O(N)).
 
 Ownership (the spec's "Releasing a child"): the coordinator *releases*
 (never stops) a child when the list no longer holds its element, when the
@@ -405,7 +408,7 @@ class Coordinator:
         out_key: DocKey,
     ) -> None:
         """A reconcile that touches only the middle `_diff_middle` found: O(changed)
-        bookkeeping, plus C-level list copies for the new key list and aggregate."""
+        bookkeeping, plus a C-level copy of the map aggregate (a splice of it)."""
         prefix, suffix, old_mid, new_mid = middle
         end_old = len(old) - suffix
         self.reconciles += 1
