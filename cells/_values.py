@@ -56,6 +56,10 @@ MAX_INT: Final = 2**63 - 1
 _EXACT_FLOAT_INT: Final = 2**53
 
 
+_AS_IS: Final = frozenset({Link, str, bool, type(None)})
+"""Element types a list keeps exactly as they are (see `_normalize`)."""
+
+
 def _fmt_path(path: Path) -> str:
     return "".join(f"[{p!r}]" for p in path) or "(root)"
 
@@ -122,6 +126,11 @@ def _normalize(value: Any, where: str, path: list[Any], active: set[int]) -> Val
             )
         return out
     if t is list or t is tuple:
+        if len(value) > 16 and set(map(type, value)) <= _AS_IS:
+            # Links, strs, bools and None only (a list of links, say): nothing to
+            # check or convert per element, and no container to recurse into.
+            # The type scan and the copy run in C: about 3x faster at 10,000.
+            return list(value)
         ident = id(value)
         if ident in active:
             raise _cycle(value, where, path)

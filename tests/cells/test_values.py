@@ -373,3 +373,16 @@ def test_decode_json_refuses_unknown_tagged_values() -> None:
         decode_json(b'{"/": {"what@9": 1}}')
     with pytest.raises(CorruptStoreError):
         decode_json(b'{"/": {"num@1": "Huge"}}')
+
+
+def test_a_long_list_of_plain_items_is_copied_and_other_long_lists_still_checked() -> None:
+    links = [Link("sp", f"id{i}") for i in range(40)]
+    plain = [*links, "text", None, True, False]
+    out = normalize(plain)
+    assert out == plain and out is not plain  # a fresh copy, the same items
+    assert all(a is b for a, b in zip(out, plain, strict=True))
+    assert normalize(tuple(plain)) == plain
+    mixed = [*links, 2.0, ("a",)]
+    assert normalize(mixed)[-2:] == [2, ["a"]]  # still converted element by element
+    with pytest.raises(InvalidValueError):
+        normalize([*links, object()])
