@@ -263,14 +263,16 @@ class Transaction:
         td = self._docs.get(key)
         if td is None:
             td = self._access(key)
-        where = f"splice of {key} at {list(path)}"
-        check_path(path, where=where)
+        for elem in path:
+            if type(elem) is not str and (type(elem) is not int or elem < 0):
+                check_path(path, where=f"splice of {key} at {list(path)}")
         current = get_path(td.working, path)
         if current is MISSING:
             current = []
         if type(current) is not list:
             raise InvalidValueError(
-                f"{where}: the value there is a {type(current).__name__}, not a list",
+                f"splice of {key} at {list(path)}: the value there is a"
+                f" {type(current).__name__}, not a list",
                 path=path,
                 value=current,
             )
@@ -282,17 +284,26 @@ class Transaction:
             or index + delete > len(current)
         ):
             raise InvalidValueError(
-                f"{where}: cannot replace {delete!r} elements from index {index!r}"
-                f" of a list of {len(current)}",
+                f"splice of {key} at {list(path)}: cannot replace {delete!r} elements from"
+                f" index {index!r} of a list of {len(current)}",
                 path=path,
                 value=(index, delete),
             )
-        added = normalize(list(items), where=where)
+        items = list(items)
+        try:
+            added = normalize(items, where="splice")
+        except InvalidValueError:
+            # Errors are rare: only now build the message naming document and path.
+            normalize(items, where=f"splice of {key} at {list(path)}")
+            raise
         new = current[:index]
         new += added
         new += current[index + delete :]
-        working = set_path(td.working, path, new, where=where)
-        td.working = working
+        try:
+            td.working = set_path(td.working, path, new, where="splice")
+        except InvalidValueError:
+            set_path(td.working, path, new, where=f"splice of {key} at {list(path)}")
+            raise
         written = td.written
         if written is None:
             td.written = (path,)
