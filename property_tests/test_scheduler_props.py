@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import cells
+import scheduler._readers as readers_module
 from cells import MISSING, Cell, Space, Transaction, read_value
 from scheduler import ManualClock, Node, Scheduler
 
@@ -223,6 +224,25 @@ class SchedulerMachine(RuleBasedStateMachine):
 
 
 TestSchedulerMachine = SchedulerMachine.TestCase
+
+
+class TrieSchedulerMachine(SchedulerMachine):
+    """The same machine with every read document matched through its reader trie
+    (made at the first match, kept in step as read sets change and nodes go)."""
+
+    def __init__(self) -> None:
+        self._saved_threshold = readers_module.TRIE_READERS
+        readers_module.TRIE_READERS = 1
+        super().__init__()
+
+    def teardown(self) -> None:
+        try:
+            super().teardown()
+        finally:
+            readers_module.TRIE_READERS = self._saved_threshold
+
+
+TestTrieSchedulerMachine = TrieSchedulerMachine.TestCase
 
 
 # --------------------------------------------------------------------------- P-S-LIVE-2
