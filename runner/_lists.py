@@ -145,11 +145,13 @@ class _Entry:
 class _State:
     """A coordinator's bookkeeping for one resolution identity."""
 
-    __slots__ = ("entries", "failures")
+    __slots__ = ("entries", "failures", "place")
 
     def __init__(self) -> None:
         self.entries: dict[ElementKey, _Entry] = {}
         self.failures = 0
+        self.place: Link | None = None
+        """Where the list was read last (an inline element's argument points into it)."""
 
 
 class Coordinator:
@@ -228,6 +230,15 @@ class Coordinator:
             for i, x in enumerate(items):
                 if type(x) is not dict and type(x) is not list:
                     tx.read(list_key, (*base, i), shallow=True)
+        if state.place != place:
+            if state.place is not None:
+                # Re-pointed at another list document: an inline element's argument is
+                # its position in the old one, so a kept position owes its setup (its
+                # child would go on reading the old list).
+                for kept in state.entries.values():
+                    if len(kept.key) == 1:
+                        kept.owed = True
+            state.place = place
         keys = element_keys(items)
         wanted = set(keys)
         self.reconciles += 1
