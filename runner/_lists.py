@@ -42,13 +42,17 @@ Bookkeeping is kept per resolution identity `(principal, session)`: one
 identity's completed setup never satisfies another's.
 
 Cold resume: a list document that has not loaded yet is never read as
-"empty" (the container and the children are kept until it loads), and a
-filter or flat_map aggregate is not republished while an element's result
-document is still loading.
+"empty" (the container and the children are kept until it loads; a failed
+load is raised to the runtime, never taken for `[]`), a filter or flat_map
+aggregate is not republished while an element's result document is still
+loading, and an element whose result document is loading keeps its setup
+owed (new elements are still set up). Each awaited document gets one sync,
+shared by every reconcile meanwhile; when it ends the coordinator runs again.
 
 Invariants (checked by `_check`)
 - entry keys are unique and each entry's child id derives from its key;
-- an entry's issuer, when set, is a reconcile that issued its setup.
+- an entry's issuer, when set, is a reconcile that issued its setup;
+- a document is awaited (syncing) or has a failed load to report, never both.
 """
 
 from __future__ import annotations
@@ -63,12 +67,14 @@ from cells import (
     Identity,
     Link,
     Outcome,
+    Pending,
     Transaction,
     entity_id,
     read_value,
     resolve,
 )
 from cells._values import thaw
+from cells.errors import LivenessError
 from scheduler import Node
 
 from . import _docs as docs
@@ -145,13 +151,17 @@ class _Entry:
 class _State:
     """A coordinator's bookkeeping for one resolution identity."""
 
-    __slots__ = ("entries", "failures", "place")
+    __slots__ = ("entries", "failures", "load_errors", "place", "syncing")
 
     def __init__(self) -> None:
         self.entries: dict[ElementKey, _Entry] = {}
         self.failures = 0
         self.place: Link | None = None
         """Where the list was read last (an inline element's argument points into it)."""
+        self.syncing: set[DocKey] = set()
+        """Documents this identity's reconciles wait for: one sync each, shared."""
+        self.load_errors: dict[DocKey, BaseException] = {}
+        """A list document whose load failed, for the next reconcile to report."""
 
 
 class Coordinator:
@@ -205,8 +215,17 @@ class Coordinator:
         base = (docs.VALUE, *place.path)
         if not self.runner.replica.is_loaded(list_key):
             # Cold resume: an input still loading is not an empty list. Keep the container
-            # and the children; the load's notification runs this again.
+            # and the children; the load's end runs this again.
             tx.read(list_key, base, shallow=True)
+            error = state.load_errors.pop(list_key, None)
+            # Load it (again); a failure is reported once, then only traced until a
+            # later reconcile tries again.
+            self._await_load(state, list_key, report=error is None)
+            if error is not None:
+                # Not read as empty either: the failure reaches the runtime (a node error).
+                raise LivenessError(
+                    f"{self.label}: its list {list_key} could not be loaded: {error}"
+                ) from error
             return
         items = tx.read(list_key, base, shallow=True)
         if type(items) is not list:
@@ -259,6 +278,13 @@ class Coordinator:
                 if self.uses_index:
                     entry.owed = True  # its argument's index changed
             if entry.owed:
+                child_key = entry.child.key(identity)
+                if not self._loaded(tx, child_key):
+                    # Its result document is still loading: keep the debt, and pay it when
+                    # the load ends (a child started on a document it has not seen, or a
+                    # setup staged under it, would act on a state nobody has read).
+                    self._await_load(state, child_key)
+                    continue
                 element = item if type(item) is Link else place.child(i)
                 self._issue(tx, entry, element, issuance)
         tx.write(out_key, (docs.VALUE,), self._aggregate(tx, state, keys, items, out_key))
@@ -283,6 +309,41 @@ class Coordinator:
         entry.owed = False
         entry.issuer = issuance
 
+    def _loaded(self, tx: Transaction, key: DocKey) -> bool:
+        """Whether `key` is loaded (touching it first: a document nobody asked for yet loads
+        now unless the store answers later)."""
+        replica = self.runner.replica
+        if replica.is_loaded(key):
+            return True
+        tx.peek(key)
+        return replica.is_loaded(key)
+
+    def _await_load(self, state: _State, key: DocKey, *, report: bool = False) -> None:
+        """Load `key` and run again once it has: one sync per document, shared by every
+        reconcile meanwhile, and counted as awaited only while it runs.
+
+        A failed load runs again only to `report` it (the list's): the failure is kept
+        for that reconcile to raise. Otherwise it is traced and the next reconcile loads
+        the document again, so a store that keeps failing makes no loop.
+        """
+        if key in state.syncing:
+            return
+        state.syncing.add(key)
+
+        def done(pending: Pending[None]) -> None:
+            state.syncing.discard(key)
+            try:
+                pending.result()
+            except Exception as exc:
+                self.runner.trace.record("load-failed", key, error=type(exc).__name__)
+                if not report:
+                    return
+                state.load_errors[key] = exc
+            if self.active:
+                self.runner.scheduler.invalidate(self.node)
+
+        self.runner.replica.sync([key]).add_done_callback(done)
+
     def _aggregate(
         self,
         tx: Transaction,
@@ -296,8 +357,12 @@ class Coordinator:
             return [e.child for e in entries]
         replica = self.runner.replica
         identity = tx.identity
-        if any(not replica.is_loaded(e.child.key(identity)) for e in entries):
-            # Cold resume: never republish a partial aggregate while results load.
+        loading = [k for e in entries if not replica.is_loaded(k := e.child.key(identity))]
+        if loading:
+            # Cold resume: never republish a partial aggregate while results load; run
+            # again when they have (nothing else would: their values were not read).
+            for key in loading:
+                self._await_load(state, key)
             previous = tx.peek(out_key, (docs.VALUE,))
             if previous is not MISSING:
                 return previous
@@ -376,6 +441,7 @@ class Coordinator:
 
     def _check(self) -> None:
         for state in self.states.values():
+            assert not state.syncing & state.load_errors.keys(), state.load_errors
             for key, entry in state.entries.items():
                 assert entry.key == key, entry
                 assert entry.child == child_link(self.kind, self.container, key), entry
