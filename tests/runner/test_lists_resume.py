@@ -345,6 +345,33 @@ def test_S61_nothing_is_written_when_the_coordinator_is_torn_down_first() -> Non
     arun(main)
 
 
+def test_S61_a_start_whose_list_fails_to_load_fails_and_writes_nothing() -> None:
+    """The rejected pull on a cold start: the start fails with the load's error (it
+    reaches the caller; the list is not taken for empty), nothing is written or left
+    registered, and a later start writes the container."""
+
+    async def main() -> None:
+        store = MemoryStore()
+        list_key, out_key = await absent_container(store, Mapped, [1, 2])
+        async with Runtime(store) as two:
+            cold = two.get_cell("r")
+            with store.testing.hold_loads(list_key) as loads:
+                started = two.start(cold)
+                await turns(10)
+                loads.fail()
+            with pytest.raises(LivenessError):
+                await started
+            await two.idle()
+            assert MISSING == store.read_durable(out_key)
+            assert frozenset() == two.registrations()
+            assert await two.start(cold) is True
+            assert [2, 4] == await cold.key("out").pull()
+            await two.idle()
+            assert 2 == len(store.read_durable(out_key)["value"])
+
+    arun(main)
+
+
 def test_S61_nothing_is_written_when_the_container_arrived_meanwhile() -> None:
     """Another runtime writes the container while this one's list loads: the aggregate
     this coordinator computes is the one that arrived (the container and its element
