@@ -41,6 +41,31 @@ moved — each only if still its own; then the coordinator runs again.
 Bookkeeping is kept per resolution identity `(principal, session)`: one
 identity's completed setup never satisfies another's.
 
+Scopes (S70). Narrower means more private: space < user < session. Three
+scopes matter, decided at every reconcile from the run's result scope and the
+scope of the document the list lives in:
+
+- the *base container* is the coordinator's output re-addressed (same id) at
+  the narrower of the run's scope and the list's scope. Element children are
+  keyed from it, so a list that moves to another scope changes every child's
+  identity: the old children are released, even where the element keys
+  remain, and new ones are set up;
+- an element's *exposed result* (its child) is at the narrower of the base
+  container's scope and the element's own scope (a link's scope; an inline
+  element lives in the list's document). A user-scoped element of a
+  space-scoped list gets a user-scoped child: each principal computes and
+  sees their own result. The child id derives from (base container, element
+  key), and the element key holds the element's scope, so the exposed scope
+  never forks an id on its own;
+- the *output*: map writes its aggregate (links to the children) into the base
+  container, so it stays at the list's scope whatever its elements' scopes
+  (a link resolves to each reader's own instance). filter and flat_map
+  aggregates are made of the children's values, so their cardinality is
+  controlled by every child: the aggregate goes to the narrowest of the base
+  container's and the children's scopes. A narrowed output is written at the
+  same id, and the run's own output cell (at the run's scope) then holds a
+  link to it, so the run's result resolves each reader's instance.
+
 Cold resume: a list document that has not loaded yet is never read as
 "empty" (the container and the children are kept until it loads; a failed
 load is raised to the runtime, never taken for `[]`), a filter or flat_map
@@ -52,7 +77,8 @@ shared by every reconcile meanwhile; when it ends the coordinator runs again.
 Invariants (checked by `_check`)
 - entry keys are unique and each entry's child id derives from its key;
 - an entry's issuer, when set, is a reconcile that issued its setup;
-- a document is awaited (syncing) or has a failed load to report, never both.
+- a document is awaited (syncing) or has a failed load to report, never both;
+- every entry of a state derives from that state's base container.
 """
 
 from __future__ import annotations
@@ -68,11 +94,13 @@ from cells import (
     Link,
     Outcome,
     Pending,
+    Scope,
     Transaction,
     entity_id,
     read_value,
     resolve,
 )
+from cells._address import SCOPES
 from cells._values import thaw
 from cells.errors import LivenessError
 from scheduler import Node
@@ -114,10 +142,31 @@ def _plain(key: ElementKey) -> Any:
     return ["pos", key[0]]
 
 
+def narrower(a: Scope, b: Scope) -> Scope:
+    """The more private of two scopes (space < user < session)."""
+    return a if SCOPES.index(a) >= SCOPES.index(b) else b
+
+
+def rescoped(link: Link, scope: Scope) -> Link:
+    """The same document id at another scope (a scope re-addresses, never forks, an id)."""
+    return link if link.scope == scope else Link(link.space, link.id, scope)
+
+
+def base_container(output: Link, list_scope: Scope) -> Link:
+    """The container element children are keyed from: the coordinator's output at the
+    narrower of the run's scope and the list's scope."""
+    return rescoped(output, narrower(output.scope, list_scope))
+
+
 def child_link(kind: str, container: Link, key: ElementKey) -> Link:
-    """The element's child result: derived from (container, element key, scope kind)."""
+    """The element's child result: its id derives from (base container, element key), and
+    it is exposed at the narrower of the container's scope and the element's scope (an
+    element linked at a narrower scope gets a child per instance of it)."""
     cause = {kind: [container.id, container.scope], "element": _plain(key)}
-    return Link(container.space, entity_id(cause), container.scope)
+    scope = container.scope
+    if len(key) == 2:
+        scope = narrower(scope, key[0].scope)
+    return Link(container.space, entity_id(cause), scope)
 
 
 class _Issuance:
@@ -151,9 +200,10 @@ class _Entry:
 class _State:
     """A coordinator's bookkeeping for one resolution identity."""
 
-    __slots__ = ("entries", "failures", "load_errors", "place", "syncing")
+    __slots__ = ("base", "entries", "failures", "identity", "load_errors", "place", "syncing")
 
-    def __init__(self) -> None:
+    def __init__(self, identity: Identity) -> None:
+        self.identity = identity
         self.entries: dict[ElementKey, _Entry] = {}
         self.failures = 0
         self.place: Link | None = None
@@ -162,6 +212,12 @@ class _State:
         """Documents this identity's reconciles wait for: one sync each, shared."""
         self.load_errors: dict[DocKey, BaseException] = {}
         """A list document whose load failed, for the next reconcile to report."""
+        self.base: Link | None = None
+        """The base container the entries' children derive from (None before the first
+        reconcile that read a loaded list)."""
+
+    def __repr__(self) -> str:
+        return f"<list state for {self.identity.principal}/{self.identity.session}>"
 
 
 class Coordinator:
@@ -191,7 +247,7 @@ class Coordinator:
         self.node: Node = runner.scheduler.register(
             self.reconcile,
             identity=identity,
-            outputs=[(self.container.key(identity), (docs.VALUE,))],
+            outputs=[(key, (docs.VALUE,)) for key in self._output_keys(identity)],
             label=self.label,
             reads=[(bound.key(identity), (docs.VALUE, *bound.path), True)],
         )
@@ -201,6 +257,20 @@ class Coordinator:
     def __repr__(self) -> str:
         return f"<Coordinator {self.label}>"
 
+    def _output_keys(self, identity: Identity) -> list[DocKey]:
+        """Every document a reconcile for `identity` may write its aggregate to: the output
+        at the run's scope and its re-addressings at each narrower scope."""
+        out = self.container
+        narrow = SCOPES[SCOPES.index(out.scope) :]
+        return list(dict.fromkeys(rescoped(out, s).key(identity) for s in narrow))
+
+    def _publish(self, tx: Transaction, out: Link, aggregate: Any) -> None:
+        """Write the aggregate at `out`; a narrowed output is linked from the run's own."""
+        identity = tx.identity
+        tx.write(out.key(identity), (docs.VALUE,), aggregate)
+        if out != self.container:
+            tx.write(self.container.key(identity), (docs.VALUE,), out)
+
     # ------------------------------------------------------------------ reconcile
     def reconcile(self, tx: Transaction) -> None:
         if not self.active:
@@ -208,8 +278,7 @@ class Coordinator:
         identity = tx.identity
         state = self.states.get(identity)
         if state is None:
-            state = self.states[identity] = _State()
-        out_key = self.container.key(identity)
+            state = self.states[identity] = _State(identity)
         place = resolve(tx, self.list_link)
         list_key = place.key(identity)
         base = (docs.VALUE, *place.path)
@@ -227,11 +296,19 @@ class Coordinator:
                     f"{self.label}: its list {list_key} could not be loaded: {error}"
                 ) from error
             return
+        container = base_container(self.container, place.scope)
+        if state.base != container:
+            # The list moved to another scope: every child derives from the old container,
+            # so each is released (even where its element key remains) and set up anew.
+            errors = self._release(state, list(state.entries))
+            if errors:
+                raise ExceptionGroup(f"{self.label}: {len(errors)} releases failed", errors)
+            state.base = container
         items = tx.read(list_key, base, shallow=True)
         if type(items) is not list:
             # Undefined (or not a list): release every child, the output is empty.
             errors = self._release(state, list(state.entries))
-            tx.write(out_key, (docs.VALUE,), [])
+            self._publish(tx, container, [])
             # If this write does not land, the container shows the old aggregate again:
             # the coordinator must run again (the scheduler re-runs a stale basis only).
             tx.add_settle_callback(lambda _tx, res: self._settled(state, None, [], [], res))
@@ -268,7 +345,7 @@ class Coordinator:
         for i, (key, item) in enumerate(zip(keys, items, strict=True)):
             entry = state.entries.get(key)
             if entry is None:
-                entry = _Entry(key, child_link(self.kind, self.container, key), i)
+                entry = _Entry(key, child_link(self.kind, container, key), i)
                 entry.created_by = issuance
                 state.entries[key] = entry
                 created.append(entry)
@@ -287,7 +364,14 @@ class Coordinator:
                     continue
                 element = item if type(item) is Link else place.child(i)
                 self._issue(tx, entry, element, issuance)
-        tx.write(out_key, (docs.VALUE,), self._aggregate(tx, state, keys, items, out_key))
+        entries = [state.entries[k] for k in keys]
+        out = container
+        if self.kind != "map":
+            # The children's values decide how long the aggregate is: it is as private
+            # as the most private child (map's links resolve per reader instead).
+            for e in entries:
+                out = rescoped(out, narrower(out.scope, e.child.scope))
+        self._publish(tx, out, self._aggregate(tx, state, entries, items, out.key(identity)))
         tx.add_settle_callback(lambda _tx, res: self._settled(state, issuance, created, moved, res))
         if errors:
             raise ExceptionGroup(f"{self.label}: {len(errors)} releases failed", errors)
@@ -348,11 +432,10 @@ class Coordinator:
         self,
         tx: Transaction,
         state: _State,
-        keys: list[ElementKey],
+        entries: list[_Entry],
         items: list[Any],
         out_key: DocKey,
     ) -> Any:
-        entries = [state.entries[k] for k in keys]
         if self.kind == "map":
             return [e.child for e in entries]
         replica = self.runner.replica
@@ -396,15 +479,15 @@ class Coordinator:
         for entry in state.entries.values():
             if issuance is not None and entry.issuer is issuance:
                 entry.owed = True
-                self.runner.trace.record("debt", entry.child.key(self.node.identity))
+                self.runner.trace.record("debt", entry.child.key(state.identity))
         if res.outcome is Outcome.STALE_BASIS:
             return  # the scheduler re-runs the reconcile against fresher state
         for entry in created:
             if state.entries.get(entry.key) is entry and entry.created_by is issuance:
                 # Created by a reconcile that never landed: release (never stop) its child.
                 del state.entries[entry.key]
-                self.runner.trace.record("rollback", entry.child.key(self.node.identity))
-                self.runner.release(entry.child.key(self.node.identity), None, why="rollback")
+                self.runner.trace.record("rollback", entry.child.key(state.identity))
+                self.runner.release(entry.child.key(state.identity), None, why="rollback")
         for entry, before, after in moved:
             if state.entries.get(entry.key) is entry and entry.index == after:
                 entry.index = before
@@ -416,7 +499,7 @@ class Coordinator:
     def _release(self, state: _State, keys: list[ElementKey]) -> list[Exception]:
         """Release the children of `keys`; an entry goes only once its release succeeded."""
         errors: list[Exception] = []
-        identity = self.node.identity
+        identity = state.identity
         for key in keys:
             entry = state.entries[key]
             try:
@@ -440,8 +523,11 @@ class Coordinator:
             raise ExceptionGroup(f"{self.label}: {len(errors)} releases failed", errors)
 
     def _check(self) -> None:
-        for state in self.states.values():
+        for identity, state in self.states.items():
             assert not state.syncing & state.load_errors.keys(), state.load_errors
+            assert state.identity == identity, state
+            assert state.base is not None or not state.entries, state
             for key, entry in state.entries.items():
                 assert entry.key == key, entry
-                assert entry.child == child_link(self.kind, self.container, key), entry
+                assert state.base is not None
+                assert entry.child == child_link(self.kind, state.base, key), entry

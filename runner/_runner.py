@@ -578,7 +578,7 @@ def element_run_keys(
 ) -> list[Any]:
     """Every document of every element child the run's lists hold now, derived exactly as
     the coordinators derive them (container, element key, scope)."""
-    from ._lists import child_link, element_keys
+    from ._lists import base_container, child_link, element_keys
 
     keys: list[Any] = []
     tx = runner.replica.edit(identity)
@@ -588,8 +588,9 @@ def element_run_keys(
             items = tx.peek(place.key(identity), (docs.VALUE, *place.path))
             if type(items) is not list:
                 continue
+            base = base_container(container, place.scope)
             for key in element_keys(items):
-                child = child_link(kind, container, key)
+                child = child_link(kind, base, key)
                 keys.append(child.key(identity))
                 keys.extend(run_keys(op, child, identity))
     finally:
