@@ -87,7 +87,10 @@ def instantiate(
         elif spec.kind in LIST_KINDS:
             from ._lists import Coordinator
 
-            Coordinator(runner, reg, pattern, spec, result, identity)
+            coordinator = runner.list_coordinators.get((reg, spec.index))
+            if coordinator is None:
+                coordinator = Coordinator(runner, reg, pattern, spec, result)
+            coordinator.add_identity(identity, reg.group)
         else:  # pragma: no cover - PatternGraph only holds the kinds above
             raise PatternError(f"pattern {pattern.identity}: unknown node kind {spec.kind!r}")
 

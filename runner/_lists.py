@@ -39,7 +39,13 @@ bookkeeping — entries it created (releasing their children) and indices it
 moved — each only if still its own; then the coordinator runs again.
 
 Bookkeeping is kept per resolution identity `(principal, session)`: one
-identity's completed setup never satisfies another's.
+identity's completed setup never satisfies another's. A coordinator has one
+reconcile node per identity its registration runs for (S69: each identity
+that demands the run adds one, `add_identity`), and each node runs as its
+identity: its element children are launched for that identity, so a
+per-user element's derivations run once per demanding principal, as that
+principal. A child two identities derive alike (a space-scoped child) is
+released by the last identity's bookkeeping that lets go of it.
 
 Scopes (S70). Narrower means more private: space < user < session. Three
 scopes matter, decided at every reconcile from the run's result scope and the
@@ -107,6 +113,7 @@ from scheduler import Node
 
 from . import _docs as docs
 from ._builder import NodeSpec, Pattern, find_pattern
+from ._cancel import CancelGroup
 from ._registrations import Registration
 
 if TYPE_CHECKING:
@@ -228,11 +235,11 @@ class Coordinator:
         pattern: Pattern,
         spec: NodeSpec,
         result: Link,
-        identity: Identity,
     ) -> None:
         self.runner = runner
         self.reg = reg
         self.kind = spec.kind
+        self.index = spec.index
         self.op = find_pattern(spec.target)
         self.uses_index = "index" in self.op.params
         bound = docs.bind(spec.inputs, result)["list"]
@@ -242,20 +249,47 @@ class Coordinator:
         self.label = f"{pattern.__qualname__}.n{spec.index} {spec.kind}({self.op.__qualname__})"
         self.chain = (*reg.chain, reg.key)
         self.states: dict[Identity, _State] = {}
+        self.nodes: dict[Identity, Node] = {}
+        """One reconcile node per identity the registration runs for, running as it."""
         self.reconciles = 0
         self.active = True
-        self.node: Node = runner.scheduler.register(
+        reg.group.add(self.teardown)
+        runner.coordinators.add(self)
+        runner.list_coordinators[reg, spec.index] = self
+
+    def __repr__(self) -> str:
+        return f"<Coordinator {self.label}>"
+
+    @property
+    def node(self) -> Node:
+        """The first identity's reconcile node (the only one, unless serving several)."""
+        return next(iter(self.nodes.values()))
+
+    def add_identity(self, identity: Identity, group: CancelGroup) -> None:
+        """Reconcile for `identity` too: a node running as it, with bookkeeping of its own,
+        removed (its children let go) when `group` (that instance's) is cancelled."""
+        if identity in self.nodes or not self.active:
+            return
+        self.states[identity] = _State(identity)
+        self.nodes[identity] = self.runner.scheduler.register(
             self.reconcile,
             identity=identity,
             outputs=[(key, (docs.VALUE,)) for key in self._output_keys(identity)],
             label=self.label,
-            reads=[(bound.key(identity), (docs.VALUE, *bound.path), True)],
+            reads=[(self.list_link.key(identity), (docs.VALUE, *self.list_link.path), True)],
         )
-        reg.group.add(self.teardown)
-        runner.coordinators.add(self)
+        group.add(lambda: self.drop_identity(identity))
 
-    def __repr__(self) -> str:
-        return f"<Coordinator {self.label}>"
+    def drop_identity(self, identity: Identity) -> None:
+        """Stop reconciling for `identity` and let go of its children."""
+        node = self.nodes.pop(identity, None)
+        if node is None:
+            return
+        self.runner.scheduler.remove(node)
+        state = self.states.pop(identity)
+        errors = self._release(state, list(state.entries))
+        if errors:
+            raise ExceptionGroup(f"{self.label}: {len(errors)} releases failed", errors)
 
     def _output_keys(self, identity: Identity) -> list[DocKey]:
         """Every document a reconcile for `identity` may write its aggregate to: the output
@@ -278,7 +312,7 @@ class Coordinator:
         identity = tx.identity
         state = self.states.get(identity)
         if state is None:
-            state = self.states[identity] = _State(identity)
+            return  # that identity's instance was dropped while this run was queued
         place = resolve(tx, self.list_link)
         list_key = place.key(identity)
         base = (docs.VALUE, *place.path)
@@ -423,8 +457,10 @@ class Coordinator:
                 if not report:
                     return
                 state.load_errors[key] = exc
-            if self.active:
-                self.runner.scheduler.invalidate(self.node)
+            # The identity that awaited it runs again (its instance may have gone meanwhile).
+            node = self.nodes.get(state.identity)
+            if self.active and node is not None:
+                self.runner.scheduler.invalidate(node)
 
         self.runner.replica.sync([key]).add_done_callback(done)
 
@@ -482,26 +518,37 @@ class Coordinator:
                 self.runner.trace.record("debt", entry.child.key(state.identity))
         if res.outcome is Outcome.STALE_BASIS:
             return  # the scheduler re-runs the reconcile against fresher state
+        others = [s for s in self.states.values() if s is not state]
         for entry in created:
             if state.entries.get(entry.key) is entry and entry.created_by is issuance:
-                # Created by a reconcile that never landed: release (never stop) its child.
+                # Created by a reconcile that never landed: release (never stop) its child,
+                # unless another identity's bookkeeping holds it (that one releases it).
                 del state.entries[entry.key]
-                self.runner.trace.record("rollback", entry.child.key(state.identity))
-                self.runner.release(entry.child.key(state.identity), None, why="rollback")
+                child = entry.child.key(state.identity)
+                self.runner.trace.record("rollback", child)
+                if not (others and self._held_elsewhere(others, entry, state.identity)):
+                    self.runner.release(child, None, why="rollback")
         for entry, before, after in moved:
             if state.entries.get(entry.key) is entry and entry.index == after:
                 entry.index = before
         state.failures += 1
-        if state.failures <= MAX_FAILED_RECONCILES:
-            self.runner.scheduler.invalidate(self.node)
+        node = self.nodes.get(state.identity)
+        if state.failures <= MAX_FAILED_RECONCILES and node is not None:
+            self.runner.scheduler.invalidate(node)
 
     # ------------------------------------------------------------------ release
     def _release(self, state: _State, keys: list[ElementKey]) -> list[Exception]:
-        """Release the children of `keys`; an entry goes only once its release succeeded."""
+        """Release the children of `keys`; an entry goes only once its release succeeded.
+        A child another identity's bookkeeping still holds (the same key) is only forgotten
+        here: that identity releases it when it lets go."""
         errors: list[Exception] = []
         identity = state.identity
+        others = [s for s in self.states.values() if s is not state]
         for key in keys:
             entry = state.entries[key]
+            if others and self._held_elsewhere(others, entry, identity):
+                del state.entries[key]
+                continue
             try:
                 self.runner.release(
                     entry.child.key(identity), None, why=f"element left {self.label}"
@@ -512,20 +559,35 @@ class Coordinator:
             del state.entries[key]
         return errors
 
+    @staticmethod
+    def _held_elsewhere(others: list[_State], entry: _Entry, identity: Identity) -> bool:
+        child = entry.child.key(identity)
+        for other in others:
+            theirs = other.entries.get(entry.key)
+            if theirs is not None and theirs.child.key(other.identity) == child:
+                return True
+        return False
+
     def teardown(self) -> None:
         self.active = False
         self.runner.coordinators.discard(self)
-        self.runner.scheduler.remove(self.node)
+        if self.runner.list_coordinators.get((self.reg, self.index)) is self:
+            del self.runner.list_coordinators[self.reg, self.index]
         errors: list[Exception] = []
-        for state in self.states.values():
-            errors.extend(self._release(state, list(state.entries)))
+        for identity in list(self.nodes):
+            try:
+                self.drop_identity(identity)
+            except Exception as exc:  # one identity's failures must not keep the rest
+                errors.append(exc)
         if errors:
             raise ExceptionGroup(f"{self.label}: {len(errors)} releases failed", errors)
 
     def _check(self) -> None:
+        assert self.states.keys() == self.nodes.keys(), (self.states, self.nodes)
         for identity, state in self.states.items():
             assert not state.syncing & state.load_errors.keys(), state.load_errors
             assert state.identity == identity, state
+            assert self.nodes[identity].identity == identity, state
             assert state.base is not None or not state.entries, state
             for key, entry in state.entries.items():
                 assert entry.key == key, entry

@@ -78,6 +78,9 @@ class Runner:
         self._idle_waiters: list[Callable[[], None]] = []
         self.coordinators: set[Coordinator] = set()
         """Live list coordinators (for `_check` and diagnostics)."""
+        self.list_coordinators: dict[tuple[Registration, int], Coordinator] = {}
+        """The coordinator of each (registration, list node index): a joining identity adds
+        its reconcile node to it."""
 
     # ------------------------------------------------------------------ setup
     def stage_setup(
@@ -518,7 +521,9 @@ class Runner:
             assert self.registrations.get(key) is reg, (key, reg)
         for coordinator in self.coordinators:
             assert not coordinator.reg.ended, coordinator
+            assert self.list_coordinators[coordinator.reg, coordinator.index] is coordinator
             coordinator._check()
+        assert len(self.list_coordinators) == len(self.coordinators)
 
 
 def run_keys(pattern: Pattern, result: Link, identity: Identity, depth: int = 0) -> list[Any]:
