@@ -276,14 +276,20 @@ class Runner:
         from ._instantiate import instantiate
 
         identity = tx.identity
-        group = CancelGroup(f"{reg.key}#{reg.generation} as {_who(identity)}")
+        if not reg.identities:
+            # The first instance never leaves on its own (only a join is undone), so the
+            # registration's own group serves it: no extra group or cleanup per run.
+            group = reg.group
+        else:
+            group = CancelGroup(f"{reg.key}#{reg.generation} as {_who(identity)}")
+            reg.group.add(lambda: self._drop_instance(reg, identity, group))
         reg.identities[identity] = group
-        reg.group.add(lambda: self._drop_instance(reg, identity, group))
         instantiate(self, reg, pattern, result, tx, group)
 
     def _drop_instance(self, reg: Registration, identity: Identity, group: CancelGroup) -> None:
         # The identity leaves first: its cleanups then see which identities still hold a
-        # child they share (`release_for`).
+        # child they share (`release_for`). A joined instance's drop runs before the first
+        # instance's cleanups (the group runs newest first), so the first releases last.
         if reg.identities.get(identity) is group:
             del reg.identities[identity]
         group.cancel()
