@@ -267,12 +267,12 @@ def TwoLevels(items, groups):  # type: ignore[no-untyped-def]
 NOTES = {"alice": [1, 2, 3], "bob": [10, 20, 31]}
 
 
-async def serving(pat: Any) -> tuple[Runtime, dict[str, Any]]:
+async def serving(pat: Any, store: MemoryStore | None = None) -> tuple[Runtime, dict[str, Any]]:
     """A serving runtime (as "service") sets up `pat` on a space-scoped list of links to
     user-scoped notes; alice and bob each start the space-scoped root through their
     session. Returns the runtime and each principal's result cell."""
     SEEN.clear()
-    rt = Runtime(principal="service")
+    rt = Runtime(store, principal="service")
     sessions = {"alice": rt.session("alice", "a1"), "bob": rt.session("bob", "b1")}
     for who, session in sessions.items():
         tx = session.edit()
@@ -494,5 +494,30 @@ def test_S69_a_join_that_fails_for_good_is_undone_for_that_principal_only() -> N
                 assert {"alice", "bob"} == {i.principal for i in reg.identities}
             rt._check()
             await assert_stop_leaves_nothing(rt, results)
+
+    arun(main)
+
+
+def test_S69_a_restarted_serving_runtime_finds_the_same_instances() -> None:
+    async def main() -> None:
+        store = MemoryStore()
+        first, results = await serving(TwoLevels, store)
+        before = {who: await cell.pull() for who, cell in results.items()}
+        keys = first.registrations()
+        await first.aclose()
+        # A new serving runtime on the same store: each principal starts the root again;
+        # the pre-sync and the coordinators derive the same (narrowed) children.
+        SEEN.clear()
+        async with Runtime(store, principal="service") as rt:
+            again = {}
+            for who, session in (("alice", "a1"), ("bob", "b1")):
+                mine = rt.session(who, session).get_cell("root")
+                assert await rt.session(who, session).start(mine) is True
+                again[who] = await mine.pull()
+            assert before == again
+            assert keys == rt.registrations()
+            assert {"alice", "bob"} == set(node_identities(rt))
+            rt._check()
+            await assert_stop_leaves_nothing(rt, {"alice": rt.get_cell("root")})
 
     arun(main)
