@@ -18,6 +18,16 @@ For each node of the traced graph, in order:
 
 Every node and handler is removed by the registration's cancel group, so
 ending the registration (stop, release, rollback) leaves nothing behind.
+
+Instances (S69): a registration's nodes are instantiated once per identity
+that demands it (`Runner.join`), each with that identity and in that
+instance's own cancel group: lifts, navigations, list coordinators (one
+coordinator per list node, one reconcile node per identity) and nested
+children, which the instance launches for its identity (so the join carries
+on down the tree). Handlers are bound once per registration: an event runs
+as the identity that sent it. A child whose key is the same for two
+instances (a space-scoped child) is one registration, released by the last
+instance that lets go of it.
 """
 
 from __future__ import annotations
@@ -42,6 +52,7 @@ from scheduler import Node, QueuedEvent
 
 from . import _docs as docs
 from ._builder import LIST_KINDS, Navigate, NodeSpec, Pattern, PatternInstance, find_pattern
+from ._cancel import CancelGroup
 from ._registrations import Registration
 from .errors import PatternError
 
@@ -72,22 +83,30 @@ def instantiate(
     reg: Registration,
     pattern: Pattern,
     result: Link,
-    identity: Identity,
     tx: Transaction,
+    group: CancelGroup,
 ) -> None:
+    """Instantiate `pattern`'s nodes for `tx.identity`, their cleanups in `group` (that
+    instance's cancel group); handlers only for the registration's first instance."""
+    identity = tx.identity
+    first = len(reg.identities) == 1
     for spec in pattern.graph.nodes:
         if spec.kind == "lift":
-            _lift(runner, reg, pattern, spec, result, identity)
+            _lift(runner, reg, pattern, spec, result, identity, group)
         elif spec.kind == "pattern":
-            _nested(runner, reg, pattern, spec, result, tx)
+            _nested(runner, reg, pattern, spec, result, tx, group)
         elif spec.kind == "handler":
-            _handler(runner, reg, pattern, spec, result, identity)
+            if first:
+                _handler(runner, reg, pattern, spec, result, identity)
         elif spec.kind == "navigate":
-            _navigate(runner, reg, pattern, spec, result, identity)
+            _navigate(runner, reg, pattern, spec, result, identity, group)
         elif spec.kind in LIST_KINDS:
             from ._lists import Coordinator
 
-            Coordinator(runner, reg, pattern, spec, result, identity)
+            coordinator = runner.list_coordinators.get((reg, spec.index))
+            if coordinator is None:
+                coordinator = Coordinator(runner, reg, pattern, spec, result)
+            coordinator.add_identity(identity, group)
         else:  # pragma: no cover - PatternGraph only holds the kinds above
             raise PatternError(f"pattern {pattern.identity}: unknown node kind {spec.kind!r}")
 
@@ -106,6 +125,7 @@ def _lift(
     spec: NodeSpec,
     result: Link,
     identity: Identity,
+    group: CancelGroup,
 ) -> None:
     fn = pattern.function(spec.target)
     bound = docs.bind(spec.inputs, result)
@@ -139,10 +159,10 @@ def _lift(
         label=label,
         reads=_declared(bound, identity),
     )
-    reg.group.add(lambda: runner.scheduler.remove(node))
+    group.add(lambda: runner.scheduler.remove(node))
     # Teardown lets the child go, tokenless: later runs re-drive one shared child and
     # install nothing of their own, so a token narrowed to one run would never match.
-    reg.group.add(lambda: runner.release(out_key, None, why=f"teardown of {label}"))
+    group.add(lambda: runner.release_for(reg, out, identity, None, why=f"teardown of {label}"))
 
 
 class _ComputedLaunches:
@@ -214,6 +234,7 @@ def _nested(
     spec: NodeSpec,
     result: Link,
     tx: Transaction,
+    group: CancelGroup,
 ) -> None:
     child = find_pattern(spec.target)
     out = docs.internal_link(result, spec.index)
@@ -222,9 +243,11 @@ def _nested(
     token = runner.launch(
         tx, child, out, launch=f"nested in {label}", chain=(*reg.chain, reg.key), gated=False
     )
-    key = out.key(tx.identity)
+    identity = tx.identity
     release_token = token if isinstance(token, Registration) else None
-    reg.group.add(lambda: runner.release(key, release_token, why=f"teardown of {label}"))
+    group.add(
+        lambda: runner.release_for(reg, out, identity, release_token, why=f"teardown of {label}")
+    )
 
 
 # --------------------------------------------------------------------------- handlers
@@ -358,6 +381,7 @@ def _navigate(
     spec: NodeSpec,
     result: Link,
     identity: Identity,
+    group: CancelGroup,
 ) -> None:
     bound = docs.bind(spec.inputs, result)["target"]
     if type(bound) is not Link:
@@ -388,4 +412,4 @@ def _navigate(
     node = runner.scheduler.register(
         run, identity=identity, kind="effect", outputs=[(out_key, (docs.VALUE,))], label=label
     )
-    reg.group.add(lambda: runner.scheduler.remove(node))
+    group.add(lambda: runner.scheduler.remove(node))

@@ -42,19 +42,55 @@ bookkeeping — entries it created (releasing their children) and indices it
 moved — each only if still its own; then the coordinator runs again.
 
 Bookkeeping is kept per resolution identity `(principal, session)`: one
-identity's completed setup never satisfies another's.
+identity's completed setup never satisfies another's. A coordinator has one
+reconcile node per identity its registration runs for (S69: each identity
+that demands the run adds one, `add_identity`), and each node runs as its
+identity: its element children are launched for that identity, so a
+per-user element's derivations run once per demanding principal, as that
+principal. A child two identities derive alike (a space-scoped child) is
+released by the last identity's bookkeeping that lets go of it.
+
+Scopes (S70). Narrower means more private: space < user < session. Three
+scopes matter, decided at every reconcile from the run's result scope and the
+scope of the document the list lives in:
+
+- the *base container* is the coordinator's output re-addressed (same id) at
+  the narrower of the run's scope and the list's scope. Element children are
+  keyed from it, so a list that moves to another scope changes every child's
+  identity: the old children are released, even where the element keys
+  remain, and new ones are set up;
+- an element's *exposed result* (its child) is at the narrower of the base
+  container's scope and the element's own scope (a link's scope; an inline
+  element lives in the list's document). A user-scoped element of a
+  space-scoped list gets a user-scoped child: each principal computes and
+  sees their own result. The child id derives from (base container, element
+  key), and the element key holds the element's scope, so the exposed scope
+  never forks an id on its own;
+- the *output*: map writes its aggregate (links to the children) into the base
+  container, so it stays at the list's scope whatever its elements' scopes
+  (a link resolves to each reader's own instance). filter and flat_map
+  aggregates are made of the children's values, so their cardinality is
+  controlled by every child: the aggregate goes to the narrowest of the base
+  container's and the children's scopes. A narrowed output is written at the
+  same id, and the run's own output cell (at the run's scope) then holds a
+  link to it, so the run's result resolves each reader's instance.
 
 Cold resume: a list document that has not loaded yet is never read as
-"empty" (the container and the children are kept until it loads), and a
-filter or flat_map aggregate is not republished while an element's result
-document is still loading.
+"empty" (the container and the children are kept until it loads; a failed
+load is raised to the runtime, never taken for `[]`), a filter or flat_map
+aggregate is not republished while an element's result document is still
+loading, and an element whose result document is loading keeps its setup
+owed (new elements are still set up). Each awaited document gets one sync,
+shared by every reconcile meanwhile; when it ends the coordinator runs again.
 
 Invariants (checked by `_check`)
 - entry keys are unique and each entry's child id derives from its key;
 - an entry's issuer, when set, is a reconcile that issued its setup;
-- when a state records its last clean reconcile (`_State.items`), its keys and
-  link counts are those of that list, every key has an entry, and the recorded
-  map aggregate is those entries' children.
+- a document is awaited (syncing) or has a failed load to report, never both;
+- every entry of a state derives from that state's base container;
+- when a state records its last clean reconcile (`_State.items`), its link
+  counts are those of that list, every element key has an entry, and the
+  recorded map aggregate is those entries' children.
 """
 
 from __future__ import annotations
@@ -69,16 +105,21 @@ from cells import (
     Identity,
     Link,
     Outcome,
+    Pending,
+    Scope,
     Transaction,
     entity_id,
     read_value,
     resolve,
 )
+from cells._address import SCOPES
 from cells._values import thaw
+from cells.errors import LivenessError
 from scheduler import Node
 
 from . import _docs as docs
 from ._builder import NodeSpec, Pattern, find_pattern
+from ._cancel import CancelGroup
 from ._registrations import Registration
 
 if TYPE_CHECKING:
@@ -179,10 +220,31 @@ def _plain(key: ElementKey) -> Any:
     return ["pos", key[0]]
 
 
+def narrower(a: Scope, b: Scope) -> Scope:
+    """The more private of two scopes (space < user < session)."""
+    return a if SCOPES.index(a) >= SCOPES.index(b) else b
+
+
+def rescoped(link: Link, scope: Scope) -> Link:
+    """The same document id at another scope (a scope re-addresses, never forks, an id)."""
+    return link if link.scope == scope else Link(link.space, link.id, scope)
+
+
+def base_container(output: Link, list_scope: Scope) -> Link:
+    """The container element children are keyed from: the coordinator's output at the
+    narrower of the run's scope and the list's scope."""
+    return rescoped(output, narrower(output.scope, list_scope))
+
+
 def child_link(kind: str, container: Link, key: ElementKey) -> Link:
-    """The element's child result: derived from (container, element key, scope kind)."""
+    """The element's child result: its id derives from (base container, element key), and
+    it is exposed at the narrower of the container's scope and the element's scope (an
+    element linked at a narrower scope gets a child per instance of it)."""
     cause = {kind: [container.id, container.scope], "element": _plain(key)}
-    return Link(container.space, entity_id(cause), container.scope)
+    scope = container.scope
+    if len(key) == 2:
+        scope = narrower(scope, key[0].scope)
+    return Link(container.space, entity_id(cause), scope)
 
 
 class _Issuance:
@@ -198,8 +260,12 @@ class _Issuance:
 
 
 class _Entry:
-    """One element's child. `index` is kept current only for ops that read `index`
-    (for the others it is the position at some earlier reconcile, and unused)."""
+    """One element's child, and its position as of the last reconcile that matched it.
+
+    A reconcile that diffs only the middle (`_reconcile_middle`) moves only the
+    middle's entries; for an op that reads `index` it runs only when the length is
+    unchanged, so nothing else moved. For the other ops a shifted prefix or suffix
+    keeps its older `index`, which nothing reads (updating it would be O(N))."""
 
     __slots__ = ("child", "created_by", "index", "issuer", "key", "owed")
 
@@ -225,20 +291,43 @@ class _State:
     aggregate list object it wrote (map only). No key list is kept: a key is the
     link and its occurrence, which `_keys_at` derives for the part it needs (a new
     N-element list per change is what the collector's young-generation passes pay
-    for at N = 10,000). The next reconcile then diffs only between the
-    common prefix and suffix of that list and the new one (see `_diff_middle`).
-    Any failure (a raising release or setup, a transaction that does not land)
-    clears `items`, so the next reconcile walks the whole list again.
+    for at N = 10,000). Any failure (a raising release or setup, a transaction that
+    does not land, a child still loading) clears `items`, so the next reconcile
+    walks the whole list again.
     """
 
-    __slots__ = ("aggregate", "counts", "entries", "failures", "items")
+    __slots__ = (
+        "aggregate",
+        "base",
+        "counts",
+        "entries",
+        "failures",
+        "identity",
+        "items",
+        "load_errors",
+        "place",
+        "syncing",
+    )
 
-    def __init__(self) -> None:
+    def __init__(self, identity: Identity) -> None:
+        self.identity = identity
         self.entries: dict[ElementKey, _Entry] = {}
         self.failures = 0
+        self.place: Link | None = None
+        """Where the list was read last (an inline element's argument points into it)."""
+        self.syncing: set[DocKey] = set()
+        """Documents this identity's reconciles wait for: one sync each, shared."""
+        self.load_errors: dict[DocKey, BaseException] = {}
+        """A list document whose load failed, for the next reconcile to report."""
+        self.base: Link | None = None
+        """The base container the entries' children derive from (None before the first
+        reconcile that read a loaded list)."""
         self.items: list[Any] | None = None
         self.counts: dict[Link, int] = {}
         self.aggregate: list[Any] | None = None
+
+    def __repr__(self) -> str:
+        return f"<list state for {self.identity.principal}/{self.identity.session}>"
 
 
 class Coordinator:
@@ -249,11 +338,11 @@ class Coordinator:
         pattern: Pattern,
         spec: NodeSpec,
         result: Link,
-        identity: Identity,
     ) -> None:
         self.runner = runner
         self.reg = reg
         self.kind = spec.kind
+        self.index = spec.index
         self.op = find_pattern(spec.target)
         self.uses_index = "index" in self.op.params
         bound = docs.bind(spec.inputs, result)["list"]
@@ -263,20 +352,61 @@ class Coordinator:
         self.label = f"{pattern.__qualname__}.n{spec.index} {spec.kind}({self.op.__qualname__})"
         self.chain = (*reg.chain, reg.key)
         self.states: dict[Identity, _State] = {}
+        self.nodes: dict[Identity, Node] = {}
+        """One reconcile node per identity the registration runs for, running as it."""
         self.reconciles = 0
         self.active = True
-        self.node: Node = runner.scheduler.register(
-            self.reconcile,
-            identity=identity,
-            outputs=[(self.container.key(identity), (docs.VALUE,))],
-            label=self.label,
-            reads=[(bound.key(identity), (docs.VALUE, *bound.path), True)],
-        )
         reg.group.add(self.teardown)
         runner.coordinators.add(self)
+        runner.list_coordinators[reg, spec.index] = self
 
     def __repr__(self) -> str:
         return f"<Coordinator {self.label}>"
+
+    @property
+    def node(self) -> Node:
+        """The first identity's reconcile node (the only one, unless serving several)."""
+        return next(iter(self.nodes.values()))
+
+    def add_identity(self, identity: Identity, group: CancelGroup) -> None:
+        """Reconcile for `identity` too: a node running as it, with bookkeeping of its own,
+        removed (its children let go) when `group` (that instance's) is cancelled."""
+        if identity in self.nodes or not self.active:
+            return
+        self.states[identity] = _State(identity)
+        self.nodes[identity] = self.runner.scheduler.register(
+            self.reconcile,
+            identity=identity,
+            outputs=[(key, (docs.VALUE,)) for key in self._output_keys(identity)],
+            label=self.label,
+            reads=[(self.list_link.key(identity), (docs.VALUE, *self.list_link.path), True)],
+        )
+        group.add(lambda: self.drop_identity(identity))
+
+    def drop_identity(self, identity: Identity) -> None:
+        """Stop reconciling for `identity` and let go of its children."""
+        node = self.nodes.pop(identity, None)
+        if node is None:
+            return
+        self.runner.scheduler.remove(node)
+        state = self.states.pop(identity)
+        errors = self._release(state, list(state.entries))
+        if errors:
+            raise ExceptionGroup(f"{self.label}: {len(errors)} releases failed", errors)
+
+    def _output_keys(self, identity: Identity) -> list[DocKey]:
+        """Every document a reconcile for `identity` may write its aggregate to: the output
+        at the run's scope and its re-addressings at each narrower scope."""
+        out = self.container
+        narrow = SCOPES[SCOPES.index(out.scope) :]
+        return list(dict.fromkeys(rescoped(out, s).key(identity) for s in narrow))
+
+    def _publish(self, tx: Transaction, out: Link, aggregate: Any) -> None:
+        """Write the aggregate at `out`; a narrowed output is linked from the run's own."""
+        identity = tx.identity
+        tx.write(out.key(identity), (docs.VALUE,), aggregate)
+        if out != self.container:
+            tx.write(self.container.key(identity), (docs.VALUE,), out)
 
     # ------------------------------------------------------------------ reconcile
     def reconcile(self, tx: Transaction) -> None:
@@ -285,34 +415,55 @@ class Coordinator:
         identity = tx.identity
         state = self.states.get(identity)
         if state is None:
-            state = self.states[identity] = _State()
-        out_key = self.container.key(identity)
+            return  # that identity's instance was dropped while this run was queued
         previous, state.items = state.items, None  # set again only by a clean finish
         place = resolve(tx, self.list_link)
         list_key = place.key(identity)
         base = (docs.VALUE, *place.path)
         if not self.runner.replica.is_loaded(list_key):
             # Cold resume: an input still loading is not an empty list. Keep the container
-            # and the children; the load's notification runs this again.
+            # and the children; the load's end runs this again.
             tx.read(list_key, base, shallow=True)
+            error = state.load_errors.pop(list_key, None)
+            # Load it (again); a failure is reported once, then only traced until a
+            # later reconcile tries again.
+            self._await_load(state, list_key, report=error is None)
+            if error is not None:
+                # Not read as empty either: the failure reaches the runtime (a node error).
+                raise LivenessError(
+                    f"{self.label}: its list {list_key} could not be loaded: {error}"
+                ) from error
             return
+        container = base_container(self.container, place.scope)
+        if state.base != container:
+            # The list moved to another scope: every child derives from the old container,
+            # so each is released (even where its element key remains) and set up anew.
+            errors = self._release(state, list(state.entries))
+            if errors:
+                raise ExceptionGroup(f"{self.label}: {len(errors)} releases failed", errors)
+            state.base = container
+            previous = None
         items = tx.read(list_key, base, shallow=True)
         if type(items) is not list:
             # Undefined (or not a list): release every child, the output is empty.
             errors = self._release(state, list(state.entries))
-            tx.write(out_key, (docs.VALUE,), [])
+            self._publish(tx, container, [])
             # If this write does not land, the container shows the old aggregate again:
             # the coordinator must run again (the scheduler re-runs a stale basis only).
             tx.add_settle_callback(lambda _tx, res: self._settled(state, None, [], [], res))
             if errors:
                 raise ExceptionGroup(f"{self.label}: {len(errors)} releases failed", errors)
             return
-        if previous is not None and (not self.uses_index or len(items) == len(previous)):
+        if (
+            previous is not None
+            and state.place == place
+            and (not self.uses_index or len(items) == len(previous))
+        ):
             middle = self._diff_middle(state, previous, items)
             if middle is not None:
                 # The list held links only and still does: one deep read, as below.
                 tx.read(list_key, base)
-                self._reconcile_middle(tx, state, previous, items, middle, out_key)
+                self._reconcile_middle(tx, state, previous, items, middle, container)
                 return
         if not any(type(x) is dict or type(x) is list for x in items):
             # Links and scalars only: one deep read sees exactly what matters (a link
@@ -325,8 +476,18 @@ class Coordinator:
             for i, x in enumerate(items):
                 if type(x) is not dict and type(x) is not list:
                     tx.read(list_key, (*base, i), shallow=True)
+        if state.place != place:
+            if state.place is not None:
+                # Re-pointed at another list document: an inline element's argument is
+                # its position in the old one, so a kept position owes its setup (its
+                # child would go on reading the old list).
+                for kept in state.entries.values():
+                    if len(kept.key) == 1:
+                        kept.owed = True
+            state.place = place
         keys, counts = _keys_and_counts(items)
         wanted = set(keys)
+        deferred = False
         self.reconciles += 1
         issuance = _Issuance(self.reconciles)
         created: list[_Entry] = []
@@ -335,7 +496,7 @@ class Coordinator:
         for i, (key, item) in enumerate(zip(keys, items, strict=True)):
             entry = state.entries.get(key)
             if entry is None:
-                entry = _Entry(key, child_link(self.kind, self.container, key), i)
+                entry = _Entry(key, child_link(self.kind, container, key), i)
                 entry.created_by = issuance
                 state.entries[key] = entry
                 created.append(entry)
@@ -345,16 +506,33 @@ class Coordinator:
                 if self.uses_index:
                     entry.owed = True  # its argument's index changed
             if entry.owed:
+                child_key = entry.child.key(identity)
+                if not self._loaded(tx, child_key):
+                    # Its result document is still loading: keep the debt, and pay it when
+                    # the load ends (a child started on a document it has not seen, or a
+                    # setup staged under it, would act on a state nobody has read).
+                    self._await_load(state, child_key)
+                    deferred = True
+                    continue
                 element = item if type(item) is Link else place.child(i)
                 self._issue(tx, entry, element, issuance)
-        aggregate = self._aggregate(tx, state, keys, items, out_key)
-        tx.write(out_key, (docs.VALUE,), aggregate)
+        entries = [state.entries[k] for k in keys]
+        out = container
+        if self.kind != "map":
+            # The children's values decide how long the aggregate is: it is as private
+            # as the most private child (map's links resolve per reader instead).
+            for e in entries:
+                out = rescoped(out, narrower(out.scope, e.child.scope))
+        self._publish(tx, out, self._aggregate(tx, state, entries, items, out.key(identity)))
         tx.add_settle_callback(lambda _tx, res: self._settled(state, issuance, created, moved, res))
         if errors:
             raise ExceptionGroup(f"{self.label}: {len(errors)} releases failed", errors)
-        if sum(counts.values()) == len(items):  # links only: the next reconcile may diff less
+        if not deferred and sum(counts.values()) == len(items):
+            # Links only, every setup issued: the next reconcile may diff only the middle.
             state.items, state.counts = items, counts
-            state.aggregate = tx.peek(out_key, (docs.VALUE,)) if self.kind == "map" else None
+            state.aggregate = (
+                tx.peek(container.key(identity), (docs.VALUE,)) if self.kind == "map" else None
+            )
 
     def _diff_middle(
         self, state: _State, old: list[Any], new: list[Any]
@@ -405,33 +583,39 @@ class Coordinator:
         old: list[Any],
         items: list[Any],
         middle: tuple[int, int, list[ElementKey], list[ElementKey]],
-        out_key: DocKey,
+        container: Link,
     ) -> None:
         """A reconcile that touches only the middle `_diff_middle` found: O(changed)
         bookkeeping, plus a C-level copy of the map aggregate (a splice of it)."""
         prefix, suffix, old_mid, new_mid = middle
+        identity = tx.identity
         end_old = len(old) - suffix
         self.reconciles += 1
         issuance = _Issuance(self.reconciles)
         created: list[_Entry] = []
         moved: list[tuple[_Entry, int, int]] = []
+        deferred = False
         keep = set(new_mid)
         errors = self._release(state, [k for k in old_mid if k not in keep])
         entries = state.entries
         for i, key in enumerate(new_mid, prefix):
             entry = entries.get(key)
             if entry is None:
-                entry = _Entry(key, child_link(self.kind, self.container, key), i)
+                entry = _Entry(key, child_link(self.kind, container, key), i)
                 entry.created_by = issuance
                 entries[key] = entry
                 created.append(entry)
-            elif self.uses_index and entry.index != i:
-                # Only ops that read `index` keep it (the list kept its length here, so
-                # the prefix and suffix did not move); for the others it is unused.
+            elif entry.index != i:
                 moved.append((entry, entry.index, i))
                 entry.index = i
-                entry.owed = True
+                if self.uses_index:
+                    entry.owed = True  # its argument's index changed
             if entry.owed:
+                child_key = entry.child.key(identity)
+                if not self._loaded(tx, child_key):
+                    self._await_load(state, child_key)  # as in `reconcile`
+                    deferred = True
+                    continue
                 self._issue(tx, entry, key[0], issuance)
         counts = state.counts
         for link, _n in old_mid:
@@ -443,25 +627,34 @@ class Coordinator:
         for link, _n in new_mid:
             counts[link] = counts.get(link, 0) + 1
         previous = state.aggregate
+        out_key = container.key(identity)
         if self.kind == "map" and previous is not None:
             children = [entries[k].child for k in new_mid]
             if tx.peek(out_key, (docs.VALUE,)) is previous:
                 # The container still holds exactly what the last reconcile wrote:
                 # write only the change.
                 tx.splice(out_key, (docs.VALUE,), prefix, end_old - prefix, children)
+                if container != self.container:
+                    tx.write(self.container.key(identity), (docs.VALUE,), container)
             else:
                 aggregate = previous[:prefix]
                 aggregate += children
                 aggregate += previous[end_old:]
-                tx.write(out_key, (docs.VALUE,), aggregate)
+                self._publish(tx, container, aggregate)
         else:
-            keys = _keys_at(items, counts, 0, len(items))
-            tx.write(out_key, (docs.VALUE,), self._aggregate(tx, state, keys, items, out_key))
+            all_entries = [entries[k] for k in _keys_at(items, counts, 0, len(items))]
+            out = container
+            if self.kind != "map":
+                for e in all_entries:  # as in `reconcile`: as private as the most private child
+                    out = rescoped(out, narrower(out.scope, e.child.scope))
+            aggregate = self._aggregate(tx, state, all_entries, items, out.key(identity))
+            self._publish(tx, out, aggregate)
         tx.add_settle_callback(lambda _tx, res: self._settled(state, issuance, created, moved, res))
         if errors:
             raise ExceptionGroup(f"{self.label}: {len(errors)} releases failed", errors)
-        state.items = items
-        state.aggregate = tx.peek(out_key, (docs.VALUE,)) if self.kind == "map" else None
+        if not deferred:
+            state.items = items
+            state.aggregate = tx.peek(out_key, (docs.VALUE,)) if self.kind == "map" else None
 
     def _issue(self, tx: Transaction, entry: _Entry, element: Link, issuance: _Issuance) -> None:
         argument: dict[str, Any] = {"element": element}
@@ -480,21 +673,61 @@ class Coordinator:
         entry.owed = False
         entry.issuer = issuance
 
+    def _loaded(self, tx: Transaction, key: DocKey) -> bool:
+        """Whether `key` is loaded (touching it first: a document nobody asked for yet loads
+        now unless the store answers later)."""
+        replica = self.runner.replica
+        if replica.is_loaded(key):
+            return True
+        tx.peek(key)
+        return replica.is_loaded(key)
+
+    def _await_load(self, state: _State, key: DocKey, *, report: bool = False) -> None:
+        """Load `key` and run again once it has: one sync per document, shared by every
+        reconcile meanwhile, and counted as awaited only while it runs.
+
+        A failed load runs again only to `report` it (the list's): the failure is kept
+        for that reconcile to raise. Otherwise it is traced and the next reconcile loads
+        the document again, so a store that keeps failing makes no loop.
+        """
+        if key in state.syncing:
+            return
+        state.syncing.add(key)
+
+        def done(pending: Pending[None]) -> None:
+            state.syncing.discard(key)
+            try:
+                pending.result()
+            except Exception as exc:
+                self.runner.trace.record("load-failed", key, error=type(exc).__name__)
+                if not report:
+                    return
+                state.load_errors[key] = exc
+            # The identity that awaited it runs again (its instance may have gone meanwhile).
+            node = self.nodes.get(state.identity)
+            if self.active and node is not None:
+                self.runner.scheduler.invalidate(node)
+
+        self.runner.replica.sync([key]).add_done_callback(done)
+
     def _aggregate(
         self,
         tx: Transaction,
         state: _State,
-        keys: list[ElementKey],
+        entries: list[_Entry],
         items: list[Any],
         out_key: DocKey,
     ) -> Any:
-        entries = [state.entries[k] for k in keys]
         if self.kind == "map":
             return [e.child for e in entries]
         replica = self.runner.replica
         identity = tx.identity
-        if any(not replica.is_loaded(e.child.key(identity)) for e in entries):
-            # Cold resume: never republish a partial aggregate while results load.
+        loading = [k for e in entries if not replica.is_loaded(k := e.child.key(identity))]
+        if loading:
+            # Cold resume: never republish a partial aggregate while results load; run
+            # again when they have (nothing else would: their values were not read).
+            for key in loading:
+                self._await_load(state, key)
             previous = tx.peek(out_key, (docs.VALUE,))
             if previous is not MISSING:
                 return previous
@@ -529,29 +762,40 @@ class Coordinator:
         for entry in state.entries.values():
             if issuance is not None and entry.issuer is issuance:
                 entry.owed = True
-                self.runner.trace.record("debt", entry.child.key(self.node.identity))
+                self.runner.trace.record("debt", entry.child.key(state.identity))
         if res.outcome is Outcome.STALE_BASIS:
             return  # the scheduler re-runs the reconcile against fresher state
+        others = [s for s in self.states.values() if s is not state]
         for entry in created:
             if state.entries.get(entry.key) is entry and entry.created_by is issuance:
-                # Created by a reconcile that never landed: release (never stop) its child.
+                # Created by a reconcile that never landed: release (never stop) its child,
+                # unless another identity's bookkeeping holds it (that one releases it).
                 del state.entries[entry.key]
-                self.runner.trace.record("rollback", entry.child.key(self.node.identity))
-                self.runner.release(entry.child.key(self.node.identity), None, why="rollback")
+                child = entry.child.key(state.identity)
+                self.runner.trace.record("rollback", child)
+                if not (others and self._held_elsewhere(others, entry, state.identity)):
+                    self.runner.release(child, None, why="rollback")
         for entry, before, after in moved:
             if state.entries.get(entry.key) is entry and entry.index == after:
                 entry.index = before
         state.failures += 1
-        if state.failures <= MAX_FAILED_RECONCILES:
-            self.runner.scheduler.invalidate(self.node)
+        node = self.nodes.get(state.identity)
+        if state.failures <= MAX_FAILED_RECONCILES and node is not None:
+            self.runner.scheduler.invalidate(node)
 
     # ------------------------------------------------------------------ release
     def _release(self, state: _State, keys: list[ElementKey]) -> list[Exception]:
-        """Release the children of `keys`; an entry goes only once its release succeeded."""
+        """Release the children of `keys`; an entry goes only once its release succeeded.
+        A child another identity's bookkeeping still holds (the same key) is only forgotten
+        here: that identity releases it when it lets go."""
         errors: list[Exception] = []
-        identity = self.node.identity
+        identity = state.identity
+        others = [s for s in self.states.values() if s is not state]
         for key in keys:
             entry = state.entries[key]
+            if others and self._held_elsewhere(others, entry, identity):
+                del state.entries[key]
+                continue
             try:
                 self.runner.release(
                     entry.child.key(identity), None, why=f"element left {self.label}"
@@ -562,29 +806,47 @@ class Coordinator:
             del state.entries[key]
         return errors
 
+    @staticmethod
+    def _held_elsewhere(others: list[_State], entry: _Entry, identity: Identity) -> bool:
+        child = entry.child.key(identity)
+        for other in others:
+            theirs = other.entries.get(entry.key)
+            if theirs is not None and theirs.child.key(other.identity) == child:
+                return True
+        return False
+
     def teardown(self) -> None:
         self.active = False
         self.runner.coordinators.discard(self)
-        self.runner.scheduler.remove(self.node)
+        if self.runner.list_coordinators.get((self.reg, self.index)) is self:
+            del self.runner.list_coordinators[self.reg, self.index]
         errors: list[Exception] = []
-        for state in self.states.values():
-            errors.extend(self._release(state, list(state.entries)))
+        for identity in list(self.nodes):
+            try:
+                self.drop_identity(identity)
+            except Exception as exc:  # one identity's failures must not keep the rest
+                errors.append(exc)
         if errors:
             raise ExceptionGroup(f"{self.label}: {len(errors)} releases failed", errors)
 
     def _check(self) -> None:
-        for state in self.states.values():
+        assert self.states.keys() == self.nodes.keys(), (self.states, self.nodes)
+        for identity, state in self.states.items():
+            assert not state.syncing & state.load_errors.keys(), state.load_errors
+            assert state.identity == identity, state
+            assert self.nodes[identity].identity == identity, state
+            assert state.base is not None or not state.entries, state
             for key, entry in state.entries.items():
                 assert entry.key == key, entry
-                assert entry.child == child_link(self.kind, self.container, key), entry
+                assert state.base is not None
+                assert entry.child == child_link(self.kind, state.base, key), entry
             if state.items is not None:
                 # What the next reconcile diffs against is exactly the last clean one.
                 keys, counts = _keys_and_counts(state.items)
                 assert state.counts == counts, (state.counts, counts)
-                assert keys == _keys_at(state.items, counts, 0, len(keys))
+                assert sum(counts.values()) == len(state.items), "links only"
                 for start in range(len(keys) + 1):
                     assert keys[start:] == _keys_at(state.items, counts, start, len(keys))
-                assert sum(counts.values()) == len(state.items), "links only"
                 for key in keys:
                     assert key in state.entries, key
                 if state.aggregate is not None:

@@ -8,6 +8,15 @@ owns itself). Every registration also carries a *generation*, unique in the
 runtime, so a stop or release may name the one it means; a stale generation
 does nothing. Registrations are not transactional.
 
+A registration runs for one or more resolution identities: its *instances*.
+A space-scoped result that two principals demand on one serving runtime is
+one registration (one key, one token, one stop) whose nodes run once per
+demanding identity, each with that identity, so each reads and writes its own
+instances of user- and session-scoped documents. Each joined instance has a
+cancel group of its own inside the registration's, so a join that fails can
+be undone without touching the other identities' instances; the first
+instance, which is never undone alone, uses the registration's own group.
+
 Invariants (checked by `_check`)
 - at most one registration per key, and it is the one stored under its key;
 - a registration in the map is not ended; an ended one's group is cancelled.
@@ -20,7 +29,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterator
 
-from cells import DocKey
+from cells import DocKey, Identity
 
 from ._cancel import CancelGroup
 
@@ -31,7 +40,17 @@ Key = DocKey
 class Registration:
     """The handle (and token) of one running result. Created only by `Registrations`."""
 
-    __slots__ = ("_ended", "chain", "generation", "group", "key", "launch", "owed", "pattern")
+    __slots__ = (
+        "_ended",
+        "chain",
+        "generation",
+        "group",
+        "identities",
+        "key",
+        "launch",
+        "owed",
+        "pattern",
+    )
 
     def __init__(
         self, key: Key, generation: int, launch: str, pattern: str, chain: tuple[Key, ...]
@@ -48,6 +67,9 @@ class Registration:
         """Its setup transaction failed on a stale basis: the setup writes are owed (debt)
         and the next launch of the same run re-issues them, nested children included."""
         self.group = CancelGroup(f"{key}#{generation}")
+        self.identities: dict[Identity, CancelGroup] = {}
+        """The identities its nodes run for (its instances), each with the cancel group of
+        what that instance installed, in the order they joined."""
         self._ended = False
 
     def __repr__(self) -> str:
@@ -141,3 +163,7 @@ class Registrations:
             assert reg.key == key, (key, reg)
             assert not reg.ended and not reg.group.cancelled, reg
             reg.group._check()
+            for i, (identity, group) in enumerate(reg.identities.items()):
+                assert not group.cancelled, (reg, identity)
+                assert (group is reg.group) == (i == 0), (reg, identity)
+                group._check()

@@ -21,7 +21,23 @@ answers, so it works with or without a running event loop, a held load holds
 it at exactly that stage, and the lifetime claim always happens in a later
 mailbox step, never inside the `start` call.
 
+Instances (S69): a registration runs for every identity that demanded it.
+The first launch or start installs it and instantiates its nodes for its own
+identity; a later launch or start for another identity of the same result
+(a space-scoped root that alice and bob both start on one serving runtime)
+*joins* it: the nodes are instantiated again for that identity, in a cancel
+group of that instance, and the nested and list children that instance
+launches join or install in turn, so every derivation under the root runs
+once per demanding identity, as that identity, and never as the runtime's
+own identity unless it demanded the result too. Stop and release stay per
+registration: ending it ends every instance. A join whose transaction fails
+for good is undone for that identity alone; a stale one owes its writes.
+
 Invariants (checked by `_check`)
+- every registration runs for at least one identity, and each of its
+  identities selects its key (a user-scoped key's principal, a
+  session-scoped key's principal and session);
+- a list coordinator reconciles for exactly its registration's identities;
 - a lifetime exists only for a registered key;
 - every remembered declined release names the current registration of its key;
 - the registrations, attempts, pending starts and trace pass their own checks.
@@ -44,10 +60,12 @@ from cells import (
     Transaction,
     resolve,
 )
+from cells._address import instance_key
 from cells._links import _first_link
 
 from . import _docs as docs
 from ._builder import Pattern, find_pattern
+from ._cancel import CancelGroup
 from ._ownership import Attempts, PendingStart, PendingStarts, StartAttempt
 from ._registrations import Key, Registration, Registrations
 from ._trace import LifecycleTrace
@@ -78,6 +96,9 @@ class Runner:
         self._idle_waiters: list[Callable[[], None]] = []
         self.coordinators: set[Coordinator] = set()
         """Live list coordinators (for `_check` and diagnostics)."""
+        self.list_coordinators: dict[tuple[Registration, int], Coordinator] = {}
+        """The coordinator of each (registration, list node index): a joining identity adds
+        its reconcile node to it."""
 
     # ------------------------------------------------------------------ setup
     def stage_setup(
@@ -134,6 +155,8 @@ class Runner:
             if existing.pattern == pattern.identity:
                 if existing.owed:
                     self._repay(tx, existing, pattern, result)
+                if identity not in existing.identities:
+                    self.join(tx, existing, pattern, result, launch=launch)
                 if self._declined.get(key) is existing:
                     # This launch now holds the running result: a release that an earlier
                     # launch deferred behind a start in flight must not end it later ...
@@ -206,7 +229,12 @@ class Runner:
             if not res.ok:
                 self.trace.record("pending-failed", key, launch=launch, outcome=res.outcome.name)
                 return
-            if key in self.registrations:
+            existing = self.registrations.get(key)
+            if existing is not None:
+                if identity not in existing.identities and existing.pattern == pattern.identity:
+                    join_tx = self.replica.edit(identity)
+                    self.join(join_tx, existing, pattern, result, launch=launch, rollback=False)
+                    join_tx.commit_detached()
                 return
             start_tx = self.replica.edit(identity)
             pending.installed = self.start_core(
@@ -227,21 +255,108 @@ class Runner:
         chain: tuple[Key, ...],
     ) -> Registration:
         """Install the registration, then instantiate every node; undo both if that throws."""
-        from ._instantiate import instantiate
-
         identity = tx.identity
         key = result.key(identity)
         self._check_chain(key, chain, pattern)
         reg = self.registrations.install(key, launch, pattern=pattern.identity, chain=chain)
         self.trace.record("start", key, launch=launch, generation=reg.generation)
         try:
-            instantiate(self, reg, pattern, result, identity, tx)
+            self._add_instance(tx, reg, pattern, result)
         except BaseException as exc:
             # A failed start never leaves an "already running" registration behind.
             self.registrations.end(key, token=reg)
             self.trace.record("start-failed", key, launch=launch, error=type(exc).__name__)
             raise
         return reg
+
+    def _add_instance(
+        self, tx: Transaction, reg: Registration, pattern: Pattern, result: Link
+    ) -> None:
+        """Instantiate `reg`'s nodes for `tx.identity`, in a cancel group of that instance."""
+        from ._instantiate import instantiate
+
+        identity = tx.identity
+        if not reg.identities:
+            # The first instance never leaves on its own (only a join is undone), so the
+            # registration's own group serves it: no extra group or cleanup per run.
+            group = reg.group
+        else:
+            group = CancelGroup(f"{reg.key}#{reg.generation} as {_who(identity)}")
+            reg.group.add(lambda: self._drop_instance(reg, identity, group))
+        reg.identities[identity] = group
+        instantiate(self, reg, pattern, result, tx, group)
+
+    def _drop_instance(self, reg: Registration, identity: Identity, group: CancelGroup) -> None:
+        # The identity leaves first: its cleanups then see which identities still hold a
+        # child they share (`release_for`). A joined instance's drop runs before the first
+        # instance's cleanups (the group runs newest first), so the first releases last.
+        if reg.identities.get(identity) is group:
+            del reg.identities[identity]
+        group.cancel()
+
+    def join(
+        self,
+        tx: Transaction,
+        reg: Registration,
+        pattern: Pattern,
+        result: Link,
+        *,
+        launch: str,
+        rollback: bool = True,
+    ) -> None:
+        """Run the registered result `reg` for `tx.identity` too (see the module docstring).
+
+        O(nodes of the pattern), plus what its children's joins cost. A join that
+        throws is undone for this identity. A launch's join (`rollback`) whose
+        transaction fails for good is undone for this identity when it settles (the
+        launcher's own bookkeeping may have let go of the child while another
+        identity's still holds it); a start's join is kept, as a start's own
+        registration is. A stale basis keeps it and owes the setup writes.
+        """
+        identity = tx.identity
+        if identity in reg.identities:
+            return
+        self.trace.record("join", reg.key, launch=launch, identity=_who(identity))
+        try:
+            self._add_instance(tx, reg, pattern, result)
+        except BaseException as exc:
+            group = reg.identities.get(identity)
+            self.trace.record("join-failed", reg.key, launch=launch, error=type(exc).__name__)
+            if group is not None:
+                self._drop_instance(reg, identity, group)
+            raise
+        group = reg.identities[identity]
+
+        def settled(_tx: Transaction, res: CommitResult) -> None:
+            if res.ok or reg.identities.get(identity) is not group:
+                return
+            if res.outcome is Outcome.STALE_BASIS:
+                reg.owed = True  # the next launch re-issues the setup writes
+                self.trace.record("debt", reg.key, launch=launch, identity=_who(identity))
+                return
+            if not rollback:
+                return
+            self.trace.record("rollback", reg.key, launch=launch, identity=_who(identity))
+            self._drop_instance(reg, identity, group)
+
+        tx.add_settle_callback(settled)
+
+    def release_for(
+        self,
+        reg: Registration,
+        child: Link,
+        identity: Identity,
+        token: Registration | None,
+        *,
+        why: str,
+    ) -> bool:
+        """An instance of `reg` (acting for `identity`) lets go of its child at `child`:
+        released, unless another of `reg`'s instances derives the same child key (a
+        space-scoped child two identities share): that one still holds it. O(identities)."""
+        key = child.key(identity)
+        if any(child.key(other) == key for other in reg.identities if other != identity):
+            return False
+        return self.release(key, token, why=why)
 
     def _check_chain(self, key: Key, chain: tuple[Key, ...], pattern: Pattern) -> None:
         if key in chain or len(chain) >= MAX_NESTING:
@@ -447,7 +562,8 @@ class Runner:
             raise LinkCycleError(f"cannot start {given}: more than {MAX_HOPS} link hops")
         target = docs.root(link)
         attempt.target = key
-        if key in self.registrations:
+        running = self.registrations.get(key)
+        if running is not None and identity in running.identities:
             return True
         identity_name = doc[docs.PATTERN]
         if not isinstance(identity_name, str):
@@ -471,10 +587,17 @@ class Runner:
             yield self.replica.sync(element_run_keys(self, pattern, target, identity))
             if not self._current(attempt, key, "element pre-sync"):
                 return False
-        if key in self.registrations:
+        running = self.registrations.get(key)
+        if running is not None and (
+            identity in running.identities or running.pattern != pattern.identity
+        ):
             return True
         tx = self.replica.edit(identity)
-        self.start_core(tx, pattern, target, launch="start", chain=())
+        if running is not None:
+            # Running for other identities: this start is a new demander, and joins it.
+            self.join(tx, running, pattern, target, launch="start", rollback=False)
+        else:
+            self.start_core(tx, pattern, target, launch="start", chain=())
         tx.add_settle_callback(
             lambda _tx, res: self._start_settled(key, pattern, target, identity, res)
         )
@@ -516,9 +639,21 @@ class Runner:
         assert self.lifetimes <= self.registrations.keys(), self.lifetimes
         for key, reg in self._declined.items():
             assert self.registrations.get(key) is reg, (key, reg)
+        for reg in self.registrations:
+            assert reg.identities, reg
+            for identity in reg.identities:
+                key = reg.key
+                assert instance_key(key.space, key.id, key.scope, identity) == key, (reg, identity)
         for coordinator in self.coordinators:
             assert not coordinator.reg.ended, coordinator
+            assert set(coordinator.nodes) == set(coordinator.reg.identities), coordinator
+            assert self.list_coordinators[coordinator.reg, coordinator.index] is coordinator
             coordinator._check()
+        assert len(self.list_coordinators) == len(self.coordinators)
+
+
+def _who(identity: Identity) -> str:
+    return f"{identity.principal}/{identity.session}"
 
 
 def run_keys(pattern: Pattern, result: Link, identity: Identity, depth: int = 0) -> list[Any]:
@@ -578,7 +713,7 @@ def element_run_keys(
 ) -> list[Any]:
     """Every document of every element child the run's lists hold now, derived exactly as
     the coordinators derive them (container, element key, scope)."""
-    from ._lists import child_link, element_keys
+    from ._lists import base_container, child_link, element_keys
 
     keys: list[Any] = []
     tx = runner.replica.edit(identity)
@@ -588,8 +723,9 @@ def element_run_keys(
             items = tx.peek(place.key(identity), (docs.VALUE, *place.path))
             if type(items) is not list:
                 continue
+            base = base_container(container, place.scope)
             for key in element_keys(items):
-                child = child_link(kind, container, key)
+                child = child_link(kind, base, key)
                 keys.append(child.key(identity))
                 keys.extend(run_keys(op, child, identity))
     finally:
