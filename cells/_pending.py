@@ -40,6 +40,7 @@ class Mailbox:
         "_loop",
         "_scheduled",
         "_waiters",
+        "before_drain",
     )
 
     def __init__(self) -> None:
@@ -50,6 +51,8 @@ class Mailbox:
         self._draining = False
         self._waiters = 0
         self._listeners: list[Callable[[], None]] = []
+        self.before_drain: Callable[[], None] | None = None
+        """Called at the start of every `drain()` (a replica sends its open commit batch)."""
 
     def add_post_listener(self, fn: Callable[[], None]) -> Callable[[], None]:
         """Call `fn()` (on the posting thread) after each post; returns a remover."""
@@ -82,6 +85,10 @@ class Mailbox:
             for listener in list(self._listeners):
                 listener()
 
+    def post_front(self, fn: Callable[[], None]) -> None:
+        """Queue `fn` to run before everything queued (the rest of an interrupted delivery)."""
+        self._items.appendleft(fn)
+
     def _schedule_locked(self) -> None:
         loop = self._loop
         if loop is None or self._scheduled:
@@ -101,6 +108,9 @@ class Mailbox:
         """Run every queued callback in order; returns how many ran. Not re-entrant."""
         if self._draining:
             return 0
+        before = self.before_drain
+        if before is not None:
+            before()
         self._draining = True
         self._scheduled = False
         ran = 0

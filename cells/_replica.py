@@ -166,6 +166,10 @@ class Replica:
         self._in_flight: dict[int, Transaction] = {}
         self._sync_waiters: dict[DocKey, list[Callable[[BaseException | None], None]]] = {}
         self.stats = ReplicaStats()
+        self._batch: list[CommitRequest] | None = None
+        """Requests held back while a batch is open (`begin_batch`), in commit order."""
+        self._batch_depth = 0
+        self.mailbox.before_drain = self.flush_batch
         self.session_id = store.connect(self, session_id)
         self.closed = False
 
@@ -205,8 +209,49 @@ class Replica:
         return len(self._in_flight)
 
     def pump(self) -> int:
-        """Deliver everything the store has answered so far (verdicts, loads, foreign changes)."""
+        """Deliver everything the store has answered so far (verdicts, loads, foreign changes).
+
+        Sends an open batch first (draining the mailbox does).
+        """
         return self.mailbox.drain()
+
+    # ------------------------------------------------------------------ batches
+    def begin_batch(self) -> None:
+        """Hold back the store requests of the commits made from now until `end_batch()`.
+
+        Each commit still applies locally, notifies and settles on its own verdict
+        as always; only the hand-over to the store is grouped: `end_batch()` sends
+        the requests in commit order in one `submit_batch`, so the store evaluates
+        them one after the other (each sees the ones before it) and answers them
+        with one mailbox delivery. Verdicts never arrive inside `commit()` anyway,
+        so nothing observable moves except when the store first sees a request.
+        Nests; anything that waits on the store (`pump`, a mailbox drain, a sync,
+        `close`) sends the open batch first.
+        """
+        self._batch_depth += 1
+        if self._batch is None:
+            self._batch = []
+
+    def end_batch(self) -> None:
+        """Close the batch opened by the matching `begin_batch()` and send it."""
+        if self._batch_depth <= 0:
+            raise TransactionError(f"replica {self.session_id}: end_batch() without begin_batch()")
+        self._batch_depth -= 1
+        if self._batch_depth == 0:
+            try:
+                self.flush_batch()
+            finally:
+                self._batch = None
+
+    def flush_batch(self) -> None:
+        """Send the requests held in the open batch now (the batch stays open)."""
+        batch = self._batch
+        if batch:
+            self._batch = [] if self._batch_depth else None
+            if len(batch) == 1:
+                self.store.submit(self, batch[0])
+            else:
+                self.store.submit_batch(self, batch)
 
     def sync(self, keys: Iterable[DocKey]) -> Pending[None]:
         """Load or catch up `keys` with the store; resolves when all have answered.
@@ -215,6 +260,7 @@ class Replica:
         document). Fails with the first load error.
         """
         pending: Pending[None] = Pending(self.mailbox)
+        self.flush_batch()  # a sync answers after every commit made before it
         keys = list(dict.fromkeys(keys))
         remaining = [len(keys)]
         if not keys:
@@ -242,8 +288,11 @@ class Replica:
         return pending
 
     def close(self) -> None:
-        self.closed = True
-        self.store.disconnect(self.session_id)
+        try:
+            self.flush_batch()
+        finally:
+            self.closed = True
+            self.store.disconnect(self.session_id)
 
     # ------------------------------------------------------------------ records
     def _record(self, key: DocKey) -> DocRecord:
@@ -442,7 +491,11 @@ class Replica:
         try:
             self._notify(Notification("commit", tuple(changes), tx))
         finally:
-            self.store.submit(self, request)
+            batch = self._batch
+            if batch is not None:
+                batch.append(request)
+            else:
+                self.store.submit(self, request)
 
     def _stale(self, tx: Transaction, message: str) -> None:
         self.stats.local_stale += 1

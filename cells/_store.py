@@ -401,6 +401,36 @@ class _Delivery(msgspec.Struct):
         self.listener.on_verdict(self.request, self.verdict)
 
 
+class _BatchDelivery(msgspec.Struct):
+    """The verdicts of a batch of commits (`StoreBase.submit_batch`): one mailbox item.
+
+    Delivered in order; if one raises (a failing settle callback or subscriber),
+    the rest go back to the front of the mailbox before the error propagates, so a
+    later drain delivers them in the same order, exactly as single deliveries would.
+    """
+
+    listener: SessionListener
+    requests: list[CommitRequest]
+    verdicts: list[Verdict]
+
+    def __call__(self) -> None:
+        on_verdict = self.listener.on_verdict
+        requests, verdicts = self.requests, self.verdicts
+        i = 0
+        n = len(requests)
+        try:
+            while i < n:
+                request = requests[i]
+                verdict = verdicts[i]
+                i += 1
+                on_verdict(request, verdict)
+        finally:
+            if i < n:
+                self.listener.mailbox.post_front(
+                    _BatchDelivery(self.listener, requests[i:], verdicts[i:])
+                )
+
+
 class StoreBase(abc.ABC):
     """Sessions, gates and fan-out shared by every store backend."""
 
@@ -460,6 +490,28 @@ class StoreBase(abc.ABC):
             gate._held.append(HeldCommit(self, listener, request))
             return
         self._submit_evaluation(listener, request)
+
+    def submit_batch(self, listener: SessionListener, requests: Sequence[CommitRequest]) -> None:
+        """`submit` each of `requests`, in order (a replica's batch of commits).
+
+        The store evaluates them one after the other, each seeing the ones before
+        it, and decides each alone. A backend may answer them with one delivery.
+        """
+        if self.closed:
+            self._check_open()
+        gate = self._verdict_gate
+        if gate is not None:
+            for request in requests:
+                gate._held.append(HeldCommit(self, listener, request))
+            return
+        self._submit_batch_evaluation(listener, requests)
+
+    def _submit_batch_evaluation(
+        self, listener: SessionListener, requests: Sequence[CommitRequest]
+    ) -> None:
+        """Evaluate (or queue) a batch. Default: one `_submit_evaluation` per request."""
+        for request in requests:
+            self._submit_evaluation(listener, request)
 
     def _evaluate_and_answer(self, listener: SessionListener, request: CommitRequest) -> None:
         verdict = self._evaluate(request)

@@ -400,6 +400,11 @@ class Scheduler:
         in_heap = self._in_heap
         size = len(heap)
         self._draining = True
+        # The drain's commits go to the store as one batch when it ends: one
+        # hand-over and one verdict delivery instead of one per run. Verdicts are
+        # delivered by the pump after the drain either way.
+        replica = self.replica
+        replica.begin_batch()
         try:
             now = self.clock.now()
             heappop = heapq.heappop
@@ -430,6 +435,7 @@ class Scheduler:
             self._draining = False
             self._heap.clear()
             self._in_heap.clear()
+            replica.end_batch()
         self.stats.last_work_set = size
         self.stats.max_work_set = max(self.stats.max_work_set, size)
 

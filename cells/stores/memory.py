@@ -16,7 +16,7 @@ Invariants (checked by `_check`)
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from .._address import DocKey, Path
 from .._store import (
@@ -24,8 +24,10 @@ from .._store import (
     CommitRequest,
     DocState,
     Revision,
+    SessionListener,
     StoreBase,
     Verdict,
+    _BatchDelivery,
     revision_path,
     validate_commit,
 )
@@ -88,74 +90,149 @@ class MemoryStore(StoreBase):
         with self._lock:
             self._resolutions[(request.session_id, request.local_seq)] = None
 
+    def _submit_batch_evaluation(
+        self, listener: SessionListener, requests: Sequence[CommitRequest]
+    ) -> None:
+        # One lock and one mailbox delivery for the whole batch; each commit is
+        # still validated and applied alone, in order, as `submit` would.
+        evaluate = self._evaluate_locked
+        with self._lock:
+            verdicts = [evaluate(request) for request in requests]
+        self.commits_evaluated += len(verdicts)
+        listener.mailbox.post(_BatchDelivery(listener, list(requests), verdicts))
+        if len(self._listeners) > 1:
+            for request, verdict in zip(requests, verdicts, strict=True):
+                if verdict.error is None and verdict.seq is not None:
+                    self._broadcast(request.session_id, verdict.seq, verdict.docs)
+
+    def _accepts(self, request: CommitRequest) -> bool:
+        """True if `validate_commit` would surely accept `request` (a quick check of the
+        usual shape: resolved dependencies, reads with nothing written since their basis,
+        no create-only keys). False means "ask `validate_commit`", not "reject"."""
+        if request.create_only:
+            return False
+        resolutions = self._resolutions
+        session_id = request.session_id
+        for dep in request.deps:
+            got = resolutions.get((session_id, dep), False)
+            if got is None or got is False:
+                return False
+        revisions = self._revisions
+        for claim in request.reads:
+            revs = revisions.get(claim.key)
+            if not revs:
+                continue
+            basis = claim.basis_seq
+            i = len(revs) - 1
+            # Newer than the basis: only this session's own commits that this one
+            # was built on (the chain case: the writer's commit, evaluated just before).
+            while i >= 0 and revs[i].seq > basis:
+                rev = revs[i]
+                if rev.session_id != session_id or rev.local_seq not in request.deps:
+                    return False
+                i -= 1
+            if basis < self._floors.get(claim.key, 0):
+                return False
+        return True
+
     def _evaluate(self, request: CommitRequest) -> Verdict:
         with self._lock:
-            error = validate_commit(
-                request,
-                revisions_since=self._revisions_since_fn,
-                resolution=self._resolution_fn,
-                ever_written=self._ever_written_fn,
-            )
-            if error is not None:
-                self._resolutions[(request.session_id, request.local_seq)] = None
-                return Verdict(None, error=error)
-            heads = self._heads
-            docs: dict[DocKey, Value] = {}
-            base_seqs: dict[DocKey, int] = {}
-            paths: dict[DocKey, list[Path]] = {}
+            return self._evaluate_locked(request)
+
+    def _evaluate_locked(self, request: CommitRequest) -> Verdict:
+        writes = request.writes
+        if len(writes) == 1 and self._accepts(request):
+            # The usual scheduler commit: one write, accepted. Apply it without the
+            # per-document dicts of the general path.
+            w = writes[0]
+            key, path = w.key, w.path
+            head = self._heads.get(key, NO_STATE)
+            current = head.value
             try:
-                for w in request.writes:
-                    key = w.key
-                    current = docs.get(key, MISSING)
-                    if key not in docs:
-                        head = heads.get(key, NO_STATE)
-                        current = head.value
-                        base_seqs[key] = head.seq
-                    path = w.path
-                    docs[key] = set_path(current, path, w.value, where="commit")
-                    # A one-level write to an existing document creates no level.
-                    rpath = (
-                        path
-                        if len(path) == 1 and current is not MISSING
-                        else revision_path(current, path)
-                    )
-                    kpaths = paths.get(key)
-                    if kpaths is None:
-                        paths[key] = [rpath]
-                    else:
-                        kpaths.append(rpath)
-            except InvalidValueError as exc:
-                # A blind write below a place a newer commit made a scalar cannot apply.
-                # Raising would strand the commit: no verdict, its layer never dropped.
-                self._resolutions[(request.session_id, request.local_seq)] = None
-                return Verdict(
-                    None,
-                    error=ConflictError(
-                        f"commit {request.session_id}#{request.local_seq} no longer applies: {exc}"
-                    ),
+                value = set_path(current, path, w.value, where="commit")
+            except InvalidValueError:
+                pass  # the general path below rejects it with its message
+            else:
+                rpath = (
+                    path
+                    if len(path) == 1 and current is not MISSING
+                    else revision_path(current, path)
                 )
-            # Only now: a refused commit must not use up a seq (seqs are gap-free).
-            self._seq = seq = self._seq + 1
-            session_id, local_seq = request.session_id, request.local_seq
-            ever = self._ever
-            revisions = self._revisions
-            for key, value in docs.items():
-                heads[key] = DocState(seq, value)
-                ever.add(key)
-                revision = Revision(seq, session_id, local_seq, tuple(paths[key]))
-                revs = revisions.get(key)
-                if revs is None:
-                    revisions[key] = [revision]
-                    continue
-                revs.append(revision)
-                if len(revs) > 2 * REVISIONS_KEPT:
-                    # Bounded history: keep the newest REVISIONS_KEPT per document.
-                    self._floors[key] = revs[-REVISIONS_KEPT - 1].seq
-                    del revs[:-REVISIONS_KEPT]
-            if request.create_only:
-                ever.update(request.create_only)
-            self._resolutions[(session_id, local_seq)] = seq
-            return Verdict(seq, docs, base_seqs=base_seqs)
+                self._seq = seq = self._seq + 1
+                self._heads[key] = DocState(seq, value)
+                self._ever.add(key)
+                self._add_revision(
+                    key, Revision(seq, request.session_id, request.local_seq, (rpath,))
+                )
+                self._resolutions[(request.session_id, request.local_seq)] = seq
+                return Verdict(seq, {key: value}, base_seqs={key: head.seq})
+        error = validate_commit(
+            request,
+            revisions_since=self._revisions_since_fn,
+            resolution=self._resolution_fn,
+            ever_written=self._ever_written_fn,
+        )
+        if error is not None:
+            self._resolutions[(request.session_id, request.local_seq)] = None
+            return Verdict(None, error=error)
+        heads = self._heads
+        docs: dict[DocKey, Value] = {}
+        base_seqs: dict[DocKey, int] = {}
+        paths: dict[DocKey, list[Path]] = {}
+        try:
+            for w in request.writes:
+                key = w.key
+                current = docs.get(key, MISSING)
+                if key not in docs:
+                    head = heads.get(key, NO_STATE)
+                    current = head.value
+                    base_seqs[key] = head.seq
+                path = w.path
+                docs[key] = set_path(current, path, w.value, where="commit")
+                # A one-level write to an existing document creates no level.
+                rpath = (
+                    path
+                    if len(path) == 1 and current is not MISSING
+                    else revision_path(current, path)
+                )
+                kpaths = paths.get(key)
+                if kpaths is None:
+                    paths[key] = [rpath]
+                else:
+                    kpaths.append(rpath)
+        except InvalidValueError as exc:
+            # A blind write below a place a newer commit made a scalar cannot apply.
+            # Raising would strand the commit: no verdict, its layer never dropped.
+            self._resolutions[(request.session_id, request.local_seq)] = None
+            return Verdict(
+                None,
+                error=ConflictError(
+                    f"commit {request.session_id}#{request.local_seq} no longer applies: {exc}"
+                ),
+            )
+        # Only now: a refused commit must not use up a seq (seqs are gap-free).
+        self._seq = seq = self._seq + 1
+        session_id, local_seq = request.session_id, request.local_seq
+        ever = self._ever
+        for key, value in docs.items():
+            heads[key] = DocState(seq, value)
+            ever.add(key)
+            self._add_revision(key, Revision(seq, session_id, local_seq, tuple(paths[key])))
+        if request.create_only:
+            ever.update(request.create_only)
+        self._resolutions[(session_id, local_seq)] = seq
+        return Verdict(seq, docs, base_seqs=base_seqs)
+
+    def _add_revision(self, key: DocKey, revision: Revision) -> None:
+        revs = self._revisions.get(key)
+        if revs is None:
+            self._revisions[key] = [revision]
+            return
+        revs.append(revision)
+        if len(revs) > 2 * REVISIONS_KEPT:
+            # Bounded history: keep the newest REVISIONS_KEPT per document.
+            self._floors[key] = revs[-REVISIONS_KEPT - 1].seq
+            del revs[:-REVISIONS_KEPT]
 
     def _check(self) -> None:
         super()._check()
