@@ -25,7 +25,7 @@ from cells import (
     edit_with_retry,
 )
 from cells._links import VALUE
-from cells.errors import DependencyRejectedError, LivenessError
+from cells.errors import DependencyRejectedError, LivenessError, TransactionError
 
 ME = Identity("local", "local")
 DOC = DocKey("sp", "doc")
@@ -518,3 +518,136 @@ def test_a_closed_replica_with_verdicts_still_queued_is_freed() -> None:
     del replica, space, a, b, tx
     gc.collect()
     assert ref() is None
+
+
+# --------------------------------------------------------------------------- batches
+
+THIRD = DocKey("sp", "third")
+FOURTH = DocKey("sp", "fourth")
+
+
+def test_a_batch_reaches_the_store_when_it_ends_and_each_commit_keeps_its_own_verdict(
+    w: World,
+) -> None:
+    w.put(DOC, {"n": 1})
+    w.put(OTHER, {"n": 1})
+    b = w.replica()
+    w.a.begin_batch()
+    first = w.a.edit(ME)
+    first.write(THIRD, ("n",), 10)  # reads nothing: cannot go stale
+    p1 = first.commit()
+    stale = w.a.edit(ME)
+    stale.write(FOURTH, ("m",), stale.read(OTHER, ("n",)) + 1)
+    p2 = stale.commit()
+    built_on_first = w.a.edit(ME)
+    built_on_first.write(DOC, ("n",), built_on_first.read(THIRD, ("n",)) + 1)
+    p3 = built_on_first.commit()
+    assert w.store.commits_evaluated == 2  # the two puts: the batch is still held back
+    assert [nf.kind for nf in w.log(w.a)] == ["commit", "commit", "commit"]  # applied locally
+    # Another session writes what `stale` read before the batch reaches the store.
+    foreign = b.edit(ME)
+    foreign.write(OTHER, ("n",), 5)
+    foreign.commit()
+    w.a.end_batch()
+    assert w.store.commits_evaluated == 6
+    w.pump()
+    assert p1.result().ok
+    assert isinstance(p2.result().error, ConflictError)
+    assert p2.result().outcome is Outcome.STALE_BASIS
+    # Built on `first`'s pending write, which was accepted: unaffected by `stale`.
+    assert p3.result().ok
+    assert w.store.read_durable(THIRD) == {"n": 10}
+    assert w.store.read_durable(DOC) == {"n": 11}
+    assert w.a.visible(THIRD) == {"n": 10}
+    assert w.a.visible(FOURTH) is MISSING
+
+
+def test_a_commit_in_a_batch_built_on_a_rejected_one_is_rejected(w: World) -> None:
+    w.put(DOC, {"n": 1})
+    b = w.replica()
+    w.a.begin_batch()
+    reader = w.a.edit(ME)
+    reader.write(OTHER, (), reader.read(DOC, ("n",)))
+    p1 = reader.commit()
+    dependent = w.a.edit(ME)
+    dependent.write(THIRD, (), dependent.read(OTHER, ()))
+    p2 = dependent.commit()
+    foreign = b.edit(ME)
+    foreign.write(DOC, ("n",), 2)
+    foreign.commit()
+    w.a.end_batch()
+    w.pump()
+    assert p1.result().outcome is Outcome.STALE_BASIS
+    assert isinstance(p2.result().error, DependencyRejectedError)
+    assert w.a.visible(OTHER) is MISSING
+    assert w.a.visible(THIRD) is MISSING
+
+
+def test_a_failing_callback_in_a_batch_delivery_leaves_the_rest_for_the_next_pump(
+    w: World,
+) -> None:
+    settled: list[str] = []
+
+    def boom(tx: Transaction, result: CommitResult) -> None:
+        settled.append("boom")
+        raise RuntimeError("callback failed")
+
+    w.a.begin_batch()
+    pendings = []
+    for i, cb in enumerate([None, boom, None]):
+        tx = w.a.edit(ME)
+        tx.write(DocKey("sp", f"d{i}"), (), i)
+        if cb is not None:
+            tx.add_settle_callback(cb)
+        tx.add_settle_callback(lambda tx, result, i=i: settled.append(f"tx{i}"))
+        pendings.append(tx.done())
+        tx.commit_detached()
+    w.a.end_batch()
+    with pytest.raises(RuntimeError, match="callback failed"):
+        w.a.pump()
+    assert settled == ["tx0", "boom", "tx1"]
+    assert not pendings[2].done()
+    assert len(w.a.mailbox) == 1
+    w.a.pump()
+    assert settled == ["tx0", "boom", "tx1", "tx2"]
+    assert all(p.result().ok for p in pendings)
+
+
+def test_waiting_on_a_verdict_inside_a_batch_sends_the_batch(w: World) -> None:
+    w.a.begin_batch()
+    tx = w.a.edit(ME)
+    tx.write(DOC, (), 1)
+    assert tx.commit().result().ok  # the mailbox drain sends the open batch first
+    later = w.a.edit(ME)
+    later.write(OTHER, (), 2)
+    pending = later.commit()
+    assert not pending.done()
+    w.a.end_batch()
+    w.pump()
+    assert pending.result().ok
+    assert w.store.read_durable(OTHER) == 2
+
+
+def test_a_held_gate_holds_each_commit_of_a_batch(w: World) -> None:
+    with w.store.testing.hold_verdicts() as gate:
+        w.a.begin_batch()
+        pendings = []
+        for i in range(3):
+            tx = w.a.edit(ME)
+            tx.write(DocKey("sp", f"d{i}"), (), i)
+            pendings.append(tx.commit())
+        w.a.end_batch()
+        assert gate.waiting() == 3
+        gate.reject(1, Outcome.TERMINAL)
+        gate.release()
+        w.pump()
+    assert [p.result().outcome for p in pendings] == [
+        Outcome.OK,
+        Outcome.TERMINAL,
+        Outcome.OK,
+    ]
+
+
+def test_end_batch_without_begin_is_an_error(w: World) -> None:
+    with pytest.raises(TransactionError, match="without begin_batch"):
+        w.a.end_batch()

@@ -472,6 +472,50 @@ def test_stale_basis_rejection_reruns_the_node(env: Env) -> None:
     env.check()
 
 
+def test_a_drain_sends_its_commits_as_one_batch_and_only_the_stale_one_reruns(env: Env) -> None:
+    a = env.source("a", 1)
+    x = env.source("x", 1)
+    b, y = env.sp.cell("b"), env.sp.cell("y")
+    # Another runtime on the same store writes `x` while the drain runs, after the
+    # node reading it ran and before the drain's batch reaches the store.
+    other = Space(cells.Replica(env.sp.replica.store), "x")
+    evaluated: list[int] = []
+    store = env.sp.replica.store
+
+    def y_fn(v: int) -> int:
+        return v + 100
+
+    def b_fn(v: int) -> int:
+        evaluated.append(store.commits_evaluated)
+        if v == 2:
+            tx = other.edit()
+            tx.write(x.doc_key, ("value",), 7)
+            tx.commit()
+        return v * 10
+
+    ny = env.compute(y, [x], y_fn, label="y")  # runs first: registered first, same height
+    nb = env.compute(b, [a], b_fn, label="b")
+    seen: list[Any] = []
+    env.sch.sink(b, seen.append)
+    env.sch.sink(y, seen.append)
+    assert b.get() == 10 and y.get() == 101
+    before = store.commits_evaluated
+    a.set(2)
+    x.set(3)
+    env.sch.settle()
+    # `y` committed 103 on a basis the foreign write overtook: rejected at the end of
+    # the drain, re-run; `b`'s commit in the same batch is accepted.
+    # When `b` ran, the store had seen the two sets only: `y`'s commit was held back.
+    assert evaluated[-1] == before + 2
+    assert y.get() == 107 and b.get() == 20
+    assert nb.runs == 2
+    assert ny.runs == 3
+    assert env.sch.stats.stale_reruns == 1
+    assert env.sp.replica.in_flight() == 0
+    assert store.read_durable(y.doc_key) == {"value": 107}
+    env.check()
+
+
 def test_permanent_rejection_is_not_retried(env: Env) -> None:
     a, b, node, _seen = _gated_pair(env)
     gate = env.sp.replica.store.testing.hold_verdicts()
