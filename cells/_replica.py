@@ -122,7 +122,6 @@ class ReplicaStats:
     loads: int = 0
 
 
-_NO_SEQS: frozenset[int] = frozenset()
 _OK = CommitResult(Outcome.OK)
 _NO_KEYS: frozenset[DocKey] = frozenset()
 
@@ -417,7 +416,8 @@ class Replica:
         # later discards it safely.
         staged: list[tuple[DocKey, DocRecord, Sequence[tuple[Path, Value]], Value, bool]] = []
         reads: list[ReadClaim] = []
-        deps: set[int] | None = None
+        deps: tuple[int, ...] = ()
+        merged = False
         for key, td in tx._docs.items():
             rec = records[key]
             if td.read:
@@ -425,9 +425,11 @@ class Replica:
                     self._stale(tx, f"{key} changed locally after this transaction first read it")
                     return
                 if td.deps:
-                    if deps is None:
-                        deps = set()
-                    deps.update(td.deps)
+                    if deps:
+                        deps = (*deps, *td.deps)
+                        merged = True
+                    else:
+                        deps = td.deps  # ascending: a document's layers are in seq order
                 td_reads = td.reads
                 assert td_reads is not None  # a read document has read paths
                 if len(td_reads) == 1:
@@ -482,7 +484,7 @@ class Replica:
             self.session_id,
             seq,
             tuple(reads),
-            frozenset(deps) if deps else _NO_SEQS,
+            tuple(sorted(set(deps))) if merged else deps,
             tuple(writes),
             frozenset(create_only) if create_only else _NO_KEYS,
         )
@@ -515,10 +517,38 @@ class Replica:
         )
 
     # ------------------------------------------------------------------ store listener
+    def on_accepted(self, request: CommitRequest, seq: int, base_seq: int, value: Value) -> None:
+        """`on_verdict` for an accepted one-write commit, without a `Verdict`."""
+        local_seq = request.local_seq
+        tx = self._in_flight.pop(local_seq, None)
+        if tx is None:
+            return  # replica was closed meanwhile; nothing to settle
+        key = request.writes[0].key
+        rec = self._docs[key]
+        layers = rec.layers
+        if not (layers and layers[0].seq == local_seq and base_seq == rec.confirmed_seq):
+            self._apply_verdict(tx, request, Verdict(seq, {key: value}, base_seqs={key: base_seq}))
+            return
+        # `_apply_verdict`'s adoption of the oldest layer (see there), for one document.
+        if isinstance(layers, tuple):
+            layers = rec.layers = layers[1:]
+        else:
+            layers.popleft()
+            if not layers:
+                rec.layers = ()
+        rec.confirmed = rec.visible if not layers else value
+        rec.confirmed_seq = seq
+        rec.loaded = True
+        self.stats.accepted += 1
+        tx._settle(CommitResult(Outcome.OK, None, seq))
+
     def on_verdict(self, request: CommitRequest, verdict: Verdict) -> None:
         tx = self._in_flight.pop(request.local_seq, None)
         if tx is None:
             return  # replica was closed meanwhile; nothing to settle
+        self._apply_verdict(tx, request, verdict)
+
+    def _apply_verdict(self, tx: Transaction, request: CommitRequest, verdict: Verdict) -> None:
         changes: list[Change] = []
         seq = verdict.seq if verdict.error is None else None
         writes = request.writes

@@ -78,8 +78,10 @@ class CommitRequest(msgspec.Struct, frozen=True, gc=False):
     session_id: str
     local_seq: int
     reads: tuple[ReadClaim, ...]
-    deps: frozenset[int]
-    """Own earlier commits (local seqs) whose pending writes this commit was built on."""
+    deps: tuple[int, ...]
+    """Own earlier commits (local seqs) whose pending writes this commit was built on,
+    ascending. A tuple, not a frozenset: one is made per commit, and a tuple of ints
+    leaves the collector's view once scanned (a frozenset never does)."""
     writes: tuple[Write, ...]
     create_only: frozenset[DocKey]
 
@@ -130,6 +132,11 @@ class SessionListener(Protocol):
     mailbox: Mailbox
 
     def on_verdict(self, request: CommitRequest, verdict: Verdict) -> None: ...
+
+    def on_accepted(self, request: CommitRequest, seq: int, base_seq: int, value: Value) -> None:
+        """The verdict accepting a one-write commit: `seq`, and the written document's
+        new `value`, applied on its state at `base_seq` (`Verdict(seq, {key: value},
+        base_seqs={key: base_seq})` without the dicts)."""
 
     def on_foreign(self, seq: int, docs: dict[DocKey, Value]) -> None: ...
 
@@ -411,10 +418,16 @@ class _BatchDelivery(msgspec.Struct):
 
     listener: SessionListener
     requests: list[CommitRequest]
-    verdicts: list[Verdict]
+    verdicts: list[Verdict | tuple[int, int, Value]]
+    """Per request, its `Verdict`, or for an accepted one-write commit the tuple
+    (seq, base seq, new value) that `on_accepted` takes: no verdict object and no
+    dicts for the common case (and a tuple of untracked things leaves the
+    collector's view once scanned)."""
 
     def __call__(self) -> None:
-        on_verdict = self.listener.on_verdict
+        listener = self.listener
+        on_verdict = listener.on_verdict
+        on_accepted = listener.on_accepted
         requests, verdicts = self.requests, self.verdicts
         i = 0
         n = len(requests)
@@ -423,7 +436,10 @@ class _BatchDelivery(msgspec.Struct):
                 request = requests[i]
                 verdict = verdicts[i]
                 i += 1
-                on_verdict(request, verdict)
+                if type(verdict) is tuple:
+                    on_accepted(request, *verdict)
+                else:
+                    on_verdict(request, verdict)  # type: ignore[arg-type]
         finally:
             if i < n:
                 self.listener.mailbox.post_front(

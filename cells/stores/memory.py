@@ -95,14 +95,21 @@ class MemoryStore(StoreBase):
     ) -> None:
         # One lock and one mailbox delivery for the whole batch; each commit is
         # still validated and applied alone, in order, as `submit` would.
-        evaluate = self._evaluate_locked
+        apply_one = self._apply_one
+        general = self._evaluate_general
+        verdicts: list[Verdict | tuple[int, int, Value]] = []
         with self._lock:
-            verdicts = [evaluate(request) for request in requests]
+            for request in requests:
+                accepted = apply_one(request)
+                verdicts.append(general(request) if accepted is None else accepted)
         self.commits_evaluated += len(verdicts)
         listener.mailbox.post(_BatchDelivery(listener, list(requests), verdicts))
         if len(self._listeners) > 1:
             for request, verdict in zip(requests, verdicts, strict=True):
-                if verdict.error is None and verdict.seq is not None:
+                if isinstance(verdict, tuple):
+                    seq, _, value = verdict
+                    self._broadcast(request.session_id, seq, {request.writes[0].key: value})
+                elif verdict.error is None and verdict.seq is not None:
                     self._broadcast(request.session_id, verdict.seq, verdict.docs)
 
     def _accepts(self, request: CommitRequest) -> bool:
@@ -140,32 +147,38 @@ class MemoryStore(StoreBase):
             return self._evaluate_locked(request)
 
     def _evaluate_locked(self, request: CommitRequest) -> Verdict:
+        accepted = self._apply_one(request)
+        if accepted is None:
+            return self._evaluate_general(request)
+        seq, base_seq, value = accepted
+        key = request.writes[0].key
+        return Verdict(seq, {key: value}, base_seqs={key: base_seq})
+
+    def _apply_one(self, request: CommitRequest) -> tuple[int, int, Value] | None:
+        """The usual scheduler commit, one write that `_accepts` clears: applied without
+        the per-document dicts of the general path; (seq, base seq, new value).
+
+        None (and nothing changed) for anything else: the general path decides it."""
         writes = request.writes
-        if len(writes) == 1 and self._accepts(request):
-            # The usual scheduler commit: one write, accepted. Apply it without the
-            # per-document dicts of the general path.
-            w = writes[0]
-            key, path = w.key, w.path
-            head = self._heads.get(key, NO_STATE)
-            current = head.value
-            try:
-                value = set_path(current, path, w.value, where="commit")
-            except InvalidValueError:
-                pass  # the general path below rejects it with its message
-            else:
-                rpath = (
-                    path
-                    if len(path) == 1 and current is not MISSING
-                    else revision_path(current, path)
-                )
-                self._seq = seq = self._seq + 1
-                self._heads[key] = DocState(seq, value)
-                self._ever.add(key)
-                self._add_revision(
-                    key, Revision(seq, request.session_id, request.local_seq, (rpath,))
-                )
-                self._resolutions[(request.session_id, request.local_seq)] = seq
-                return Verdict(seq, {key: value}, base_seqs={key: head.seq})
+        if len(writes) != 1 or not self._accepts(request):
+            return None
+        w = writes[0]
+        key, path = w.key, w.path
+        head = self._heads.get(key, NO_STATE)
+        current = head.value
+        try:
+            value = set_path(current, path, w.value, where="commit")
+        except InvalidValueError:
+            return None  # the general path rejects it with its message
+        rpath = path if len(path) == 1 and current is not MISSING else revision_path(current, path)
+        self._seq = seq = self._seq + 1
+        self._heads[key] = DocState(seq, value)
+        self._ever.add(key)
+        self._add_revision(key, Revision(seq, request.session_id, request.local_seq, (rpath,)))
+        self._resolutions[(request.session_id, request.local_seq)] = seq
+        return seq, head.seq, value
+
+    def _evaluate_general(self, request: CommitRequest) -> Verdict:
         error = validate_commit(
             request,
             revisions_since=self._revisions_since_fn,

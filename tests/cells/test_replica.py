@@ -651,3 +651,32 @@ def test_a_held_gate_holds_each_commit_of_a_batch(w: World) -> None:
 def test_end_batch_without_begin_is_an_error(w: World) -> None:
     with pytest.raises(TransactionError, match="without begin_batch"):
         w.a.end_batch()
+
+
+def test_a_batch_commit_applied_on_a_state_the_replica_never_saw_takes_the_stores_value(
+    w: World,
+) -> None:
+    w.put(DOC, {"n": 1})
+    c = w.replica()
+    with w.store.testing.hold_loads(DOC) as loads:
+        c.begin_batch()
+        blind = c.edit(ME)
+        blind.write(DOC, ("m",), 2)  # DOC is not loaded here: a blind write
+        p1 = blind.commit()
+        other = c.edit(ME)
+        other.write(OTHER, (), 3)
+        p2 = other.commit()
+        assert c.visible(DOC) == {"m": 2}
+        foreign = w.a.edit(ME)
+        foreign.write(DOC, ("n",), 5)  # `c` does not hear of it: DOC is not loaded there
+        foreign.commit()
+        c.end_batch()
+        w.pump()
+        assert p1.result().seq is not None and p2.result().ok
+        # The store applied the write on {"n": 5}, a state `c` never confirmed: the
+        # verdict's value, not the replica's own layer, becomes the confirmed state.
+        assert c.visible(DOC) == {"n": 5, "m": 2}
+        loads.release()
+    w.pump()
+    assert c.visible(DOC) == {"n": 5, "m": 2}
+    assert w.store.read_durable(DOC) == {"n": 5, "m": 2}
