@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 
 from cells import DocKey, Path
 
-from ._node import Node, ReadSet
+from ._node import Node, ReadSet, lean_reads
 from ._readers import ReaderIndex
 
 
@@ -130,6 +130,7 @@ class Graph:
 
     def set_reads(self, node: Node, reads: ReadSet) -> None:
         """Apply a new read set (delta) and rewire `node`'s incoming edges."""
+        reads = lean_reads(reads)
         touched = self.index.apply(node, reads)
         if not touched:
             return

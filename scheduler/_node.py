@@ -20,7 +20,8 @@ Invariants
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Iterator, Mapping
 from typing import Literal, TypeAlias
 
 import attrs
@@ -29,15 +30,60 @@ from cells import DocKey, Identity, Path, Transaction
 
 NodeKind: TypeAlias = Literal["computation", "effect"]
 Status: TypeAlias = Literal["never-ran", "clean", "invalid"]
-ReadSet: TypeAlias = dict[DocKey, tuple[tuple[Path, ...], tuple[Path, ...]]]
-"""Per document: (deep paths, shallow paths), compacted."""
+ReadEntry: TypeAlias = tuple[tuple[Path, ...], tuple[Path, ...]]
+"""One document's reads: (deep paths, shallow paths), compacted."""
+ReadSet: TypeAlias = Mapping[DocKey, ReadEntry]
+"""Per document read: its `ReadEntry`. A dict, or a `OneRead` for one document."""
+
+
+class OneRead(Mapping[DocKey, ReadEntry]):
+    """A read set of exactly one document, the usual one (a node reads its input).
+
+    A two-slot object (48 bytes) instead of a one-entry dict (224 bytes): one per
+    computation. Read-only, like every read set (a new read set replaces the old).
+    """
+
+    __slots__ = ("entry", "key")
+
+    def __init__(self, key: DocKey, entry: ReadEntry) -> None:
+        self.key = key
+        self.entry = entry
+
+    def __getitem__(self, key: DocKey) -> ReadEntry:
+        if key == self.key:
+            return self.entry
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[DocKey]:
+        return iter((self.key,))
+
+    def __len__(self) -> int:
+        return 1
+
+    def __contains__(self, key: object) -> bool:
+        return key == self.key
+
+    def __repr__(self) -> str:
+        return f"OneRead({{{self.key!r}: {self.entry!r}}})"
+
+
+NO_READS: ReadSet = types.MappingProxyType({})
+"""The read set of a node that declared nothing and never ran (shared: read-only)."""
+
+
+def lean_reads(reads: ReadSet) -> ReadSet:
+    """`reads` in its smallest form: a `OneRead` for one document."""
+    if type(reads) is OneRead or len(reads) != 1:
+        return reads if reads else NO_READS
+    ((key, entry),) = reads.items()
+    return OneRead(key, entry)
 
 
 class Gates:
-    """A node's rarely used state: time gates, backoff and commit retries.
+    """A node's rarely used state: time gates, backoff, commit retries, last error.
 
     Made on first use (`Node.gates()`): most nodes never debounce, throttle,
-    back off or retry, and these seven fields would otherwise cost every node.
+    back off, retry or raise, and these eight fields would otherwise cost every node.
     """
 
     __slots__ = (
@@ -45,6 +91,7 @@ class Gates:
         "backoff_until",
         "debounce",
         "debounce_ready_at",
+        "error",
         "retries",
         "throttle",
         "throttle_ready_at",
@@ -58,9 +105,10 @@ class Gates:
         self.backoff_until = 0.0
         self.backoff_streak = 0
         self.retries = 0
+        self.error: BaseException | None = None
 
 
-@attrs.define(eq=False, slots=True, repr=False)
+@attrs.define(eq=False, slots=True, repr=False, weakref_slot=False)
 class Node:
     fn: Callable[[Transaction], object]
     kind: NodeKind
@@ -70,7 +118,7 @@ class Node:
     label: str
     parent: Node | None = None
     status: Status = "never-ran"
-    reads: ReadSet = attrs.field(factory=dict)
+    reads: ReadSet = NO_READS
     raw_reads: list[tuple[DocKey, Path, bool]] | None = None
     """The last run's read log as logged, when it had more than one entry: an
     identical log skips re-deriving `reads` (a one-entry log is checked against
@@ -85,7 +133,6 @@ class Node:
     runs: int = 0
     eligible_at: float = 0.0
     """max(debounce_ready_at, throttle_ready_at, backoff_until): the one time gate."""
-    error: BaseException | None = None
     _gates: Gates | None = None
     _children: dict[Node, None] | None = None
 
@@ -164,6 +211,16 @@ class Node:
     @backoff_streak.setter
     def backoff_streak(self, value: int) -> None:
         self.gates().backoff_streak = value
+
+    @property
+    def error(self) -> BaseException | None:
+        """What the last run raised (None if it completed)."""
+        return None if self._gates is None else self._gates.error
+
+    @error.setter
+    def error(self, value: BaseException | None) -> None:
+        if value is not None or self._gates is not None:
+            self.gates().error = value
 
     @property
     def retries(self) -> int:

@@ -21,7 +21,7 @@ from operator import is_not
 
 from cells import MISSING, Change, DocKey, Link, Path, same_value, value_equal
 
-from ._node import Node, ReadSet
+from ._node import Node, ReadEntry, ReadSet
 
 
 def walk(value: object, path: Path) -> tuple[bool, object, int]:
@@ -126,7 +126,7 @@ def compact_reads(log: Iterable[tuple[DocKey, Path, bool]]) -> ReadSet:
     shallow: dict[DocKey, set[Path]] = {}
     for key, path, is_shallow in log:
         (shallow if is_shallow else deep).setdefault(key, set()).add(path)
-    out: ReadSet = {}
+    out: dict[DocKey, ReadEntry] = {}
     for key in deep.keys() | shallow.keys():
         dpaths: list[Path] = []
         for p in sorted(deep.get(key, ()), key=len):

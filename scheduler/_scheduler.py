@@ -70,7 +70,7 @@ from ._events import (
     retry_delay,
 )
 from ._graph import Graph
-from ._node import Node, NodeKind
+from ._node import Node, NodeKind, OneRead
 from ._readers import ReaderIndex, compact_reads
 from .errors import NodeError
 
@@ -458,7 +458,8 @@ class Scheduler:
         previous_tx, self._current_tx = self._current_tx, tx
         try:
             node.fn(tx)
-            node.error = None
+            if gates is not None:
+                gates.error = None
         except Exception as exc:
             node.error = exc
             err = NodeError(f"{node!r} raised {type(exc).__name__}: {exc}", node=node)
@@ -477,7 +478,7 @@ class Scheduler:
                 key, path, shallow = log[0]
                 reads = node.reads
                 node.raw_reads = None
-                entry = reads.get(key) if len(reads) == 1 else None
+                entry = reads.entry if type(reads) is OneRead and reads.key == key else None
                 if entry is None:
                     moved = True
                 else:
