@@ -5,14 +5,17 @@ documents. Rules: open a transaction (optionally reading a document at once), re
 (deep or shallow), write, commit, abort; a one-step commit from either replica (blind,
 after a read, or create-only); hold verdicts / release them, and while held accept one
 (normally the oldest of its session) or reject one with STALE_BASIS, PERMANENT,
-TERMINAL or LIVENESS; sync a document, hold its loads and release or fail them; pump a
-replica; poll (two store objects on one file); settle. Each backend runs it through a
+TERMINAL or LIVENESS; sync a document, hold its loads and release or fail them; open
+or end a commit batch on a replica (`Replica.begin_batch`: its requests reach the store
+together when it ends, or at a pump or sync); pump a replica; poll (two store objects
+on one file); settle. Each backend runs it through a
 subclass: `TestMemoryStore`, `TestSQLiteStore` (both replicas on one `SQLiteStore`) and
 `TestSQLiteStorePair` (one `SQLiteStore` object per replica, same file).
 
 The model of durable state is the fold, in seq order, of the writes of every commit
 whose result said OK. It is learned only from results (`CommitResult.seq`) and from the
-`CommitRequest`s the replicas submitted (seen by wrapping `store.submit`).
+`CommitRequest`s the replicas submitted (seen by wrapping `store.submit` and
+`store.submit_batch`; a request held back in an open batch counts as sent).
 
 Checked after every step
 - `_check()` of every store object, both replicas and every transaction;
@@ -62,7 +65,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import attrs
@@ -340,6 +343,17 @@ class StoreConformanceMachine(RuleBasedStateMachine):
             submit(listener, request)
 
         store.submit = recording_submit  # type: ignore[method-assign]
+        submit_batch = store.submit_batch
+
+        def recording_submit_batch(listener: Any, requests: Sequence[CommitRequest]) -> None:
+            self.submitted.extend(requests)
+            submit_batch(listener, requests)
+
+        store.submit_batch = recording_submit_batch  # type: ignore[method-assign]
+
+    def _held_back(self, i: int) -> list[CommitRequest]:
+        """Requests replica `i` made in its open batch and has not sent yet."""
+        return list(self.replicas[i]._batch or ())
 
     def teardown(self) -> None:
         try:
@@ -442,13 +456,15 @@ class StoreConformanceMachine(RuleBasedStateMachine):
         # survive if a layer fails, and come after the layers in the durable order.
         shadow_ok = {k for k in rec.written_keys if replica._docs[k].layers}
         n_log, n_sent = len(log), len(self.submitted)
+        n_held = len(self._held_back(i))
         self.committing = rec
         try:
             rec.pending = pending = rec.tx.commit()
         finally:
             self.committing = None
         emitted = log[n_log:]
-        sent = self.submitted[n_sent:]
+        # Inside a batch a request is held back until the batch ends: it counts as sent.
+        sent = self.submitted[n_sent:] + self._held_back(i)[n_held:]
         if stale:
             # P-TX-2: a local basis failure is decided at once and reaches nobody else.
             self._assert_refused_locally(pending, emitted, sent, f"stale basis on {stale}")
@@ -552,10 +568,12 @@ class StoreConformanceMachine(RuleBasedStateMachine):
     @rule(rec=consumes(txs))
     def abort(self, rec: TxRecord) -> None:
         n_log, n_sent = len(self.logs[rec.replica]), len(self.submitted)
+        n_held = len(self._held_back(rec.replica))
         rec.tx.abort("test")
         assert [r.outcome for r in rec.settled] == [Outcome.ABORTED]
         assert rec.tx.done().done()
         assert len(self.logs[rec.replica]) == n_log and len(self.submitted) == n_sent
+        assert len(self._held_back(rec.replica)) == n_held
 
     @rule(replica=replicas, key=keys, path=paths, value=values, kind=quick_kinds)
     def quick_commit(self, replica: int, key: DocKey, path: Path, value: Value, kind: str) -> None:
@@ -644,6 +662,16 @@ class StoreConformanceMachine(RuleBasedStateMachine):
             else:
                 gate.release()  # the waiting loads read the store now
 
+    @rule(replica=replicas)
+    def toggle_batch(self, replica: int) -> None:
+        """Open a commit batch on a replica, or end it (sending what it held back)."""
+        r = self.replicas[replica]
+        if r._batch_depth:
+            r.end_batch()
+            event("a commit batch ended")
+        else:
+            r.begin_batch()
+
     # ------------------------------------------------------------------ delivery
     @rule()
     def idle(self) -> None:
@@ -667,6 +695,9 @@ class StoreConformanceMachine(RuleBasedStateMachine):
 
     def _quiesce(self, timeout: float = 10.0) -> None:
         self.sent_since_settle = 0
+        for replica in self.replicas:
+            if replica._batch_depth:
+                replica.end_batch()
         gates, self.gates = self.gates, []
         for gate in gates:
             gate.release()

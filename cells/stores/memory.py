@@ -112,36 +112,6 @@ class MemoryStore(StoreBase):
                 elif verdict.error is None and verdict.seq is not None:
                     self._broadcast(request.session_id, verdict.seq, verdict.docs)
 
-    def _accepts(self, request: CommitRequest) -> bool:
-        """True if `validate_commit` would surely accept `request` (a quick check of the
-        usual shape: resolved dependencies, reads with nothing written since their basis,
-        no create-only keys). False means "ask `validate_commit`", not "reject"."""
-        if request.create_only:
-            return False
-        resolutions = self._resolutions
-        session_id = request.session_id
-        for dep in request.deps:
-            got = resolutions.get((session_id, dep), False)
-            if got is None or got is False:
-                return False
-        revisions = self._revisions
-        for claim in request.reads:
-            revs = revisions.get(claim.key)
-            if not revs:
-                continue
-            basis = claim.basis_seq
-            i = len(revs) - 1
-            # Newer than the basis: only this session's own commits that this one
-            # was built on (the chain case: the writer's commit, evaluated just before).
-            while i >= 0 and revs[i].seq > basis:
-                rev = revs[i]
-                if rev.session_id != session_id or rev.local_seq not in request.deps:
-                    return False
-                i -= 1
-            if basis < self._floors.get(claim.key, 0):
-                return False
-        return True
-
     def _evaluate(self, request: CommitRequest) -> Verdict:
         with self._lock:
             return self._evaluate_locked(request)
@@ -155,27 +125,70 @@ class MemoryStore(StoreBase):
         return Verdict(seq, {key: value}, base_seqs={key: base_seq})
 
     def _apply_one(self, request: CommitRequest) -> tuple[int, int, Value] | None:
-        """The usual scheduler commit, one write that `_accepts` clears: applied without
-        the per-document dicts of the general path; (seq, base seq, new value).
+        """The usual scheduler commit, applied if `validate_commit` would surely accept
+        it: (seq, base seq, new value).
 
-        None (and nothing changed) for anything else: the general path decides it."""
+        The usual shape is one write, no create-only keys, resolved dependencies, and
+        reads with nothing written since their basis but this session's commits they
+        were built on (the chain case: the writer's commit, evaluated just before). It
+        is applied without the per-document dicts of the general path. None, with
+        nothing changed, means "ask `validate_commit`", not "reject".
+        """
         writes = request.writes
-        if len(writes) != 1 or not self._accepts(request):
+        if len(writes) != 1 or request.create_only:
             return None
+        session_id = request.session_id
+        deps = request.deps
+        if deps:
+            resolutions = self._resolutions
+            for dep in deps:
+                got = resolutions.get((session_id, dep))
+                if got is None:  # rejected, or not evaluated yet
+                    return None
+        revisions = self._revisions
+        for claim in request.reads:
+            revs = revisions.get(claim.key)
+            if not revs:
+                continue
+            basis = claim.basis_seq
+            i = len(revs) - 1
+            while i >= 0 and revs[i].seq > basis:
+                rev = revs[i]
+                if rev.session_id != session_id or rev.local_seq not in deps:
+                    return None
+                i -= 1
+            if basis < self._floors.get(claim.key, 0):
+                return None
         w = writes[0]
-        key, path = w.key, w.path
+        key, path, new = w.key, w.path, w.value
         head = self._heads.get(key, NO_STATE)
         current = head.value
-        try:
-            value = set_path(current, path, w.value, where="commit")
-        except InvalidValueError:
-            return None  # the general path rejects it with its message
-        rpath = path if len(path) == 1 and current is not MISSING else revision_path(current, path)
+        rpath: Path
+        if len(path) == 1 and type(current) is dict and type(path[0]) is str:
+            # One field of an existing dict document (`set_path`'s own shortcut, and
+            # it creates no level, so it is its own revision path).
+            value = dict(current)
+            if new is MISSING:
+                value.pop(path[0], None)
+            else:
+                value[path[0]] = new
+            rpath = path
+        else:
+            try:
+                value = set_path(current, path, new, where="commit")
+            except InvalidValueError:
+                return None  # the general path rejects it with its message
+            rpath = revision_path(current, path)
         self._seq = seq = self._seq + 1
         self._heads[key] = DocState(seq, value)
         self._ever.add(key)
-        self._add_revision(key, Revision(seq, request.session_id, request.local_seq, (rpath,)))
-        self._resolutions[(request.session_id, request.local_seq)] = seq
+        revision = Revision(seq, session_id, request.local_seq, (rpath,))
+        revs = revisions.get(key)
+        if revs is None or len(revs) >= 2 * REVISIONS_KEPT:
+            self._add_revision(key, revision)
+        else:
+            revs.append(revision)
+        self._resolutions[(session_id, request.local_seq)] = seq
         return seq, head.seq, value
 
     def _evaluate_general(self, request: CommitRequest) -> Verdict:
