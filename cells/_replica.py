@@ -350,27 +350,7 @@ class Replica:
         visible = rec.visible
         written = td.written
         assert written is not None  # only called for written documents
-        if len(written) == 1:
-            path = written[0]
-            working, baseline = td.working, td.baseline
-            if (
-                len(path) == 1
-                and type(working) is dict
-                and type(visible) is dict
-                and type(baseline) is not list
-                and type(path[0]) is str
-            ):
-                # One write to a top-level field of a dict document (the usual
-                # scheduler write): nothing to lift, and two lookups decide it.
-                new = working.get(path[0], MISSING)
-                old = visible.get(path[0], MISSING)
-                t = type(new)
-                if t is type(old) and (t is int or t is str):
-                    changed = new != old  # what same_value decides for two ints or strs
-                else:
-                    changed = not same_value(new, old)
-                if changed:
-                    return ((path, new),), True  # a tuple: it can leave the collector's view
+        # (`_commit` decides one changed top-level field of a dict document itself.)
         pending = bool(rec.layers)
         changes = False
         ops: list[tuple[Path, Value]] = []
@@ -437,10 +417,36 @@ class Replica:
                     reads.append(ReadClaim(key, path, shallow, td.basis_seq))
                 else:
                     self._claims(key, td, reads)
-            if td.written:
+            written = td.written
+            if written:
                 visible = rec.visible
+                if len(written) == 1:
+                    path = written[0]
+                    working, baseline = td.working, td.baseline
+                    if (
+                        len(path) == 1
+                        and type(working) is dict
+                        and type(visible) is dict
+                        and type(baseline) is not list
+                        and type(path[0]) is str
+                    ):
+                        # One write to a top-level field of a dict document (the usual
+                        # scheduler write): nothing to lift, and two lookups decide it.
+                        new = working.get(path[0], MISSING)
+                        old = visible.get(path[0], MISSING)
+                        t = type(new)
+                        if t is type(old) and (t is int or t is str):
+                            changed = new != old  # what same_value decides for two ints or strs
+                        else:
+                            changed = not same_value(new, old)
+                        if changed:
+                            # On the state the transaction started from, the working copy
+                            # is that write applied to the visible value.
+                            after = working if visible is baseline else set_path(visible, path, new)
+                            # `ops` a tuple: it can leave the collector's view.
+                            staged.append((key, rec, ((path, new),), after, True))
+                            continue
                 ops, visible_change = self._ops_for(td, rec)
-                written = td.written
                 if len(written) == 1 and visible is td.baseline and ops and ops[0][0] is written[0]:
                     # The one write, unlifted, on the state the transaction started
                     # from: the working copy is that write applied to the visible value.
@@ -491,7 +497,14 @@ class Replica:
         self._in_flight[seq] = tx
         self.stats.commits_sent += 1
         try:
-            self._notify(Notification("commit", tuple(changes), tx))
+            if changes:
+                subscribers = self._subscribers
+                nf = Notification("commit", tuple(changes), tx)
+                if len(subscribers) == 1:  # `_notify` for one subscriber (a scheduler)
+                    self.stats.notifications += 1
+                    subscribers[0](nf)
+                else:
+                    self._notify(nf)
         finally:
             batch = self._batch
             if batch is not None:
