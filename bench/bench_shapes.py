@@ -40,7 +40,7 @@ from typing import Any
 import reaktiv
 
 from bench.harness import Counts, Run, bench
-from cells import MISSING, Cell, MemoryStore, Space, Transaction, read_value
+from cells import MISSING, Cell, DocKey, MemoryStore, Path, Space, Transaction, read_value
 from scheduler import Scheduler
 
 CELLX_LAYERS = 1000
@@ -85,6 +85,21 @@ class _Weave:
 
     def node(self, inputs: Sequence[Cell], f: Callable[..., Any]) -> Cell:
         """A computation: its output is ``f(*input values)`` (a missing input reads as 0)."""
+        out, run, outputs, reads = self.node_parts(inputs, f)
+        self.sch.register(run, identity=self.sp.identity, outputs=outputs, reads=reads)
+        return out
+
+    def node_parts(
+        self, inputs: Sequence[Cell], f: Callable[..., Any]
+    ) -> tuple[
+        Cell,
+        Callable[[Transaction], None],
+        list[tuple[DocKey, Path]],
+        list[tuple[DocKey, Path, bool]],
+    ]:
+        """What `node` hands to `register`, made without registering: the output cell,
+        the node function, the declared outputs and reads (the "benchmark's own objects"
+        row of `memory per node` measures exactly these)."""
         out = self._cell()
         links = [c.link() for c in inputs]
         key = out.doc_key
@@ -93,13 +108,12 @@ class _Weave:
             vals = [read_value(tx, link) for link in links]
             tx.write(key, ("value",), f(*[0 if v is MISSING else v for v in vals]))
 
-        self.sch.register(
+        return (
+            out,
             run,
-            identity=self.sp.identity,
-            outputs=[(key, ("value",))],
-            reads=[(c.doc_key, ("value",), False) for c in inputs],
+            [(key, ("value",))],
+            [(c.doc_key, ("value",), False) for c in inputs],
         )
-        return out
 
     def dynamic(self, declared: Sequence[Cell], f: Callable[[Callable[[Cell], Any]], Any]) -> Cell:
         """A computation that reads through ``get`` as it goes (``declared``: all it may read)."""
@@ -1267,6 +1281,28 @@ def _memory_cellweave(live: bool) -> Run:
         else:
             assert w.sch.stats.runs == 0
         return outs
+
+    return lambda: _traced(build)
+
+
+@bench(group="memory per node", name="cellweave: the benchmark's own objects", ops=1)
+def memory_cellweave_own_objects() -> Run:
+    """What the cellweave rows build per node *besides* the runtime's part: the output
+    cell, the node function (closure, its lambda, links, output key) and the declared
+    output, made by the same code, kept alive as `register` would, but not registered.
+    The runtime's part of a row below is that row minus this one."""
+    w = _Weave()
+    src = w.source(0)
+    w.sch.settle()
+
+    def build() -> object:
+        outs: list[Cell] = []
+        held: list[object] = []  # 16 bytes per node: stand-ins for the node's own references
+        for i in range(MEMORY_NODES):
+            out, run, outputs, _reads = w.node_parts([src], lambda v, i=i: v + i)
+            outs.append(out)
+            held += (run, outputs[0])
+        return outs, held
 
     return lambda: _traced(build)
 

@@ -49,7 +49,10 @@ class MemoryStore(StoreBase):
         self._revisions: dict[DocKey, list[Revision]] = {}
         self._floors: dict[DocKey, int] = {}
         """Per document: the newest pruned revision's seq (reads older than it conflict)."""
-        self._resolutions: dict[tuple[str, int], int | None] = {}
+        self._resolutions: dict[str, dict[int, int | None]] = {}
+        """Per session, per local seq: the seq a commit got, or None if rejected. Inner
+        dicts of ints only, which the collector does not track: they grow with every
+        commit, and a tracked dict would be traversed whole by every full collection."""
         # Bound once: validate_commit runs for every commit.
         self._revisions_since_fn = self._revisions_since
         self._resolution_fn = self._resolution
@@ -84,11 +87,12 @@ class MemoryStore(StoreBase):
         return revs[i:]
 
     def _resolution(self, session_id: str, local_seq: int) -> int | bool | None:
-        return self._resolutions.get((session_id, local_seq), False)
+        got = self._resolutions.get(session_id)
+        return False if got is None else got.get(local_seq, False)
 
     def _record_rejection(self, request: CommitRequest) -> None:
         with self._lock:
-            self._resolutions[(request.session_id, request.local_seq)] = None
+            self._resolve(request.session_id, request.local_seq, None)
 
     def _submit_batch_evaluation(
         self, listener: SessionListener, requests: Sequence[CommitRequest]
@@ -139,10 +143,12 @@ class MemoryStore(StoreBase):
             return None
         session_id = request.session_id
         deps = request.deps
+        resolutions = self._resolutions.get(session_id)
         if deps:
-            resolutions = self._resolutions
+            if resolutions is None:
+                return None
             for dep in deps:
-                got = resolutions.get((session_id, dep))
+                got = resolutions.get(dep)
                 if got is None:  # rejected, or not evaluated yet
                     return None
         revisions = self._revisions
@@ -188,7 +194,10 @@ class MemoryStore(StoreBase):
             self._add_revision(key, revision)
         else:
             revs.append(revision)
-        self._resolutions[(session_id, request.local_seq)] = seq
+        if resolutions is None:
+            self._resolve(session_id, request.local_seq, seq)
+        else:
+            resolutions[request.local_seq] = seq
         return seq, head.seq, value
 
     def _evaluate_general(self, request: CommitRequest) -> Verdict:
@@ -199,7 +208,7 @@ class MemoryStore(StoreBase):
             ever_written=self._ever_written_fn,
         )
         if error is not None:
-            self._resolutions[(request.session_id, request.local_seq)] = None
+            self._resolve(request.session_id, request.local_seq, None)
             return Verdict(None, error=error)
         heads = self._heads
         docs: dict[DocKey, Value] = {}
@@ -229,7 +238,7 @@ class MemoryStore(StoreBase):
         except InvalidValueError as exc:
             # A blind write below a place a newer commit made a scalar cannot apply.
             # Raising would strand the commit: no verdict, its layer never dropped.
-            self._resolutions[(request.session_id, request.local_seq)] = None
+            self._resolve(request.session_id, request.local_seq, None)
             return Verdict(
                 None,
                 error=ConflictError(
@@ -246,8 +255,14 @@ class MemoryStore(StoreBase):
             self._add_revision(key, Revision(seq, session_id, local_seq, tuple(paths[key])))
         if request.create_only:
             ever.update(request.create_only)
-        self._resolutions[(session_id, local_seq)] = seq
+        self._resolve(session_id, local_seq, seq)
         return Verdict(seq, docs, base_seqs=base_seqs)
+
+    def _resolve(self, session_id: str, local_seq: int, seq: int | None) -> None:
+        resolutions = self._resolutions.get(session_id)
+        if resolutions is None:
+            resolutions = self._resolutions[session_id] = {}
+        resolutions[local_seq] = seq
 
     def _add_revision(self, key: DocKey, revision: Revision) -> None:
         revs = self._revisions.get(key)
@@ -262,7 +277,7 @@ class MemoryStore(StoreBase):
 
     def _check(self) -> None:
         super()._check()
-        accepted = {s for s in self._resolutions.values() if s is not None}
+        accepted = {s for r in self._resolutions.values() for s in r.values() if s is not None}
         assert accepted <= set(range(1, self._seq + 1)), "resolution names an unknown seq"
         for key, revs in self._revisions.items():
             seqs = [r.seq for r in revs]
