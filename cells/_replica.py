@@ -168,7 +168,6 @@ class Replica:
         self._batch: list[CommitRequest] | None = None
         """Requests held back while a batch is open (`begin_batch`), in commit order."""
         self._batch_depth = 0
-        self.mailbox.before_drain = self.flush_batch
         self.session_id = store.connect(self, session_id)
         self.closed = False
 
@@ -230,6 +229,7 @@ class Replica:
         self._batch_depth += 1
         if self._batch is None:
             self._batch = []
+            self.mailbox.before_drain = self.flush_batch  # (only while a batch is open)
 
     def end_batch(self) -> None:
         """Close the batch opened by the matching `begin_batch()` and send it."""
@@ -241,6 +241,7 @@ class Replica:
                 self.flush_batch()
             finally:
                 self._batch = None
+                self.mailbox.before_drain = None
 
     def flush_batch(self) -> None:
         """Send the requests held in the open batch now (the batch stays open)."""

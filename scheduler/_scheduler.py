@@ -331,13 +331,18 @@ class Scheduler:
             return
         self._settling = True
         try:
+            pumped = False
             for _ in range(MAX_PASSES_PER_SETTLE):
-                self.replica.pump()
+                if not pumped:
+                    self.replica.pump()
                 seeds = self.runnable()
                 if seeds:
                     self._pass(seeds)
-                elif not self._dispatch_next():
-                    break
+                    pumped = True  # a pass ends with a pump
+                else:
+                    pumped = False
+                    if not self._dispatch_next():
+                        break
         finally:
             self._settling = False
         self._arm_timer()
