@@ -37,6 +37,11 @@ from ..errors import ConflictError, InvalidValueError
 REVISIONS_KEPT = 64
 """Revisions kept per document for conflict checks; older bases conflict conservatively."""
 
+_ONE_PATH: dict[Path, tuple[Path]] = {}
+"""Shared `paths` of one-path revisions (`(("value",),)` above all): a document keeps up
+to 2 * REVISIONS_KEPT revisions, and a 1-tuple each would cost 48 bytes. Bounded."""
+_ONE_PATH_KEPT = 256
+
 
 class MemoryStore(StoreBase):
     """An in-memory store; `MemoryStore()` takes no arguments."""
@@ -49,10 +54,10 @@ class MemoryStore(StoreBase):
         self._revisions: dict[DocKey, list[Revision]] = {}
         self._floors: dict[DocKey, int] = {}
         """Per document: the newest pruned revision's seq (reads older than it conflict)."""
-        self._resolutions: dict[str, dict[int, int | None]] = {}
-        """Per session, per local seq: the seq a commit got, or None if rejected. Inner
-        dicts of ints only, which the collector does not track: they grow with every
-        commit, and a tracked dict would be traversed whole by every full collection."""
+        self._resolutions: dict[str, _Resolved] = {}
+        """Per session: which of its commits (local seqs) have a verdict, and which were
+        rejected. Kept as a watermark, not one entry per commit: it would otherwise grow
+        with every commit the store ever evaluated."""
         # Bound once: validate_commit runs for every commit.
         self._revisions_since_fn = self._revisions_since
         self._resolution_fn = self._resolution
@@ -88,7 +93,9 @@ class MemoryStore(StoreBase):
 
     def _resolution(self, session_id: str, local_seq: int) -> int | bool | None:
         got = self._resolutions.get(session_id)
-        return False if got is None else got.get(local_seq, False)
+        if got is None or not got.resolved(local_seq):
+            return False
+        return None if local_seq in got.rejected else True
 
     def _record_rejection(self, request: CommitRequest) -> None:
         with self._lock:
@@ -147,10 +154,10 @@ class MemoryStore(StoreBase):
         if deps:
             if resolutions is None:
                 return None
+            low, above, rejected = resolutions.low, resolutions.above, resolutions.rejected
             for dep in deps:
-                got = resolutions.get(dep)
-                if got is None:  # rejected, or not evaluated yet
-                    return None
+                if (dep > low and dep not in above) or dep in rejected:
+                    return None  # not evaluated yet, or rejected
         revisions = self._revisions
         for claim in request.reads:
             revs = revisions.get(claim.key)
@@ -188,16 +195,22 @@ class MemoryStore(StoreBase):
         self._seq = seq = self._seq + 1
         self._heads[key] = DocState(seq, value)
         self._ever.add(key)
-        revision = Revision(seq, session_id, request.local_seq, (rpath,))
+        paths = _ONE_PATH.get(rpath)
+        if paths is None:
+            paths = (rpath,)
+            if len(_ONE_PATH) < _ONE_PATH_KEPT:
+                _ONE_PATH[rpath] = paths
+        revision = Revision(seq, session_id, request.local_seq, paths)
         revs = revisions.get(key)
         if revs is None or len(revs) >= 2 * REVISIONS_KEPT:
             self._add_revision(key, revision)
         else:
             revs.append(revision)
-        if resolutions is None:
-            self._resolve(session_id, request.local_seq, seq)
+        local_seq = request.local_seq
+        if resolutions is not None and local_seq == resolutions.low + 1 and not resolutions.above:
+            resolutions.low = local_seq  # `_Resolved.add` for the usual next commit
         else:
-            resolutions[request.local_seq] = seq
+            self._resolve(session_id, local_seq, seq)
         return seq, head.seq, value
 
     def _evaluate_general(self, request: CommitRequest) -> Verdict:
@@ -261,8 +274,8 @@ class MemoryStore(StoreBase):
     def _resolve(self, session_id: str, local_seq: int, seq: int | None) -> None:
         resolutions = self._resolutions.get(session_id)
         if resolutions is None:
-            resolutions = self._resolutions[session_id] = {}
-        resolutions[local_seq] = seq
+            resolutions = self._resolutions[session_id] = _Resolved()
+        resolutions.add(local_seq, rejected=seq is None)
 
     def _add_revision(self, key: DocKey, revision: Revision) -> None:
         revs = self._revisions.get(key)
@@ -277,11 +290,46 @@ class MemoryStore(StoreBase):
 
     def _check(self) -> None:
         super()._check()
-        accepted = {s for r in self._resolutions.values() for s in r.values() if s is not None}
-        assert accepted <= set(range(1, self._seq + 1)), "resolution names an unknown seq"
+        for session_id, resolved in self._resolutions.items():
+            assert all(s > resolved.low for s in resolved.above), session_id
+            assert all(resolved.resolved(s) for s in resolved.rejected), session_id
         for key, revs in self._revisions.items():
             seqs = [r.seq for r in revs]
             assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs), f"revisions of {key}"
             assert self._heads[key].seq == seqs[-1], f"head of {key} is not its last revision"
             assert not seqs or seqs[0] > self._floors.get(key, 0), f"floor of {key}"
             assert key in self._ever
+
+
+class _Resolved:
+    """One session's commits that have a verdict: every local seq up to `low`, and
+    those in `above` (resolved out of order, when a test gate reorders); `rejected`
+    names the rejected ones (few). O(1) memory per session in the usual run, instead of
+    an entry per commit."""
+
+    __slots__ = ("above", "low", "rejected")
+
+    def __init__(self) -> None:
+        self.low = 0
+        self.above: set[int] = set()
+        self.rejected: set[int] = set()
+
+    def resolved(self, local_seq: int) -> bool:
+        return local_seq <= self.low or local_seq in self.above
+
+    def add(self, local_seq: int, *, rejected: bool) -> None:
+        if rejected:
+            self.rejected.add(local_seq)
+        elif self.rejected:
+            self.rejected.discard(local_seq)  # a session id reused: the newest verdict counts
+        if local_seq <= self.low:
+            return  # a session id reused after a reconnect: its old commits stay resolved
+        above = self.above
+        if local_seq != self.low + 1:
+            above.add(local_seq)
+            return
+        low = local_seq
+        while low + 1 in above:
+            low += 1
+            above.remove(low)
+        self.low = low
