@@ -18,6 +18,7 @@ from cells import (
     Outcome,
     Pending,
     Replica,
+    Space,
     StoreError,
     TransactionError,
 )
@@ -378,3 +379,33 @@ def test_a_shallow_reader_conflicts_with_a_leaf_write_that_created_a_key(w: Worl
     result = reader.commit()
     w.pump()
     assert Outcome.STALE_BASIS == result.result().outcome
+
+
+def test_resolutions_are_a_watermark_that_survives_out_of_order_verdicts() -> None:
+    from cells.stores.memory import _Resolved
+
+    r = _Resolved()
+    r.add(1, rejected=False)
+    r.add(3, rejected=True)  # released out of order by a gate
+    assert (r.low, r.above) == (1, {3})
+    assert r.resolved(1) and not r.resolved(2) and r.resolved(3)
+    r.add(2, rejected=False)
+    assert (r.low, r.above) == (3, set())
+    assert r.rejected == {3}
+    store = MemoryStore()
+    store._resolutions["s"] = r
+    assert store._resolution("s", 2) is True
+    assert store._resolution("s", 3) is None  # rejected
+    assert store._resolution("s", 4) is False  # no verdict yet
+    assert store._resolution("other", 1) is False
+
+
+def test_memory_store_keeps_no_entry_per_commit() -> None:
+    store = MemoryStore()
+    space = Space(store, "x")
+    cell = space.cell("a")
+    for i in range(200):
+        cell.set(i)
+    space.replica.pump()
+    (resolved,) = store._resolutions.values()
+    assert (resolved.low, resolved.above, resolved.rejected) == (200, set(), set())
