@@ -22,7 +22,10 @@ sample, so a wrong answer fails the run instead of looking fast.
                         (traced bytes after building, minus before, over 2000; closures,
                         output cells and stored values included). ops=1, so the time
                         column of these rows is the build time of 2000 nodes (with
-                        tracemalloc on, so slower than an untraced build).
+                        tracemalloc on, so slower than an untraced build). Rows: dormant,
+                        live after one run, live after 10 more updates; and the
+                        benchmark's own per-node objects alone (the runtime's part of a
+                        row is that row minus this one).
 
 Counted work: ``runs`` (node function calls and effect runs; nominal for reaktiv,
 whose calls are not instrumented), ``effects`` (effect runs that saw a change;
@@ -1265,7 +1268,7 @@ def memory_reaktiv() -> Run:
     return lambda: _traced(build)
 
 
-def _memory_cellweave(live: bool) -> Run:
+def _memory_cellweave(live: bool, updates: int = 0) -> Run:
     w = _Weave()
     src = w.source(0)
     w.sch.settle()
@@ -1278,6 +1281,12 @@ def _memory_cellweave(live: bool) -> Run:
             w.sch.settle()
             assert w.sch.stats.runs_computation == MEMORY_NODES
             assert [c.get() for c in outs[:3]] == [0, 1, 2]
+            for k in range(1, updates + 1):
+                src.set(k)
+                w.sch.settle()
+            w.sch.replica.pump()
+            assert w.sch.stats.runs_computation == MEMORY_NODES * (updates + 1)
+            assert [c.get() for c in outs[:3]] == [updates, updates + 1, updates + 2]
         else:
             assert w.sch.stats.runs == 0
         return outs
@@ -1315,3 +1324,10 @@ def memory_cellweave_dormant() -> Run:
 @bench(group="memory per node", name="cellweave computation (live, ran once)", ops=1)
 def memory_cellweave_live() -> Run:
     return _memory_cellweave(live=True)
+
+
+@bench(group="memory per node", name="cellweave computation (live, 11 runs)", ops=1)
+def memory_cellweave_updated() -> Run:
+    """After 10 more updates: what the store keeps per update (its revision history of
+    each written document, up to 2 x REVISIONS_KEPT revisions) shows here."""
+    return _memory_cellweave(live=True, updates=10)
