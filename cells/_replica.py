@@ -392,6 +392,18 @@ class Replica:
 
     def _commit(self, tx: Transaction) -> None:
         records = self._docs
+        docs = tx._docs
+        if len(docs) == 1 and not tx._create_only:
+            ((key, td),) = docs.items()
+            if not td.written:
+                # A transaction that read one document and wrote nothing (an effect's
+                # run): only its basis can fail; otherwise it is elided, no claims built.
+                if td.read and records[key].version != td.version:
+                    self._stale(tx, f"{key} changed locally after this transaction first read it")
+                    return
+                self.stats.commits_elided += 1
+                tx._settle(_OK)
+                return
         # One pass: check every read document's basis, stage every written one and
         # collect the read claims. Staging only computes, so a stale document found
         # later discards it safely.

@@ -499,8 +499,17 @@ class Scheduler:
                 self.graph.set_reads(node, compact_reads(log))
         if tx.status == "open":
             stats.commits += 1
-            tx.add_settle_callback(self._settled)
-            tx.commit_detached()
+            try:
+                tx.commit_detached()
+            finally:
+                # A commit that changed nothing (elided) or failed its local basis check
+                # settled inside `commit_detached`: handle it here, without registering
+                # and calling a settle callback (most effect runs commit nothing).
+                result = tx.result
+                if result is None:
+                    tx.add_settle_callback(self._settled)
+                else:
+                    self._on_commit(node, result)
 
     def _on_node_settled(self, tx: Transaction, result: CommitResult) -> None:
         node = tx.source
@@ -513,8 +522,10 @@ class Scheduler:
         self._on_commit(node, result)
 
     def _on_commit(self, node: Node, result: CommitResult) -> None:
-        if result.ok:
-            node.retries = 0
+        if result.outcome is Outcome.OK:
+            gates = node._gates
+            if gates is not None:  # (the `retries` setter would make the record)
+                gates.retries = 0
             return
         if result.outcome is Outcome.STALE_BASIS:
             # Everything staged is gone; re-run against fresher state (off budget).

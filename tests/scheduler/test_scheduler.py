@@ -516,6 +516,32 @@ def test_a_drain_sends_its_commits_as_one_batch_and_only_the_stale_one_reruns(en
     env.check()
 
 
+def test_a_commit_refused_locally_reruns_the_node_without_a_settle_callback(env: Env) -> None:
+    a = env.source("a", 1)
+    b = env.sp.cell("b")
+    bumped: list[int] = []
+
+    def fn(v: int) -> int:
+        if not bumped:
+            # Change `a` under the running node: its own commit fails the local basis
+            # check at once (STALE_BASIS inside commit), and the node runs again.
+            bumped.append(v)
+            tx = env.sp.edit()
+            tx.write(a.doc_key, ("value",), 5)
+            tx.commit()
+        return v * 10
+
+    node = env.compute(b, [a], fn)
+    seen: list[Any] = []
+    env.sch.sink(b, seen.append)
+    assert b.get() == 50
+    assert node.runs == 2
+    assert env.sch.stats.stale_reruns == 1
+    assert node._gates is None  # an accepted or elided commit makes no Gates record
+    assert seen == [50]
+    env.check()
+
+
 def test_permanent_rejection_is_not_retried(env: Env) -> None:
     a, b, node, _seen = _gated_pair(env)
     gate = env.sp.replica.store.testing.hold_verdicts()
