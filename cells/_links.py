@@ -104,7 +104,13 @@ def read_value(tx: Transaction, link: Link, *, log: bool = True) -> Value:
         # `_read` and `_resolve` for the most common link (a whole cell of a shared
         # document) when no link sits there, without their two calls.
         key = DocKey(link.space, link.id)
-        if type(tx.peek(key, _VALUE_PATH)) is not Link:
+        td = tx._docs.get(key)
+        working = td.working if td is not None else None
+        if type(working) is dict and tx.status == "open":
+            probe = working.get(VALUE, MISSING)  # `peek` of a document already accessed
+        else:
+            probe = tx.peek(key, _VALUE_PATH)
+        if type(probe) is not Link:
             value = tx.read(key, _VALUE_PATH, log=log)
             t = type(value)
             if t is not dict and t is not list and t is not Link:
