@@ -104,6 +104,11 @@ class MemoryStore(StoreBase):
     def _submit_batch_evaluation(
         self, listener: SessionListener, requests: Sequence[CommitRequest]
     ) -> None:
+        if type(self)._evaluate is not MemoryStore._evaluate:
+            # A subclass hooks `_evaluate` (to count or to inject faults): every commit
+            # must go through it, one delivery each.
+            super()._submit_batch_evaluation(listener, requests)
+            return
         # One lock and one mailbox delivery for the whole batch; each commit is
         # still validated and applied alone, in order, as `submit` would.
         apply_one = self._apply_one

@@ -409,3 +409,30 @@ def test_memory_store_keeps_no_entry_per_commit() -> None:
     space.replica.pump()
     (resolved,) = store._resolutions.values()
     assert (resolved.low, resolved.above, resolved.rejected) == (200, set(), set())
+
+
+def test_a_subclass_hooking_evaluate_sees_every_commit_of_a_batch() -> None:
+    from cells._store import CommitRequest, Verdict
+
+    class Counting(MemoryStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list[int] = []
+
+        def _evaluate(self, request: CommitRequest) -> Verdict:
+            self.seen.append(request.local_seq)
+            return super()._evaluate(request)
+
+    store = Counting()
+    replica = Replica(store)
+    replica.begin_batch()
+    pendings = []
+    for i in range(3):
+        tx = replica.edit(ME)
+        tx.write(DocKey("sp", f"d{i}"), (), i)
+        pendings.append(tx.commit())
+    assert store.seen == []
+    replica.end_batch()
+    replica.pump()
+    assert store.seen == [1, 2, 3]
+    assert all(p.result().ok for p in pendings)
