@@ -32,7 +32,7 @@ $(STAMP): pyproject.toml
 test: venv
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
-	$(BIN)/mypy --strict cells scheduler runner
+	$(BIN)/mypy --strict cells scheduler runner bench
 	$(BIN)/pytest tests
 	$(BIN)/pytest property_tests
 

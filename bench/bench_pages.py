@@ -156,7 +156,7 @@ def leaks(rt: Runtime) -> dict[str, int]:
         "leaked_attempts": len(attempts.active) + len(attempts.by_key) + len(attempts.generation),
         "leaked_pending": len(rt.pending_starts()),
         "leaked_declined": len(runner._declined),
-        "leaked_page_owners": len(rt._page_owner),
+        "leaked_page_records": len(rt._pages_book.by_pid) + len(rt._pages_book.by_key),
         "leaked_nodes": int(rt.scheduler.statistics()["nodes"]),
     }
 
