@@ -373,6 +373,9 @@ class RunnerModel:
         """doc -> (token, the run's tx) for a top-level run that dropped a deferral"""
         self.known_bug_zombies: list[str] = []
         """Registrations only `KNOWN_BUG_ADOPTION_ZOMBIE` leaves behind (tallied)."""
+        self.on_runner_tx: Callable[[MTx, str], None] | None = None
+        """Called with the runner's own transaction (a start's, a gated install's) right
+        after the install it stages: the driver decides (or reads) its verdict."""
 
     # ------------------------------------------------------------ mailbox
     def post(self, fn: Callable[[], None]) -> None:
@@ -403,13 +406,34 @@ class RunnerModel:
                 token = self.regs[doc].token
                 self.adoptions[doc] = (token, tx)
                 if not KNOWN_BUG_ADOPTION_ZOMBIE:
-                    # ... unless the adopting run's setup does not land either: then the
-                    # dropped release applies (deferred again while a start is in flight).
-                    tx.callbacks.append(self._rollback(doc, token))
+                    # ... unless the adopting launch's setup does not land either: then
+                    # the dropped release applies (deferred again while a start is in
+                    # flight), to that registration only: nothing else is released.
+                    tx.callbacks.append(self._adopted_rollback(doc, token))
+
+    def _adopted_rollback(self, doc: str, token: int) -> Callable[[str], None]:
+        def settled(outcome: str) -> None:
+            if outcome in ("OK", "STALE_BASIS"):
+                return
+            reg = self.regs.get(doc)
+            if reg is not None and reg.token == token:
+                self.release(doc, token)
+
+        return settled
+
+    def _runner_tx(self, doc: str, launch: str, cause: int) -> None:
+        """Install `doc` with the runner's own transaction staging its nested children's
+        setups (a start's, a gated install's): the children roll back with it."""
+        stx = self.new_tx()
+        self._install(doc, launch, cause, stx)
+        if self.on_runner_tx is not None:
+            self.on_runner_tx(stx, doc)
+        else:
+            stx.settle("OK")
 
     def _launch_child(self, child: str, cause: int, tx: MTx | None) -> int | None:
         if child in self.regs:
-            self._adopt(child)
+            self._adopt(child, tx)
             return None  # already running: this launch holds no token (releases tokenless)
         reg = self._install(child, "nested", cause, tx)
         reg.parent = None  # set by the caller's cleanups; kept for diagnostics
@@ -525,7 +549,7 @@ class RunnerModel:
                         del self.pending[doc]
                 if outcome != "OK" or doc in self.regs:
                     return
-                self._install(doc, "gated", pending.cause)  # its start tx is inert here
+                self._runner_tx(doc, "gated", pending.cause)
 
             tx.callbacks.append(settled)
             return
@@ -578,7 +602,7 @@ class RunnerModel:
             return False
         if doc in self.regs:
             return True
-        self._install(doc, "start", att.cause)
+        self._runner_tx(doc, "start", att.cause)
         return True
 
     def _step(self, att: MAttempt, error: BaseException | None) -> None:

@@ -107,11 +107,14 @@ HOLDABLE = (
     "arg:P0.c",
     "arg:P0.c.g",
     "arg:S0",
+    "arg:S0.g",
     "arg:UA.c",
 )
 THEN = ("none", "none", "stop", "release", "stop-run")
 """What a start rule does in the same synchronous block, before any answer arrives."""
 STAGES = ("root sync", "link hop", "pattern load", "dependency pre-sync")
+SCRIBBLED = ("arg:P0.c", "arg:P0.c.g", "arg:S0.g")
+"""Nested children's argument documents the `scribble` rule changes."""
 MAX_OPEN_TXS = 3
 MAX_LOAD_GATES = 3
 
@@ -144,7 +147,7 @@ class OwnershipMachine(RuleBasedStateMachine):
         self.release_errors: list[str] = []
         self.txs: list[tuple[Transaction, MTx, RunnerModel, str]] = []
         """Open setup transactions: (tx, model tx, model, view)."""
-        self.held: dict[int, tuple[Transaction, MTx, RunnerModel]] = {}
+        self.held: dict[int, tuple[Transaction, MTx, RunnerModel, str]] = {}
         """id(CommitRequest) -> a setup transaction the verdict gate holds."""
         self.verdicts: Any = None
         self.load_gates: list[tuple[Any, MGate]] = []
@@ -161,8 +164,17 @@ class OwnershipMachine(RuleBasedStateMachine):
             name: Cell(self.rt2.replica, self.rt2.identity, cell.link(), host=self.rt2._host)
             for name, cell in self.cells["rt"].items()
         }
-        for runner in (self.rt.runner, self.rt2.runner):
+        self.own_txs: dict[int, Transaction] = {}
+        """id -> every transaction the machine opened (kept, so ids stay unique)."""
+        self.runner_txs: dict[Runner, list[Transaction]] = {}
+        """The runner's own install transactions (a start's, a gated install's), in order,
+        until the model makes the same install (`_runner_tx`)."""
+        for runner, model in ((self.rt.runner, self.m1), (self.rt2.runner, self.m2)):
             self._watch_releases(runner)
+            self._watch_installs(runner)
+            model.on_runner_tx = lambda stx, doc, r=runner, m=model: self._runner_tx(  # type: ignore[misc]
+                r, m, stx, doc
+            )
 
     # ------------------------------------------------------------ setup
     def _view(self, view: str) -> Any:
@@ -266,6 +278,53 @@ class OwnershipMachine(RuleBasedStateMachine):
 
         runner.release = watched  # type: ignore[method-assign]
 
+    def _watch_installs(self, runner: Runner) -> None:
+        """Collect the runner's own install transactions (outermost `start_core` calls
+        with a transaction the machine did not open)."""
+        start_core = runner.start_core
+        depth = [0]
+
+        def watched(tx: Transaction, *args: Any, **kwargs: Any) -> Registration:
+            depth[0] += 1
+            try:
+                reg = start_core(tx, *args, **kwargs)
+            finally:
+                depth[0] -= 1
+            if depth[0] == 0 and id(tx) not in self.own_txs:
+                self.runner_txs.setdefault(runner, []).append(tx)
+            return reg
+
+        runner.start_core = watched  # type: ignore[method-assign]
+
+    def _runner_tx(self, runner: Runner, model: RunnerModel, stx: MTx, doc: str) -> None:
+        """The model installed `doc` with a runner transaction: pair it with the runtime's
+        and give the model its verdict where the runtime gets it (now, if the commit
+        settled locally; through the verdict gate, if held; else the mailbox)."""
+        pending = self.runner_txs.get(runner, [])
+        assert pending, f"the model installed {doc} with a runner transaction; the runtime did not"
+        tx = pending.pop(0)
+        if tx.result is not None:
+            STATS[f"start tx settled locally: {tx.result.outcome.name}"] += 1
+            stx.settle(tx.result.outcome.name)
+            return
+        held = self._held_entry(runner, tx)
+        if held is not None:
+            STATS["start tx held"] += 1
+            self.held[id(held.request)] = (tx, stx, model, "start tx verdict")
+            return
+        self._post_verdict(tx, stx, model, "start tx verdict")
+
+    def _held_entry(self, runner: Runner, tx: Transaction) -> Any:
+        if not self._holding():
+            return None
+        replica = runner.replica
+        for h in self.verdicts.held():
+            if h.request.session_id == replica.session_id and (
+                replica._in_flight.get(h.request.local_seq) is tx
+            ):
+                return h
+        return None
+
     def advance(self) -> None:
         """Deliver everything the store has answered (both replicas), then the model's FIFOs."""
 
@@ -298,6 +357,7 @@ class OwnershipMachine(RuleBasedStateMachine):
     def _run_now(self, view: str, name: str, *, gated: bool) -> None:
         actor = self._view(view)
         tx = actor.edit(commit_gated=gated)
+        self.own_txs[id(tx)] = tx
         self.markers += 1
         # A write no earlier transaction made, so the commit reaches the store (and a
         # verdict gate) instead of being elided as empty.
@@ -307,6 +367,20 @@ class OwnershipMachine(RuleBasedStateMachine):
         mtx = self.m1.new_tx()
         self.m1.run(mtx, name, gated=gated)
         self.txs.append((tx, mtx, self.m1, view))
+
+    @precondition(lambda self: len(self.txs) < MAX_OPEN_TXS)
+    @rule(doc=st.sampled_from(SCRIBBLED))
+    def scribble(self, doc: str) -> None:
+        """Change a nested child's argument document in a transaction of its own, so the
+        next start or install that sets that child up again writes something: its own
+        transaction then reaches the store (and the verdict gate) instead of being elided."""
+        self._note("scribble")
+        tx = self.rt.edit()
+        self.own_txs[id(tx)] = tx
+        self.markers += 1
+        tx.write(self.keys[doc], (docs.VALUE,), {"scribbled": self.markers})
+        self.txs.append((tx, self.m1.new_tx(), self.m1, "rt"))
+        self.advance()
 
     @precondition(lambda self: bool(self.txs))
     @rule(data=st.data())
@@ -326,18 +400,20 @@ class OwnershipMachine(RuleBasedStateMachine):
         elif self._holding():
             new = [h for h in self.verdicts.held() if id(h.request) not in before]
             assert 1 == len(new), new
-            self.held[id(new[0].request)] = (tx, mtx, model)
+            self.held[id(new[0].request)] = (tx, mtx, model, "verdict")
         else:
             self._post_verdict(tx, mtx, model)
 
-    def _post_verdict(self, tx: Transaction, mtx: MTx, model: RunnerModel) -> None:
+    def _post_verdict(
+        self, tx: Transaction, mtx: MTx, model: RunnerModel, kind: str = "verdict"
+    ) -> None:
         """The store answered: the runtime's mailbox has the verdict now, so the model's
         FIFO gets it at the same place (its outcome is read when it is delivered)."""
 
         def deliver() -> None:
             assert tx.result is not None, "a verdict was posted; the transaction must settle"
             outcome = tx.result.outcome.name
-            STATS[f"verdict {outcome}" + (" with a rollback" if mtx.callbacks else "")] += 1
+            STATS[f"{kind} {outcome}" + (" with a rollback" if mtx.callbacks else "")] += 1
             mtx.settle(outcome)
 
         model.post(deliver)
@@ -372,12 +448,12 @@ class OwnershipMachine(RuleBasedStateMachine):
         ours = [h for h in self.verdicts.held() if id(h.request) in self.held]
         pick = data.draw(st.sampled_from(ours), label="held setup")
         index = self.verdicts.held().index(pick)
-        tx, mtx, model = self.held.pop(id(pick.request))
+        tx, mtx, model, kind = self.held.pop(id(pick.request))
         if verdict == "accept":
             self.verdicts.accept(index)
         else:
             self.verdicts.reject(index, Outcome[verdict])
-        self._post_verdict(tx, mtx, model)
+        self._post_verdict(tx, mtx, model, kind)
 
     @precondition(lambda self: self._holding())
     @rule()
@@ -585,6 +661,8 @@ class OwnershipMachine(RuleBasedStateMachine):
 
     @invariant()
     def agrees_with_the_model(self) -> None:
+        unpaired = {r.rt.space: len(v) for r, v in self.runner_txs.items() if v}
+        assert not unpaired, f"runner transactions the model did not make: {unpaired}"
         self._compare(self.m1, self.rt.runner, "rt")
         self._compare(self.m2, self.rt2.runner, "rt2")
         self.rt._check()
