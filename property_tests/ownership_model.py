@@ -227,6 +227,11 @@ class World:
     def pattern_doc(self, doc: str) -> str:
         return f"pat:{self.patterns[doc]}"
 
+    lists: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """result name -> (its map container, the list document it maps)"""
+    elements: dict[str, str] = field(default_factory=dict)
+    """element child name -> the result whose coordinator launches it"""
+
     presync_child_arguments: bool = False
     """Whether the dependency pre-sync also syncs each descendant's argument document
     (an implementation detail the spec leaves open; the machine sets it to match)."""
@@ -235,6 +240,8 @@ class World:
         """The run's own documents: its argument, then every descendant's result doc
         (and its argument doc, if `presync_child_arguments`), depth first."""
         out = [self.arg(doc)]
+        if doc in self.lists:
+            out.append(self.lists[doc][0])
         stack = list(reversed(self.children[doc]))
         while stack:
             child = stack.pop()
@@ -373,6 +380,9 @@ class RunnerModel:
         """doc -> (token, the run's tx) for a top-level run that dropped a deferral"""
         self.known_bug_zombies: list[str] = []
         """Registrations only `KNOWN_BUG_ADOPTION_ZOMBIE` leaves behind (tallied)."""
+        self.list_elements: Callable[[str], list[str]] = lambda _doc: []
+        """The element children the list of a list result holds now, as this runner's
+        replica reads it (the list and element pre-sync stages visit their documents)."""
         self.on_runner_tx: Callable[[MTx, str], None] | None = None
         """Called with the runner's own transaction (a start's, a gated install's) right
         after the install it stages: the driver decides (or reads) its verdict."""
@@ -472,6 +482,24 @@ class RunnerModel:
 
     def _in_flight(self, doc: str) -> bool:
         return any(doc in att.discovered for att in self.attempts)
+
+    # ------------------------------------------------------------ list coordinators
+    def coordinator_installed(self, doc: str) -> MReg:
+        """The list result's coordinator launched element child `doc` (observed: the
+        model does not re-derive when a reconcile runs; see the module docstring)."""
+        assert doc in self.world.elements and doc not in self.regs, doc
+        reg = MReg(doc, next(self.store.tokens), "element", next(self.store.clock))
+        self.regs[doc] = reg
+        return reg
+
+    def coordinator_released(self, doc: str) -> None:
+        """A coordinator's tokenless release ended element child `doc` (observed). A
+        release never ends a result with a lifetime of its own."""
+        reg = self.regs[doc]
+        assert reg.launch == "element", reg
+        if doc in self.lifetimes:
+            self.violations.append(f"a coordinator's release ended {doc}, which held a lifetime")
+        self._end(doc)
 
     # ------------------------------------------------------------ the two authorities
     def stop(self, doc: str, generation: int | None = None) -> None:
@@ -600,6 +628,13 @@ class RunnerModel:
         yield self.world.presync(doc)
         if not self._current(att):
             return False
+        if doc in self.world.lists:
+            yield [self.world.lists[doc][1]]
+            if not self._current(att):
+                return False
+            yield [d for el in self.list_elements(doc) for d in (el, *self.world.presync(el))]
+            if not self._current(att):
+                return False
         if doc in self.regs:
             return True
         self._runner_tx(doc, "start", att.cause)
@@ -622,6 +657,9 @@ class RunnerModel:
 
     def _sync(self, keys: list[str], done: Callable[[BaseException | None], None]) -> None:
         keys = list(dict.fromkeys(keys))
+        if not keys:
+            self.post(lambda: done(None))
+            return
         remaining = [len(keys)]
         finished = [False]
 
@@ -690,6 +728,8 @@ class RunnerModel:
                 continue
             if reg.launch == "gated":
                 continue  # the caller's run, durable: ended only by its caller's stop
+            if reg.launch == "element" and self.world.elements[doc] in self.regs:
+                continue  # its list result's coordinator holds it (checked exactly at the end)
             if reg.launch == "run":
                 assert reg.tx is not None
                 if reg.tx.outcome in (None, "OK", "STALE_BASIS"):

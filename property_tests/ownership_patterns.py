@@ -24,3 +24,13 @@ def OChild(value):  # type: ignore[no-untyped-def]
 @pattern
 def OParent(value):  # type: ignore[no-untyped-def]
     return {"child": OChild(value=value)}
+
+
+@pattern
+def OElem(element):  # type: ignore[no-untyped-def]
+    return {"element": element}
+
+
+@pattern
+def OList(items):  # type: ignore[no-untyped-def]
+    return {"els": items.map(OElem)}

@@ -44,15 +44,26 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from ownership_model import MAttempt, MGate, MTx, RunnerModel, StoreModel, World
-from ownership_patterns import OChild, OLeaf, OParent
+from ownership_patterns import OChild, OElem, OLeaf, OList, OParent
 
 from cells import Cell, MemoryStore, Outcome, Transaction
 from runner import Runtime
 from runner import _docs as docs
+from runner._lists import child_link, element_keys
 from runner._registrations import Registration
-from runner._runner import Runner, run_keys
+from runner._runner import Runner, _list_nodes, run_keys
+from scheduler import BACKOFF_CAP, ManualClock
 
 # --------------------------------------------------------------------------- the world
+
+N_ELEMENT_CELLS = 3
+MAX_LIST = 5
+ELEMENT_NAMES = tuple(f"M0[E{i}#{n}]" for i in range(N_ELEMENT_CELLS) for n in range(MAX_LIST))
+"""M0 maps the list `items` (links to cells E0..E2) with `OElem`: one element child per
+(element cell, occurrence)."""
+FIRST_LIST = ("E0", "E1", "E2", "E0")
+"""The list M0's setup ran over: these element children are set up durably."""
+SET_UP = ("M0[E0#0]", "M0[E1#0]", "M0[E2#0]", "M0[E0#1]")
 
 WORLD = World(
     patterns={
@@ -67,6 +78,8 @@ WORLD = World(
         "UB": "OParent",
         "UB.c": "OChild",
         "UB.c.g": "OLeaf",
+        "M0": "OList",
+        **{el: "OElem" for el in ELEMENT_NAMES},
     },
     children={
         "P0": ("P0.c",),
@@ -80,21 +93,25 @@ WORLD = World(
         "UB": ("UB.c",),
         "UB.c": ("UB.c.g",),
         "UB.c.g": (),
+        "M0": (),
+        **{el: () for el in ELEMENT_NAMES},
     },
     links={"L0": "P0.c", "L1": "L0"},
+    lists={"M0": ("M0.els", "items")},
+    elements={el: "M0" for el in ELEMENT_NAMES},
 )
 
 VIEWS = ("rt", "rt2", "alice", "bob")
 """Who acts: the serving runtime, the second runtime, and two principals' sessions of `rt`."""
-SPACE_DOCS = ("P0", "P0.c", "P0.c.g", "S0", "S0.g", "L0", "L1")
+SPACE_DOCS = ("P0", "P0.c", "P0.c.g", "S0", "S0.g", "L0", "L1", "M0", *SET_UP)
 STARTABLE = {
     "rt": SPACE_DOCS,
     "rt2": SPACE_DOCS,
     "alice": ("UA", "UA.c", "UA.c.g"),
     "bob": ("UB", "UB.c", "UB.c.g"),
 }
-RUNNABLE = {"rt": ("P0", "S0"), "alice": ("UA",), "bob": ("UB",)}
-PATTERNS = {"OParent": OParent, "OChild": OChild}
+RUNNABLE = {"rt": ("P0", "S0", "M0"), "alice": ("UA",), "bob": ("UB",)}
+PATTERNS = {"OParent": OParent, "OChild": OChild, "OList": OList, "OElem": OElem}
 HOLDABLE = (
     *SPACE_DOCS,
     "UA",
@@ -109,10 +126,16 @@ HOLDABLE = (
     "arg:S0",
     "arg:S0.g",
     "arg:UA.c",
+    "items",
+    "pat:OList",
+    "pat:OElem",
+    "arg:M0",
+    "arg:M0[E0#0]",
 )
 THEN = ("none", "none", "stop", "release", "stop-run")
 """What a start rule does in the same synchronous block, before any answer arrives."""
-STAGES = ("root sync", "link hop", "pattern load", "dependency pre-sync")
+STAGES = ("root sync", "link hop", "pattern load", "dependency pre-sync", "list pre-sync")
+LIST_EDITS = ("insert", "remove", "move", "duplicate")
 SCRIBBLED = ("arg:P0.c", "arg:P0.c.g", "arg:S0.g")
 """Nested children's argument documents the `scribble` rule changes."""
 MAX_OPEN_TXS = 3
@@ -135,7 +158,10 @@ class OwnershipMachine(RuleBasedStateMachine):
         super().__init__()
         self.loop = asyncio.new_event_loop()
         self.store = MemoryStore()
-        self.rt = Runtime(self.store)
+        # Manual clocks: nothing the runtimes do may depend on how fast this machine runs
+        # (work deferred behind backoff runs when `_quiesce` advances them).
+        self.clock = ManualClock()
+        self.rt = Runtime(self.store, clock=self.clock)
         self.sessions = {
             "alice": self.rt.session("alice", "s1"),
             "bob": self.rt.session("bob", "s1"),
@@ -159,7 +185,7 @@ class OwnershipMachine(RuleBasedStateMachine):
         """id(registration) -> model token"""
         self.markers = 0
         self._build_world()
-        self.rt2 = Runtime(self.store)
+        self.rt2 = Runtime(self.store, clock=self.clock)
         self.cells["rt2"] = {
             name: Cell(self.rt2.replica, self.rt2.identity, cell.link(), host=self.rt2._host)
             for name, cell in self.cells["rt"].items()
@@ -169,7 +195,10 @@ class OwnershipMachine(RuleBasedStateMachine):
         self.runner_txs: dict[Runner, list[Transaction]] = {}
         """The runner's own install transactions (a start's, a gated install's), in order,
         until the model makes the same install (`_runner_tx`)."""
+        # Each runtime observes M0, so its list coordinator runs wherever M0 is registered.
+        self.sinks.append(self.cells["rt2"]["M0"].sink(lambda _v: None))
         for runner, model in ((self.rt.runner, self.m1), (self.rt2.runner, self.m2)):
+            model.list_elements = lambda _doc, r=runner: self._list_names(r)  # type: ignore[misc]
             self._watch_releases(runner)
             self._watch_installs(runner)
             model.on_runner_tx = lambda stx, doc, r=runner, m=model: self._runner_tx(  # type: ignore[misc]
@@ -205,9 +234,25 @@ class OwnershipMachine(RuleBasedStateMachine):
             tx = view.edit()
             view.run(tx, PATTERNS[WORLD.patterns[name]], {"value": 0}, cell)
             self._wait(tx.commit())
-        self.cells: dict[str, dict[str, Cell]] = {"rt": {}, "alice": {}, "bob": {}}
+        # The list: cells E0..E2 and `items`, mapped by M0 (observed, so it reconciles).
+        elements = {f"E{i}": rt.get_cell(("element", i)) for i in range(N_ELEMENT_CELLS)}
+        items, m0 = rt.get_cell("items"), rt.get_cell("M0")
+        self.sinks = [m0.sink(lambda _v: None)]
+        tx = rt.edit()
+        for i, cell in enumerate(elements.values()):
+            cell.with_tx(tx).set(i)
+        items.with_tx(tx).set([elements[e].link() for e in FIRST_LIST])
+        rt.run(tx, OList, {"items": items}, m0)
+        self._wait(tx.commit())
+        self.advance()
+        tops["M0"] = m0
+        self.cells: dict[str, dict[str, Cell]] = {
+            "rt": {"items": items, **elements},
+            "alice": {},
+            "bob": {},
+        }
         for name, cell in tops.items():
-            view = "rt" if name in ("P0", "S0") else ("alice" if name == "UA" else "bob")
+            view = _owner(name)
             self.cells[view][name] = cell
             child = name
             while WORLD.children[child]:
@@ -215,6 +260,16 @@ class OwnershipMachine(RuleBasedStateMachine):
                 cell = cell.key(*_projection(WORLD.patterns[child])).resolve()
                 self.cells[view][grand] = cell
                 child = grand
+        ((_node, _bound, _op, _kind, container),) = _list_nodes(OList, m0.link())
+        self.element_links = {e: c.link() for e, c in elements.items()}
+        for e, link in self.element_links.items():
+            for n in range(MAX_LIST):
+                child = child_link("map", container, (link, n))
+                self.cells["rt"][f"M0[{e}#{n}]"] = Cell(
+                    rt.replica, rt.identity, child, host=rt._host
+                )
+        self.cells["rt"]["M0.els"] = Cell(rt.replica, rt.identity, container, host=rt._host)
+        assert {rt.key(self.cells["rt"][el]) for el in SET_UP} | {rt.key(m0)} <= rt.registrations()
         l0, l1 = rt.get_cell("L0"), rt.get_cell("L1")
         tx = rt.edit()
         l0.with_tx(tx).set(self.cells["rt"]["P0.c"].link())
@@ -234,7 +289,7 @@ class OwnershipMachine(RuleBasedStateMachine):
                     self.keys[f"arg:{name}"] = docs.argument_link(docs.root(cell.link())).key(
                         cell.identity
                     )
-        for pat in (OParent, OChild, OLeaf):
+        for pat in (OParent, OChild, OLeaf, OList, OElem):
             link = docs.pattern_link(rt.space, pat.identity)
             self.keys[f"pat:{pat.__name__}"] = link.key(rt.identity)
         # The model's dependency pre-sync is the runtime's, document for document (which
@@ -248,7 +303,7 @@ class OwnershipMachine(RuleBasedStateMachine):
                     docs.root(self.cells[_owner(name)][name].link()),
                     self.cells[_owner(name)][name].identity,
                 )
-                for name in ("P0", "P0.c", "S0", "UA")
+                for name in ("P0", "P0.c", "S0", "UA", "M0", "M0[E0#0]")
             ):
                 break
         else:
@@ -280,7 +335,7 @@ class OwnershipMachine(RuleBasedStateMachine):
 
     def _watch_installs(self, runner: Runner) -> None:
         """Collect the runner's own install transactions (outermost `start_core` calls
-        with a transaction the machine did not open)."""
+        with a transaction the machine did not open, other than a list reconcile's)."""
         start_core = runner.start_core
         depth = [0]
 
@@ -290,7 +345,8 @@ class OwnershipMachine(RuleBasedStateMachine):
                 reg = start_core(tx, *args, **kwargs)
             finally:
                 depth[0] -= 1
-            if depth[0] == 0 and id(tx) not in self.own_txs:
+            coordinator = str(kwargs.get("launch", "")).startswith("element of")
+            if depth[0] == 0 and id(tx) not in self.own_txs and not coordinator:
                 self.runner_txs.setdefault(runner, []).append(tx)
             return reg
 
@@ -332,14 +388,56 @@ class OwnershipMachine(RuleBasedStateMachine):
             quiet = 0
             while quiet < 3:
                 await asyncio.sleep(0)
-                ran = self.rt.replica.pump()
-                if hasattr(self, "rt2"):
-                    ran += self.rt2.replica.pump()
+                ran = 0
+                for rt in (self.rt, self.rt2) if hasattr(self, "rt2") else (self.rt,):
+                    ran += rt.replica.pump()
+                    if rt.scheduler.runnable():
+                        rt.settle()  # scheduler passes (list reconciles) run here
+                        ran += 1
                 quiet = quiet + 1 if ran == 0 else 0
 
         self.loop.run_until_complete(spin())
-        self.m1.drain()
-        self.m2.drain()
+        self._drain()
+
+    def _drain(self) -> None:
+        """Run the models' FIFOs, each after taking in what its runtime's list
+        coordinators did (`_observe_coordinators`)."""
+        if not hasattr(self, "rt2"):
+            return  # building the world: nothing is modelled yet
+        for model, runner in ((self.m1, self.rt.runner), (self.m2, self.rt2.runner)):
+            self._observe_coordinators(model, runner)
+            model.drain()
+
+    def _observe_coordinators(self, model: RunnerModel, runner: Runner) -> None:
+        """The model does not re-derive when a reconcile runs (a scheduler pass); it takes
+        the element children the coordinators launched and released since the last step
+        from the runtime, and checks what they may not do (end a lifetime, touch a child
+        a start installed): everything else about them is compared as usual."""
+        for name in ELEMENT_NAMES:
+            reg = runner.registrations.get(self.keys[name])
+            ours = reg is not None and reg.launch.startswith("element of")
+            mreg = model.regs.get(name)
+            bound = None if mreg is None else self.tokens.get(mreg.token)
+            if mreg is not None and mreg.launch == "element" and bound is not reg:
+                model.coordinator_released(name)
+                STATS["coordinator released an element child"] += 1
+                mreg = None
+            if mreg is None and ours:
+                assert reg is not None
+                assert id(reg) not in self.token_of, reg
+                new = model.coordinator_installed(name)
+                self.tokens[new.token] = reg
+                self.token_of[id(reg)] = new.token
+                self.token_runner[new.token] = runner
+
+    def _list_names(self, runner: Runner) -> list[str]:
+        """The element children of the list as `runner`'s replica reads it now."""
+        doc = runner.replica.visible(self.keys["items"])
+        items = doc.get(docs.VALUE) if type(doc) is dict else None
+        if type(items) is not list:
+            return []
+        by_link = {link: e for e, link in self.element_links.items()}
+        return [f"M0[{by_link[link]}#{n}]" for link, n in element_keys(items)]  # type: ignore[misc]
 
     def _note(self, name: str) -> None:
         self.rules_run.append(name)
@@ -363,7 +461,12 @@ class OwnershipMachine(RuleBasedStateMachine):
         # verdict gate) instead of being elided as empty.
         actor.get_cell(("marker", self.markers)).with_tx(tx).set(self.markers)
         pattern = PATTERNS[WORLD.patterns[name]]
-        actor.run(tx, pattern, {"value": self.markers % 3}, self.cells[view][name])
+        argument: dict[str, Any] = (
+            {"items": self.cells[view]["items"]}
+            if name in WORLD.lists
+            else {"value": self.markers % 3}
+        )
+        actor.run(tx, pattern, argument, self.cells[view][name])
         mtx = self.m1.new_tx()
         self.m1.run(mtx, name, gated=gated)
         self.txs.append((tx, mtx, self.m1, view))
@@ -379,6 +482,37 @@ class OwnershipMachine(RuleBasedStateMachine):
         self.own_txs[id(tx)] = tx
         self.markers += 1
         tx.write(self.keys[doc], (docs.VALUE,), {"scribbled": self.markers})
+        self.txs.append((tx, self.m1.new_tx(), self.m1, "rt"))
+        self.advance()
+
+    @precondition(lambda self: len(self.txs) < MAX_OPEN_TXS)
+    @rule(
+        edit=st.sampled_from(LIST_EDITS),
+        i=st.integers(0, MAX_LIST - 1),
+        j=st.integers(0, MAX_LIST - 1),
+        element=st.sampled_from(sorted(FIRST_LIST[:N_ELEMENT_CELLS])),
+    )
+    def edit_list(self, edit: str, i: int, j: int, element: str) -> None:
+        """Insert, remove, move or duplicate a link in M0's list, in a setup transaction
+        of its own (committed, aborted, held and decided like any other)."""
+        doc = self.rt.replica.visible(self.keys["items"])
+        raw = doc.get(docs.VALUE) if type(doc) is dict else None
+        items: list[Any] = list(raw) if type(raw) is list else []
+        if edit == "insert" and len(items) < MAX_LIST:
+            items.insert(min(i, len(items)), self.element_links[element])
+        elif edit == "remove" and items:
+            del items[i % len(items)]
+        elif edit == "move" and items:
+            items.insert(j % len(items), items.pop(i % len(items)))
+        elif edit == "duplicate" and items and len(items) < MAX_LIST:
+            at = i % len(items)
+            items.insert(j % (len(items) + 1), items[at])
+        else:
+            return
+        self._note(f"list-{edit}")
+        tx = self.rt.edit()
+        self.own_txs[id(tx)] = tx
+        self.cells["rt"]["items"].with_tx(tx).set(items)
         self.txs.append((tx, self.m1.new_tx(), self.m1, "rt"))
         self.advance()
 
@@ -510,6 +644,7 @@ class OwnershipMachine(RuleBasedStateMachine):
             "link hop": WORLD.links.get(name, name),
             "pattern load": WORLD.pattern_doc(target),
             "dependency pre-sync": WORLD.arg(target),
+            "list pre-sync": WORLD.lists.get(target, ("", name))[1],
         }[stage]
         self._note(f"start-held-{stage}{'-cold' if view == 'rt2' else ''}")
         if self.smodel.held_by(doc) is None and len(self.load_gates) < MAX_LOAD_GATES:
@@ -550,12 +685,20 @@ class OwnershipMachine(RuleBasedStateMachine):
         self.loop.run_until_complete(go())
 
     # ------------------------------------------------------------ the two authorities
-    def _generation_or_token(self, data: st.DataObject, view: str, name: str) -> int | None:
-        """None, the current registration's token, or a stale one (same key, ended)."""
+    def _generation_or_token(
+        self, data: st.DataObject, view: str, name: str, *, release: bool = False
+    ) -> int | None:
+        """None, the current registration's token, or a stale one (same key, ended).
+
+        A release of an element child a list coordinator launched is the coordinator's
+        to make: the machine releases one only with a stale token (which does nothing)."""
         model = self._model(view)
-        options: list[int | None] = [None]
         reg = model.regs.get(name)
-        if reg is not None:
+        coordinated = (
+            release and name in WORLD.elements and (reg is None or reg.launch == "element")
+        )
+        options: list[int | None] = [] if coordinated else [None]
+        if reg is not None and not coordinated:
             options.append(reg.token)
         runner = self._runtime(view).runner
         options.extend(
@@ -563,6 +706,8 @@ class OwnershipMachine(RuleBasedStateMachine):
             for t, r in self.tokens.items()
             if self.names.get(r.key) == name and r.ended and self.token_runner[t] is runner
         )
+        if not options:
+            return -1
         return data.draw(st.sampled_from(options[:6]), label="token")
 
     @rule(data=st.data())
@@ -580,7 +725,9 @@ class OwnershipMachine(RuleBasedStateMachine):
     def release(self, data: st.DataObject) -> None:
         view = data.draw(st.sampled_from(VIEWS), label="view")
         name = data.draw(st.sampled_from(STARTABLE[view]), label="doc")
-        token = self._generation_or_token(data, view, name)
+        token = self._generation_or_token(data, view, name, release=True)
+        if token == -1:
+            return  # no release of this element child is the machine's to make
         model = self._model(view)
         current = model.regs.get(name)
         kind = (
@@ -699,16 +846,18 @@ class OwnershipMachine(RuleBasedStateMachine):
             for gate, _m in self.load_gates:
                 if gate.active:
                     gate.release()
+            for cancel in self.sinks:
+                cancel()
             self.rt.close()
             self.rt2.close()
             self.loop.close()
 
     def _quiesce(self) -> None:
         """Let everything settle, then check the end-state properties."""
-        for tx, mtx, model, _view in self.txs:
+        for tx, mtx, _model, _view in self.txs:
             tx.abort("end of run")
             mtx.settle("ABORTED")
-            model.drain()
+            self._drain()
         self.txs = []
         if self._holding():
             self._release_verdicts()
@@ -724,9 +873,29 @@ class OwnershipMachine(RuleBasedStateMachine):
             await self.rt.idle()
             await self.rt2.idle()
 
-        self.loop.run_until_complete(asyncio.wait_for(idle(), 10))
-        self.advance()
+        for _ in range(20):
+            self.loop.run_until_complete(asyncio.wait_for(idle(), 10))
+            self.advance()
+            if self.rt.scheduler.deferred() or self.rt2.scheduler.deferred():
+                self.clock.advance(BACKOFF_CAP + 1)  # let work deferred behind backoff run
+                continue
+            if not (self.rt.scheduler.busy() or self.rt2.scheduler.busy()):
+                break
         self.agrees_with_the_model()
+        for model, runner in ((self.m1, self.rt.runner), (self.m2, self.rt2.runner)):
+            # Element children: one per element the list holds (while M0 runs here; a
+            # stop since M0 started is authoritative: the coordinator does not relaunch
+            # that child), and every one opened in its own right, held or not.
+            m0 = model.regs.get("M0")
+            held = set(self._list_names(runner)) if m0 is not None else set()
+            unstopped = {el for el in held if m0 and model.last_stop.get(el, 0) < m0.cause}
+            pages = {el for el in ELEMENT_NAMES if el in model.lifetimes}
+            running = {el for el in ELEMENT_NAMES if self.keys[el] in runner.registrations}
+            details = (sorted(held), sorted(pages), sorted(running))
+            assert unstopped | pages <= running, details
+            assert running <= held | pages, details
+            STATS["end: element pages the list no longer holds"] += len(pages - held)
+            STATS["end: element children held by the list"] += len(running & held)
         for model, runner in ((self.m1, self.rt.runner), (self.m2, self.rt2.runner)):
             assert {} == model.leaks()
             assert [] == model.unjustified(), "registrations nothing justifies"
