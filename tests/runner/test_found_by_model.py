@@ -8,6 +8,9 @@ machine's shrunk example in a comment. A test is added with
   036be3b (a launch that adopts a running result drops a deferred release).
 - `test_an_adopting_run_that_fails_restores_the_deferred_release`: fixed (an adopting
   launch whose setup does not land applies the release it dropped).
+- `test_a_repayment_that_does_not_land_keeps_the_nested_children_owed`: open (a
+  launch re-issuing owed setup writes restores only the parent's debt when its
+  transaction does not land; the nested children's is lost).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import pytest
 from pattern_defs import Child
 from support import arun, turns
 
-from cells import CellweaveError, MemoryStore
+from cells import CellweaveError, MemoryStore, Outcome
 from runner import Runtime, pattern
 
 
@@ -94,6 +97,45 @@ def test_an_adopting_run_that_fails_restores_the_deferred_release() -> None:
             await rt.idle()
             # Neither setup landed and nothing holds a lifetime: nothing owns it.
             assert frozenset() == rt.registrations()
+            rt._check()
+
+    arun(main)
+
+
+# Shrunk example (OwnershipMachine, with the owed flags compared; UA runs OParent, whose
+# nested child is UA.c; hand-trimmed of steps on other results):
+#   state.hold_verdicts()
+#   state.run(data=data(...), gated=False)                 # Draws: 'alice', 'UA'  (tx 0)
+#   state.commit(data=data(...))                           # Draw: 0   held at the store
+#   state.verdict_and_load_together(..., verdict='STALE_BASIS')   tx 0: kept, owed
+#   state.run(data=data(...), gated=False)                 # Draws: 'alice', 'UA'  repays
+#   state.abort(data=data(...))                            # Draw: 0   the repayment is gone
+#   -> "rt: UA.c owed: model True, <Registration ... by 'nested in OParent.n0 ...'>"
+@pytest.mark.xfail(strict=True, reason="a failed repayment restores the parent's debt only")
+def test_a_repayment_that_does_not_land_keeps_the_nested_children_owed() -> None:
+    async def main() -> None:
+        store = MemoryStore()
+        async with Runtime(store) as rt:
+            res = rt.get_cell("res")
+            gate = store.testing.hold_verdicts()
+            first = rt.edit()
+            rt.run(first, Holder, {"value": 1}, res)
+            verdict = first.commit()
+            await turns()
+            gate.reject(0, Outcome.STALE_BASIS)  # kept, and its setup writes owed
+            gate.release()
+            assert Outcome.STALE_BASIS == (await verdict).outcome
+            # (The result's link to its child did not land either: find the child's run.)
+            parent_reg = rt.registration(res)
+            (child_reg,) = [r for r in rt.runner.registrations if r is not parent_reg]
+            assert parent_reg is not None and parent_reg.owed and child_reg.owed
+            second = rt.edit()
+            rt.run(second, Holder, {"value": 2}, res)  # finds it running: re-issues the debt
+            assert not parent_reg.owed and not child_reg.owed
+            second.abort("the repayment never lands")
+            # Nothing was paid: the parent's writes and its nested child's are owed still.
+            assert rt.registration(res) is parent_reg and parent_reg.owed
+            assert rt.runner.registrations.get(child_reg.key) is child_reg and child_reg.owed
             rt._check()
 
     arun(main)
