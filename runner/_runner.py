@@ -187,11 +187,16 @@ class Runner:
         """Re-issue the owed setup writes of a kept run (its nested children's too)."""
         reg.owed = False
         self.trace.record("repay", reg.key, generation=reg.generation)
-        stage_tree(self, tx, pattern, result, depth=0)
+        paid = [reg, *stage_tree(self, tx, pattern, result, depth=0)]
 
         def settled(_tx: Transaction, res: CommitResult) -> None:
-            if not res.ok and self.registrations.get(reg.key) is reg:
-                reg.owed = True
+            if res.ok:
+                return
+            # Nothing was paid: every debt this cleared is owed again (nested children
+            # included), for each registration that is still the one it cleared.
+            for owed in paid:
+                if self.registrations.get(owed.key) is owed:
+                    owed.owed = True
 
         tx.add_settle_callback(settled)
 
@@ -733,8 +738,12 @@ def element_run_keys(
     return keys
 
 
-def stage_tree(runner: Runner, tx: Transaction, pattern: Pattern, result: Link, depth: int) -> None:
-    """Re-issue the setup writes of every nested child of a run (the owed debt)."""
+def stage_tree(
+    runner: Runner, tx: Transaction, pattern: Pattern, result: Link, depth: int
+) -> list[Registration]:
+    """Re-issue the setup writes of every nested child of a run (the owed debt); returns
+    the nested children's registrations whose debt this cleared."""
+    paid: list[Registration] = []
     for node in pattern.graph.nodes:
         if node.kind != "pattern" or depth >= MAX_NESTING:
             continue
@@ -742,6 +751,8 @@ def stage_tree(runner: Runner, tx: Transaction, pattern: Pattern, result: Link, 
         out = docs.internal_link(result, node.index)
         runner.stage_setup(tx, child, docs.bind(node.inputs, result), out, f"node {node.index}")
         reg = runner.registrations.get(out.key(tx.identity))
-        if reg is not None:
+        if reg is not None and reg.owed:
             reg.owed = False
-        stage_tree(runner, tx, child, out, depth + 1)
+            paid.append(reg)
+        paid.extend(stage_tree(runner, tx, child, out, depth + 1))
+    return paid

@@ -8,9 +8,9 @@ machine's shrunk example in a comment. A test is added with
   036be3b (a launch that adopts a running result drops a deferred release).
 - `test_an_adopting_run_that_fails_restores_the_deferred_release`: fixed (an adopting
   launch whose setup does not land applies the release it dropped).
-- `test_a_repayment_that_does_not_land_keeps_the_nested_children_owed`: open (a
-  launch re-issuing owed setup writes restores only the parent's debt when its
-  transaction does not land; the nested children's is lost).
+- `test_a_repayment_that_does_not_land_keeps_the_nested_children_owed`: fixed (a
+  launch re-issuing owed setup writes restores every debt it cleared, the nested
+  children's too, when its transaction does not land).
 """
 
 from __future__ import annotations
@@ -111,7 +111,6 @@ def test_an_adopting_run_that_fails_restores_the_deferred_release() -> None:
 #   state.run(data=data(...), gated=False)                 # Draws: 'alice', 'UA'  repays
 #   state.abort(data=data(...))                            # Draw: 0   the repayment is gone
 #   -> "rt: UA.c owed: model True, <Registration ... by 'nested in OParent.n0 ...'>"
-@pytest.mark.xfail(strict=True, reason="a failed repayment restores the parent's debt only")
 def test_a_repayment_that_does_not_land_keeps_the_nested_children_owed() -> None:
     async def main() -> None:
         store = MemoryStore()
