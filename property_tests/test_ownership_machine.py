@@ -804,6 +804,7 @@ class OwnershipMachine(RuleBasedStateMachine):
                 assert bound is reg, (
                     f"{label}: {name} should still be token {mreg.token} ({bound!r}), is {reg!r}"
                 )
+            assert mreg.owed == reg.owed, f"{label}: {name} owed: model {mreg.owed}, {reg!r}"
         runner._check()
 
     @invariant()
@@ -900,6 +901,7 @@ class OwnershipMachine(RuleBasedStateMachine):
             assert {} == model.leaks()
             assert [] == model.unjustified(), "registrations nothing justifies"
             STATS["adoption zombie (known bug)"] += len(model.known_bug_zombies)
+            STATS["rollback after an adoption (known bug)"] += len(model.known_bug_late_rollbacks)
             assert 0 == len(runner.attempts)
             assert {} == runner.attempts.by_key and {} == runner.attempts.generation
             assert frozenset() == runner.pending.keys()
