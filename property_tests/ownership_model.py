@@ -57,10 +57,20 @@ Releasing a child
 - "A pattern that launches a child registers a release for it, which runs when
   the launching pattern is torn down." -> `_install` appends (child, token) to
   the parent's cleanups; `_end` runs them.
-- List-coordinator sentences (removal, scope change, per-element scope,
-  reconciliation) -> NOT MODELLED YET (no map/filter/flat_map). The extension
-  point is `RunnerModel.release` with a token of None, which is how a
-  coordinator releases (reference §1.1 "tokenless releases").
+- "A list coordinator releases a child earlier than that: when the list no
+  longer holds the element that child belongs to" -> observed, not re-derived:
+  a reconcile is a scheduler pass, so the machine hands the model each element
+  child a coordinator launched (`coordinator_installed`, launch "element") or
+  released (`coordinator_released`) since the last step. What the model checks
+  of them: a coordinator's release never ends a child holding a lifetime (a
+  violation), never touches a child a start installed (the registrations would
+  differ), and at the end the element children running are exactly those the
+  list holds while M0 runs (less any a stop ended since M0 started: a stop is
+  authoritative) plus those holding a lifetime (a page survives its element's
+  removal). A coordinator is justified as an owner while its list result runs
+  (`unjustified`).
+- "or when the result container changes scope. Each per-element result uses the
+  container's scope ..." -> NOT MODELLED (M0 is space-scoped; no re-scoping).
 - "A release stops the child's registration only when both of these hold:" /
   "The registration is the one this launch installed. A later attempt that
   replaced it owns itself, so a release that no longer recognizes what it finds
@@ -81,7 +91,7 @@ Releasing a child
   -> tombstones (see stop above).
 
 List setup across serving instances
-- Every sentence -> NOT MODELLED YET (list coordinators). Two principals on one
+- Every sentence -> NOT MODELLED (M0's list is read by one principal). Two principals on one
   runtime are modelled only as disjoint result names (`UA.*`, `UB.*`), acting
   through their own session views.
 
@@ -123,8 +133,20 @@ Rolling back with the transaction
   opened in its own right stays running, and a start still resolving is left to
   settle ..." -> `_rollback` calls `release` with the launch's token.
 - "A stale basis is the exception ... that re-run reuses what is already there."
-  -> STALE_BASIS runs no release (DESIGN §4.3 item 2: keep, mark owed; the
-  owed-writes flag itself is not compared).
+  -> STALE_BASIS runs no release and marks the registration owed if it is still
+  the one installed (`MReg.owed`, DESIGN §4.3 item 2 "marks the owed writes as
+  debt; the re-run re-issues them"): the next launch that finds it running
+  re-issues the setup of it and every registered descendant (`_repay`), paid
+  only if that transaction lands (else whatever was owed is owed again); a
+  start's own transaction that goes stale re-issues at once (`_start_settled`).
+  Compared with `Registration.owed` after every step.
+- (the runner's own transactions) A start's install and a gated install stage
+  their nested children's setups in a transaction of the runner's own
+  (`_runner_tx`): "when that transaction does not become durable, the launch
+  releases its registration" applies to those children (their `_rollback`s);
+  the started or gated result itself is not rolled back (it was not set up in
+  that transaction), so a start whose transaction fails for good keeps its
+  result and its lifetime.
 
 Commit-gated starts
 - "A start gated on a commit has no registration until its callback installs
@@ -158,24 +180,23 @@ DESIGN §4.2 / §4.3 items that apply
 - §4.3.7 generation fences -> `stop(doc, generation=token)`: a generation is
   unique per registration, so naming one is naming its token; a stale one does
   nothing.
-- §4.3.5 (page owners), §4.3.6 (runaway nesting), §4.3.1 (list rollback) -> not
-  modelled (no pages, fixed finite nesting, no lists).
+- §4.3.5 (page owners), §4.3.6 (runaway nesting) -> not modelled (no page
+  records, fixed finite nesting). §4.3.1 (list rollback) -> observed only (the
+  coordinator's releases, see "Releasing a child").
 
 Not modelled yet (the machine keeps them out of reach, so the comparison stays exact)
-- List coordinators (map / filter / flat_map): element launches, removal and scope
-  changes, per-resolution-identity bookkeeping, list rollback (§4.3.1). Extension
-  points: `RunnerModel.release(doc, None)` is a coordinator's tokenless release;
-  `World.children` would gain element children keyed by (container, occurrence,
-  scope); a `MTx` callback per reconcile would carry its rollback.
-- Rejections of the runner's own transactions (a start's or a gated install's
-  start transaction): the machine only ever accepts those, so their callbacks
-  (children's rollback, re-staging owed writes) never change a registration and
-  the model treats them as inert.
-- The owed-writes flag of a stale basis (§4.3.2 "mark as debt"): kept or not, it
-  changes no registration; not compared.
+- When a list reconcile runs and what it does: the model takes each step's element
+  launches and releases from the runtime (see "Releasing a child"), so a
+  coordinator bug that is consistent within a step is caught only by the end-state
+  check. Filter and flat_map, inline (position-keyed) elements, re-scoping, per-
+  resolution-identity bookkeeping (one principal's list), a reconcile's own
+  transaction held and rejected (it is accepted whenever verdicts are released).
+- The re-issue transaction of a start whose transaction went stale: the model
+  clears the debt when it is issued, like the runner, and never learns its verdict
+  (the machine never holds it on purpose; released verdicts accept it).
 - Handlers, event-launched children and lineage, navigation and pages (durable
-  page records, owners §4.3.5, resume), computation-produced children, runaway
-  nesting (§4.3.6).
+  page records, `rt.open_page`, owners §4.3.5, resume), computation-produced
+  children, runaway nesting (§4.3.6).
 - The window between a start's last stage and its settlement: the machine
   drains every mailbox after each step, so a stop landing exactly there (the
   target-only judgement of the claim) is not reached.

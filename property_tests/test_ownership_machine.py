@@ -5,29 +5,41 @@ principals through `rt.session`, and `rt2`, which starts existing results
 cold) and drives them and the model side by side:
 
 - runs (plain or commit-gated) of a parent with nested children, a standalone
-  child, and each principal's own user-scoped parent, in setup transactions the
-  machine commits, aborts, or holds at the store and then accepts, rejects as a
-  stale basis, or rejects as permanent;
-- starts of any result in its own right (a nested child or grandchild: a page),
-  directly or through one or two link documents, from either runtime or either
-  principal;
+  child, each principal's own user-scoped parent, and M0, which maps the list
+  `items` (links to E0..E2) with `OElem`, in setup transactions the machine
+  commits, aborts, or holds at the store and then accepts, rejects as a stale
+  basis, or rejects as permanent;
+- list edits (insert, remove, move, duplicate a link) and changes to a nested
+  child's argument document (`scribble`, so a later start's own transaction has
+  writes), in transactions handled the same way;
+- the runner's own install transactions (a start's, a gated install's) held at
+  the store and then accepted or rejected like the machine's;
+- starts of any result in its own right (a nested child or grandchild, or a
+  list's element child: a page), directly or through one or two link documents,
+  from either runtime or either principal;
 - stops (with no generation, the current one, or a stale one), releases (with
   the current token, a stale token, or none), and `stop_all`;
 - load holds on any document a start visits (a result root, a link hop, a
-  pattern document, an argument document of the dependency pre-sync), later
-  released or failed.
+  pattern document, an argument document of the dependency pre-sync, the list
+  document of the list pre-sync), later released or failed.
 
 Everything asynchronous goes through one event loop the machine owns and
 advances until both replicas' mailboxes are empty; holds make every race
 deterministic, so nothing sleeps.
 
-After every step: registrations (keys *and* which launch's token), lifetimes
-and pending starts equal the model's; every start's reported result equals the
-model's; `_check()` passes; no release ended a registration it did not install
-or one holding a lifetime. At the end (all gates released, `await rt.idle()`):
-every registration is justified (a lifetime, a live launch or a running parent
-that will release it), nothing stopped is running, and nothing leaked
-(attempts, generations, pending starts, lifetimes, remembered declines).
+After every step: registrations (keys *and* which launch's token, and whether
+their setup writes are owed), lifetimes and pending starts equal the model's;
+every start's reported result equals the model's; `_check()` passes; no release
+ended a registration it did not install or one holding a lifetime. At the end
+(all gates released, `await rt.idle()`): every registration is justified (a
+lifetime, a live launch or a running parent that will release it), nothing
+stopped is running, nothing leaked (attempts, generations, pending starts,
+lifetimes, remembered declines), and the element children running are the
+list's (while M0 runs) plus the pages.
+
+Both runtimes run on one manual clock, and `test_the_machine_replays_identically`
+checks that an example replays exactly (same commits, same lifecycle trace) with
+every object at another address.
 """
 
 from __future__ import annotations
