@@ -42,6 +42,7 @@ class Registration:
 
     __slots__ = (
         "_ended",
+        "adopted",
         "chain",
         "generation",
         "group",
@@ -63,6 +64,9 @@ class Registration:
         """The identity of the pattern it runs."""
         self.chain = chain
         """The results that launched it, outermost first (walked for runaway nesting)."""
+        self.adopted = False
+        """A later parent's nested launch found it running and holds it now: the launch
+        that installed it no longer rolls it back (the later parent's teardown ends it)."""
         self.owed = False
         """Its setup transaction failed on a stale basis: the setup writes are owed (debt)
         and the next launch of the same run re-issues them, nested children included."""

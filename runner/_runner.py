@@ -157,6 +157,11 @@ class Runner:
                     self._repay(tx, existing, pattern, result)
                 if identity not in existing.identities:
                     self.join(tx, existing, pattern, result, launch=launch)
+                if chain and rollback:
+                    # A parent's nested launch holds the running child from now on (its
+                    # teardown releases it): the installing launch's rollback must not end
+                    # it under this parent.
+                    existing.adopted = True
                 if self._declined.get(key) is existing:
                     # This launch now holds the running result: a release that an earlier
                     # launch deferred behind a start in flight must not end it later ...
@@ -209,6 +214,9 @@ class Runner:
             if self.registrations.get(key) is reg:
                 reg.owed = True
             self.trace.record("debt", key, launch=launch, generation=reg.generation)
+            return
+        if reg.adopted:
+            self.trace.record("decline", key, reason="adopted by a later parent", op="rollback")
             return
         self.trace.record("rollback", key, launch=launch, outcome=result.outcome.name)
         self.release(key, reg, why=f"rollback of {launch}")

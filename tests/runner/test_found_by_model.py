@@ -11,10 +11,9 @@ machine's shrunk example in a comment. A test is added with
 - `test_a_repayment_that_does_not_land_keeps_the_nested_children_owed`: fixed (a
   launch re-issuing owed setup writes restores every debt it cleared, the nested
   children's too, when its transaction does not land).
-- `test_a_rollback_deferred_after_an_adoption_spares_the_adopted_child`: open (strict
-  xfail). A release an older launch makes *after* a later launch adopted the running
-  child (its setup's rollback) is still deferred and applied; 036be3b only drops a
-  deferral that exists when the adoption happens.
+- `test_a_rollback_deferred_after_an_adoption_spares_the_adopted_child`: fixed (a
+  parent's nested launch that adopts a running child marks it adopted; the installing
+  launch's rollback then leaves it to that parent, whose teardown releases it).
 """
 
 from __future__ import annotations
@@ -154,7 +153,6 @@ def test_a_repayment_that_does_not_land_keeps_the_nested_children_owed() -> None
 #   state.abort(data=data(...))                    # Draw: 0  tx 0: its rollback defers again
 #   state.end_load_hold(data=data(...), fail=True)  # the UB.c start claims nothing
 #   -> "a deferred release ended UB.c (token 2), which the running UB launched and still holds"
-@pytest.mark.xfail(strict=True, reason="an older launch's rollback after an adoption still applies")
 def test_a_rollback_deferred_after_an_adoption_spares_the_adopted_child() -> None:
     async def main() -> None:
         store = MemoryStore()
