@@ -177,6 +177,9 @@ DESIGN §4.2 / §4.3 items that apply
   child nobody stopped ("a release ... is authoritative over the registration its
   own launch installed, and over nothing else"). This machine found that bug;
   the runner fixed it in 036be3b (tests/runner/test_found_by_model.py pins it).
+  The same holds for a release the installing launch makes *after* a parent's
+  nested launch adopted the child (its setup's rollback): `MReg.adopted` makes
+  that rollback leave the child to the adopting parent (found by the soak too).
 - §4.3.7 generation fences -> `stop(doc, generation=token)`: a generation is
   unique per registration, so naming one is naming its token; a stale one does
   nothing.
@@ -228,13 +231,15 @@ test_an_adopting_run_that_fails_restores_the_deferred_release. While True, `unju
 tallies such registrations in `known_bug_zombies` instead of failing; set it to False
 with the fix."""
 
-KNOWN_BUG_ROLLBACK_AFTER_ADOPTION = True
+KNOWN_BUG_ROLLBACK_AFTER_ADOPTION = False
 """Found by the nightly run: a release an older launch makes *after* a later launch
 adopted the running child (the older setup's rollback) is deferred behind a start in
 flight and applied when that start claims nothing, ending a child a running parent
 holds. Pinned (strict xfail) by tests/runner/test_found_by_model.py::
 test_a_rollback_deferred_after_an_adoption_spares_the_adopted_child. While True,
-`_settle` tallies it in `known_bug_late_rollbacks` instead of reporting a violation."""
+`_settle` tallies it in `known_bug_late_rollbacks` instead of reporting a violation.
+Fixed: a parent's nested launch that adopts a running child marks it `adopted`, and the
+installing launch's rollback then leaves it to that parent (`_rollback`)."""
 
 # --------------------------------------------------------------------------- static world
 
@@ -342,6 +347,9 @@ class MReg:
     parent: str | None = None
     cleanups: list[tuple[str, int | None]] = field(default_factory=list)
     """(child, token or None): the releases this run's teardown performs"""
+    adopted: bool = False
+    """A later parent's nested launch found it running and holds it now (its teardown
+    releases it): the installing launch's rollback no longer ends it."""
     owed: bool = False
     """Its setup writes did not land (a stale basis kept it): the next launch that finds
     it running re-issues them (DESIGN §4.3 item 2)."""
@@ -484,6 +492,8 @@ class RunnerModel:
         if child in self.regs:
             if self.regs[child].owed and tx is not None:
                 self._repay(child, tx)
+            if tx is not None:
+                self.regs[child].adopted = True
             self._adopt(child, tx)
             return None  # already running: this launch holds no token (releases tokenless)
         reg = self._install(child, "nested", cause, tx)
@@ -496,11 +506,14 @@ class RunnerModel:
         def settled(outcome: str) -> None:
             if outcome == "OK":
                 return
+            reg = self.regs.get(doc)
+            current = reg is not None and reg.token == token
             if outcome == "STALE_BASIS":
-                reg = self.regs.get(doc)
-                if reg is not None and reg.token == token:
+                if reg is not None and current:
                     reg.owed = True  # kept: the writes are owed (debt)
                 return
+            if reg is not None and current and reg.adopted:
+                return  # a later parent holds it now; its teardown releases it
             self.release(doc, token)
 
         return settled
