@@ -483,7 +483,6 @@ class OwnershipMachine(RuleBasedStateMachine):
         self.m1.run(mtx, name, gated=gated)
         self.txs.append((tx, mtx, self.m1, view))
 
-    @precondition(lambda self: len(self.txs) < MAX_OPEN_TXS)
     @rule(doc=st.sampled_from(SCRIBBLED))
     def scribble(self, doc: str) -> None:
         """Change a nested child's argument document in a transaction of its own, so the
@@ -494,7 +493,7 @@ class OwnershipMachine(RuleBasedStateMachine):
         self.own_txs[id(tx)] = tx
         self.markers += 1
         tx.write(self.keys[doc], (docs.VALUE,), {"scribbled": self.markers})
-        self.txs.append((tx, self.m1.new_tx(), self.m1, "rt"))
+        self._commit((tx, self.m1.new_tx(), self.m1, "rt"))  # at once (or held)
         self.advance()
 
     @precondition(lambda self: len(self.txs) < MAX_OPEN_TXS)
