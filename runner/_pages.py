@@ -17,8 +17,9 @@ them: stopping, listing or inspecting another principal's pages raises
 `OwnershipError`.
 
 Two principals may each open the same shared (space-scoped) result as a page:
-each has a record; a stop closes the stopping principal's page, and stops the
-result only when no other principal's page still holds it.
+each has a record; a stop closes the stopping principal's pages on it (one opened
+directly and one through a link are both closed), and stops the result only when no
+other principal's page still holds it.
 
 Invariants (checked by `_check`)
 - every record in `by_key` is in `by_pid`, under its own principal and key.
@@ -197,14 +198,27 @@ class Pages:
 
     # ------------------------------------------------------------------ stop
     def stop(self, rec: PageRecord, identity: Identity) -> bool:
-        """Record the stop (decision before cleanup). Returns whether the result itself
-        should stop: not while another principal still holds a page on it."""
-        record = {"target": rec.link, "open": False, "session": identity.session, "via": "stop"}
-        rec.stopped = True
-        self._write(identity, rec.pid, record)
+        """Record the stop (decision before cleanup), of `rec` and of every other page the
+        same principal holds on the same result (opened through another link). Returns
+        whether the result itself should stop: not while another principal still holds a
+        page on it."""
         key = rec.key
-        self._forget(rec)
-        self.rt.runner.trace.record("page-stop", str(rec.link))
+        same = [
+            r
+            for (principal, _pid), r in self.by_pid.items()
+            if principal == rec.principal and r is not rec and key is not None and r.key == key
+        ]
+        for page in (rec, *same):
+            record = {
+                "target": page.link,
+                "open": False,
+                "session": identity.session,
+                "via": "stop",
+            }
+            page.stopped = True
+            self._write(identity, page.pid, record)
+            self._forget(page)
+            self.rt.runner.trace.record("page-stop", str(page.link))
         return key is None or not self.by_key.get(key)
 
     # ------------------------------------------------------------------ listing, resume

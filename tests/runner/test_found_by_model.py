@@ -15,9 +15,8 @@ machine's shrunk example in a comment. A test is added with
   parent's nested launch that adopts a running child marks it adopted; the installing
   launch's rollback then leaves it to that parent, whose teardown releases it).
 - `test_a_stop_ends_a_result_its_principal_opened_twice` (found while scoping page
-  rules, not by the machine): open (strict xfail). A stop closes one of the principal's
-  page records and keeps the result running while that principal's other record (the
-  same result opened through a link) holds it.
+  rules, not by the machine): fixed (a stop closes every page the principal holds on
+  the result, then stops it unless another principal's page holds it).
 """
 
 from __future__ import annotations
@@ -204,7 +203,6 @@ def test_a_rollback_deferred_after_an_adoption_spares_the_adopted_child() -> Non
 #   stop(P.c)                      # -> P.c kept running: "another page still holds it"
 # "An explicit stop is authoritative over the result"; a principal's own second page is
 # not another principal's page, and its record must not resume the result either.
-@pytest.mark.xfail(strict=True, reason="the principal's own second page keeps the result")
 def test_a_stop_ends_a_result_its_principal_opened_twice() -> None:
     async def main() -> None:
         async with Runtime(MemoryStore()) as rt:
