@@ -115,9 +115,11 @@ class Pages:
         if own is None:
             own = holders.get(principal)
         others = [p for p in holders if p != principal]
-        if not others:
+        if not others and cell.link().scope == "space":
             # Opened through this very link by someone else and not claimed yet; a
-            # claimed record on another instance (a user-scoped result) is not theirs here.
+            # claimed record on another instance (a user-scoped result) is not theirs here,
+            # and neither is an unclaimed one through a user- or session-scoped link (it
+            # names that principal's own document).
             others = [
                 p
                 for (p, q), r in self.by_pid.items()

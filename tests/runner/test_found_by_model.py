@@ -18,8 +18,9 @@ machine's shrunk example in a comment. A test is added with
   rules, not by the machine): fixed (a stop closes every page the principal holds on
   the result, then stops it unless another principal's page holds it).
 - `test_a_principal_stops_its_own_user_scoped_result_while_another_opens_theirs`:
-  open (strict xfail). An unclaimed page of another principal opened through the
-  same user-scoped link makes the stop raise OwnershipError.
+  fixed (an unclaimed page of another principal counts as holding the result only
+  through a space-scoped link; a user- or session-scoped link names their own
+  document).
 """
 
 from __future__ import annotations
@@ -234,7 +235,6 @@ def test_a_stop_ends_a_result_its_principal_opened_twice() -> None:
 #   state.open_page(data=data(...), then='none')   # Draws: 'bob', 'UB' (record held)
 #   state.stop(data=data(...))                      # Draws: 'alice', 'UA', None
 #   -> OwnershipError: cannot stop page <default/user/of:...>: it belongs to 'bob', not 'alice'
-@pytest.mark.xfail(strict=True, reason="another principal's page on the same user link")
 def test_a_principal_stops_its_own_user_scoped_result_while_another_opens_theirs() -> None:
     async def main() -> None:
         store = MemoryStore()
