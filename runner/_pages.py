@@ -50,7 +50,7 @@ MAX_RECORD_RETRIES: Final = 10
 
 
 class PageRecord:
-    __slots__ = ("key", "link", "pid", "principal", "stopped")
+    __slots__ = ("key", "link", "opened", "opening", "pid", "principal", "stopped")
 
     def __init__(self, principal: str, pid: str, link: Link) -> None:
         self.principal = principal
@@ -59,6 +59,10 @@ class PageRecord:
         self.key: Key | None = None
         self.stopped = False
         """A stop came while the page was still being opened: it must not start."""
+        self.opening = 0
+        """Opens of this record still in flight (opening a page again reuses its record)."""
+        self.opened = False
+        """An open of it succeeded: a later open that fails or is superseded leaves it."""
 
     def __repr__(self) -> str:
         return f"<page {self.link} of {self.principal!r}>"
@@ -153,16 +157,25 @@ class Pages:
             # Known from now on, so a stop that comes before the record lands reaches it.
             self.by_pid[(rec.principal, pid)] = rec
         page = rec
+        page.opening += 1
         result: Pending[bool] = Pending(rt.replica.mailbox)
         record = {"target": link, "open": True, "session": identity.session, "via": via}
         rt.runner.trace.record("page-open", str(link), via=via)
 
+        def last() -> bool:
+            """This open is over; whether it alone decides the record's fate (no other
+            open of it is in flight, none succeeded)."""
+            page.opening -= 1
+            return page.opening == 0 and not page.opened
+
         def recorded(res: CommitResult) -> None:
             if page.stopped:
+                page.opening -= 1
                 result._resolve(False)  # stopped while opening: the stop's record wins
                 return
             if not res.ok:
-                self._forget(page)
+                if last():
+                    self._forget(page)
                 rt.runner.trace.record("page-open-failed", str(link), outcome=res.outcome.name)
                 result._fail(
                     res.error or PageError(f"the record of page {link} did not become durable")
@@ -177,15 +190,19 @@ class Pages:
             try:
                 ok = p.result()
             except Exception as exc:
-                self._withdraw(page, identity)
+                if last():
+                    self._withdraw(page, identity)
                 result._fail(exc)
                 return
             if not ok or page.stopped:
-                # Superseded (a stop won): withdrawn, so a restart never resumes it.
-                if not page.stopped:
+                # Superseded (a stop won): withdrawn, so a restart never resumes it (unless
+                # another open of the same page is still going, or one succeeded).
+                if last() and not page.stopped:
                     self._withdraw(page, identity)
                 result._resolve(False)
                 return
+            page.opening -= 1
+            page.opened = True
             if rt.on_navigate is not None:
                 rt.on_navigate(Cell(rt.replica, identity, link, host=rt._host))
             result._resolve(True)

@@ -21,10 +21,9 @@ machine's shrunk example in a comment. A test is added with
   fixed (an unclaimed page of another principal counts as holding the result only
   through a space-scoped link; a user- or session-scoped link names their own
   document).
-- `test_a_superseded_open_leaves_the_page_to_a_later_open_of_it`: open (strict xfail).
-  Two opens of one page share its record; when the first one's start claims nothing
-  it withdraws the record (durably, and from the book) although the second open then
-  claims the page: it runs with a lifetime and no record a restart would resume.
+- `test_a_superseded_open_leaves_the_page_to_a_later_open_of_it`: fixed (an open that
+  fails or is superseded withdraws the page's record only if no other open of it is in
+  flight and none succeeded).
 """
 
 from __future__ import annotations
@@ -273,7 +272,6 @@ def test_a_principal_stops_its_own_user_scoped_result_while_another_opens_theirs
 #   state.open_page(data=data(...), then='none')   # Draws: 'rt', 'P0' (same record)
 #   state.teardown()                                # the load answers
 #   -> Pages._check: AssertionError: <page <default/space/of:...> of 'local'>
-@pytest.mark.xfail(strict=True, reason="the superseded open withdraws the shared record")
 def test_a_superseded_open_leaves_the_page_to_a_later_open_of_it() -> None:
     async def main() -> None:
         store = MemoryStore()
