@@ -98,7 +98,14 @@ List setup across serving instances
 Independent lifetimes
 - "A result acquires a lifetime of its own when something starts it in its own
   right ... Runner.start." / "Navigating to a nested result opens it as a page"
-  -> `start(doc)` on any result or link name, a nested child included.
+  -> `start(doc)` on any result or link name, a nested child included; and
+  `open_page` (DESIGN §4.2 pages, API `rt.open_page`): the record is written
+  first (retried on a retryable verdict), the start begins once it lands, a stop
+  before that wins (no start), a start that fails or claims nothing withdraws the
+  record, unless another open of the same page is in flight or succeeded (this
+  machine found that gap). A principal's stop first closes their pages on the
+  result (`stop_as`: opened as that name or claimed it; every page of theirs on
+  the result) and then stops what the page claimed.
 - "An enclosing pattern releasing such a result leaves it running; only
   stopping it directly ends it." -> lifetime decline in `release`; only
   `_stop_result` / `stop_all` / the end of the registration drop the lifetime.
@@ -197,9 +204,11 @@ Not modelled yet (the machine keeps them out of reach, so the comparison stays e
 - The re-issue transaction of a start whose transaction went stale: the model
   clears the debt when it is issued, like the runner, and never learns its verdict
   (the machine never holds it on purpose; released verdicts accept it).
-- Handlers, event-launched children and lineage, navigation and pages (durable
-  page records, `rt.open_page`, owners §4.3.5, resume), computation-produced
-  children, runaway nesting (§4.3.6).
+- Handlers, event-launched children and lineage, navigation from a handler,
+  computation-produced children, runaway nesting (§4.3.6). Pages: only one
+  principal's pages on each result (no shared-result pages of two principals, no
+  OwnershipError paths), no resume after a restart, and the records' durable
+  contents are not compared (only the book and each open's outcome).
 - The window between a start's last stage and its settlement: the machine
   drains every mailbox after each step, so a stop landing exactly there (the
   target-only judgement of the claim) is not reached.
@@ -392,6 +401,29 @@ class MAttempt:
     gen: Generator[list[str], BaseException | None, bool] | None = None
     result: bool | str | None = None
     """None while in flight; then True / False, or 'error' (a failed load)"""
+    on_claim: Callable[[str], None] | None = None
+    on_done: Callable[[MAttempt], None] | None = None
+
+
+@dataclass(eq=False)
+class MPage:
+    """A page record: `name` opened by `principal` (recorded before it starts)."""
+
+    principal: str
+    name: str
+    key: str | None = None
+    """the result its start claimed"""
+    stopped: bool = False
+    opening: int = 0
+    """opens of this record in flight"""
+    opened: bool = False
+    """an open of it succeeded"""
+    result: bool | str | None = None
+    """the open's outcome: None while opening, then True / False / 'error'"""
+
+
+RETRYABLE_OUTCOMES = ("STALE_BASIS", "LIVENESS")
+MAX_RECORD_RETRIES = 10
 
 
 class RunnerModel:
@@ -424,6 +456,12 @@ class RunnerModel:
         """Registrations a later launch found running and adopted."""
         self.known_bug_late_rollbacks: list[str] = []
         """Violations only `KNOWN_BUG_ROLLBACK_AFTER_ADOPTION` causes (tallied)."""
+        self.pages: dict[tuple[str, str], MPage] = {}
+        """(principal, opened name) -> page record (`Pages.by_pid`)"""
+        self.pages_by_key: dict[str, dict[str, MPage]] = {}
+        """claimed result -> principal -> page record (`Pages.by_key`)"""
+        self.on_page_record: Callable[[MTx], None] = lambda mtx: mtx.settle("OK")
+        """Called with each page-open record write: the driver gives it its verdict."""
         self.list_elements: Callable[[str], list[str]] = lambda _doc: []
         """The element children the list of a list result holds now, as this runner's
         replica reads it (the list and element pre-sync stages visit their documents)."""
@@ -586,6 +624,102 @@ class RunnerModel:
     def _in_flight(self, doc: str) -> bool:
         return any(doc in att.discovered for att in self.attempts)
 
+    # ------------------------------------------------------------ pages
+    def open_page(self, principal: str, name: str) -> MPage:
+        """`open_page`: record the page (a write that must land), then start it; True once
+        it runs with a lifetime. A start that fails or claims nothing withdraws it."""
+        rec = self.pages.get((principal, name))
+        if rec is None or rec.stopped:
+            rec = MPage(principal, name)
+            self.pages[(principal, name)] = rec  # known now: a stop before it lands reaches it
+        page = rec
+        page.opening += 1
+        out = MPage(principal, name)  # carries this open's result
+
+        def last() -> bool:
+            # This open decides the record's fate only if no other open of it is in
+            # flight and none succeeded (found by this machine; see test_found_by_model).
+            page.opening -= 1
+            return page.opening == 0 and not page.opened
+
+        def recorded(outcome: str) -> None:
+            if page.stopped:
+                page.opening -= 1
+                out.result = False  # stopped while opening: the stop wins
+                return
+            if outcome != "OK":
+                if last():
+                    self._forget_page(page)
+                out.result = "error"
+                return
+            att = self.start(name, on_claim=lambda key: self._claim_page(page, key))
+            att.on_done = after_start
+
+        def after_start(att: MAttempt) -> None:
+            if att.result == "error":
+                if last():
+                    self._forget_page(page)
+                out.result = "error"
+            elif not att.result or page.stopped:
+                if last() and not page.stopped:
+                    self._forget_page(page)  # withdrawn: a restart never resumes it
+                out.result = False
+            else:
+                page.opening -= 1
+                page.opened = True
+                out.result = True
+
+        self._write_record(recorded, 0)
+        return out
+
+    def _write_record(self, done: Callable[[str], None], attempt: int) -> None:
+        mtx = self.new_tx()
+
+        def settled(outcome: str) -> None:
+            if outcome in RETRYABLE_OUTCOMES and attempt < MAX_RECORD_RETRIES:
+                self._write_record(done, attempt + 1)
+            else:
+                done(outcome)
+
+        mtx.callbacks.append(settled)
+        self.on_page_record(mtx)
+
+    def _claim_page(self, page: MPage, key: str) -> None:
+        page.key = key
+        self.pages_by_key.setdefault(key, {})[page.principal] = page
+
+    def _forget_page(self, page: MPage) -> None:
+        if self.pages.get((page.principal, page.name)) is page:
+            del self.pages[(page.principal, page.name)]
+        if page.key is not None:
+            holders = self.pages_by_key.get(page.key)
+            if holders is not None and holders.get(page.principal) is page:
+                del holders[page.principal]
+                if not holders:
+                    del self.pages_by_key[page.key]
+
+    def stop_as(self, principal: str, doc: str, generation: int | None = None) -> None:
+        """A principal's `stop`: a page of theirs on `doc` (opened as `doc`, or claimed
+        `doc`) is closed first, with every other page of theirs on the same result; the
+        result then stops unless another principal's page holds it."""
+        own = self.pages.get((principal, doc))
+        if own is None:
+            own = self.pages_by_key.get(doc, {}).get(principal)
+        if own is not None:
+            key = own.key
+            same = [
+                r
+                for (p, _name), r in self.pages.items()
+                if p == principal and r is not own and key is not None and r.key == key
+            ]
+            for page in (own, *same):
+                page.stopped = True
+                self._forget_page(page)
+            if key is not None and self.pages_by_key.get(key):
+                return  # another principal's page still holds it
+            doc = key or doc
+        self.stop(doc, generation)
+
     # ------------------------------------------------------------ list coordinators
     def coordinator_installed(self, doc: str) -> MReg:
         """The list result's coordinator launched element child `doc` (observed: the
@@ -690,8 +824,9 @@ class RunnerModel:
         tx.callbacks.append(self._rollback(doc, reg.token))
 
     # ------------------------------------------------------------ start attempts
-    def start(self, doc: str) -> MAttempt:
+    def start(self, doc: str, on_claim: Callable[[str], None] | None = None) -> MAttempt:
         att = MAttempt(next(self._ids), doc, self.epoch, next(self.store.clock))
+        att.on_claim = on_claim
         self.attempts.append(att)
         self._track(att, doc)
         att.gen = self._cascade(att)
@@ -807,6 +942,8 @@ class RunnerModel:
         if claimed:
             assert target is not None
             self.lifetimes.add(target)
+            if att.on_claim is not None:
+                att.on_claim(target)
         keys = list(att.discovered)
         self.attempts.remove(att)
         for key in keys:
@@ -827,6 +964,8 @@ class RunnerModel:
                         f" {', '.join(holders)} launched and still holds"
                     )
         att.result = "error" if error is not None else claimed
+        if att.on_done is not None:
+            att.on_done(att)
 
     # ------------------------------------------------------------ properties
     def unjustified(self) -> list[str]:

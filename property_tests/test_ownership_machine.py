@@ -15,8 +15,11 @@ cold) and drives them and the model side by side:
 - the runner's own install transactions (a start's, a gated install's) held at
   the store and then accepted or rejected like the machine's;
 - starts of any result in its own right (a nested child or grandchild, or a
-  list's element child: a page), directly or through one or two link documents,
-  from either runtime or either principal;
+  list's element child), directly or through one or two link documents, from
+  either runtime or either principal;
+- pages opened by `rt` or either principal (`open_page`: a record that must land,
+  then a start), possibly stopped before the record lands; the record's verdict
+  held and decided like any other; stops go through the acting principal's pages;
 - stops (with no generation, the current one, or a stale one), releases (with
   the current token, a stale token, or none), and `stop_all`;
 - load holds on any document a start visits (a result root, a link hop, a
@@ -29,7 +32,8 @@ deterministic, so nothing sleeps.
 
 After every step: registrations (keys *and* which launch's token, and whether
 their setup writes are owed), lifetimes and pending starts equal the model's;
-every start's reported result equals the model's; `_check()` passes; no release
+every start's and page open's reported result equals the model's; `rt`'s page
+book holds the model's records; `_check()` passes; no release
 ended a registration it did not install or one holding a lifetime. At the end
 (all gates released, `await rt.idle()`): every registration is justified (a
 lifetime, a live launch or a running parent that will release it), nothing
@@ -55,7 +59,7 @@ from typing import Any, ClassVar
 from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from ownership_model import MAttempt, MGate, MTx, RunnerModel, StoreModel, World
+from ownership_model import MAttempt, MGate, MPage, MTx, RunnerModel, StoreModel, World
 from ownership_patterns import OChild, OElem, OLeaf, OList, OParent
 
 from cells import Cell, MemoryStore, Outcome, Transaction
@@ -190,6 +194,9 @@ class OwnershipMachine(RuleBasedStateMachine):
         self.verdicts: Any = None
         self.load_gates: list[tuple[Any, MGate]] = []
         self.starts: list[tuple[asyncio.Future[bool], MAttempt, str]] = []
+        self.page_opens: list[tuple[asyncio.Future[bool], MPage, str]] = []
+        self.page_txs: list[Transaction] = []
+        """rt's page-open record writes, in order, until the model makes the same write."""
         self.tokens: dict[int, Registration] = {}
         """model token -> the runtime registration it stands for"""
         self.token_runner: dict[int, Runner] = {}
@@ -209,6 +216,8 @@ class OwnershipMachine(RuleBasedStateMachine):
         until the model makes the same install (`_runner_tx`)."""
         # Each runtime observes M0, so its list coordinator runs wherever M0 is registered.
         self.sinks.append(self.cells["rt2"]["M0"].sink(lambda _v: None))
+        self._watch_page_records()
+        self.m1.on_page_record = self._page_record
         for runner, model in ((self.rt.runner, self.m1), (self.rt2.runner, self.m2)):
             model.list_elements = lambda _doc, r=runner: self._list_names(r)  # type: ignore[misc]
             self._watch_releases(runner)
@@ -322,6 +331,11 @@ class OwnershipMachine(RuleBasedStateMachine):
             raise AssertionError("the runtime's dependency pre-sync matches neither rule")
         self.m1.world = self.m2.world = world
         self.names = {key: name for name, key in self.keys.items()}
+        self.pid_names = {
+            (self._principal(view), docs.page_id(cell.link())): name
+            for view in ("rt", "alice", "bob")
+            for name, cell in self.cells[view].items()
+        }
 
     def _wait(self, pending: Any) -> Any:
         async def wait() -> Any:
@@ -381,6 +395,48 @@ class OwnershipMachine(RuleBasedStateMachine):
             self.held[id(held.request)] = (tx, stx, model, "start tx verdict")
             return
         self._post_verdict(tx, stx, model, "start tx verdict")
+
+    def _watch_page_records(self) -> None:
+        """Collect rt's page-open record writes (a stop's or a withdrawal's record changes
+        no registration and is not modelled)."""
+        book = self.rt._pages_book
+        write = book._write
+        replica = self.rt.replica
+        edit = replica.edit
+
+        def watched(identity: Any, pid: str, record: Any, **kwargs: Any) -> None:
+            made: list[Transaction] = []
+
+            def capture(*args: Any, **kw: Any) -> Transaction:
+                tx = edit(*args, **kw)
+                made.append(tx)
+                return tx
+
+            replica.edit = capture  # type: ignore[method-assign]
+            try:
+                write(identity, pid, record, **kwargs)
+            finally:
+                del replica.edit
+            if type(record) is dict and record.get("open") is True:
+                (tx,) = made
+                self.page_txs.append(tx)
+
+        book._write = watched  # type: ignore[method-assign]
+
+    def _page_record(self, mtx: MTx) -> None:
+        """The model wrote a page-open record: pair it with rt's and deliver its verdict
+        where rt gets it."""
+        assert self.page_txs, "the model wrote a page record; the runtime did not"
+        tx = self.page_txs.pop(0)
+        if tx.result is not None:
+            mtx.settle(tx.result.outcome.name)
+            return
+        held = self._held_entry(self.rt.runner, tx)
+        if held is not None:
+            STATS["page record held"] += 1
+            self.held[id(held.request)] = (tx, mtx, self.m1, "page record verdict")
+            return
+        self._post_verdict(tx, mtx, self.m1, "page record verdict")
 
     def _held_entry(self, runner: Runner, tx: Transaction) -> Any:
         if not self._holding():
@@ -558,7 +614,8 @@ class OwnershipMachine(RuleBasedStateMachine):
         def deliver() -> None:
             assert tx.result is not None, "a verdict was posted; the transaction must settle"
             outcome = tx.result.outcome.name
-            STATS[f"{kind} {outcome}" + (" with a rollback" if mtx.callbacks else "")] += 1
+            rollback = " with a rollback" if mtx.callbacks and kind != "page record verdict" else ""
+            STATS[f"{kind} {outcome}{rollback}"] += 1
             mtx.settle(outcome)
 
         model.post(deliver)
@@ -663,6 +720,29 @@ class OwnershipMachine(RuleBasedStateMachine):
         self._start(data, view, name, then)
         self.advance()
 
+    @rule(data=st.data(), then=st.sampled_from(("none", "none", "stop")))
+    def open_page(self, data: st.DataObject, then: str) -> None:
+        """Open a result as a page of a principal (recorded, then started); maybe stop it
+        in the same synchronous block, before the record lands."""
+        view = data.draw(st.sampled_from(("rt", "alice", "bob")), label="view")
+        name = data.draw(st.sampled_from(STARTABLE[view]), label="doc")
+        self._note(f"open-page{'-link' if name in WORLD.links else ''}")
+        if then == "stop":
+            self._note("then-stop")
+        actor = self._view(view)
+        cell = self.cells[view][name]
+
+        async def go() -> None:
+            fut: asyncio.Future[bool] = actor.open_page(cell)
+            page = self.m1.open_page(self._principal(view), name)
+            self.page_opens.append((fut, page, f"{view}.open_page({name}) then {then}"))
+            if then == "stop":
+                actor.stop(cell)
+                self._model_stop(view, name)
+
+        self.loop.run_until_complete(go())
+        self.advance()
+
     def _start(self, data: st.DataObject, view: str, name: str, then: str) -> None:
         """`start`, and in the same synchronous block (before any answer arrives) `then`:
         a stop, a release, or a stop followed by a replacement run of the target."""
@@ -684,7 +764,7 @@ class OwnershipMachine(RuleBasedStateMachine):
             self.starts.append((fut, att, f"{view}.start({name}) then {then}"))
             if then in ("stop", "stop-run"):
                 actor.stop(tcell)
-                model.stop(target)
+                self._model_stop(view, target)
             elif then == "release":
                 actor.release(tcell)
                 model.release(target, origin="user")
@@ -729,8 +809,18 @@ class OwnershipMachine(RuleBasedStateMachine):
         self._note("stop" if token is None else "stop-generation")
         generation = None if token is None else self.tokens[token].generation
         self._view(view).stop(self.cells[view][name], generation=generation)
-        self._model(view).stop(name, generation=token)
+        self._model_stop(view, name, token)
         self.advance()
+
+    def _model_stop(self, view: str, name: str, token: int | None = None) -> None:
+        """A stop through `view`: its principal's pages first (rt2 opens none)."""
+        if view == "rt2":
+            self.m2.stop(name, generation=token)
+        else:
+            self.m1.stop_as(self._principal(view), name, generation=token)
+
+    def _principal(self, view: str) -> str:
+        return self.rt.identity.principal if view == "rt" else view
 
     @rule(data=st.data())
     def release(self, data: st.DataObject) -> None:
@@ -820,6 +910,25 @@ class OwnershipMachine(RuleBasedStateMachine):
 
     @invariant()
     def agrees_with_the_model(self) -> None:
+        assert not self.page_txs, "page records the model did not write"
+        book = self.rt._pages_book
+        pages = {
+            (p, self.pid_names.get((p, pid), pid)): self.names.get(rec.key) if rec.key else None
+            for (p, pid), rec in book.by_pid.items()
+        }
+        assert {k: r.key for k, r in self.m1.pages.items()} == pages
+        for fut, page, what in self.page_opens:
+            if page.result is None:
+                assert not fut.done(), f"{what} settled; the model's open is still in flight"
+                continue
+            assert fut.done(), f"{what}: the model settled it ({page.result}); the runtime did not"
+            if page.result == "error":
+                assert fut.exception() is not None, what
+            else:
+                assert fut.exception() is None, (what, fut.exception())
+                assert page.result == fut.result(), what
+            STATS[f"page open: {page.result}"] += 1
+        self.page_opens = [p for p in self.page_opens if not p[0].done()]
         unpaired = {r.rt.space: len(v) for r, v in self.runner_txs.items() if v}
         assert not unpaired, f"runner transactions the model did not make: {unpaired}"
         self._compare(self.m1, self.rt.runner, "rt")
@@ -853,6 +962,9 @@ class OwnershipMachine(RuleBasedStateMachine):
             for fut, _att, _what in self.starts:
                 if fut.done():
                     fut.exception()  # retrieved: a failed run must not also log each one
+            for fut, _page, _what in self.page_opens:
+                if fut.done():
+                    fut.exception()
             if self._holding():
                 self.verdicts.release()
             for gate, _m in self.load_gates:
