@@ -754,6 +754,8 @@ class OwnershipMachine(RuleBasedStateMachine):
             target = WORLD.links[target]
         if then == "stop-run" and target not in RUNNABLE.get(view, ()):
             then = "stop"
+        if then == "release" and target in WORLD.elements:
+            then = "stop"  # a tokenless release of an element child is its coordinator's
         if then != "none":
             self._note(f"then-{then}")
         tcell = self.cells[view][target]
