@@ -24,6 +24,8 @@ machine's shrunk example in a comment. A test is added with
 - `test_a_superseded_open_leaves_the_page_to_a_later_open_of_it`: fixed (an open that
   fails or is superseded withdraws the page's record only if no other open of it is in
   flight and none succeeded).
+- `test_a_stop_with_a_stale_generation_leaves_the_page_open`: open (strict xfail). A
+  stop naming a stale generation does nothing to the result but closes its page.
 """
 
 from __future__ import annotations
@@ -294,6 +296,33 @@ def test_a_superseded_open_leaves_the_page_to_a_later_open_of_it() -> None:
             await rt.idle()
             assert rt.key(parent) in rt.lifetimes()
             assert [rt.key(parent)] == [rt.key(c) for c in rt.pages()]  # still recorded
+            rt._check()
+
+    arun(main)
+
+
+# Found by the nightly profile once pages were in (a long example, not shrunk; its end):
+#   state.open_page(data=data(...), then='none')   # Draws: 'alice', 'UA'  (start waits)
+#   state.stop(data=data(...))                      # Draws: 'alice', 'UA', <stale token>
+#   ... the load answers: the start claims UA
+#   -> Pages._check: AssertionError: <page <default/user/of:...> of 'alice'>
+# A stop naming a stale generation does nothing (DESIGN §4.3 item 7); it closed the page.
+@pytest.mark.xfail(strict=True, reason="a stale-generation stop closes the page record")
+def test_a_stop_with_a_stale_generation_leaves_the_page_open() -> None:
+    async def main() -> None:
+        async with Runtime(MemoryStore()) as rt:
+            res = rt.get_cell("res")
+            tx = rt.edit()
+            rt.run(tx, Holder, {"value": 1}, res)
+            assert (await tx.commit()).ok
+            old = rt.registration(res)
+            assert old is not None
+            rt.stop(res)
+            assert await rt.open_page(res)  # runs again, a new generation, as a page
+            rt.stop(res, generation=old.generation)  # stale: does nothing
+            await rt.idle()
+            assert rt.key(res) in rt.lifetimes()
+            assert [rt.key(res)] == [rt.key(c) for c in rt.pages()]
             rt._check()
 
     arun(main)
