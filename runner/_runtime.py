@@ -371,9 +371,15 @@ class Runtime:
                 f" {identity.principal!r}"
             )
         if own is not None:
+            key = own.key or key
+            if generation is not None:
+                reg = self.runner.registrations.get(key)
+                if reg is None or reg.generation != generation:
+                    # A stale generation does nothing: not to the result, not to its page.
+                    self.runner.trace.record("decline", key, reason="stale generation", op="stop")
+                    return
             # Decision before cleanup: the stop is recorded before anything is cancelled,
             # so a restart never resumes a page someone stopped.
-            key = own.key or key
             if not self._pages_book.stop(own, identity):
                 return  # another principal's page still holds the shared result
         self.runner.stop(key, generation=generation)

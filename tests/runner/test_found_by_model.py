@@ -24,8 +24,8 @@ machine's shrunk example in a comment. A test is added with
 - `test_a_superseded_open_leaves_the_page_to_a_later_open_of_it`: fixed (an open that
   fails or is superseded withdraws the page's record only if no other open of it is in
   flight and none succeeded).
-- `test_a_stop_with_a_stale_generation_leaves_the_page_open`: open (strict xfail). A
-  stop naming a stale generation does nothing to the result but closes its page.
+- `test_a_stop_with_a_stale_generation_leaves_the_page_open`: fixed (a stop naming a
+  stale generation returns before it records the page's stop).
 """
 
 from __future__ import annotations
@@ -307,7 +307,6 @@ def test_a_superseded_open_leaves_the_page_to_a_later_open_of_it() -> None:
 #   ... the load answers: the start claims UA
 #   -> Pages._check: AssertionError: <page <default/user/of:...> of 'alice'>
 # A stop naming a stale generation does nothing (DESIGN §4.3 item 7); it closed the page.
-@pytest.mark.xfail(strict=True, reason="a stale-generation stop closes the page record")
 def test_a_stop_with_a_stale_generation_leaves_the_page_open() -> None:
     async def main() -> None:
         async with Runtime(MemoryStore()) as rt:
