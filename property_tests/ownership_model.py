@@ -707,6 +707,10 @@ class RunnerModel:
             own = self.pages_by_key.get(doc, {}).get(principal)
         if own is not None:
             key = own.key
+            if generation is not None:
+                reg = self.regs.get(key or doc)
+                if reg is None or reg.token != generation:
+                    return  # a stale generation does nothing, to the page either (§4.3.7)
             same = [
                 r
                 for (p, _name), r in self.pages.items()
