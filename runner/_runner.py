@@ -78,6 +78,9 @@ if TYPE_CHECKING:
 MAX_NESTING: Final = 64
 """Deepest chain of results launching results before `PatternCycleError`."""
 
+MAX_START_REISSUES: Final = 5
+"""Times a start re-issues its nested children's setup writes after stale-basis rejections."""
+
 Token = Registration | PendingStart | None
 
 
@@ -618,17 +621,33 @@ class Runner:
         return True
 
     def _start_settled(
-        self, key: Key, pattern: Pattern, target: Link, identity: Identity, res: CommitResult
+        self,
+        key: Key,
+        pattern: Pattern,
+        target: Link,
+        identity: Identity,
+        res: CommitResult,
+        reissues: int = 0,
     ) -> None:
         """A start's own transaction (its nested children's setups) did not land: those
-        writes are owed; issue them again while the run is still registered."""
+        writes are owed; issue them again while the run is still registered. The
+        re-issue is watched the same way (a re-issue that goes stale too is owed
+        again), up to `MAX_START_REISSUES` times."""
         if res.ok or key not in self.registrations:
             return
         self.trace.record("debt", key, launch="start", outcome=res.outcome.name)
         if res.outcome is not Outcome.STALE_BASIS:
             return  # not retryable: the nested children read what did land
+        if reissues >= MAX_START_REISSUES:
+            self.trace.record("debt-abandoned", key, reissues=reissues)
+            return
         tx = self.replica.edit(identity)
         stage_tree(self, tx, pattern, target, depth=0)
+        tx.add_settle_callback(
+            lambda _tx, again: self._start_settled(
+                key, pattern, target, identity, again, reissues + 1
+            )
+        )
         tx.commit_detached()
 
     # ------------------------------------------------------------------ waiting
