@@ -235,7 +235,7 @@ KNOWN_BUG_ADOPTION_ZOMBIE = False
 """Found by the nightly run: a top-level run that adopts a running result drops the
 release an earlier launch deferred behind a start in flight (036be3b), and is not undone
 when its own transaction fails; if the start then claims nothing, the result runs with
-no owner. Pinned (strict xfail) by tests/runner/test_found_by_model.py::
+no owner. Fixed; pinned by the regression test tests/runner/test_found_by_model.py::
 test_an_adopting_run_that_fails_restores_the_deferred_release. While True, `unjustified`
 tallies such registrations in `known_bug_zombies` instead of failing; set it to False
 with the fix."""
@@ -244,7 +244,7 @@ KNOWN_BUG_ROLLBACK_AFTER_ADOPTION = False
 """Found by the nightly run: a release an older launch makes *after* a later launch
 adopted the running child (the older setup's rollback) is deferred behind a start in
 flight and applied when that start claims nothing, ending a child a running parent
-holds. Pinned (strict xfail) by tests/runner/test_found_by_model.py::
+holds. Fixed; pinned by the regression test tests/runner/test_found_by_model.py::
 test_a_rollback_deferred_after_an_adoption_spares_the_adopted_child. While True,
 `_settle` tallies it in `known_bug_late_rollbacks` instead of reporting a violation.
 Fixed: a parent's nested launch that adopts a running child marks it `adopted`, and the
