@@ -493,29 +493,13 @@ class Coordinator:
         created: list[_Entry] = []
         moved: list[tuple[_Entry, int, int]] = []
         errors = self._release(state, [k for k in state.entries if k not in wanted])
+        held = state.entries
         for i, (key, item) in enumerate(zip(keys, items, strict=True)):
-            entry = state.entries.get(key)
-            if entry is None:
-                entry = _Entry(key, child_link(self.kind, container, key), i)
-                entry.created_by = issuance
-                state.entries[key] = entry
-                created.append(entry)
-            elif entry.index != i:
-                moved.append((entry, entry.index, i))
-                entry.index = i
-                if self.uses_index:
-                    entry.owed = True  # its argument's index changed
-            if entry.owed:
-                child_key = entry.child.key(identity)
-                if not self._loaded(tx, child_key):
-                    # Its result document is still loading: keep the debt, and pay it when
-                    # the load ends (a child started on a document it has not seen, or a
-                    # setup staged under it, would act on a state nobody has read).
-                    self._await_load(state, child_key)
-                    deferred = True
-                    continue
+            entry = held.get(key)
+            if entry is None or entry.index != i or entry.owed:
                 element = item if type(item) is Link else place.child(i)
-                self._issue(tx, entry, element, issuance)
+                placed = (tx, state, issuance, container, created, moved)
+                deferred |= self._place(*placed, entry, key, i, element)
         entries = [state.entries[k] for k in keys]
         out = container
         if self.kind != "map":
@@ -533,6 +517,45 @@ class Coordinator:
             state.aggregate = (
                 tx.peek(container.key(identity), (docs.VALUE,)) if self.kind == "map" else None
             )
+
+    def _place(
+        self,
+        tx: Transaction,
+        state: _State,
+        issuance: _Issuance,
+        container: Link,
+        created: list[_Entry],
+        moved: list[tuple[_Entry, int, int]],
+        entry: _Entry | None,
+        key: ElementKey,
+        i: int,
+        element: Link,
+    ) -> bool:
+        """Put the element `key` at position `i`: create its entry (noted in `created`)
+        or move it (noted in `moved`; it owes its setup if the op reads `index`), then
+        issue its setup if owed. True if that setup waits for its result document to
+        load. Called only for an entry that is new, moved or owed."""
+        if entry is None:
+            entry = _Entry(key, child_link(self.kind, container, key), i)
+            entry.created_by = issuance
+            state.entries[key] = entry
+            created.append(entry)
+        elif entry.index != i:
+            moved.append((entry, entry.index, i))
+            entry.index = i
+            if self.uses_index:
+                entry.owed = True  # its argument's index changed
+        if not entry.owed:
+            return False
+        child_key = entry.child.key(tx.identity)
+        if not self._loaded(tx, child_key):
+            # Its result document is still loading: keep the debt, and pay it when the
+            # load ends (a child started on a document it has not seen, or a setup
+            # staged under it, would act on a state nobody has read).
+            self._await_load(state, child_key)
+            return True
+        self._issue(tx, entry, element, issuance)
+        return False
 
     def _diff_middle(
         self, state: _State, old: list[Any], new: list[Any]
@@ -600,23 +623,9 @@ class Coordinator:
         entries = state.entries
         for i, key in enumerate(new_mid, prefix):
             entry = entries.get(key)
-            if entry is None:
-                entry = _Entry(key, child_link(self.kind, container, key), i)
-                entry.created_by = issuance
-                entries[key] = entry
-                created.append(entry)
-            elif entry.index != i:
-                moved.append((entry, entry.index, i))
-                entry.index = i
-                if self.uses_index:
-                    entry.owed = True  # its argument's index changed
-            if entry.owed:
-                child_key = entry.child.key(identity)
-                if not self._loaded(tx, child_key):
-                    self._await_load(state, child_key)  # as in `reconcile`
-                    deferred = True
-                    continue
-                self._issue(tx, entry, key[0], issuance)
+            if entry is None or entry.index != i or entry.owed:
+                placed = (tx, state, issuance, container, created, moved)
+                deferred |= self._place(*placed, entry, key, i, key[0])
         counts = state.counts
         for link, _n in old_mid:
             left = counts[link] - 1
