@@ -9,6 +9,7 @@ from typing import Any
 from pattern_defs import Parent
 
 from runner import Runtime
+from runner._lists import Coordinator
 
 
 def arun(fn: Callable[[], Awaitable[Any]], *, timeout: float = 30) -> Any:
@@ -47,3 +48,20 @@ async def run_parent(
 async def parent_result(rt: Runtime, value: Any = 3, name: str = "res", tx: Any = None) -> Any:
     """`run_parent`, returning only the result cell."""
     return (await run_parent(rt, value, name, tx))[0]
+
+
+async def run_list(rt: Runtime, pat: Any, items: Any, name: str = "r") -> tuple[Any, Any]:
+    """Run list pattern `pat` over a new list cell holding `items`; (the list, the result)."""
+    cell = rt.get_cell(f"{name}-items")
+    res = rt.get_cell(name)
+    tx = rt.edit()
+    cell.with_tx(tx).set(items)
+    rt.run(tx, pat, {"items": cell}, res)
+    assert (await tx.commit()).ok
+    return cell, res
+
+
+def coordinator(rt: Runtime) -> Coordinator:
+    """The runtime's only list coordinator."""
+    (only,) = rt.runner.coordinators
+    return only

@@ -20,29 +20,13 @@ from pattern_defs import (
     Titles,
     Window,
 )
-from support import arun
+from support import arun, coordinator, run_list
 
 from cells import MemoryStore, Outcome
 from runner import PatternError, Runtime, pattern
 from runner import _docs as docs
-from runner._lists import Coordinator, child_link, element_keys
+from runner._lists import child_link, element_keys
 from scheduler import NodeError
-
-
-async def run_list(rt: Runtime, pat: Any, items: Any, name: str = "r") -> tuple[Any, Any]:
-    cell = rt.get_cell(f"{name}-items")
-    res = rt.get_cell(name)
-    tx = rt.edit()
-    cell.with_tx(tx).set(items)
-    rt.run(tx, pat, {"items": cell}, res)
-    assert (await tx.commit()).ok
-    return cell, res
-
-
-def coordinator(rt: Runtime) -> Coordinator:
-    (only,) = rt.runner.coordinators
-    return only
-
 
 # --------------------------------------------------------------------------- identity
 

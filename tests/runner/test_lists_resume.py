@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from pattern_defs import Filtered, Flattened, Mapped
-from support import arun, turns
+from support import arun, coordinator, run_list, turns
 
 from cells import MISSING, DocKey, Identity, Link, MemoryStore, Outcome
 from cells._address import instance_key
@@ -24,26 +24,11 @@ from cells._store import HeldCommit, VerdictGate
 from cells.errors import LivenessError
 from runner import Runtime
 from runner import _docs as docs
-from runner._lists import Coordinator, child_link
+from runner._lists import child_link
 from scheduler import NodeError
 
 PATTERNS = {"map": Mapped, "filter": Filtered, "flat_map": Flattened}
 OPS = {"map": "Double", "filter": "IsEven", "flat_map": "Repeat"}
-
-
-async def run_list(rt: Runtime, pat: Any, items: Any, name: str = "r") -> tuple[Any, Any]:
-    cell = rt.get_cell(f"{name}-items")
-    res = rt.get_cell(name)
-    tx = rt.edit()
-    cell.with_tx(tx).set(items)
-    rt.run(tx, pat, {"items": cell}, res)
-    assert (await tx.commit()).ok
-    return cell, res
-
-
-def coordinator(rt: Runtime) -> Coordinator:
-    (only,) = rt.runner.coordinators
-    return only
 
 
 def entries(rt: Runtime) -> dict[Any, Any]:
