@@ -9,7 +9,7 @@ Two generators:
   (so runs change read sets and rewire edges). Effects and `demand()` handles come
   and go; graphs often have no root at all. After every step the incremental
   liveness must equal both the graph's own oracle (`_check`) and an independent
-  model built from what each node declared or last read.
+  model built from what each node declared and last read.
 - `test_effects_never_see_a_half_propagated_wave`: random acyclic graphs with
   declared, static reads, registered in a random order; batches of source changes
   land in one transaction each, then `settle()`. Every effect observation equals
@@ -91,8 +91,10 @@ class CNode:
     last_reads: frozenset[str] = frozenset()
 
     def reads(self) -> frozenset[str]:
-        """The read set the scheduler should hold: declared until the first run."""
-        return self.last_reads if self.node.runs else self.declared
+        """What the scheduler's edges should come from: the declared reads until the
+        first run, then the last run's reads together with the declared ones (a
+        declared input stays ordered before the node and live while it is)."""
+        return self.last_reads | self.declared if self.node.runs else self.declared
 
 
 class CyclicLivenessMachine(RuleBasedStateMachine):

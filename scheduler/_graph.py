@@ -2,8 +2,14 @@
 
 An edge `W -> R` exists when a path `R` read overlaps a path `W` declares as
 output: either is a prefix of the other (for shallow reads too: an edge may
-over-approximate, never miss). Edges are maintained
-incrementally from read-set deltas and registrations.
+over-approximate, never miss). `R`'s reads here are its last run's read set
+together with what it declared it may read (`Node.declared`): a declared
+input's writers stay ordered before `R` and live while `R` is, so a run that
+reads one only sometimes (a branch) finds it current instead of reading a
+stale value and running again once its writer has caught up. Only the read
+set invalidates (`ReaderIndex`): a change to a declared place `R` did not
+read last time does not re-run `R`. Edges are maintained incrementally from
+read-set deltas and registrations.
 
 Liveness: a node is live iff it is registered and is a root (an effect, a
 provisional child, or explicitly demanded) or some live node reads it
@@ -18,6 +24,9 @@ downstream, capped at the node count (a cycle stops raising there).
 
 Invariants (checked by `_check`)
 - `dependents` and `writers` are mirror images and hold registered nodes only;
+- `writers[R]` is exactly the registered writers feeding R's read set or R's
+  declared reads (`_edge_writers`); `declared_only` holds exactly the declared
+  documents missing from each node's read set;
 - every node's `live_refs` equals `recompute()`'s count;
 - height(R) > height(W) for every edge not on a cycle (not checked: cycles).
 Complexity: a read delta costs O(writers of the touched documents); liveness
@@ -45,6 +54,12 @@ def overlaps(write: Path, read: Path) -> bool:
     return write[:n] == read[:n]
 
 
+def _feeds_reader(writer: Node, reader: Node) -> bool:
+    """`writer` feeds what `reader` read last time or declared it may read."""
+    declared = reader.declared
+    return _feeds(writer, reader.reads) or (declared is not None and _feeds(writer, declared))
+
+
 def _feeds(writer: Node, reads: ReadSet) -> bool:
     for key, path in writer.outputs:
         entry = reads.get(key)
@@ -69,6 +84,10 @@ class Graph:
         # most nodes have no readers (or no writers) at all.
         self.dependents: dict[Node, set[Node]] = {}
         self.writers: dict[Node, set[Node]] = {}
+        self.declared_only: dict[DocKey, set[Node]] = {}
+        """Per document: nodes that declared they may read it but did not read it
+        last run (the reader index has them not): a writer registered later finds
+        them here. Usually empty: most nodes read what they declared."""
         self.edge_visits = 0
         self.live_writes = 0
         self.on_live: Callable[[Node], None] | None = None
@@ -90,8 +109,10 @@ class Graph:
                 by_doc[key] = {current, node}
         # Readers registered before this writer: wire edges to them now.
         for key in {k for k, _ in node.outputs}:
-            for reader in self.index.readers_of(key):
-                if reader is not node and reader.registered and _feeds(node, reader.reads):
+            readers = self.index.readers_of(key)
+            readers.update(self.declared_only.get(key, ()))
+            for reader in readers:
+                if reader is not node and reader.registered and _feeds_reader(node, reader):
                     self._link(node, reader)
                     self._raise(reader, node.height + 1)
         node.live_refs = sum(1 for r in self.dependents.get(node, ()) if r.is_live)
@@ -124,6 +145,12 @@ class Graph:
                 w.live_refs -= 1
             for w in writers:
                 self.withdraw(w)
+        for key in node.declared or ():
+            entry = self.declared_only.get(key)
+            if entry is not None:
+                entry.discard(node)
+                if not entry:
+                    del self.declared_only[key]
         self.index.remove(node)
         del self.nodes[node]
         node.live_refs = 0
@@ -131,15 +158,13 @@ class Graph:
     def set_reads(self, node: Node, reads: ReadSet) -> None:
         """Apply a new read set (delta) and rewire `node`'s incoming edges."""
         reads = lean_reads(reads)
+        old_reads = node.reads
         touched = self.index.apply(node, reads)
         if not touched:
             return
-        new_writers: set[Node] = set()
-        for key in reads:
-            for w in self.writers_of(key):
-                self.edge_visits += 1
-                if w is not node and _feeds(w, reads):
-                    new_writers.add(w)
+        if node.declared is not None:
+            self._declared_only(node, old_reads, reads)
+        new_writers = self._edge_writers(node)
         old_writers = self.writers.get(node, set())
         if new_writers == old_writers:
             return
@@ -164,6 +189,33 @@ class Graph:
                 w.live_refs -= 1
                 self.live_writes += 1
                 self.withdraw(w)
+
+    def _edge_writers(self, node: Node, *, count: bool = True) -> set[Node]:
+        """The registered writers feeding `node`'s read set or its declared reads."""
+        out: set[Node] = set()
+        declared = node.declared
+        for reads in (node.reads,) if declared is None else (node.reads, declared):
+            for key in reads:
+                for w in self.writers_of(key):
+                    self.edge_visits += count
+                    if w is not node and _feeds(w, reads):
+                        out.add(w)
+        return out
+
+    def _declared_only(self, node: Node, old: ReadSet, new: ReadSet) -> None:
+        """Move `node` in `declared_only` from the documents `old` lacks to those `new` lacks."""
+        assert node.declared is not None
+        table = self.declared_only
+        for key in node.declared:
+            was, now = key not in old, key not in new
+            if was and not now:
+                entry = table.get(key)
+                if entry is not None:
+                    entry.discard(node)
+                    if not entry:
+                        del table[key]
+            elif now and not was:
+                table.setdefault(key, set()).add(node)
 
     def writers_of(self, key: DocKey) -> Iterable[Node]:
         """The nodes that declare `key` as an output."""
@@ -290,6 +342,13 @@ class Graph:
         for n in self.nodes:
             for key, _ in n.outputs:
                 assert n in self.writers_of(key), (n, key)
+            assert self.writers.get(n, set()) == self._edge_writers(n, count=False), n
+        declared_only: dict[DocKey, set[Node]] = {}
+        for n in self.nodes:
+            for key in n.declared or ():
+                if key not in n.reads:
+                    declared_only.setdefault(key, set()).add(n)
+        assert declared_only == self.declared_only, (declared_only, self.declared_only)
         expected = self.recompute()
         actual = {n: n.live_refs for n in self.nodes}
         assert actual == expected, {

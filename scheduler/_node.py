@@ -119,6 +119,11 @@ class Node:
     parent: Node | None = None
     status: Status = "never-ran"
     reads: ReadSet = NO_READS
+    declared: ReadSet | None = None
+    """What the node said at registration it may read (`register(reads=...)`), or None.
+    Its read set until the first run; for good, the writers of these places stay
+    ordered before the node and live while it is (see `Graph`), so a read the last
+    run did not make (a conditional one) still sees a current value."""
     raw_reads: list[tuple[DocKey, Path, bool]] | None = None
     """The last run's read log as logged, when it had more than one entry: an
     identical log skips re-deriving `reads` (a one-entry log is checked against

@@ -70,7 +70,7 @@ from ._events import (
     retry_delay,
 )
 from ._graph import Graph
-from ._node import Node, NodeKind, OneRead
+from ._node import Node, NodeKind, OneRead, lean_reads
 from ._readers import ReaderIndex, compact_reads
 from .errors import NodeError
 
@@ -156,9 +156,13 @@ class Scheduler:
 
         A computation registered while a live node runs gets provisional demand
         (and that node as parent unless given), so it runs in the same pass.
-        `reads` declares what the node will read (document, full path, shallow):
+        `reads` declares what the node may read (document, full path, shallow):
         its read set until its first run replaces it, so demand and order reach
-        a never-ran node's inputs before it runs.
+        a never-ran node's inputs before it runs. It stays a promise after that:
+        the writers of declared places are kept live and run before the node
+        even when its last run did not read them, so a conditional read sees a
+        current value the first time (no wasted run). A change to a declared
+        place the last run did not read does not re-run the node.
         """
         if kind not in ("computation", "effect"):
             raise ValueError(f"register: kind must be 'computation' or 'effect', got {kind!r}")
@@ -181,7 +185,8 @@ class Scheduler:
         self.graph.add(node)
         declared = tuple(reads)
         if declared:
-            self.graph.set_reads(node, compact_reads(declared))
+            node.declared = lean_reads(compact_reads(declared))
+            self.graph.set_reads(node, node.declared)
         self._dirty[node] = None
         if node.is_live:
             self._candidates[node] = None

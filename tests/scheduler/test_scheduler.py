@@ -374,6 +374,119 @@ def test_reading_through_a_link_follows_a_repointed_link(env: Env) -> None:
     assert seen[-1] == "<Y1>"
 
 
+def _branch(env: Env, out: Cell, flag: Cell, yes: Cell, no: Cell, *, declare: bool) -> Node:
+    """`out` = `yes` if `flag` is odd else `no`; declares all three it may read."""
+
+    def run(tx: Transaction) -> None:
+        pick = yes if read_value(tx, flag.link()) % 2 else no
+        tx.write(out.doc_key, ("value",), read_value(tx, pick.link()))
+
+    reads = [(c.doc_key, ("value",), False) for c in (flag, yes, no)] if declare else []
+    return env.sch.register(
+        run,
+        identity=env.sp.identity,
+        outputs=[(out.doc_key, ("value",))],
+        reads=reads,
+        label=f"branch {out.id}",
+    )
+
+
+def test_a_conditional_read_of_a_declared_input_sees_a_current_value_first_time(
+    env: Env,
+) -> None:
+    # kairo "unstable": the branch flips on every write. A declared input's writer stays
+    # live and ordered first, so the reader never reads a stale value and runs again.
+    head = env.source("head", 0)
+    double, inverse, out = env.sp.cell("double"), env.sp.cell("inverse"), env.sp.cell("out")
+    nd = env.compute(double, [head], lambda h: 2 * h)
+    ni = env.compute(inverse, [head], lambda h: -h)
+    nb = _branch(env, out, head, double, inverse, declare=True)
+    seen: list[Any] = []
+    env.sch.sink(out, seen.append)
+    assert nd.is_live and ni.is_live  # both declared: both kept current
+    assert nb.height > max(nd.height, ni.height)
+    for h in range(1, 7):
+        before = (nd.runs, ni.runs, nb.runs)
+        head.set(h)
+        env.sch.settle()
+        assert (nd.runs, ni.runs, nb.runs) == tuple(r + 1 for r in before), h
+        assert seen[-1] == (2 * h if h % 2 else -h)
+        env.check()
+    assert seen == [0, 2, -2, 6, -4, 10, -6]
+
+
+def test_without_declared_reads_a_branch_change_costs_one_healing_run(env: Env) -> None:
+    # The contrast: undeclared, the unread branch's writer is dormant, so the first run
+    # after the flip reads its stale value and the node runs again once it catches up.
+    head = env.source("head", 0)
+    double, inverse, out = env.sp.cell("double"), env.sp.cell("inverse"), env.sp.cell("out")
+    nd = env.compute(double, [head], lambda h: 2 * h)
+    env.compute(inverse, [head], lambda h: -h)
+    nb = _branch(env, out, head, double, inverse, declare=False)
+    seen: list[Any] = []
+    env.sch.sink(out, seen.append)
+    assert seen == [0]
+    assert not nd.is_live  # the first run (head even) read inverse only
+    runs_before = nb.runs
+    head.set(1)  # odd: now reads double, which was dormant and is stale
+    env.sch.settle()
+    assert nb.runs - runs_before == 2  # one wasted run, healed in the same pass
+    assert seen == [0, 2]  # the sink never saw the stale value
+
+
+def test_a_change_to_a_declared_input_the_last_run_did_not_read_reruns_nothing(
+    env: Env,
+) -> None:
+    flag = env.source("flag", 1)
+    yes = env.source("yes", "Y0")
+    no = env.source("no", "N0")
+    out = env.sp.cell("out")
+    node = _branch(env, out, flag, yes, no, declare=True)
+    seen: list[Any] = []
+    env.sch.sink(out, seen.append)
+    assert (node.runs, seen) == (1, ["Y0"])
+    no.set("N1")  # declared, not read by the last run
+    env.sch.settle()
+    assert node.runs == 1
+    flag.set(2)
+    env.sch.settle()
+    assert (node.runs, seen) == (2, ["Y0", "N1"])
+    yes.set("Y2")
+    env.sch.settle()
+    assert node.runs == 2
+    env.check()
+
+
+def test_a_writer_registered_after_its_reader_ran_is_ordered_before_a_declared_input(
+    env: Env,
+) -> None:
+    # The reader's last run did not read `x`, so the reader index does not list it
+    # under x: the writer registered later still finds it through the declared reads.
+    flag = env.source("flag", 0)
+    src = env.source("src", 5)
+    x, out = env.sp.cell("x"), env.sp.cell("out")
+    reader = _branch(env, out, flag, x, flag, declare=True)
+    seen: list[Any] = []
+    env.sch.sink(out, seen.append)
+    assert seen == [0]
+    writer = env.compute(x, [src], lambda v: v * 100)
+    assert writer.is_live  # declared by a live reader
+    assert reader.height > writer.height
+    env.sch.settle()
+    assert writer.runs == 1 and reader.runs == 1
+    runs_before = reader.runs
+    src.set(6)
+    flag.set(1)
+    env.sch.settle()
+    assert seen[-1] == 600
+    assert reader.runs == runs_before + 1  # one run, on a current x
+    env.check()
+    env.sch.remove(writer)
+    env.sch.remove(reader)
+    assert env.sch.graph.declared_only == {}
+    env.check()
+
+
 # ---------------------------------------------------------------------------- bounded passes
 
 
