@@ -71,6 +71,7 @@ class Transaction:
         "_docs",
         "_log",
         "_meta",
+        "_on_failure",
         "_pending",
         "_post_commit",
         "_replica",
@@ -96,6 +97,7 @@ class Transaction:
         self._create_only: set[DocKey] | None = None
         # One callback is kept as is, a list only for more (a scheduler run adds one).
         self._settle_callbacks: SettleCallback | list[SettleCallback] | None = None
+        self._on_failure: SettleCallback | None = None
         self._post_commit: list[Callable[[], None]] | None = None
         self._pending: Pending[CommitResult] | None = None  # made when someone asks
 
@@ -355,15 +357,33 @@ class Transaction:
         self._replica._commit(self)
         return pending
 
-    def commit_detached(self) -> None:
-        """Like `commit()`, for callers that follow the outcome through settle callbacks.
+    def commit_detached(
+        self, on_settle: SettleCallback | None = None, *, on_failure: SettleCallback | None = None
+    ) -> None:
+        """Like `commit()`, for callers that follow the outcome through callbacks.
 
         Makes no `Pending` (the scheduler commits one transaction per node run).
+        Both callbacks are kept only if the commit is still in flight when this
+        returns: a commit settled at once (elided, or failing its local basis
+        check) calls neither, and the caller reads `result` instead (most effect
+        runs commit nothing). `on_settle(tx, result)` then runs like a settle
+        callback; `on_failure(tx, result)` runs after the settle callbacks only if
+        the outcome is not OK (the scheduler's usual case: nothing to do on OK,
+        so no call is made).
         """
         if self.status != "open":
             self._require_open("commit")
         self.status = "committing"
-        self._replica._commit(self)
+        try:
+            self._replica._commit(self)
+        finally:  # (a subscriber raising inside `_commit` leaves the commit in flight)
+            if self.result is None:
+                if on_settle is not None:
+                    if self._settle_callbacks is None:
+                        self._settle_callbacks = on_settle
+                    else:
+                        self.add_settle_callback(on_settle)
+                self._on_failure = on_failure
 
     def abort(self, reason: object = None) -> None:
         """Discard everything and settle as ABORTED (settle callbacks run now)."""
@@ -393,21 +413,38 @@ class Transaction:
             self.status = "aborted"
         else:
             self.status = "rejected"
-        errors: list[Exception] = []
-        effects, self._post_commit = self._post_commit, None
-        if effects and ok:
-            for fn in effects:
-                try:
-                    fn()
-                except Exception as exc:
-                    errors.append(exc)
-        callbacks, self._settle_callbacks = self._settle_callbacks, None
+        errors: list[Exception] | None = None  # made on the first failure
+        effects = self._post_commit
+        if effects is not None:
+            self._post_commit = None
+            if ok:
+                for fn in effects:
+                    try:
+                        fn()
+                    except Exception as exc:
+                        errors = [*(errors or ()), exc]
+        callbacks = self._settle_callbacks
         if callbacks is not None:
-            for cb in callbacks if isinstance(callbacks, list) else (callbacks,):
+            self._settle_callbacks = None
+            if isinstance(callbacks, list):
+                for cb in callbacks:
+                    try:
+                        cb(self, result)
+                    except Exception as exc:  # one failing callback must not skip its siblings
+                        errors = [*(errors or ()), exc]
+            else:  # one callback: the usual
                 try:
-                    cb(self, result)
-                except Exception as exc:  # one failing callback must not skip its siblings
-                    errors.append(exc)
+                    callbacks(self, result)
+                except Exception as exc:
+                    errors = [*(errors or ()), exc]
+        if not ok:
+            on_failure = self._on_failure
+            if on_failure is not None:
+                self._on_failure = None
+                try:
+                    on_failure(self, result)
+                except Exception as exc:
+                    errors = [*(errors or ()), exc]
         if self._pending is not None:
             self._pending._resolve(result)
         if errors:

@@ -308,6 +308,8 @@ class ReaderIndex:
         deep = self.deep.get(key)
         shallow = self.shallow.get(key)
         trie = self.tries.get(key)
+        if trie is None and shallow is None and deep is not None and len(deep) < TRIE_READERS:
+            return self._matching(deep.items(), before, after, False)  # the usual document
         if trie is None and len(deep or ()) + len(shallow or ()) >= TRIE_READERS:
             trie = self.tries[key] = _Trie()
             for table in (deep, shallow):

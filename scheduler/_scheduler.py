@@ -130,7 +130,9 @@ class Scheduler:
         self._timer_loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
         self._unsubscribe = replica.subscribe(self._on_notification)
-        self._settled = self._on_node_settled  # bound once: every run's commit registers it
+        # Bound once: every run's commit registers one of them.
+        self._settled = self._on_node_settled
+        self._failed = self._on_node_failed
         self.graph.on_live = self._on_live
         self.events = EventLane()
         self.lineage = Lineage(self._origin_failed)
@@ -505,16 +507,28 @@ class Scheduler:
         if tx.status == "open":
             stats.commits += 1
             try:
-                tx.commit_detached()
+                if node._gates is None:
+                    # Nothing to do on OK: be called only on a failure (no call per commit).
+                    # (A commit made before an earlier one of this node failed does not
+                    # reset `retries` on OK; the re-run that failure causes commits with
+                    # the gate record present, and its OK resets it.)
+                    tx.commit_detached(on_failure=self._failed)
+                else:  # an OK commit resets the node's retry count: hear about it too
+                    tx.commit_detached(self._settled)
             finally:
                 # A commit that changed nothing (elided) or failed its local basis check
-                # settled inside `commit_detached`: handle it here, without registering
-                # and calling a settle callback (most effect runs commit nothing).
+                # settled inside `commit_detached` without calling `_settled`: handle it
+                # here (most effect runs commit nothing).
                 result = tx.result
-                if result is None:
-                    tx.add_settle_callback(self._settled)
-                else:
+                if result is not None and (
+                    result.outcome is not Outcome.OK or node._gates is not None
+                ):
                     self._on_commit(node, result)
+
+    def _on_node_failed(self, tx: Transaction, result: CommitResult) -> None:
+        node = tx.source
+        assert isinstance(node, Node)
+        self._on_commit(node, result)
 
     def _on_node_settled(self, tx: Transaction, result: CommitResult) -> None:
         node = tx.source
@@ -623,9 +637,12 @@ class Scheduler:
 
         def run(tx: Transaction) -> None:
             value = read_value(tx, link)
-            if last[0] is _UNSET or not same_value(value, last[0]):
-                last[0] = value
-                fn(thaw(value))
+            before = last[0]
+            if value is before or (before is not _UNSET and same_value(value, before)):
+                return
+            last[0] = value
+            t = type(value)
+            fn(thaw(value) if t is dict or t is list else value)  # `thaw` copies containers only
 
         node = self.register(
             run, identity=cell.identity, kind="effect", label=f"sink {link}", reads=_declared(cell)

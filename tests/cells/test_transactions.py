@@ -525,6 +525,60 @@ def test_failing_settle_callbacks_on_a_rejection_all_reach_the_caller(w: World) 
     assert MISSING is w.replica.visible(DOC)
 
 
+def test_commit_detached_calls_on_failure_only_for_a_failed_commit(w: World) -> None:
+    settled, failed = Recorder(), Recorder()
+    with w.store.testing.hold_verdicts() as gate:
+        ok = w.edit()
+        ok.write(DOC, (), 1)
+        ok.commit_detached(settled, on_failure=failed)
+        bad = w.edit()
+        bad.write(OTHER, (), 2)
+        bad.commit_detached(settled, on_failure=failed)
+        gate.accept(0)
+        gate.reject(0, Outcome.TERMINAL)
+        w.replica.pump()
+    w.replica.pump()
+    assert settled.outcomes == [Outcome.OK, Outcome.TERMINAL]
+    assert failed.outcomes == [Outcome.TERMINAL]  # after the settle callbacks, once
+    assert (ok.status, bad.status) == ("committed", "rejected")
+
+
+def test_commit_detached_calls_neither_callback_for_a_commit_settled_at_once(w: World) -> None:
+    w.put(DOC, 1)
+    settled, failed = Recorder(), Recorder()
+    elided = w.edit()
+    elided.write(DOC, (), 1)  # equal to the visible value: elided
+    elided.commit_detached(settled, on_failure=failed)
+    assert elided.result is not None and elided.result.outcome is Outcome.OK
+    stale = w.edit()
+    stale.read(DOC)
+    w.put(DOC, 2)  # the basis moves before the commit
+    stale.write(OTHER, (), "x")
+    stale.commit_detached(settled, on_failure=failed)
+    assert stale.result is not None and stale.result.outcome is Outcome.STALE_BASIS
+    w.replica.pump()
+    assert settled.calls == [] and failed.calls == []  # the caller reads `result`
+
+
+def test_a_failing_on_failure_callback_reaches_the_caller_after_the_settle_callbacks(
+    w: World,
+) -> None:
+    rec = Recorder()
+
+    def boom(tx: Transaction, result: CommitResult) -> None:
+        raise RuntimeError(f"on_failure saw {result.outcome}")
+
+    with w.store.testing.hold_verdicts() as gate:
+        tx = w.edit()
+        tx.write(DOC, (), 1)
+        tx.commit_detached(rec, on_failure=boom)
+        gate.reject(0, Outcome.PERMANENT)
+        with pytest.raises(RuntimeError, match="on_failure saw"):
+            w.replica.pump()
+    assert rec.outcomes == [Outcome.PERMANENT]
+    assert tx.status == "rejected"
+
+
 # --------------------------------------------------------------------------- create-only
 
 
