@@ -404,6 +404,68 @@ class Replica:
                 self.stats.commits_elided += 1
                 tx._settle(_OK)
                 return
+        elif len(docs) == 2 and not tx._create_only:
+            (rkey, rtd), (wkey, wtd) = docs.items()
+            rpaths, written = rtd.reads, wtd.written
+            if (
+                rpaths is not None
+                and len(rpaths) == 1
+                and not rtd.written
+                and written is not None
+                and len(written) == 1
+                and not wtd.read
+            ):
+                # The usual computation: one read of its input, one write of a field of
+                # its output (the general path's one-field shortcut, without its loop).
+                rec = records[wkey]
+                path = written[0]
+                working, visible = wtd.working, rec.visible
+                if (
+                    len(path) == 1
+                    and type(path[0]) is str
+                    and type(working) is dict
+                    and visible is wtd.baseline
+                    and type(visible) is dict
+                ):
+                    if records[rkey].version != rtd.version:
+                        self._stale(
+                            tx, f"{rkey} changed locally after this transaction first read it"
+                        )
+                        return
+                    new = working.get(path[0], MISSING)
+                    old = visible.get(path[0], MISSING)
+                    t = type(new)
+                    if t is type(old) and (t is int or t is str):
+                        changed = new != old
+                    else:
+                        changed = not same_value(new, old)
+                    if not changed:
+                        self.stats.commits_elided += 1
+                        tx._settle(_OK)
+                        return
+                    seq = self._next_seq
+                    self._next_seq = seq + 1
+                    layers = rec.layers
+                    if not layers:
+                        rec.layers = (Layer(seq, ((path, new),)),)
+                    elif isinstance(layers, tuple):
+                        rec.layers = collections.deque((*layers, Layer(seq, ((path, new),))))
+                    else:
+                        layers.append(Layer(seq, ((path, new),)))
+                    change = Change(wkey, visible, working)
+                    rec.visible = working
+                    rec.version += 1
+                    ((rpath, shallow),) = rpaths
+                    request = CommitRequest(
+                        self.session_id,
+                        seq,
+                        (ReadClaim(rkey, rpath, shallow, rtd.basis_seq),),
+                        rtd.deps,
+                        (Write(wkey, path, new),),
+                        _NO_KEYS,
+                    )
+                    self._send(tx, seq, request, (change,))
+                    return
         # One pass: check every read document's basis, stage every written one and
         # collect the read claims. Staging only computes, so a stale document found
         # later discards it safely.
@@ -507,12 +569,18 @@ class Replica:
             tuple(writes),
             frozenset(create_only) if create_only else _NO_KEYS,
         )
+        self._send(tx, seq, request, tuple(changes))
+
+    def _send(
+        self, tx: Transaction, seq: int, request: CommitRequest, changes: tuple[Change, ...]
+    ) -> None:
+        """A staged commit: in flight, its visible changes notified, handed to the store."""
         self._in_flight[seq] = tx
         self.stats.commits_sent += 1
         try:
             if changes:
                 subscribers = self._subscribers
-                nf = Notification("commit", tuple(changes), tx)
+                nf = Notification("commit", changes, tx)
                 if len(subscribers) == 1:  # `_notify` for one subscriber (a scheduler)
                     self.stats.notifications += 1
                     subscribers[0](nf)

@@ -50,6 +50,7 @@ from cells import (
     Pending,
     Replica,
     Transaction,
+    TransactionError,
     entity_id,
     normalize,
     read_value,
@@ -465,7 +466,10 @@ class Scheduler:
             stats.runs_effect += 1
         else:
             stats.runs_computation += 1
-        tx = self.replica.edit(node.identity, source=node)
+        replica = self.replica
+        if replica.closed:
+            raise TransactionError(f"replica {replica.session_id} is closed")  # as `edit` says
+        tx = Transaction(replica, node.identity, source=node)  # `replica.edit`, without the call
         previous, self._running = self._running, node
         previous_tx, self._current_tx = self._current_tx, tx
         try:
@@ -484,7 +488,7 @@ class Scheduler:
             self._current_tx = previous_tx
         if node.registered:
             # Keep the read set even after an error: the node re-runs when its inputs change.
-            log = tx.reads
+            log = tx._log  # `tx.reads`, without the property call
             if len(log) == 1:
                 # One read: compare with the read set itself, and keep no log.
                 key, path, shallow = log[0]

@@ -313,6 +313,41 @@ def test_local_change_to_a_read_document_makes_the_commit_stale(w: World) -> Non
     assert MISSING is w.store.read_durable(OTHER)
 
 
+@pytest.mark.parametrize("case", ["accepted", "stale", "equal"])
+def test_a_read_then_one_field_write_commit(w: World, case: str) -> None:
+    # The usual computation's shape (one document read, one field of another written),
+    # which `_commit` handles without its general loop: same outcomes as the general path.
+    w.put(DOC, {"n": 1})
+    w.put(OTHER, {"v": 10, "keep": True})
+    tx = w.edit()
+    n = tx.read(DOC, ("n",))
+    tx.write(OTHER, ("v",), 10 if case == "equal" else n + 100)
+    if case == "stale":
+        other = w.edit()
+        other.write(DOC, ("n",), 2)
+        other.commit()
+        w.replica.pump()
+    w.seen.clear()
+    evaluated = w.store.commits_evaluated
+    pending = tx.commit()
+    w.replica.pump()
+    result = pending.result()
+    if case == "accepted":
+        assert result.outcome == Outcome.OK and result.seq is not None
+        assert [(c.key, c.before, c.after) for nf in w.seen for c in nf.changes] == [
+            (OTHER, {"v": 10, "keep": True}, {"v": 101, "keep": True})
+        ]
+        assert w.store.read_durable(OTHER) == {"v": 101, "keep": True}
+        assert w.store.commits_evaluated == evaluated + 1
+    else:
+        expected = Outcome.STALE_BASIS if case == "stale" else Outcome.OK
+        assert result.outcome == expected
+        assert w.seen == []  # nothing changed locally
+        assert w.store.commits_evaluated == evaluated  # never reached the store
+        assert w.store.read_durable(OTHER) == {"v": 10, "keep": True}
+    assert w.replica.visible(OTHER) == w.store.read_durable(OTHER)
+
+
 def test_a_basis_that_changed_and_changed_back_is_still_stale(w: World) -> None:
     w.put(DOC, {"n": "A"})
     tx = w.edit()
