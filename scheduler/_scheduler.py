@@ -296,24 +296,20 @@ class Scheduler:
             heapq.heappush(self._heap, (node.height, node.ordinal, node))
             self.stats.heap_pushes += 1
 
-    def _runnable(self, node: Node, now: float) -> bool:
-        return (
-            node.registered
-            and node.status != "clean"
-            and node.is_live
-            and node.eligible_at <= now
-            and node.pass_runs < PASS_RUN_BUDGET
-        )
-
     def runnable(self) -> list[Node]:
         """Nodes that would run if `settle()` were called now."""
         now = self.clock.now()
         out: list[Node] = []
         stale: list[Node] = []
         for n in self._candidates:
-            if n.status == "clean" or not n.is_live:
+            # Runnable: registered, not clean, live (`is_live`, inlined: a wave's every
+            # node passes here), past its time gate and under its pass budget.
+            if n.status == "clean" or not (
+                n.registered
+                and (n.live_refs > 0 or n.kind == "effect" or n.provisional or n.demand > 0)
+            ):
                 stale.append(n)  # ran, or went dormant: it comes back via _on_live
-            elif self._runnable(n, now):
+            elif n.eligible_at <= now and n.pass_runs < PASS_RUN_BUDGET:
                 out.append(n)
         for n in stale:
             del self._candidates[n]
@@ -407,10 +403,15 @@ class Scheduler:
 
     def _drain(self, seeds: list[Node], ran: dict[Node, None]) -> None:
         self.stats.drains += 1
-        for n in seeds:
-            self._push(n)
         heap = self._heap
         in_heap = self._in_heap
+        pushed = len(heap)
+        for n in seeds:  # `_push`, inlined (one heapify instead of a push per seed)
+            if n not in in_heap:
+                in_heap.add(n)
+                heap.append((n.height, n.ordinal, n))
+        heapq.heapify(heap)
+        self.stats.heap_pushes += len(heap) - pushed
         size = len(heap)
         self._draining = True
         # The drain's commits go to the store as one batch when it ends: one
@@ -439,7 +440,7 @@ class Scheduler:
                     )
                     and node.eligible_at <= now
                     and node.pass_runs < PASS_RUN_BUDGET
-                ):  # `_runnable` and `is_live`, inlined: this loop runs once per node update
+                ):  # runnable (as in `runnable()`), inlined: this loop runs once per node update
                     continue
                 run(node)
                 ran[node] = None
