@@ -194,7 +194,10 @@ class Graph:
         """The registered writers feeding `node`'s read set or its declared reads."""
         out: set[Node] = set()
         declared = node.declared
-        for reads in (node.reads,) if declared is None else (node.reads, declared):
+        # Most nodes read exactly what they declared (often the very same object).
+        for reads in (
+            (node.reads,) if declared is None or declared is node.reads else (node.reads, declared)
+        ):
             for key in reads:
                 for w in self.writers_of(key):
                     self.edge_visits += count
@@ -205,6 +208,8 @@ class Graph:
     def _declared_only(self, node: Node, old: ReadSet, new: ReadSet) -> None:
         """Move `node` in `declared_only` from the documents `old` lacks to those `new` lacks."""
         assert node.declared is not None
+        if old is new:
+            return
         table = self.declared_only
         for key in node.declared:
             was, now = key not in old, key not in new
