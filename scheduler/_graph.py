@@ -110,7 +110,9 @@ class Graph:
         # Readers registered before this writer: wire edges to them now.
         for key in {k for k, _ in node.outputs}:
             readers = self.index.readers_of(key)
-            readers.update(self.declared_only.get(key, ()))
+            declared_only = self.declared_only.get(key)
+            if declared_only:
+                readers.update(declared_only)
             for reader in readers:
                 if reader is not node and reader.registered and _feeds_reader(node, reader):
                     self._link(node, reader)

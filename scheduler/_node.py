@@ -73,7 +73,9 @@ NO_READS: ReadSet = types.MappingProxyType({})
 
 def lean_reads(reads: ReadSet) -> ReadSet:
     """`reads` in its smallest form: a `OneRead` for one document."""
-    if type(reads) is OneRead or len(reads) != 1:
+    if type(reads) is OneRead:
+        return reads
+    if len(reads) != 1:
         return reads if reads else NO_READS
     ((key, entry),) = reads.items()
     return OneRead(key, entry)

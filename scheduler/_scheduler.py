@@ -188,8 +188,11 @@ class Scheduler:
         self.graph.add(node)
         declared = tuple(reads)
         if declared:
-            node.declared = lean_reads(compact_reads(declared))
-            self.graph.set_reads(node, node.declared)
+            reads_now = lean_reads(compact_reads(declared))
+            self.graph.set_reads(node, reads_now)  # (lean already: set_reads keeps it)
+            # Set after: while the read set is the declared one, `declared` adds no edge
+            # and no `declared_only` entry, so the graph need not look at it now.
+            node.declared = reads_now
         self._dirty[node] = None
         if node.is_live:
             self._candidates[node] = None
