@@ -575,6 +575,11 @@ class Replica:
         self, tx: Transaction, seq: int, request: CommitRequest, changes: tuple[Change, ...]
     ) -> None:
         """A staged commit: in flight, its visible changes notified, handed to the store."""
+        # The request and layers carry everything from here on: drop the working copies
+        # and the read log now, so what stays in flight until the verdict is small (a
+        # drain keeps every commit it made in flight, and the collector walks them).
+        tx._docs = {}
+        tx._log = []
         self._in_flight[seq] = tx
         self.stats.commits_sent += 1
         try:

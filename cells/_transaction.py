@@ -206,10 +206,15 @@ class Transaction:
 
     @property
     def reads(self) -> list[tuple[DocKey, Path, bool]]:
-        """Logged reads in order: (document, full-document path, shallow)."""
+        """Logged reads in order: (document, full-document path, shallow).
+
+        Empty once a commit that changed something is handed to the store (its
+        request carries the reads from then on): read it before committing."""
         return self._log
 
     def documents(self) -> dict[DocKey, TxDoc]:
+        """The documents this transaction touched, with their basis and working copy
+        (emptied, like `reads`, once a commit is handed to the store)."""
         return self._docs
 
     # -- writes

@@ -767,3 +767,22 @@ def test_write_then_delete_in_one_transaction_leaves_the_created_document() -> N
     assert {} == store.read_durable(key)
     sp.replica._check()
     store._check()
+
+
+def test_a_commit_in_flight_keeps_no_working_copies_or_read_log(w: World) -> None:
+    # A drain keeps every commit it made in flight until the verdicts arrive: what
+    # the request and layers already carry is dropped when the commit is sent.
+    w.put(DOC, {"n": 1})
+    with w.store.testing.hold_verdicts() as gate:
+        tx = w.edit()
+        n = tx.read(DOC, ("n",))
+        tx.write(OTHER, (), {"m": n + 1})
+        assert tx.reads == [(DOC, ("n",), False)]
+        pending = tx.commit()
+        assert tx.status == "committing"
+        assert tx.reads == [] and tx.documents() == {}
+        assert w.replica.visible(OTHER) == {"m": 2}  # the layer holds the write
+        gate.accept(0)
+        w.replica.pump()
+    assert pending.result().ok
+    assert w.store.read_durable(OTHER) == {"m": 2}
