@@ -487,7 +487,7 @@ class Replica:
                         deps = td.deps  # ascending: a document's layers are in seq order
                 td_reads = td.reads
                 assert td_reads is not None  # a read document has read paths
-                if len(td_reads) == 1:
+                if type(td_reads) is tuple:  # read at one place (however often)
                     path, shallow = td_reads[0]
                     reads.append(ReadClaim(key, path, shallow, td.basis_seq))
                 else:
@@ -604,7 +604,7 @@ class Replica:
 
     @staticmethod
     def _claims(key: DocKey, td: TxDoc, out: list[ReadClaim]) -> None:
-        """The read claims of a document read more than once: deep paths compacted."""
+        """The read claims of a document read at more than one place: deep paths compacted."""
         assert td.reads is not None
         deep = _compact(p for p, shallow in td.reads if not shallow)
         out.extend(ReadClaim(key, p, False, td.basis_seq) for p in deep)

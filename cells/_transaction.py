@@ -51,11 +51,16 @@ class TxDoc(msgspec.Struct, gc=False):
     deps: tuple[int, ...]
     working: Value
     read: bool = False
+    unlogged: bool = False
+    """Some read of this document was made with `log=False` (so not every entry of
+    `reads` is in the transaction's log)."""
     # None until the first read / write (most documents are only read or only
     # written), a 1-tuple for one (a tuple of untracked things leaves the
-    # collector's view once scanned, a list never does), a list from the second.
-    reads: list[tuple[Path, bool]] | tuple[tuple[Path, bool], ...] | None = None
-    """(path, shallow) of every read, in order."""
+    # collector's view once scanned, a list never does). Reads: a dict used as an
+    # ordered set from the second distinct read, so a repeat is found in O(1)
+    # (a document read at n places would otherwise cost O(n^2) to dedupe).
+    reads: dict[tuple[Path, bool], None] | tuple[tuple[Path, bool]] | None = None
+    """(path, shallow) of every distinct read, in first-read order."""
     written: list[Path] | tuple[Path, ...] | None = None
     """Every written path, in order."""
 
@@ -150,7 +155,9 @@ class Transaction:
 
         `shallow` logs a read of only the key set / length / kind there. With
         `log=False` the read is not reported to the scheduler (it still counts
-        for the basis). O(len(path)).
+        for the basis). A repeat of a read this transaction already made (same
+        document, path and shallowness) adds no second log entry or read claim:
+        what a transaction reads is a set. O(len(path)).
         """
         if self.status != "open":
             raise TransactionError(f"cannot read {key}: the transaction is {self.status}")
@@ -168,6 +175,10 @@ class Transaction:
             td = TxDoc(visible, rec.version, rec.confirmed_seq, deps, visible, True)
             td.reads = ((path, shallow),)
             self._docs[key] = td
+            if log:
+                self._log.append((key, path, shallow))
+            else:
+                td.unlogged = True
         else:
             if not td.read:
                 td.read = True
@@ -178,15 +189,25 @@ class Transaction:
                     td.basis_seq = rec.confirmed_seq
                     layers = rec.layers
                     td.deps = tuple([lay.seq for lay in layers]) if layers else ()
+            entry = (path, shallow)
             reads = td.reads
-            if reads is None:
-                td.reads = ((path, shallow),)
-            elif isinstance(reads, tuple):
-                td.reads = [*reads, (path, shallow)]
+            if reads is not None and entry in reads:
+                # A repeat: claimed already, and logged already unless some read of
+                # this document skipped the log (then log it again: a duplicate log
+                # entry is harmless, a missing one would lose a trigger).
+                if log and td.unlogged:
+                    self._log.append((key, path, shallow))
             else:
-                reads.append((path, shallow))
-        if log:
-            self._log.append((key, path, shallow))
+                if reads is None:
+                    td.reads = (entry,)
+                elif isinstance(reads, tuple):
+                    td.reads = {reads[0]: None, entry: None}
+                else:
+                    reads[entry] = None
+                if log:
+                    self._log.append((key, path, shallow))
+                else:
+                    td.unlogged = True
         working = td.working
         if len(path) == 1 and type(working) is dict and type(path[0]) is str:
             return working.get(path[0], MISSING)  # `get_path` of one field, without the call

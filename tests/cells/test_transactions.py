@@ -109,6 +109,83 @@ def test_reads_are_logged_deep_or_shallow(w: World) -> None:
     tx.abort()
 
 
+def _claims(w: World, tx: Transaction) -> list[tuple[DocKey, tuple[Any, ...], bool]]:
+    """The read claims `tx`'s commit sends to the store (its verdict held, then released)."""
+    with w.store.testing.hold_verdicts() as gate:
+        tx.commit()
+        (held,) = gate.held()
+    w.replica.pump()
+    return [(c.key, c.path, c.shallow) for c in held.request.reads]
+
+
+def test_a_repeated_read_is_logged_and_claimed_once(w: World) -> None:
+    w.put(DOC, {"a": 1})
+    tx = w.edit()
+    assert [1, 1, 1] == [tx.read(DOC, ("a",)) for _ in range(3)]
+    assert [(DOC, ("a",), False)] == tx.reads
+    tx.write(OTHER, ("x",), 1)  # something to commit, so the claims reach the store
+    assert [(DOC, ("a",), False)] == _claims(w, tx)
+
+
+def test_a_read_without_log_then_with_log_is_logged(w: World) -> None:
+    w.put(DOC, {"a": 1})
+    tx = w.edit()
+    tx.read(DOC, ("a",), log=False)
+    assert [] == tx.reads
+    tx.read(DOC, ("a",))
+    assert [(DOC, ("a",), False)] == tx.reads
+    tx.write(OTHER, ("x",), 1)
+    assert [(DOC, ("a",), False)] == _claims(w, tx)
+
+
+def test_a_logged_read_then_an_unlogged_one_stays_logged_once(w: World) -> None:
+    w.put(DOC, {"a": 1, "b": 2})
+    tx = w.edit()
+    tx.read(DOC, ("a",))
+    tx.read(DOC, ("a",), log=False)
+    tx.read(DOC, ("b",), log=False)
+    tx.read(DOC, ("a",))
+    assert (DOC, ("a",), False) in tx.reads
+    assert (DOC, ("b",), False) not in tx.reads
+    tx.write(OTHER, ("x",), 1)
+    assert [(DOC, ("a",), False), (DOC, ("b",), False)] == _claims(w, tx)
+
+
+def test_a_read_after_a_write_of_the_same_place_keeps_one_claim_on_the_basis(w: World) -> None:
+    w.put(DOC, {"a": 1})
+    tx = w.edit()
+    assert 1 == tx.read(DOC, ("a",))
+    tx.write(DOC, ("a",), 2)
+    assert 2 == tx.read(DOC, ("a",))  # read-your-writes, not the first read's value
+    assert [(DOC, ("a",), False)] == tx.reads
+    assert [(DOC, ("a",), False)] == _claims(w, tx)
+
+
+def test_shallow_and_deep_reads_of_one_path_are_both_logged_once(w: World) -> None:
+    w.put(DOC, {"a": [1, 2]})
+    tx = w.edit()
+    for shallow in (True, False, True, False):
+        tx.read(DOC, ("a",), shallow=shallow)
+    assert [(DOC, ("a",), True), (DOC, ("a",), False)] == tx.reads
+    tx.write(OTHER, ("x",), 1)
+    assert [(DOC, ("a",), False)] == _claims(w, tx)  # the deep read covers the shallow one
+
+
+def test_reads_of_two_documents_interleaved_are_each_logged_once(w: World) -> None:
+    w.put(DOC, {"a": 1, "b": 2})
+    w.put(OTHER, {"a": 3})
+    tx = w.edit()
+    for key, field in [(DOC, "a"), (OTHER, "a"), (DOC, "a"), (DOC, "b"), (OTHER, "a")] * 2:
+        tx.read(key, (field,))
+    assert [(DOC, ("a",), False), (OTHER, ("a",), False), (DOC, ("b",), False)] == tx.reads
+    tx.write(DocKey("sp", "out"), ("x",), 1)
+    assert [
+        (DOC, ("a",), False),
+        (DOC, ("b",), False),
+        (OTHER, ("a",), False),
+    ] == _claims(w, tx)
+
+
 def test_read_your_writes_on_sub_and_super_paths(w: World) -> None:
     w.put(DOC, {"a": {"b": 1, "c": 2}})
     tx = w.edit()
