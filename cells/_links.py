@@ -94,12 +94,25 @@ def _resolve(tx: Transaction, link: Link, follow_last: bool) -> tuple[Link, DocK
 _NO_ACTIVE: frozenset[tuple[object, Path]] = frozenset()
 
 
+_UNREAD: Final = object()
+
+
 def read_value(tx: Transaction, link: Link, *, log: bool = True) -> Value:
     """The value at `link`, with links inside it followed (a list of links reads as values).
 
     MISSING only if the value at `link` itself is absent: a followed link inside it
     whose target is absent drops its key from a dict and reads as None in a list.
+
+    A repeated read of the same link in one transaction is answered from the
+    transaction's memo in O(1), logging nothing: the first read logged exactly what
+    a repeat would log (every document that decides the value was read through
+    `tx`, and only a write of `tx` changes what `tx` sees, which empties the memo).
     """
+    memo = tx._values
+    if memo is not None:
+        value = memo.get(link, _UNREAD)
+        if value is not _UNREAD:
+            return value
     if not link.path and link.scope == "space":
         # `_read` and `_resolve` for the most common link (a whole cell of a shared
         # document) when no link sits there, without their two calls.
@@ -113,10 +126,34 @@ def read_value(tx: Transaction, link: Link, *, log: bool = True) -> Value:
         if type(probe) is not Link:
             value = tx.read(key, _VALUE_PATH, log=log)
             t = type(value)
-            if t is not dict and t is not list and t is not Link:
-                return value
-            return _materialize(tx, value, log, frozenset({(key, ())}))
-    return _read(tx, link, log, _NO_ACTIVE)
+            if t is dict or t is list:
+                materialized = _materialize(tx, value, log, frozenset({(key, ())}))
+                if materialized is not value:
+                    return materialized  # a fresh copy each time, as before: not kept
+            if log and (memo is not None or td is not None):
+                # Kept from the second read of a document on: most transactions read
+                # each document once and never need the memo.
+                _remember(tx, memo, link, value)
+            return value
+    final, key = _resolve(tx, link, True)
+    path = final.path
+    seen = memo is not None or key in tx._docs
+    value = tx.read(key, (VALUE, *path) if path else _VALUE_PATH, log=log)
+    t = type(value)
+    if t is dict or t is list or t is Link:
+        materialized = _materialize(tx, value, log, frozenset({(key, path)}))
+        if materialized is not value:
+            return materialized
+    if log and seen:
+        _remember(tx, memo, link, value)
+    return value
+
+
+def _remember(tx: Transaction, memo: dict[Link, Value] | None, link: Link, value: Value) -> None:
+    if memo is None:
+        tx._values = {link: value}
+    else:
+        memo[link] = value
 
 
 def _read(tx: Transaction, link: Link, log: bool, active: frozenset[tuple[object, Path]]) -> Value:

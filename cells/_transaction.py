@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
-from ._address import DocKey, Identity, Path, check_path
+from ._address import DocKey, Identity, Link, Path, check_path
 from ._outcome import CommitResult, Outcome
 from ._pending import Pending
 from ._values import MAX_INT, MISSING, Value, get_path, normalize, set_path
@@ -81,6 +81,7 @@ class Transaction:
         "_post_commit",
         "_replica",
         "_settle_callbacks",
+        "_values",
         "identity",
         "result",
         "source",
@@ -105,6 +106,10 @@ class Transaction:
         self._on_failure: SettleCallback | None = None
         self._post_commit: list[Callable[[], None]] | None = None
         self._pending: Pending[CommitResult] | None = None  # made when someone asks
+        self._values: dict[Link, Value] | None = None
+        """`read_value`'s results by link, made at the first read of a document read
+        before; emptied by every write (see `read_value`) and when the transaction
+        leaves "open"."""
 
     def __repr__(self) -> str:
         return (
@@ -227,10 +232,13 @@ class Transaction:
 
     @property
     def reads(self) -> list[tuple[DocKey, Path, bool]]:
-        """Logged reads in order: (document, full-document path, shallow).
+        """Logged reads in first-read order: (document, full-document path, shallow).
 
+        A repeated read is not logged again (unless a read of its document skipped
+        the log, see `read`), so this is the read set with few or no duplicates.
         Empty once a commit that changed something is handed to the store (its
-        request carries the reads from then on): read it before committing."""
+        request carries the reads from then on): read it before committing.
+        """
         return self._log
 
     def documents(self) -> dict[DocKey, TxDoc]:
@@ -265,6 +273,7 @@ class Transaction:
             set_path(td.working, path, v, where=where)
             raise
         td.working = working
+        self._values = None  # a value read before may have changed
         written = td.written
         if written is None:
             td.written = (path,)
@@ -332,6 +341,7 @@ class Transaction:
         except InvalidValueError:
             set_path(td.working, path, new, where=f"splice of {key} at {list(path)}")
             raise
+        self._values = None  # a value read before may have changed
         written = td.written
         if written is None:
             td.written = (path,)
@@ -379,6 +389,7 @@ class Transaction:
         """Apply locally (notifying at once), send to the store, return the pending verdict."""
         self._require_open("commit")
         self.status = "committing"
+        self._values = None
         pending = self.done()
         self._replica._commit(self)
         return pending
@@ -400,6 +411,7 @@ class Transaction:
         if self.status != "open":
             self._require_open("commit")
         self.status = "committing"
+        self._values = None
         try:
             self._replica._commit(self)
         finally:  # (a subscriber raising inside `_commit` leaves the commit in flight)
@@ -432,6 +444,7 @@ class Transaction:
         if self.result is not None:
             raise TransactionError("a transaction settled twice (this is a bug)")
         self.result = result
+        self._values = None
         ok = result.outcome is Outcome.OK
         if ok:
             self.status = "committed"
@@ -482,3 +495,4 @@ class Transaction:
         assert (self.result is None) == (self.status in ("open", "committing")), self.status
         assert self.result is None or self._settle_callbacks is None
         assert self._pending is None or self._pending.done() == (self.result is not None)
+        assert self._values is None or self.status == "open", "read memo outlived the open state"

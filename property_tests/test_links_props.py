@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from hypothesis import event, given
@@ -18,6 +19,7 @@ from cells import (
     MISSING,
     DocKey,
     Identity,
+    InvalidValueError,
     Link,
     LinkCycleError,
     MemoryStore,
@@ -201,5 +203,89 @@ def test_a_chain_resolves_exactly_when_it_is_within_max_hops(length: int) -> Non
             raise AssertionError(f"a chain of {length} links resolved")
     assert len(_shallow_probes(reader)) <= MAX_HOPS + 1
     reader.abort()
+    store._check()
+    replica._check()
+
+
+# One step of a transaction: read a value at a place (logged or not), read a document
+# path directly (deep or shallow), or write a content at a place.
+steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("value"), places, st.booleans()),
+        st.tuples(st.just("read"), places, st.booleans(), st.booleans()),
+        st.tuples(st.just("write"), places, contents),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+Claim = tuple[DocKey, tuple[Any, ...], bool]
+
+
+def _apply(tx: Transaction, step: tuple[Any, ...]) -> Any:
+    """Do `step` in `tx`; what a read returned (an exception counts as a result)."""
+    kind, place = step[0], step[1]
+    key, path = place.key(ME), (VALUE, *place.path)
+    try:
+        if kind == "value":
+            return read_value(tx, place, log=step[2])
+        if kind == "read":
+            return tx.read(key, path, shallow=step[2], log=step[3])
+        tx.write(key, path, step[2])
+    except (LinkCycleError, InvalidValueError) as exc:
+        return type(exc)
+    return None
+
+
+def _claimed(reads: Iterable[Claim]) -> set[Claim]:
+    """The claims a document's reads make: deep paths compacted, shallow ones under a
+    deep one dropped (what the replica sent for every read, repeats included)."""
+    by_doc: dict[DocKey, list[tuple[tuple[Any, ...], bool]]] = {}
+    for key, path, shallow in reads:
+        by_doc.setdefault(key, []).append((path, shallow))
+    out: set[Claim] = set()
+    for key, entries in by_doc.items():
+        deep = {p for p, s in entries if not s}
+        deep = {p for p in deep if not any(p[: len(q)] == q and p != q for q in deep)}
+        out |= {(key, p, False) for p in deep}
+        out |= {(key, p, True) for p, s in entries if s and not any(p[: len(q)] == q for q in deep)}
+    return out
+
+
+@given(graphs, steps)
+def test_repeated_reads_log_and_claim_what_fresh_reads_would(
+    graph: dict[tuple[str, str], Any], steps: list[tuple[Any, ...]]
+) -> None:
+    """Each read in one transaction returns what the same read returns in a fresh
+    transaction that made the same writes first; the transaction's log and its commit's
+    read claims are, as sets, the union of those fresh reads' logs and reads."""
+    store, replica = _build(graph)
+    tx = replica.edit(ME)
+    logged: set[Claim] = set()
+    read: list[Claim] = []
+    for i, step in enumerate(steps):
+        got = _apply(tx, step)
+        if step[0] == "write":
+            continue
+        fresh = replica.edit(ME)
+        for earlier in steps[:i]:
+            if earlier[0] == "write":
+                _apply(fresh, earlier)
+        assert _apply(fresh, step) == got, step
+        logged |= set(fresh.reads)
+        for key, td in fresh.documents().items():
+            read.extend((key, p, s) for p, s in td.reads or ())
+        fresh.abort()
+    assert logged == set(tx.reads)
+    if all(step[-1] for step in steps if step[0] != "write"):
+        # Every read logged: nothing logged twice. (After an unlogged read of a
+        # document, a repeat of a read of it may be logged again, which is harmless.)
+        assert len(tx.reads) == len(set(tx.reads))
+    tx.write(DocKey("sp", "out"), (VALUE,), 1)  # something to commit: the claims reach the store
+    with store.testing.hold_verdicts() as gate:
+        tx.commit()
+        (held,) = gate.held()
+        assert _claimed(read) == {(c.key, c.path, c.shallow) for c in held.request.reads}
+    replica.pump()
     store._check()
     replica._check()

@@ -18,6 +18,7 @@ from cells import (
     MemoryStore,
     Replica,
     Space,
+    TransactionError,
     read_value,
     resolve,
 )
@@ -197,6 +198,89 @@ def test_read_value_without_logging_logs_nothing(w: World) -> None:
     assert read_value(tx, w.cell("a").link(), log=False) == 1
     assert [(w.cell("a").doc_key, (VALUE,), True)] == tx.reads  # the probe is still logged
     tx.abort()
+
+
+# --------------------------------------------------------------------------- repeated reads
+
+
+def test_a_repeated_read_value_logs_what_one_read_logs(w: World) -> None:
+    w.put("x", 5)
+    w.put("a", {"child": w.cell("x").link()})
+    for link in (w.cell("x").link(), w.cell("a", "child").link()):
+        once, again = w.sp.edit(), w.sp.edit()
+        assert read_value(once, link) == 5
+        assert [5, 5, 5] == [read_value(again, link) for _ in range(3)]
+        assert once.reads == again.reads
+        once.abort()
+        again.abort()
+
+
+def test_read_value_after_a_write_sees_the_write(w: World) -> None:
+    w.put("x", 1)
+    w.put("y", 7)
+    tx = w.sp.edit()
+    x = w.cell("x")
+    assert [1, 1] == [read_value(tx, x.link()) for _ in range(2)]
+    tx.write(x.doc_key, (VALUE,), 2)
+    assert 2 == read_value(tx, x.link())
+    # A link written at the cell is followed by the next read, and its probe logged.
+    tx.write(x.doc_key, (VALUE,), w.cell("y").link())
+    assert 7 == read_value(tx, x.link())
+    assert (x.doc_key, (VALUE,), True) in tx.reads
+    assert (w.cell("y").doc_key, (VALUE,), False) in tx.reads
+    tx.abort()
+
+
+def test_read_value_through_a_link_sees_a_write_to_its_target(w: World) -> None:
+    w.put("x", 1)
+    w.put("a", w.cell("x").link())
+    tx = w.sp.edit()
+    a = w.cell("a").link()
+    assert [1, 1] == [read_value(tx, a) for _ in range(2)]
+    tx.write(w.cell("x").doc_key, (VALUE,), 3)
+    assert 3 == read_value(tx, a)
+    tx.abort()
+
+
+def test_read_value_without_log_then_with_log_is_logged(w: World) -> None:
+    w.put("x", 1)
+    tx = w.sp.edit()
+    x = w.cell("x")
+    read_value(tx, x.link(), log=False)
+    read_value(tx, x.link(), log=False)
+    assert [] == tx.reads
+    assert 1 == read_value(tx, x.link())
+    assert [(x.doc_key, (VALUE,), False)] == tx.reads
+    assert 1 == read_value(tx, x.link(), log=False)
+    assert [(x.doc_key, (VALUE,), False)] == tx.reads
+    tx.abort()
+
+
+def test_a_repeated_read_of_a_value_with_links_inside_is_a_fresh_copy(w: World) -> None:
+    w.put("x", 1)
+    w.put("list", [w.cell("x").link()])
+    tx = w.sp.edit()
+    link = w.cell("list").link()
+    first, second = read_value(tx, link), read_value(tx, link)
+    assert [1] == first == second
+    assert first is not second  # as without repeats: materialized values are not shared
+    tx.abort()
+
+
+def test_a_repeated_read_value_after_commit_raises(w: World) -> None:
+    x = w.put("x", 1)
+    tx = w.sp.edit()
+    read_value(tx, x.link())
+    read_value(tx, x.link())
+    tx.write(w.cell("out").doc_key, (VALUE,), 1)
+    read_value(tx, x.link())
+    read_value(tx, x.link())
+    tx.commit()
+    with pytest.raises(TransactionError, match="committing"):
+        read_value(tx, x.link())
+    w.replica.pump()
+    with pytest.raises(TransactionError, match="committed"):
+        read_value(tx, x.link())
 
 
 # --------------------------------------------------------------------------- cycles and hop limit
