@@ -20,6 +20,8 @@ MAX_HOPS: Final = 100
 VALUE: Final = "value"
 """Cell data lives under this key of a document; the rest of the document is metadata."""
 _VALUE_PATH: Final = (VALUE,)
+_WHOLE: Final = (_VALUE_PATH, False)
+"""A deep read of a whole cell, as a transaction keeps it (`TxDoc.reads`)."""
 
 
 def _first_link(root: Value, path: Path) -> tuple[int, Link] | None:
@@ -118,13 +120,21 @@ def read_value(tx: Transaction, link: Link, *, log: bool = True) -> Value:
         # document) when no link sits there, without their two calls.
         key = DocKey(link.space, link.id)
         td = tx._docs.get(key)
-        working = td.working if td is not None else None
+        if td is not None:
+            working = td.working
+        else:
+            rec = tx._replica._docs.get(key)
+            working = rec.visible if rec is not None else None
         if type(working) is dict and tx.status == "open":
-            probe = working.get(VALUE, MISSING)  # `peek` of a document already accessed
+            probe = working.get(VALUE, MISSING)  # `peek`, without the call
         else:
             probe = tx.peek(key, _VALUE_PATH)
         if type(probe) is not Link:
-            value = tx.read(key, _VALUE_PATH, log=log)
+            if td is not None and not td.unlogged and td.reads is not None and _WHOLE in td.reads:
+                # A repeat of a logged read: `tx.read` would log and claim nothing new.
+                value = probe
+            else:
+                value = tx.read(key, _VALUE_PATH, log=log)
             t = type(value)
             if t is dict or t is list:
                 materialized = _materialize(tx, value, log, frozenset({(key, ())}))
@@ -133,7 +143,10 @@ def read_value(tx: Transaction, link: Link, *, log: bool = True) -> Value:
             if log and (memo is not None or td is not None):
                 # Kept from the second read of a document on: most transactions read
                 # each document once and never need the memo.
-                _remember(tx, memo, link, value)
+                if memo is None:
+                    tx._values = {link: value}
+                else:
+                    memo[link] = value
             return value
     final, key = _resolve(tx, link, True)
     path = final.path
