@@ -19,7 +19,7 @@ Invariants (checked by `_check`)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
@@ -31,7 +31,7 @@ from ._values import MAX_INT, MISSING, Value, get_path, normalize, set_path
 from .errors import InvalidValueError, TransactionAborted, TransactionError
 
 if TYPE_CHECKING:
-    from ._replica import Replica
+    from ._replica import Layer, Replica
 
 Status = Literal["open", "committing", "committed", "rejected", "aborted"]
 SettleCallback = Callable[["Transaction", CommitResult], None]
@@ -63,6 +63,15 @@ class TxDoc(msgspec.Struct, gc=False):
     """(path, shallow) of every distinct read, in first-read order."""
     written: list[Path] | tuple[Path, ...] | None = None
     """Every written path, in order."""
+
+
+def _deps(layers: Sequence[Layer]) -> tuple[int, ...]:
+    """The local seqs of a document's pending layers (the commits a read builds on)."""
+    if not layers:
+        return ()
+    if len(layers) == 1:  # the usual case when any: one commit of it in flight
+        return (layers[0].seq,)
+    return tuple([lay.seq for lay in layers])
 
 
 class Transaction:
@@ -176,9 +185,12 @@ class Transaction:
                 rec = replica._record(key)
             visible = rec.visible
             layers = rec.layers
-            deps = tuple([lay.seq for lay in layers]) if layers else ()
-            td = TxDoc(visible, rec.version, rec.confirmed_seq, deps, visible, True)
-            td.reads = ((path, shallow),)
+            # (`_deps` inlined for none or one pending layer, the usual cases.)
+            deps = () if not layers else (layers[0].seq,) if len(layers) == 1 else _deps(layers)
+            td = TxDoc(
+                visible, rec.version, rec.confirmed_seq, deps, visible, True, False,
+                ((path, shallow),),
+            )  # fmt: skip
             self._docs[key] = td
             if log:
                 self._log.append((key, path, shallow))
@@ -192,8 +204,7 @@ class Transaction:
                     # Same visible value as at first access: this state is its basis.
                     # (If it moved, the commit fails the local basis check anyway.)
                     td.basis_seq = rec.confirmed_seq
-                    layers = rec.layers
-                    td.deps = tuple([lay.seq for lay in layers]) if layers else ()
+                    td.deps = _deps(rec.layers)
             entry = (path, shallow)
             reads = td.reads
             if reads is not None and entry in reads:
