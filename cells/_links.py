@@ -109,6 +109,7 @@ def read_value(tx: Transaction, link: Link, *, log: bool = True) -> Value:
     transaction's memo in O(1), logging nothing: the first read logged exactly what
     a repeat would log (every document that decides the value was read through
     `tx`, and only a write of `tx` changes what `tx` sees, which empties the memo).
+    Values with links inside are not kept: each read materializes a fresh copy.
     """
     memo = tx._values
     if memo is not None:
