@@ -21,7 +21,7 @@ from operator import is_not
 
 from cells import MISSING, Change, DocKey, Link, Path, same_value, value_equal
 
-from ._node import Node, ReadEntry, ReadSet
+from ._node import Node, OneRead, ReadEntry, ReadSet
 
 
 def walk(value: object, path: Path) -> tuple[bool, object, int]:
@@ -267,8 +267,27 @@ class ReaderIndex:
                         readers.pop(node, None)
                         if not readers:
                             del table[key]
+        if not touched:
+            new = old  # equal: keep the object the node (and maybe others) already hold
+        elif type(new) is OneRead:
+            new = self._shared(new)
         node.reads = new
         return touched
+
+    def _shared(self, one: OneRead) -> ReadSet:
+        """An equal `OneRead` that another reader of the same document already holds, or
+        `one`. Many nodes read one document the same way (a fan-out, every element of a
+        list reading its container): they then share one read set, and its key, instead of
+        48 + 56 bytes each. Safe because a read set is never changed in place (`apply`
+        replaces it). Looks at the first and the newest other reader only: O(1)."""
+        key, entry = one.key, one.entry
+        readers = (self.deep if entry[0] else self.shallow).get(key)
+        if readers:
+            for other in (next(iter(readers)), next(reversed(readers))):
+                held = other.reads
+                if type(held) is OneRead and held.entry == entry and held.key == key:
+                    return held
+        return one
 
     def _drop(self, node: Node, key: DocKey) -> None:
         trie = self.tries.get(key)
@@ -426,7 +445,13 @@ class ReaderIndex:
 
     def _check(self, nodes: Iterable[Node]) -> None:
         for node in nodes:
-            for key, (dpaths, spaths) in node.reads.items():
+            reads = node.reads
+            if type(reads) is OneRead:
+                # Possibly shared between readers (`_shared`): it must hold only immutable
+                # parts, or one reader's change could move another's read set.
+                assert type(reads.entry) is tuple and len(reads.entry) == 2, node
+                assert all(type(ps) is tuple for ps in reads.entry), node
+            for key, (dpaths, spaths) in reads.items():
                 assert self.deep.get(key, {}).get(node, ()) == dpaths, (node, key)
                 assert self.shallow.get(key, {}).get(node, ()) == spaths, (node, key)
         for table in (self.deep, self.shallow):

@@ -1045,3 +1045,47 @@ def test_a_node_whose_single_read_moves_to_another_document_follows_it(env: Env)
     a.set(3)  # no longer read
     env.sch.settle()
     assert before == runs(env.sch)
+
+
+def test_readers_of_one_document_share_one_read_set_until_one_reads_elsewhere(env: Env) -> None:
+    # Many nodes reading one document the same way share one read set (and its key):
+    # a fan-out of N readers would otherwise hold N equal copies. A reader that then
+    # reads something else gets its own, and the others keep reading what they read.
+    a, b = env.source("a", 1), env.source("b", 10)
+    outs = [env.sp.cell(f"o{i}") for i in range(3)]
+    choice = {"cell": a}
+
+    def reader(out: Cell, moves: bool) -> Callable[[Transaction], None]:
+        def run(tx: Transaction) -> None:
+            src = choice["cell"] if moves else a
+            tx.write(out.doc_key, ("value",), read_value(tx, src.link()))
+
+        return run
+
+    nodes = [
+        env.sch.register(
+            reader(out, moves=i == 0),
+            identity=env.sp.identity,
+            outputs=[(out.doc_key, ("value",))],
+            reads=[(a.doc_key, ("value",), False)],
+        )
+        for i, out in enumerate(outs)
+    ]
+    assert nodes[0].reads is nodes[1].reads is nodes[2].reads
+    seen: list[list[Any]] = [[] for _ in outs]
+    for out, got in zip(outs, seen, strict=True):
+        env.sch.sink(out, got.append)
+    assert nodes[0].reads is nodes[1].reads is nodes[2].reads
+    env.check()
+    choice["cell"] = b
+    a.set(2)
+    env.sch.settle()
+    assert [[1, 10], [1, 2], [1, 2]] == seen
+    assert {b.doc_key: ((("value",),), ())} == dict(nodes[0].reads)
+    assert {a.doc_key: ((("value",),), ())} == dict(nodes[1].reads)
+    assert nodes[1].reads is nodes[2].reads
+    env.check()
+    b.set(11)
+    a.set(3)
+    env.sch.settle()
+    assert [[1, 10, 11], [1, 2, 3], [1, 2, 3]] == seen
