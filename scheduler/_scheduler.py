@@ -18,9 +18,10 @@ does not converge is deferred behind escalating backoff (x2 up to
 through `eligible_at` and one wake timer, on an injectable clock.
 
 Invariants (checked by `_check`)
-- `_dirty` is exactly the registered nodes whose status is not "clean";
-- every dirty live node is in `_candidates` (which may also hold stale entries,
-  dropped lazily): dormant invalid nodes cost nothing per settle.
+- every live registered node whose status is not "clean" is in `_candidates`
+  (which may also hold stale entries, dropped lazily): dormant invalid nodes
+  cost nothing per settle. (No table of all invalid nodes is kept: a dormant
+  never-ran computation, the usual state of most, would pay a dict entry.)
 - the graph's invariants hold (edges mirror, liveness equals the oracle).
 """
 
@@ -117,9 +118,8 @@ class Scheduler:
         self.graph = Graph(self.index)
         self.stats = Statistics()
         self._ordinals = itertools.count()
-        self._dirty: dict[Node, None] = {}
         self._candidates: dict[Node, None] = {}
-        """Dirty nodes that were live when last seen; `runnable()` scans only these."""
+        """Invalid nodes that were live when last seen; `runnable()` scans only these."""
         self._heap: list[tuple[int, int, Node]] = []
         self._in_heap: set[Node] = set()
         self._draining = False
@@ -141,7 +141,7 @@ class Scheduler:
         self._event_errors: list[CellweaveError] = []
 
     def __repr__(self) -> str:
-        return f"<Scheduler nodes={len(self.graph.nodes)} dirty={len(self._dirty)}>"
+        return f"<Scheduler nodes={len(self.graph.nodes)} dirty={self._invalid_count()}>"
 
     # ------------------------------------------------------------------ nodes
     def register(
@@ -193,7 +193,6 @@ class Scheduler:
             # Set after: while the read set is the declared one, `declared` adds no edge
             # and no `declared_only` entry, so the graph need not look at it now.
             node.declared = reads_now
-        self._dirty[node] = None
         if node.is_live:
             self._candidates[node] = None
         if self._draining and node.is_live:
@@ -205,7 +204,6 @@ class Scheduler:
         if not node.registered:
             return
         self.graph.remove(node)
-        self._dirty.pop(node, None)
         self._candidates.pop(node, None)
         siblings = node.parent._children if node.parent is not None else None
         if siblings is not None:
@@ -276,7 +274,6 @@ class Scheduler:
             # Debounce: each invalidation pushes the earliest run out again.
             gates.debounce_ready_at = self.clock.now() + gates.debounce
             node.update_gate()
-        self._dirty[node] = None
         # `is_live` and `_push`, inlined: every change a node reads comes through here.
         if node.live_refs > 0 or node.kind == "effect" or node.provisional or node.demand > 0:
             self._candidates[node] = None
@@ -288,7 +285,7 @@ class Scheduler:
                     self.stats.heap_pushes += 1
 
     def _on_live(self, node: Node) -> None:
-        if node in self._dirty:
+        if node.registered and node.status != "clean":
             self._candidates[node] = None
             if self._draining:
                 self._push(node)
@@ -458,7 +455,6 @@ class Scheduler:
 
     def _run(self, node: Node) -> None:
         node.status = "clean"  # before the run: foreign changes during it re-invalidate
-        self._dirty.pop(node, None)
         node.pass_runs += 1
         node.runs += 1
         gates = node._gates
@@ -923,13 +919,16 @@ class Scheduler:
             "runs": self.stats.runs,
             "nodes": len(nodes),
             "live": sum(1 for n in nodes if n.is_live),
-            "invalid": len(self._dirty),
+            "invalid": self._invalid_count(),
             "deferred": len(self.deferred()),
             "events_queued": len(self.events.queue),
             "comparisons": self.index.comparisons,
             "edge_visits": self.graph.edge_visits,
             "liveness_writes": self.graph.live_writes,
         }
+
+    def _invalid_count(self) -> int:
+        return sum(1 for n in self.graph.nodes if n.status != "clean")
 
     def close(self) -> None:
         self._closed = True
@@ -939,10 +938,9 @@ class Scheduler:
 
     def _check(self) -> None:
         self.events._check()
-        dirty = {n for n in self.graph.nodes if n.status != "clean"}
-        assert dirty == set(self._dirty), dirty ^ set(self._dirty)
-        live_dirty = {n for n in self._dirty if n.is_live}
+        live_dirty = {n for n in self.graph.nodes if n.status != "clean" and n.is_live}
         assert live_dirty <= set(self._candidates), live_dirty - set(self._candidates)
+        assert all(n.registered for n in self.graph.nodes)
         self.graph._check()
 
 
