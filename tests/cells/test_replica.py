@@ -680,3 +680,31 @@ def test_a_batch_commit_applied_on_a_state_the_replica_never_saw_takes_the_store
     w.pump()
     assert c.visible(DOC) == {"n": 5, "m": 2}
     assert w.store.read_durable(DOC) == {"n": 5, "m": 2}
+
+
+# --------------------------------------------------------------------------- memory
+
+
+def test_an_accepted_commit_leaves_one_copy_of_the_document(w: World) -> None:
+    # The replica used to keep its own copy of every written document next to the
+    # store's equal one (184 bytes for {"value": n}): with no layer left it adopts the
+    # store's value; while a later layer is pending it keeps its visible value.
+    w.put(DOC, {"value": 0})
+    with w.store.testing.hold_verdicts() as gate:
+        first = w.a.edit(ME)
+        first.write(DOC, (VALUE,), 1)
+        first.commit()
+        second = w.a.edit(ME)
+        second.write(DOC, (VALUE,), 2)
+        second.commit()
+        gate.accept(0)
+        w.pump()
+        rec = w.a._docs[DOC]
+        assert rec.confirmed is w.store._heads[DOC].value
+        assert {"value": 1} == rec.confirmed
+        assert {"value": 2} == rec.visible
+        w.check()
+        gate.accept(0)
+        w.pump()
+    assert rec.confirmed is rec.visible is w.store._heads[DOC].value
+    assert {"value": 2} == rec.visible
