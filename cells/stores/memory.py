@@ -50,7 +50,10 @@ class MemoryStore(StoreBase):
         super().__init__()
         self._seq = 0
         self._heads: dict[DocKey, DocState] = {}
-        self._ever: set[DocKey] = set()
+        self._claimed: set[DocKey] = set()
+        """Create-only keys of accepted commits that have no head (never written): with
+        the heads, every key that exists or existed. Not every written key: a set entry
+        costs about 65 bytes per document, and heads are never removed."""
         self._revisions: dict[DocKey, list[Revision]] = {}
         self._floors: dict[DocKey, int] = {}
         """Per document: the newest pruned revision's seq (reads older than it conflict)."""
@@ -61,7 +64,7 @@ class MemoryStore(StoreBase):
         # Bound once: validate_commit runs for every commit.
         self._revisions_since_fn = self._revisions_since
         self._resolution_fn = self._resolution
-        self._ever_written_fn = self._ever.__contains__
+        self._ever_written_fn = self._ever_written
 
     def __repr__(self) -> str:
         return f"<MemoryStore seq={self._seq} docs={len(self._heads)}>"
@@ -69,6 +72,9 @@ class MemoryStore(StoreBase):
     @property
     def seq(self) -> int:
         return self._seq
+
+    def _ever_written(self, key: DocKey) -> bool:
+        return key in self._heads or key in self._claimed
 
     def _read(self, key: DocKey) -> DocState:
         return self._heads.get(key, NO_STATE)
@@ -199,7 +205,6 @@ class MemoryStore(StoreBase):
             rpath = revision_path(current, path)
         self._seq = seq = self._seq + 1
         self._heads[key] = DocState(seq, value)
-        self._ever.add(key)
         paths = _ONE_PATH.get(rpath)
         if paths is None:
             paths = (rpath,)
@@ -266,13 +271,11 @@ class MemoryStore(StoreBase):
         # Only now: a refused commit must not use up a seq (seqs are gap-free).
         self._seq = seq = self._seq + 1
         session_id, local_seq = request.session_id, request.local_seq
-        ever = self._ever
         for key, value in docs.items():
             heads[key] = DocState(seq, value)
-            ever.add(key)
             self._add_revision(key, Revision(seq, session_id, local_seq, tuple(paths[key])))
         if request.create_only:
-            ever.update(request.create_only)
+            self._claimed.update(k for k in request.create_only if k not in heads)
         self._resolve(session_id, local_seq, seq)
         return Verdict(seq, docs, base_seqs=base_seqs)
 
@@ -303,7 +306,7 @@ class MemoryStore(StoreBase):
             assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs), f"revisions of {key}"
             assert self._heads[key].seq == seqs[-1], f"head of {key} is not its last revision"
             assert not seqs or seqs[0] > self._floors.get(key, 0), f"floor of {key}"
-            assert key in self._ever
+            assert self._ever_written(key)
 
 
 class _Resolved:

@@ -131,7 +131,7 @@ _SCHEMA: Final = (
         value TEXT,
         PRIMARY KEY ({_KEY_COLS})
     ) WITHOUT ROWID""",
-    # Create-only keys of accepted commits, written or not (MemoryStore's `_ever`).
+    # Create-only keys of accepted commits, written or not (MemoryStore: its heads and `_claimed`).
     f"""CREATE TABLE claimed (
         space TEXT NOT NULL, doc_id TEXT NOT NULL, scope TEXT NOT NULL,
         principal TEXT NOT NULL, session TEXT NOT NULL,
