@@ -313,6 +313,8 @@ class Scheduler:
                 out.append(n)
         for n in stale:
             del self._candidates[n]
+        if stale and not self._candidates:
+            self._candidates = {}  # a dict never shrinks: drop a burst's table
         return out
 
     def deferred(self) -> list[Node]:

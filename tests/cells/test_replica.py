@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -708,3 +709,19 @@ def test_an_accepted_commit_leaves_one_copy_of_the_document(w: World) -> None:
         w.pump()
     assert rec.confirmed is rec.visible is w.store._heads[DOC].value
     assert {"value": 2} == rec.visible
+
+
+def test_a_burst_of_commits_in_flight_leaves_no_big_table_once_answered(w: World) -> None:
+    # A dict never shrinks: the table of commits in flight grown by a burst stayed
+    # for the replica's life (37 bytes per commit of the largest burst).
+    empty = sys.getsizeof({})
+    pendings = []
+    for i in range(500):
+        tx = w.a.edit(ME)
+        tx.write(DocKey("sp", f"d{i}"), (VALUE,), i)
+        pendings.append(tx.commit())
+    assert 500 == w.a.in_flight()
+    w.pump()
+    assert all(p.result().ok for p in pendings)
+    assert 0 == w.a.in_flight()
+    assert empty == sys.getsizeof(w.a._in_flight)

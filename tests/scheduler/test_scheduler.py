@@ -1089,3 +1089,19 @@ def test_readers_of_one_document_share_one_read_set_until_one_reads_elsewhere(en
     a.set(3)
     env.sch.settle()
     assert [[1, 10, 11], [1, 2, 3], [1, 2, 3]] == seen
+
+
+def test_a_settle_of_many_nodes_leaves_no_big_candidate_table(env: Env) -> None:
+    # A dict never shrinks: the candidates of one big settle stayed as a table of
+    # that size for the scheduler's life (37 bytes per node at 2000).
+    src = env.source("src", 1)
+    seen: list[Any] = []
+    for i in range(300):
+        out = env.sp.cell(f"o{i}")
+        env.compute(out, [src], lambda v, i=i: v + i)
+        env.sch.sink(out, seen.append)
+    src.set(2)
+    env.sch.settle()
+    assert 600 == len(seen)
+    assert not env.sch.runnable()
+    assert sys.getsizeof({}) == sys.getsizeof(env.sch._candidates)
