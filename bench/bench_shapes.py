@@ -104,7 +104,7 @@ class _Weave:
         the node function, the declared outputs and reads (the "benchmark's own objects"
         row of `memory per node` measures exactly these)."""
         out = self._cell()
-        links = [c.link() for c in inputs]
+        links = tuple(c.link() for c in inputs)
         key = out.doc_key
 
         def run(tx: Transaction) -> None:
