@@ -191,8 +191,10 @@ class Scheduler:
             reads_now = lean_reads(compact_reads(declared))
             self.graph.set_reads(node, reads_now)  # (lean already: set_reads keeps it)
             # Set after: while the read set is the declared one, `declared` adds no edge
-            # and no `declared_only` entry, so the graph need not look at it now.
-            node.declared = reads_now
+            # and no `declared_only` entry, so the graph need not look at it now. The
+            # object `set_reads` kept (equal, maybe another reader's: shared), so the node
+            # holds one read set and key, not two, and `declared is reads` holds.
+            node.declared = node.reads
         if node.is_live:
             self._candidates[node] = None
         if self._draining and node.is_live:

@@ -1072,6 +1072,7 @@ def test_readers_of_one_document_share_one_read_set_until_one_reads_elsewhere(en
         for i, out in enumerate(outs)
     ]
     assert nodes[0].reads is nodes[1].reads is nodes[2].reads
+    assert all(n.declared is nodes[0].reads for n in nodes)  # one object, not two per node
     seen: list[list[Any]] = [[] for _ in outs]
     for out, got in zip(outs, seen, strict=True):
         env.sch.sink(out, got.append)
