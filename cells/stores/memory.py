@@ -54,7 +54,9 @@ class MemoryStore(StoreBase):
         """Create-only keys of accepted commits that have no head (never written): with
         the heads, every key that exists or existed. Not every written key: a set entry
         costs about 65 bytes per document, and heads are never removed."""
-        self._revisions: dict[DocKey, list[Revision]] = {}
+        self._revisions: dict[DocKey, Revision | list[Revision]] = {}
+        """Per document its newest revisions, oldest first: the `Revision` itself while it
+        has one (most documents are written once or rarely: a list costs 64 bytes more)."""
         self._floors: dict[DocKey, int] = {}
         """Per document: the newest pruned revision's seq (reads older than it conflict)."""
         self._resolutions: dict[str, _Resolved] = {}
@@ -81,12 +83,14 @@ class MemoryStore(StoreBase):
 
     def _revisions_since(self, key: DocKey, seq: int) -> Iterable[Revision]:
         revs = self._revisions.get(key)
-        if not revs:
+        if revs is None:
             return ()
         if seq < self._floors.get(key, 0):
             # The revisions after this basis were pruned: assume the worst (a write
             # at the document root). Over-approximating a conflict is allowed.
             return (Revision(self._floors[key], "", -1, ((),)),)
+        if not isinstance(revs, list):
+            return (revs,) if revs.seq > seq else ()
         i = len(revs)
         if revs[i - 1].seq <= seq:
             return ()  # nothing newer than the basis (the common case): no slice
@@ -172,15 +176,18 @@ class MemoryStore(StoreBase):
         revisions = self._revisions
         for claim in request.reads:
             revs = revisions.get(claim.key)
-            if not revs:
+            if revs is None:
                 continue
             basis = claim.basis_seq
-            i = len(revs) - 1
-            while i >= 0 and revs[i].seq > basis:
-                rev = revs[i]
-                if rev.session_id != session_id or rev.local_seq not in deps:
-                    return None
-                i -= 1
+            if isinstance(revs, list):
+                i = len(revs) - 1
+                while i >= 0 and revs[i].seq > basis:
+                    rev = revs[i]
+                    if rev.session_id != session_id or rev.local_seq not in deps:
+                        return None
+                    i -= 1
+            elif revs.seq > basis and (revs.session_id != session_id or revs.local_seq not in deps):
+                return None
             if basis < self._floors.get(claim.key, 0):
                 return None
         w = writes[0]
@@ -212,10 +219,10 @@ class MemoryStore(StoreBase):
                 _ONE_PATH[rpath] = paths
         revision = Revision(seq, session_id, request.local_seq, paths)
         revs = revisions.get(key)
-        if revs is None or len(revs) >= 2 * REVISIONS_KEPT:
-            self._add_revision(key, revision)
-        else:
+        if isinstance(revs, list) and len(revs) < 2 * REVISIONS_KEPT:
             revs.append(revision)
+        else:
+            self._add_revision(key, revision)
         local_seq = request.local_seq
         if resolutions is not None and local_seq == resolutions.low + 1 and not resolutions.above:
             resolutions.low = local_seq  # `_Resolved.add` for the usual next commit
@@ -288,7 +295,10 @@ class MemoryStore(StoreBase):
     def _add_revision(self, key: DocKey, revision: Revision) -> None:
         revs = self._revisions.get(key)
         if revs is None:
-            self._revisions[key] = [revision]
+            self._revisions[key] = revision
+            return
+        if not isinstance(revs, list):
+            self._revisions[key] = [revs, revision]
             return
         revs.append(revision)
         if len(revs) > 2 * REVISIONS_KEPT:
@@ -302,7 +312,8 @@ class MemoryStore(StoreBase):
             assert all(s > resolved.low for s in resolved.above), session_id
             assert all(resolved.resolved(s) for s in resolved.rejected), session_id
         for key, revs in self._revisions.items():
-            seqs = [r.seq for r in revs]
+            assert not isinstance(revs, list) or len(revs) > 1, f"a one-revision list of {key}"
+            seqs = [r.seq for r in revs] if isinstance(revs, list) else [revs.seq]
             assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs), f"revisions of {key}"
             assert self._heads[key].seq == seqs[-1], f"head of {key} is not its last revision"
             assert not seqs or seqs[0] > self._floors.get(key, 0), f"floor of {key}"

@@ -352,6 +352,36 @@ def test_history_is_bounded_and_a_basis_older_than_it_conflicts(w: World) -> Non
     assert isinstance(result.result().error, ConflictError)
 
 
+@pytest.mark.parametrize("writes_before", [0, 1, 2, 5])
+def test_a_stale_basis_conflicts_only_on_overlapping_paths_however_history_is_kept(
+    w: World, writes_before: int
+) -> None:
+    # A document's history is its one Revision while it has one, then a list of
+    # them: either way `b`'s reads taken before `a`'s newer write conflict
+    # exactly when that write overlaps them, on the one-write fast path (`stale_n`)
+    # and on the general one (`stale_m` writes two documents).
+    for i in range(writes_before):
+        w.write(w.a, DOC, ("n",), i)
+    w.pump()
+    stale_n, stale_m = w.b.edit(ME), w.b.edit(ME)
+    stale_n.read(DOC, ("n",))
+    stale_m.read(DOC, ("m",))
+    stale_n.write(OTHER, ("x",), 1)
+    stale_m.write(OTHER, ("y",), 1)
+    stale_m.write(DocKey("sp", "third"), ("z",), 1)
+    w.write(w.a, DOC, ("n",), 100)  # newer than both bases
+    w.a.pump()  # (`b` has not heard of it yet: the store, not `b`, must find the conflict)
+    n_result, m_result = stale_n.commit(), stale_m.commit()
+    w.pump()
+    assert Outcome.STALE_BASIS == n_result.result().outcome
+    # The first write to a document creates it (a write at its root): it overlaps every read.
+    assert (writes_before > 0) == m_result.result().ok
+    newest = list(w.store._revisions_since(DOC, writes_before))  # since `b`'s basis
+    assert [writes_before + 1] == [r.seq for r in newest]
+    assert [(("n",),) if writes_before else ((),)] == [r.paths for r in newest]
+    assert writes_before + 1 == len(w.store._revisions_since(DOC, 0))
+
+
 def test_two_sessions_creating_different_fields_of_a_new_document_keep_both(w: World) -> None:
     # Reported by the conformance work: the replica lifted a write that created a
     # level to that level, so the later blind create replaced the whole document.
