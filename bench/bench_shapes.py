@@ -25,7 +25,9 @@ sample, so a wrong answer fails the run instead of looking fast.
                         tracemalloc on, so slower than an untraced build). Rows: dormant,
                         live after one run, live after 10 more updates; and the
                         benchmark's own per-node objects alone (the runtime's part of a
-                        row is that row minus this one).
+                        row is that row minus this one); then the same computations
+                        written with ``Scheduler.derive`` (its own objects: the output
+                        cell and the user's function), dormant and live.
 
 Counted work: ``runs`` (node function calls and effect runs; nominal for reaktiv,
 whose calls are not instrumented), ``effects`` (effect runs that saw a change;
@@ -1292,6 +1294,61 @@ def _memory_cellweave(live: bool, updates: int = 0) -> Run:
         return outs
 
     return lambda: _traced(build)
+
+
+def _memory_derive(live: bool) -> Run:
+    """The same 2000 computations written with `Scheduler.derive` (the node function
+    is one small object instead of a closure over links and output key)."""
+    w = _Weave()
+    src = w.source(0)
+    w.sch.settle()
+
+    def build() -> object:
+        outs: list[Cell] = []
+        for i in range(MEMORY_NODES):
+            out = w._cell()
+            w.sch.derive(out, [src], lambda v, i=i: v + i)
+            outs.append(out)
+        if live:
+            for node in list(w.sch.graph.nodes):
+                w.sch.demand(node)
+            w.sch.settle()
+            w.sch.replica.pump()
+            assert w.sch.stats.runs_computation == MEMORY_NODES
+            assert [c.get() for c in outs[:3]] == [0, 1, 2]
+        else:
+            assert w.sch.stats.runs == 0
+        return outs
+
+    return lambda: _traced(build)
+
+
+@bench(group="memory per node", name="derive: the benchmark's own objects", ops=1)
+def memory_derive_own_objects() -> Run:
+    """What a `derive` row builds per node besides the runtime's part: the output cell
+    and the user's function, kept alive, nothing registered."""
+    w = _Weave()
+    w.sch.settle()
+
+    def build() -> object:
+        outs: list[Cell] = []
+        held: list[object] = []  # 8 bytes per node: a stand-in for the node's reference
+        for i in range(MEMORY_NODES):
+            outs.append(w._cell())
+            held.append(lambda v, i=i: v + i)
+        return outs, held
+
+    return lambda: _traced(build)
+
+
+@bench(group="memory per node", name="cellweave derive (dormant)", ops=1)
+def memory_derive_dormant() -> Run:
+    return _memory_derive(live=False)
+
+
+@bench(group="memory per node", name="cellweave derive (live, ran once)", ops=1)
+def memory_derive_live() -> Run:
+    return _memory_derive(live=True)
 
 
 @bench(group="memory per node", name="cellweave: the benchmark's own objects", ops=1)

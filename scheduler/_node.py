@@ -144,7 +144,9 @@ class Node:
     _children: dict[Node, None] | None = None
 
     def __repr__(self) -> str:
-        return f"<Node {self.kind} {self.label!r} #{self.ordinal} {self.status}>"
+        outputs = self.outputs
+        writes = f" -> {outputs[0][0]}" if outputs else ""  # which node, when labels repeat
+        return f"<Node {self.kind} {self.label!r} #{self.ordinal}{writes} {self.status}>"
 
     def gates(self) -> Gates:
         """The gate record, made on first use."""
