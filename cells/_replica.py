@@ -151,6 +151,29 @@ def _compact(paths: Iterable[Path]) -> list[Path]:
     return out
 
 
+def _adopt_oldest_layer(
+    rec: DocRecord, layers: collections.deque[Layer] | tuple[Layer, ...], value: Value, seq: int
+) -> None:
+    """The store applied exactly `rec`'s oldest pending layer on exactly its confirmed
+    state (verdicts arrive in order), giving `value` at `seq`: that layer folded over
+    confirmed, so the visible value (the rest folded on top) does not move. Adopt it
+    without re-folding or comparing documents, which would cost O(document x layers)
+    per verdict. With no layer left the store's value equals the visible one: keep
+    only one of the two (values are never changed in place) instead of a copy of
+    every written document on each side (184 bytes for a one-field document)."""
+    if isinstance(layers, tuple):
+        layers = rec.layers = layers[1:]
+    else:
+        layers.popleft()
+        if not layers:
+            rec.layers = ()
+    rec.confirmed = value
+    if not layers:
+        rec.visible = value
+    rec.confirmed_seq = seq
+    rec.loaded = True
+
+
 class Replica:
     """A runtime's replica of a store. Create one per runtime (session)."""
 
@@ -633,22 +656,7 @@ class Replica:
         if not (layers and layers[0].seq == local_seq and base_seq == rec.confirmed_seq):
             self._apply_verdict(tx, request, Verdict(seq, {key: value}, base_seqs={key: base_seq}))
             return
-        # `_apply_verdict`'s adoption of the oldest layer (see there), for one document.
-        if isinstance(layers, tuple):
-            layers = rec.layers = layers[1:]
-        else:
-            layers.popleft()
-            if not layers:
-                rec.layers = ()
-        if layers:
-            rec.confirmed = value
-        else:
-            # The store's value equals the visible one: keep only one of the two (values
-            # are never changed in place), instead of a copy of every written document
-            # on each side (184 bytes for a one-field document).
-            rec.confirmed = rec.visible = value
-        rec.confirmed_seq = seq
-        rec.loaded = True
+        _adopt_oldest_layer(rec, layers, value, seq)
         self.stats.accepted += 1
         tx._settle(CommitResult(Outcome.OK, None, seq))
 
@@ -671,22 +679,7 @@ class Replica:
                 and layers[0].seq == request.local_seq
                 and verdict.base_seqs.get(key, -1) == rec.confirmed_seq
             ):
-                # The store applied exactly our oldest layer on exactly our confirmed
-                # state (verdicts arrive in order): its result is that layer folded
-                # over confirmed, so the visible value (the rest folded on top) does
-                # not move. Adopt it without re-folding or comparing documents, which
-                # would cost O(document x layers) per verdict.
-                if isinstance(layers, tuple):
-                    layers = rec.layers = layers[1:]
-                else:
-                    layers.popleft()
-                    if not layers:
-                        rec.layers = ()
-                rec.confirmed = verdict.docs[key]
-                if not layers:
-                    rec.visible = rec.confirmed  # equal: keep one copy (see `on_accepted`)
-                rec.confirmed_seq = seq
-                rec.loaded = True
+                _adopt_oldest_layer(rec, layers, verdict.docs[key], seq)
                 continue
             kept = [lay for lay in layers if lay.seq != request.local_seq]
             rec.layers = collections.deque(kept) if kept else ()
