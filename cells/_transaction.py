@@ -284,6 +284,10 @@ class Transaction:
             set_path(td.working, path, v, where=where)
             raise
         td.working = working
+        self._wrote(td, path)
+
+    def _wrote(self, td: TxDoc, path: Path) -> None:
+        """Record a staged write of `path` (in order) and forget remembered reads."""
         self._values = None  # a value read before may have changed
         written = td.written
         if written is None:
@@ -352,14 +356,7 @@ class Transaction:
         except InvalidValueError:
             set_path(td.working, path, new, where=f"splice of {key} at {list(path)}")
             raise
-        self._values = None  # a value read before may have changed
-        written = td.written
-        if written is None:
-            td.written = (path,)
-        elif isinstance(written, tuple):
-            td.written = [*written, path]
-        else:
-            written.append(path)
+        self._wrote(td, path)
 
     def delete(self, key: DocKey, path: Path = ()) -> None:
         self.write(key, path, MISSING)
