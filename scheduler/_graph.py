@@ -36,11 +36,14 @@ changes cost O(affected region), never O(graph) unless the region is the graph.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 from cells import DocKey, Path
 
 from ._node import Node, ReadSet, lean_reads
 from ._readers import ReaderIndex
+
+_K = TypeVar("_K", Node, DocKey)
 
 
 def overlaps(write: Path, read: Path) -> bool:
@@ -148,11 +151,7 @@ class Graph:
             for w in writers:
                 self.withdraw(w)
         for key in node.declared or ():
-            entry = self.declared_only.get(key)
-            if entry is not None:
-                entry.discard(node)
-                if not entry:
-                    del self.declared_only[key]
+            self._unlink_half(self.declared_only, key, node)
         self.index.remove(node)
         del self.nodes[node]
         node.live_refs = 0
@@ -216,11 +215,7 @@ class Graph:
         for key in node.declared:
             was, now = key not in old, key not in new
             if was and not now:
-                entry = table.get(key)
-                if entry is not None:
-                    entry.discard(node)
-                    if not entry:
-                        del table[key]
+                self._unlink_half(table, key, node)
             elif now and not was:
                 table.setdefault(key, set()).add(node)
 
@@ -238,7 +233,8 @@ class Graph:
         self.writers.setdefault(reader, set()).add(writer)
 
     @staticmethod
-    def _unlink_half(table: dict[Node, set[Node]], owner: Node, other: Node) -> None:
+    def _unlink_half(table: dict[_K, set[Node]], owner: _K, other: Node) -> None:
+        """Drop `other` from `table[owner]`, and the entry once it is empty."""
         edges = table.get(owner)
         if edges is not None:
             edges.discard(other)
