@@ -226,8 +226,9 @@ class Scheduler:
         if seconds < 0:
             raise ValueError(f"set_throttle({node!r}): seconds must be >= 0, got {seconds}")
         node.throttle = float(seconds)
-        if not seconds:
-            node.throttle_ready_at = 0.0
+        # The window counts from the last run, also one made before the throttle was
+        # set: two runs 0.1 s apart under a 1 s throttle would otherwise both go.
+        node.throttle_ready_at = node.last_run + seconds if seconds and node.runs else 0.0
         node.update_gate()
 
     def demand(self, node: Node) -> Callable[[], None]:
@@ -462,9 +463,10 @@ class Scheduler:
         node.status = "clean"  # before the run: foreign changes during it re-invalidate
         node.pass_runs += 1
         node.runs += 1
+        node.last_run = now = self.clock.now()
         gates = node._gates
         if gates is not None and gates.throttle:
-            gates.throttle_ready_at = self.clock.now() + gates.throttle
+            gates.throttle_ready_at = now + gates.throttle
             node.update_gate()
         stats = self.stats
         if node.kind == "effect":

@@ -78,3 +78,34 @@ def test_gate_settings_reject_negative_seconds() -> None:
         sch.set_debounce(node, -1)
     with pytest.raises(ValueError, match="seconds must be >= 0"):
         sch.set_throttle(node, -0.5)
+
+
+def test_throttle_window_counts_from_a_run_made_before_it_was_set() -> None:
+    # Two runs 0.1 s apart under a 1 s throttle: the second waits for the window that the
+    # first run (made before the throttle was set) opened.
+    sp, clock = Space(cells.MemoryStore(), "x"), ManualClock()
+    sch = Scheduler(sp.replica, clock=clock)
+    src, out, node = _doubler(sp, sch)
+    seen: list[Any] = []
+    sch.sink(out, seen.append)  # run at t=0, no throttle yet
+    sch.set_throttle(node, 1.0)
+    clock.advance(0.1)
+    src.set(1)
+    sch.settle()
+    assert [0] == seen
+    assert sch.deferred() == [node]
+    clock.advance(0.9)
+    sch.settle()
+    assert [0, 2] == seen
+    assert 2 == node.runs
+    sch._check()
+
+
+def test_throttle_set_on_a_node_that_never_ran_does_not_hold_its_first_run() -> None:
+    sp, clock = Space(cells.MemoryStore(), "x"), ManualClock(start=5.0)
+    sch = Scheduler(sp.replica, clock=clock)
+    _src, out, node = _doubler(sp, sch)
+    sch.set_throttle(node, 1.0)
+    seen: list[Any] = []
+    sch.sink(out, seen.append)
+    assert [0] == seen
