@@ -38,6 +38,11 @@ class CellHost(Protocol):
 
     def observe(self, cell: Cell) -> Any: ...
 
+    def resolve(self, tx: Transaction, link: Link) -> Link:
+        """Where `Cell.resolve()` ends: `resolve(tx, link)`, or a host's own end points
+        (a runtime stops at a pattern run's result)."""
+        ...
+
 
 class Cell:
     """A place in a document, seen by one identity. Made by a `Space` or a `Runtime`."""
@@ -134,7 +139,11 @@ class Cell:
         return thaw(read_value(tx, self._link))
 
     def resolve(self) -> Cell:
-        """Follow links to the cell they end at."""
+        """Follow links to the cell they end at (a host may end earlier: a runtime's
+        cell stops at a pattern run's result, see `CellHost.resolve`)."""
+        host = self._host
+        if host is not None:
+            return self._derive(host.resolve(self._reader(), self._link))
         return self._derive(resolve(self._reader(), self._link))
 
     # -- writes

@@ -16,6 +16,11 @@ address, so a re-run, a second runtime and a restart find the same documents:
 - the pattern document (the traced graph as JSON, shared by every run of the
   pattern): `entity_id({"pattern": identity})` at scope "space".
 
+A run's result is an end of resolution (`resolve_to_result`): the link a result
+holds as its whole value (a pattern that returns one computed cell) is its
+projection, not a place to go on to, so `cell.resolve()` of a runtime's cell names
+the result and `rt.start`/`rt.open_page` of it start that run.
+
 Derivations are cached (an id is a SHA-256 of canonical bytes, about 9 µs,
 and setup, start and the pre-sync ask for the same ones many times).
 
@@ -28,7 +33,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Final
 
-from cells import Link, entity_id
+from cells import MAX_HOPS, MISSING, Link, LinkCycleError, Transaction, entity_id, resolve
 
 from ._builder import Binding
 
@@ -101,3 +106,27 @@ def links_in(tree: Any) -> list[Link]:
         elif t is list:
             stack.extend(reversed(node))
     return out
+
+
+def resolve_to_result(tx: Transaction, link: Link) -> Link:
+    """The place `link` ends at after following links, stopping at a run's result.
+
+    Links along the path are followed as `cells.resolve` follows them, except
+    the link a document that runs a pattern holds as its whole value (its result
+    projection, when the pattern returns one computed cell or argument): that
+    document is the end. O(hops · path length); a cycle or more than `MAX_HOPS`
+    hops raises `LinkCycleError`.
+    """
+    current = link
+    identity = tx.identity
+    for _ in range(MAX_HOPS + 1):
+        place = resolve(tx, current, follow_last=False)
+        key = place.key(identity)
+        held = tx.peek(key, (VALUE, *place.path))
+        if type(held) is not Link:
+            return place
+        if not place.path and tx.peek(key, (PATTERN,)) is not MISSING:
+            return place  # a run's result: its projection link is not followed
+        tx.read(key, (VALUE, *place.path), shallow=True)
+        current = Link(held.space, held.id, held.scope, held.path)
+    raise LinkCycleError(f"following {link} took more than {MAX_HOPS} hops", chain=(str(link),))

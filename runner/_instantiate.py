@@ -273,7 +273,7 @@ def _handler(
         # a handler writes the user's cell, not over the link the argument holds.
         kwargs = {
             name: (
-                Cell(rt.replica, tx.identity, tree, tx=tx, host=rt._host).resolve()
+                Cell(rt.replica, tx.identity, resolve(tx, tree), tx=tx, host=rt._host)
                 if type(tree) is Link
                 else materialize(tx, tree)
             )

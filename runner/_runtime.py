@@ -68,6 +68,11 @@ class _Host:
     def observe(self, cell: Cell) -> Any:
         return self.scheduler.observe(cell)
 
+    def resolve(self, tx: Transaction, link: Link) -> Link:
+        # A run's result is an end: `result.key("out", i).resolve()` names element i's
+        # result even when its op returns one computed cell (its whole value is a link).
+        return docs.resolve_to_result(tx, link)
+
 
 def _check_name(value: object, what: str) -> str:
     if not isinstance(value, str) or not value:
