@@ -503,25 +503,33 @@ def handler(fn: Callable[..., Any]) -> Handler:
 class Navigate:
     """`navigate_to(target)` returned from a handler: open `target` as a page after commit."""
 
-    __slots__ = ("target",)
+    __slots__ = ("follow", "target")
 
-    def __init__(self, target: Any) -> None:
+    def __init__(self, target: Any, follow: bool = False) -> None:
         self.target = target
+        self.follow = follow
 
     def __repr__(self) -> str:
-        return f"navigate_to({self.target!r})"
+        tail = ", follow=True" if self.follow else ""
+        return f"navigate_to({self.target!r}{tail})"
 
 
-def navigate_to(target: Any) -> Any:
+def navigate_to(target: Any, *, follow: bool = False) -> Any:
     """Open `target` as a page of the acting principal, after the transaction commits.
 
     Inside a pattern body it records a node (and returns a ref to its status);
     returned from a handler it asks the runtime to navigate once the handling commits.
+    A target that leads to a result through a link (a list slot, `cards.key(i)`) pins
+    the page to the result the slot holds when the page opens; `follow=True` makes the
+    page follow the slot instead (see `Runtime.open_page`).
     """
     trace = _current.get()
     if trace is None:
-        return Navigate(target)
-    inputs = {"target": _bind(target, trace, f"navigate_to in pattern {trace.pattern.identity}")}
+        return Navigate(target, follow)
+    where = f"navigate_to in pattern {trace.pattern.identity}"
+    inputs: dict[str, Any] = {"target": _bind(target, trace, where)}
+    if follow:
+        inputs["follow"] = True
     return trace.add("navigate", "", inputs)
 
 

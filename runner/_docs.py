@@ -130,3 +130,37 @@ def resolve_to_result(tx: Transaction, link: Link) -> Link:
         tx.read(key, (VALUE, *place.path), shallow=True)
         current = Link(held.space, held.id, held.scope, held.path)
     raise LinkCycleError(f"following {link} took more than {MAX_HOPS} hops", chain=(str(link),))
+
+
+def run_target(tx: Transaction, link: Link) -> tuple[Link | None, bool]:
+    """The result a start of `link` reaches, as the local replica sees it now: the first
+    document on the way that runs a pattern (links along the path followed, as the start
+    cascade follows them), or None if the way is not known locally (not loaded, absent);
+    and whether the first link on the way sat in a list (a slot, like `notes.key(i)`)."""
+    current = link
+    identity = tx.identity
+    slot: bool | None = None
+    for _ in range(MAX_HOPS + 1):
+        key = root(current).key(identity)
+        if tx.peek(key, (PATTERN,)) is not MISSING:
+            return root(current), bool(slot)
+        node = tx.peek(key, (VALUE,))
+        path = current.path
+        at = 0
+        in_list = False
+        while type(node) is not Link:
+            if at == len(path):
+                return None, False
+            elem = path[at]
+            in_list = type(node) is list
+            if type(node) is dict and type(elem) is str:
+                node = node.get(elem, MISSING)
+            elif in_list and type(elem) is int and elem < len(node):
+                node = node[elem]
+            else:
+                return None, False
+            at += 1
+        if slot is None:
+            slot = in_list
+        current = Link(node.space, node.id, node.scope, node.path + path[at:])
+    return None, False

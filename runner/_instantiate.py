@@ -318,7 +318,9 @@ def _handler_result(
             runner.scheduler.lineage.record_stop(tx, stop_own)
             reg.group.add(stop_own)
         elif isinstance(item, Navigate):
-            _navigate_after_commit(runner, reg, tx, item.target, label, stream, ev, chain)
+            _navigate_after_commit(
+                runner, reg, tx, item.target, label, stream, ev, chain, item.follow
+            )
 
 
 def _walk(value: Any) -> list[Any]:
@@ -341,6 +343,7 @@ def _navigate_after_commit(
     stream: Link,
     ev: QueuedEvent,
     chain: tuple[DocKey, ...],
+    follow: bool = False,
 ) -> None:
     if isinstance(target, PatternInstance):
         # navigate_to(Child(...)): the child is set up now and starts only if the
@@ -366,7 +369,7 @@ def _navigate_after_commit(
             return
         runner.pending.settle(pending)
         if res.ok:
-            runner.rt._open_page(link, identity, via=label)
+            runner.rt._open_page(link, identity, via=label, follow=follow)
 
     tx.add_settle_callback(settled)
 
@@ -388,6 +391,7 @@ def _navigate(
         raise PatternError(f"{_label(pattern, spec)}: navigate_to needs a reference, got {bound!r}")
     out_key = docs.internal_link(result, spec.index).key(identity)
     label = _label(pattern, spec)
+    follow = spec.inputs.get("follow") is True
     navigated: set[str] = set()
 
     def run(tx: Transaction) -> None:
@@ -403,7 +407,7 @@ def _navigate(
             if res.ok:
                 if reg.ended:
                     return
-                runner.rt._open_page(bound, identity, via=label)
+                runner.rt._open_page(bound, identity, via=label, follow=follow)
             else:
                 navigated.discard(page)  # a rejected commit: a later run navigates
 

@@ -10,11 +10,15 @@ work: a restart never resumes a stopped page. `resume()` starts every page
 recorded open, each on its own, so one page that can no longer start does
 not keep the others from resuming.
 
-A record names the link it was opened with (it may be a slot holding a link
-to the result, like a map container's element); the result it ends at is
-learned when the start claims it. Pages belong to the principal who opened
-them: stopping, listing or inspecting another principal's pages raises
-`OwnershipError`.
+A record names the result the page runs. A page opened through a list slot
+that holds a link to a result (a map container's slot `cards.key(i)`) is *pinned*:
+the record names the result the slot leads to at that moment, so removing or
+reordering elements never turns the page into another element's, before or
+after a restart. `follow=True` records the slot itself instead: the page then
+runs whatever the slot holds when it starts (and again at each resume). The
+result a record ends at is learned when the start claims it. Pages belong to
+the principal who opened them: stopping, listing or inspecting another
+principal's pages raises `OwnershipError`.
 
 Two principals may each open the same shared (space-scoped) result as a page:
 each has a record; a stop closes the stopping principal's pages on it (one opened
@@ -115,6 +119,13 @@ class Pages:
         pid = docs.page_id(cell.link())
         own = self.by_pid.get((principal, pid))
         key = self.rt.key(cell)
+        if own is None:
+            # A page opened through a slot is pinned: find it by the result the slot
+            # leads to now.
+            pinned = self.pin(cell.link(), identity)
+            if pinned is not None:
+                own = self.by_pid.get((principal, docs.page_id(pinned)))
+                key = pinned.key(identity)
         holders = self.by_key.get(key, {})
         if own is None:
             own = holders.get(principal)
@@ -146,10 +157,26 @@ class Pages:
                     del self.by_key[rec.key]
 
     # ------------------------------------------------------------------ open
-    def open(self, link: Link, identity: Identity, *, via: str) -> Pending[bool]:
+    def pin(self, link: Link, identity: Identity) -> Link | None:
+        """The result a list slot `link` leads to (the element it holds), as the replica
+        sees it now; None if `link` does not go through a link held in a list, or the
+        way there is not loaded. O(hops)."""
+        tx = self.rt.replica.edit(identity)
+        try:
+            target, slot = docs.run_target(tx, link)
+        finally:
+            tx.abort("page pin probe")
+        return target if slot else None
+
+    def open(
+        self, link: Link, identity: Identity, *, via: str, follow: bool = False
+    ) -> Pending[bool]:
         """Record `link` as an open page of `identity`'s principal; once that is durable,
-        start it. Resolves True once it runs with a lifetime of its own."""
+        start it. Resolves True once it runs with a lifetime of its own. Unless
+        `follow`, a link that leads to a result through a slot is pinned to that result."""
         rt = self.rt
+        if not follow:
+            link = self.pin(link, identity) or link
         pid = docs.page_id(link)
         rec = self.by_pid.get((identity.principal, pid))
         if rec is None or rec.stopped:

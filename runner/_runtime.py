@@ -123,10 +123,10 @@ class Session:
     def pages(self) -> list[Cell]:
         return self.runtime._pages(self.identity, self.identity.principal)
 
-    def open_page(self, cell: Cell) -> asyncio.Future[bool]:
+    def open_page(self, cell: Cell, *, follow: bool = False) -> asyncio.Future[bool]:
         if cell.identity != self.identity:
             cell = Cell(self.runtime.replica, self.identity, cell.link(), host=self.runtime._host)
-        return self.runtime.open_page(cell)
+        return self.runtime.open_page(cell, follow=follow)
 
     async def resume(self) -> list[Cell]:
         return await self.runtime._resume(self.identity)
@@ -444,15 +444,22 @@ class Runtime:
         self._send(self.identity, stream, event, event_id)
 
     # -- pages
-    def _open_page(self, target: Link, identity: Identity, *, via: str) -> Pending[bool]:
+    def _open_page(
+        self, target: Link, identity: Identity, *, via: str, follow: bool = False
+    ) -> Pending[bool]:
         """Record `target` as an open page of `identity`'s principal, then start it."""
-        return self._pages_book.open(target, identity, via=via)
+        return self._pages_book.open(target, identity, via=via, follow=follow)
 
-    def open_page(self, cell: Cell) -> asyncio.Future[bool]:
+    def open_page(self, cell: Cell, *, follow: bool = False) -> asyncio.Future[bool]:
         """Open the result `cell` names as a page of the cell's principal: recorded
         durably first, then started (it gets an independent lifetime). Resolves True
         once it runs; if the record does not become durable it fails, and if the start
-        fails or is superseded the record is withdrawn."""
+        fails or is superseded the record is withdrawn.
+
+        A cell that leads to a result through a link (a list slot, `notes.key(i)`)
+        pins the page to the result the slot holds now; with `follow=True` the page
+        follows the slot instead (it runs what the slot holds when it starts, and
+        again at each resume)."""
         self._require_open()
         if not isinstance(cell, Cell):
             raise PatternError(f"rt.open_page: expected a Cell, got {cell!r}")
@@ -463,7 +470,9 @@ class Runtime:
                 f"rt.open_page({cell!r}) needs a running event loop: call it from async code"
             ) from None
         self.replica.mailbox.attach(loop)
-        return _future(loop, self._open_page(cell.link(), cell.identity, via="open_page"))
+        return _future(
+            loop, self._open_page(cell.link(), cell.identity, via="open_page", follow=follow)
+        )
 
     def _pages(self, identity: Identity, principal: str | None) -> list[Cell]:
         self._require_open()

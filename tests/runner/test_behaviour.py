@@ -9,11 +9,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from pattern_defs import Mapped
+from pattern_defs import Double, Mapped
 from support import arun, run_list
 
-from runner import Runtime
+from runner import Runtime, handler, navigate_to, pattern
 from runner import _docs as docs
+
+
+@handler
+def open_slot(event, cards):  # type: ignore[no-untyped-def]
+    return navigate_to(cards.key(event["i"]), follow=event.get("follow", False))
+
+
+@pattern
+def SlotBoard(items):  # type: ignore[no-untyped-def]
+    cards = items.map(Double)
+    return {"out": cards, "open": open_slot(cards=cards)}
+
 
 # --------------------------------------------------------------------------- item 1
 
@@ -33,5 +45,107 @@ def test_map_element_resolve_names_the_element_result_when_its_op_returns_a_bare
             assert rt.key(element) in rt.lifetimes()
             assert await rt.open_page(element) is True
             assert [element] == rt.pages()
+
+    arun(main)
+
+
+# --------------------------------------------------------------------------- item 11
+
+
+async def _linked_map(rt: Runtime) -> tuple[Any, Any, list[Any]]:
+    """`Mapped` over a list of links to cells A, B, C (elements keyed by their target)."""
+    cells = [rt.get_cell(f"v-{n}") for n in "ABC"]
+    tx = rt.edit()
+    for c, v in zip(cells, (1, 2, 3), strict=True):
+        c.with_tx(tx).set(v)
+    assert (await tx.commit()).ok
+    items, res = await run_list(rt, Mapped, [c.link() for c in cells], name="pinned")
+    assert [2, 4, 6] == await res.key("out").pull()
+    return items, res, cells
+
+
+def test_open_page_through_a_list_slot_pins_the_element_it_holds_also_after_a_restart(
+    tmp_path: Any,
+) -> None:
+    from cells import SQLiteStore
+
+    path = tmp_path / "pin.db"
+
+    async def first() -> str:
+        async with Runtime(SQLiteStore(path)) as rt:
+            items, res, cells = await _linked_map(rt)
+            slot = res.key("out").resolve().key(1)  # the container's slot 1: B's element
+            element = slot.resolve()
+            assert await rt.open_page(slot) is True
+            assert [element] == rt.pages()
+            await items.set([cells[0].link(), cells[2].link()])  # B leaves the list
+            assert [2, 6] == await res.key("out").pull()
+            assert 6 == slot.get()  # the slot holds C's element now ...
+            (page,) = rt.pages()
+            assert page == element  # ... and the page is still B's
+            assert 4 == await page.pull()
+            return element.id
+
+    async def second(pinned: str) -> None:
+        async with Runtime(SQLiteStore(path)) as rt:
+            (resumed,) = await rt.resume()
+            assert pinned == resumed.id
+            assert 4 == await resumed.pull()
+
+    arun(lambda: second(arun(first)))
+
+
+def test_open_page_with_follow_runs_what_the_slot_holds() -> None:
+    async def main() -> None:
+        async with Runtime() as rt:
+            items, res, cells = await _linked_map(rt)
+            slot = res.key("out").resolve().key(1)
+            assert await rt.open_page(slot, follow=True) is True
+            assert [slot] == rt.pages()
+            await items.set([cells[0].link(), cells[2].link()])
+            await rt.idle()
+            assert [slot] == rt.pages()
+            assert 6 == await rt.pages()[0].pull()  # the slot's element now: C's
+            rt.stop(slot)
+            assert [] == rt.pages()
+
+    arun(main)
+
+
+def test_stopping_a_pinned_page_through_its_slot_closes_it() -> None:
+    async def main() -> None:
+        async with Runtime() as rt:
+            _items, res, _cells = await _linked_map(rt)
+            slot = res.key("out").resolve().key(0)
+            element = slot.resolve()
+            assert await rt.open_page(slot) is True
+            rt.stop(slot)
+            assert [] == rt.pages()
+            assert rt.key(element) not in rt.lifetimes()
+
+    arun(main)
+
+
+def test_navigate_to_a_list_slot_pins_the_element_and_follow_keeps_the_slot() -> None:
+    async def main() -> None:
+        async with Runtime() as rt:
+            cells = [rt.get_cell(f"w-{n}") for n in "ABC"]
+            tx = rt.edit()
+            for c, v in zip(cells, (1, 2, 3), strict=True):
+                c.with_tx(tx).set(v)
+            assert (await tx.commit()).ok
+            items, res = await run_list(rt, SlotBoard, [c.link() for c in cells], name="nav")
+            assert [2, 4, 6] == await res.key("out").pull()
+            b_element = res.key("out", 1).resolve()
+            rt.send(res.key("open"), {"i": 1})
+            rt.send(res.key("open"), {"i": 1, "follow": True})
+            await rt.idle()
+            slot = res.key("out").resolve().key(1)
+            assert {b_element, slot} == set(rt.pages())
+            await items.set([cells[0].link(), cells[2].link()])
+            await rt.idle()
+            values = {str(page.link()): await page.pull() for page in rt.pages()}
+            # The pinned page still runs B's element; the followed slot 1 holds C's now.
+            assert {str(b_element.link()): 4, str(slot.link()): 6} == values
 
     arun(main)
