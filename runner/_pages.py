@@ -20,6 +20,12 @@ result a record ends at is learned when the start claims it. Pages belong to
 the principal who opened them: stopping, listing or inspecting another
 principal's pages raises `OwnershipError`.
 
+An open page is demand, like a sink: while it is open (claimed, until it is
+stopped or withdrawn) an effect reads its whole value, links followed, so
+every field, nested child and list row of it is computed and kept current
+even when nothing else reads it. The cost is that of a sink on the page: the
+effect re-reads the page's value (O(its size)) after each change inside it.
+
 Two principals may each open the same shared (space-scoped) result as a page:
 each has a record; a stop closes the stopping principal's pages on it (one opened
 directly and one through a link are both closed), and stops the result only when no
@@ -41,7 +47,10 @@ from cells import (
     Identity,
     Link,
     Pending,
+    Transaction,
+    read_value,
 )
+from scheduler import Node
 
 from . import _docs as docs
 from ._registrations import Key
@@ -78,6 +87,8 @@ class Pages:
         self.by_pid: dict[tuple[str, str], PageRecord] = {}
         self.by_key: dict[Key, dict[str, PageRecord]] = {}
         """Pages on each result, per principal (two principals may open one shared result)."""
+        self.demand: dict[PageRecord, Node] = {}
+        """The effect that keeps each open page computed (a page is demand while open)."""
 
     # ------------------------------------------------------------------ records
     def _doc(self, identity: Identity) -> Any:
@@ -142,11 +153,29 @@ class Pages:
             ]
         return own, (others[0] if others else None)
 
-    def _claim(self, rec: PageRecord, key: Key) -> None:
+    def _claim(self, rec: PageRecord, key: Key, identity: Identity) -> None:
         rec.key = key
         self.by_key.setdefault(key, {})[rec.principal] = rec
+        if rec not in self.demand:
+            # What a person is looking at stays computed while it is open, like a sink:
+            # without this an open page showed absent or stale fields and no list rows.
+            link = rec.link
+
+            def look(tx: Transaction) -> None:
+                read_value(tx, link)
+
+            self.demand[rec] = self.rt.scheduler.register(
+                look,
+                identity=identity,
+                kind="effect",
+                label=f"page {link}",
+                reads=[(link.key(identity), (docs.VALUE, *link.path), False)],
+            )
 
     def _forget(self, rec: PageRecord) -> None:
+        node = self.demand.pop(rec, None)
+        if node is not None:
+            self.rt.scheduler.remove(node)
         if self.by_pid.get((rec.principal, rec.pid)) is rec:
             del self.by_pid[(rec.principal, rec.pid)]
         if rec.key is not None:
@@ -209,7 +238,10 @@ class Pages:
                 )
                 return
             started = rt.runner.start(
-                link, identity, label=f"page via {via}", on_claim=lambda key: self._claim(page, key)
+                link,
+                identity,
+                label=f"page via {via}",
+                on_claim=lambda key: self._claim(page, key, identity),
             )
             started.add_done_callback(after_start)
 
@@ -287,10 +319,16 @@ class Pages:
             )
         page = rec
         return rt.runner.start(
-            cell.link(), identity, label="resume", on_claim=lambda key: self._claim(page, key)
+            cell.link(),
+            identity,
+            label="resume",
+            on_claim=lambda key: self._claim(page, key, identity),
         )
 
     def _check(self) -> None:
+        for rec, node in self.demand.items():
+            assert self.by_pid.get((rec.principal, rec.pid)) is rec, rec
+            assert node.registered, (rec, node)
         for (principal, pid), rec in self.by_pid.items():
             assert (rec.principal, rec.pid) == (principal, pid), rec
         for key, holders in self.by_key.items():

@@ -12,13 +12,22 @@ from typing import Any
 from pattern_defs import Double, Mapped
 from support import arun, run_list
 
-from runner import Runtime, handler, navigate_to, pattern
+from runner import Runtime, handler, lift, navigate_to, pattern
 from runner import _docs as docs
 
 
 @handler
 def open_slot(event, cards):  # type: ignore[no-untyped-def]
     return navigate_to(cards.key(event["i"]), follow=event.get("follow", False))
+
+
+def size(xs: Any) -> int:
+    return len(xs or [])
+
+
+@pattern
+def Shelf(items):  # type: ignore[no-untyped-def]
+    return {"count": lift(size)(items), "rows": items.map(Double)}
 
 
 @pattern
@@ -147,5 +156,44 @@ def test_navigate_to_a_list_slot_pins_the_element_and_follow_keeps_the_slot() ->
             values = {str(page.link()): await page.pull() for page in rt.pages()}
             # The pinned page still runs B's element; the followed slot 1 holds C's now.
             assert {str(b_element.link()): 4, str(slot.link()): 6} == values
+
+    arun(main)
+
+
+# --------------------------------------------------------------------------- item 10
+
+
+def test_an_open_page_is_demand_its_fields_and_list_rows_are_computed_while_it_is_open() -> None:
+    async def main() -> None:
+        async with Runtime() as rt:
+            items, res = await run_list(rt, Shelf, [1, 2, 3], name="shelf")
+            await rt.idle()
+            assert {} == res.get()  # nothing reads it: nothing is computed
+            assert await rt.open_page(res) is True
+            await rt.idle()
+            assert {"count": 3, "rows": [2, 4, 6]} == res.get()
+            await items.set([5])
+            await rt.idle()
+            assert {"count": 1, "rows": [10]} == res.get()  # kept current while open
+            rt.stop(res)
+            assert {} == rt._pages_book.demand
+            rt._check()
+
+    arun(main)
+
+
+def test_a_closed_page_is_no_longer_demand() -> None:
+    async def main() -> None:
+        async with Runtime() as rt:
+            items, res = await run_list(rt, Shelf, [1, 2], name="shelf2")
+            assert await rt.open_page(res) is True
+            await rt.idle()
+            assert {"count": 2, "rows": [2, 4]} == res.get()
+            rt.stop(res)
+            # Started again without a page: running, but read by nothing, so not computed.
+            assert await rt.start(res) is True
+            await items.set([7, 8, 9])
+            await rt.idle()
+            assert 2 == res.key("count").get()
 
     arun(main)
