@@ -48,6 +48,7 @@ from ._builder import Pattern
 from ._pages import Pages
 from ._registrations import Key, Registration
 from ._runner import Runner
+from ._send import Sends
 from .errors import OwnershipError, PatternError, ResumeError
 
 
@@ -166,6 +167,7 @@ class Runtime:
         self.on_navigate = on_navigate
         """Called with each page a navigation opened, once it is running (a UI shows it)."""
         self._pages_book = Pages(self)
+        self._sends = Sends(self)
         self._closed = False
 
     def __repr__(self) -> str:
@@ -432,10 +434,18 @@ class Runtime:
             raise PatternError(f"rt.send: expected a stream Cell, got {stream!r}")
         if stream.identity != identity:
             stream = Cell(self.replica, identity, stream.link(), host=self._host)
-        self.scheduler.send(stream.resolve(), event, event_id=event_id, actor=identity)
+        self._sends.send(identity, stream, event, event_id)
 
     def send(self, stream: Cell, event: Any, *, event_id: str | None = None) -> None:
         """Queue `event` for the handler bound to `stream` (links are followed to it).
+
+        The send first brings what resolves the stream up to date: a path through
+        computed cells nobody pulled yet is computed, and a result that is set up but
+        not running here is started (it holds a lifetime of its own, as with
+        `rt.start`; the event is queued once it runs, and if it cannot start, the
+        next `settle()` raises why). A stream whose handler was removed (its run
+        stopped or was released) drops the event, as it drops events already queued
+        there. Raises only when no handler is there and none would be.
 
         `event_id` makes delivery idempotent: the same id on the same stream is
         handled at most once, by any runtime sharing the store (a duplicate
@@ -577,6 +587,7 @@ class Runtime:
     def _check(self) -> None:
         self.runner._check()
         self._pages_book._check()
+        self._sends._check()
         self.scheduler._check()
         self.replica._check()
 

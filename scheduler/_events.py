@@ -167,11 +167,18 @@ def _event_seq(ev: QueuedEvent) -> int:
     return ev.seq
 
 
+MAX_RETIRED: Final = 10_000
+"""Streams of removed handlers remembered (so a send there is dropped, not refused)."""
+
+
 class EventLane:
     """The FIFO lane plus the handler table."""
 
     def __init__(self) -> None:
         self.handlers: dict[tuple[DocKey, Path], Handler] = {}
+        self.retired: dict[tuple[DocKey, Path], Handler] = {}
+        """Streams whose handler was removed and none bound since: the removed handler
+        with its function let go (newest last, at most `MAX_RETIRED`)."""
         self.queue: SortedKeyList[QueuedEvent, int] = SortedKeyList(key=_event_seq)
         self._seqs = itertools.count()
         self._nonce = secrets.token_hex(8)
@@ -186,12 +193,31 @@ class EventLane:
     def head(self) -> QueuedEvent | None:
         return self.queue[0] if self.queue else None
 
+    def retire(self, handler: Handler) -> None:
+        """Remember that `handler`'s stream had a handler, without keeping its function
+        (nor what it holds on to): a later send there is dropped like a queued event."""
+        retired = self.retired
+        retired.pop(handler.stream, None)
+        retired[handler.stream] = Handler(
+            handler.stream, _removed, handler.identity, (), handler.label, registered=False
+        )
+        if len(retired) > MAX_RETIRED:
+            del retired[next(iter(retired))]
+
     def _check(self) -> None:
         seqs = [e.seq for e in self.queue]
         assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
         assert all(e.status == "queued" for e in self.queue)
         for stream, h in self.handlers.items():
             assert h.stream == stream and h.registered
+            assert stream not in self.retired, stream
+        assert len(self.retired) <= MAX_RETIRED
+        for stream, h in self.retired.items():
+            assert h.stream == stream and not h.registered
+
+
+def _removed(tx: Transaction, payload: Any) -> None:  # pragma: no cover - never dispatched
+    raise AssertionError("a removed handler never runs")
 
 
 def retry_delay(attempts: int) -> float:

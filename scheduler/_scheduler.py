@@ -783,15 +783,35 @@ class Scheduler:
             on_result,
         )
         self.events.handlers[key] = handler
+        self.events.retired.pop(key, None)
         return handler
 
     def remove_handler(self, handler: Handler) -> None:
-        """Unbind `handler`; its queued events are dropped."""
+        """Unbind `handler`; its queued events are dropped, and so is every event sent to
+        its stream later (until a handler is bound there again), as the reference does."""
         if self.events.handlers.get(handler.stream) is handler:
             del self.events.handlers[handler.stream]
+            self.events.retire(handler)
         handler.registered = False
         for ev in [e for e in self.events.queue if e.handler is handler]:
             self._drop(ev, "dropped", CellweaveError(f"{handler!r} was removed"))
+
+    def report_error(self, error: CellweaveError, *, cause: BaseException | None = None) -> None:
+        """Report a failure of event delivery that has no caller left to raise to (an
+        event that waited for its handler to be bound): the next `settle()` raises it,
+        as it raises a handler's failure."""
+        if cause is not None and error.__cause__ is None:
+            error.__cause__ = cause
+        self._event_errors.append(error)
+
+    def has_handler(self, stream: Cell) -> bool:
+        """Whether a handler is bound to `stream` now (links are not followed)."""
+        return (stream.doc_key, ("value", *stream.path)) in self.events.handlers
+
+    def had_handler(self, stream: Cell) -> bool:
+        """Whether `stream`'s handler was removed and none is bound since (a send there
+        is dropped). Remembered for the last `MAX_RETIRED` removed handlers."""
+        return (stream.doc_key, ("value", *stream.path)) in self.events.retired
 
     def send(
         self,
@@ -817,9 +837,11 @@ class Scheduler:
         key = (stream.doc_key, ("value", *stream.path))
         handler = self.events.handlers.get(key)
         if handler is None:
-            raise CellweaveError(
-                f"no handler is bound to stream {stream!r}; cannot send {payload!r}"
-            )
+            handler = self.events.retired.get(key)
+            if handler is None:
+                raise CellweaveError(
+                    f"no handler is bound to stream {stream!r}; cannot send {payload!r}"
+                )
         value = normalize(payload, where=f"event for {stream!r}")
         if event_id is None:
             ev_id = self.events.mint_id()
@@ -840,6 +862,10 @@ class Scheduler:
             on_settle=on_settle,
             actor=actor,
         )
+        if not handler.registered:
+            # Its handler was removed: dropped now, as the events queued for it were.
+            self._drop(ev, "dropped", CellweaveError(f"{handler!r} was removed"))
+            return ev
         self.events.queue.add(ev)
         if origin is not None:
             self.lineage.record_event(origin, ev)

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from pattern_defs import Double, Mapped
-from support import arun, run_list
+import pytest
+from pattern_defs import Counter, Double, Mapped
+from support import arun, run_list, turns
 
+from cells import CellweaveError, MemoryStore
 from runner import Runtime, handler, lift, navigate_to, pattern
 from runner import _docs as docs
 
@@ -28,6 +30,21 @@ def size(xs: Any) -> int:
 @pattern
 def Shelf(items):  # type: ignore[no-untyped-def]
     return {"count": lift(size)(items), "rows": items.map(Double)}
+
+
+@handler
+def set_value(event, target):  # type: ignore[no-untyped-def]
+    target.set(event["v"])
+
+
+@pattern
+def Settable(element):  # type: ignore[no-untyped-def]
+    return {"value": element, "set": set_value(target=element)}
+
+
+@pattern
+def SettableList(items):  # type: ignore[no-untyped-def]
+    return {"rows": items.map(Settable)}
 
 
 @pattern
@@ -195,5 +212,122 @@ def test_a_closed_page_is_no_longer_demand() -> None:
             await items.set([7, 8, 9])
             await rt.idle()
             assert 2 == res.key("count").get()
+
+    arun(main)
+
+
+# --------------------------------------------------------------------------- items 4 and 6
+
+
+async def _set_up_counter(rt: Runtime, name: str = "ctr") -> tuple[Any, Any]:
+    count, res = rt.get_cell(f"{name}-count"), rt.get_cell(name)
+    tx = rt.edit()
+    count.with_tx(tx).set(0)
+    rt.setup(tx, Counter, {"count": count}, res)
+    assert (await tx.commit()).ok
+    return count, res
+
+
+def test_send_to_a_result_set_up_but_not_started_starts_it_and_delivers() -> None:
+    async def main() -> None:
+        async with Runtime() as rt:
+            count, res = await _set_up_counter(rt)
+            assert rt.key(res) not in rt.registrations()
+            rt.send(res.key("bump"), {})
+            rt.send(res.key("bump"), {"by": 10})  # parked behind the same start, in order
+            await rt.idle()
+            assert 11 == count.get()
+            assert rt.key(res) in rt.registrations()
+            assert rt.key(res) in rt.lifetimes()  # started in its own right, as rt.start does
+            rt._check()
+
+    arun(main)
+
+
+def test_send_to_a_list_element_handler_computes_the_path_to_its_stream() -> None:
+    async def main() -> None:
+        async with Runtime() as rt:
+            cells = [rt.get_cell(f"e-{n}") for n in "AB"]
+            tx = rt.edit()
+            for c, v in zip(cells, (1, 2), strict=True):
+                c.with_tx(tx).set(v)
+            assert (await tx.commit()).ok
+            # Running, but nobody pulled its list: no element runs, no handler bound yet.
+            _items, res = await run_list(rt, SettableList, [c.link() for c in cells], name="sl")
+            assert {rt.key(res)} == rt.registrations()
+            rt.send(res.key("rows", 1, "set"), {"v": 20})
+            await rt.idle()
+            assert 20 == cells[1].get()
+
+    arun(main)
+
+
+def test_send_to_a_list_element_handler_inside_a_page_opened_just_now() -> None:
+    async def main() -> None:
+        async with Runtime() as rt:
+            cells = [rt.get_cell(f"p-{n}") for n in "AB"]
+            tx = rt.edit()
+            for c, v in zip(cells, (1, 2), strict=True):
+                c.with_tx(tx).set(v)
+            page = rt.get_cell("sl-page")
+            items = rt.get_cell("sl-page-items")
+            items.with_tx(tx).set([c.link() for c in cells])
+            rt.setup(tx, SettableList, {"items": items}, page)
+            assert (await tx.commit()).ok
+            assert await rt.open_page(page) is True
+            rt.send(page.key("rows", 0, "set"), {"v": 10})  # before any pass computed rows
+            await rt.idle()
+            assert 10 == cells[0].get()
+
+    arun(main)
+
+
+def test_send_raises_only_when_there_really_is_no_handler() -> None:
+    async def main() -> None:
+        async with Runtime() as rt:
+            with pytest.raises(CellweaveError, match="no handler is bound"):
+                rt.send(rt.get_cell("nothing here"), {})
+            _count, res = await _set_up_counter(rt)
+            with pytest.raises(CellweaveError, match="no handler is bound"):
+                rt.send(res.key("count"), {})  # a run is there, but this is no stream
+            await rt.idle()
+
+    arun(main)
+
+
+def test_send_after_the_run_stopped_is_dropped_like_the_events_queued_at_the_stop() -> None:
+    async def main() -> None:
+        async with Runtime() as rt:
+            count, res = await _set_up_counter(rt)
+            assert await rt.start(res) is True
+            rt.send(res.key("bump"), {})
+            await rt.idle()
+            assert 1 == count.get()
+            queued = rt.scheduler.send(res.key("bump").resolve(), {})
+            rt.stop(res)
+            rt.send(res.key("bump"), {})  # no raise: dropped, as `queued` was
+            await rt.idle()
+            assert "dropped" == queued.status
+            assert 1 == count.get()
+            assert rt.key(res) not in rt.registrations()  # a send does not restart a stopped run
+
+    arun(main)
+
+
+def test_a_send_whose_result_cannot_start_reports_why_at_the_next_settle() -> None:
+    async def main() -> None:
+        store = MemoryStore()
+        async with Runtime(store) as rt:
+            _count, res = await _set_up_counter(rt)
+        async with Runtime(store) as rt:
+            res = rt.get_cell("ctr")
+            await rt.replica.sync([res.doc_key])
+            gate = store.testing.hold_loads(docs.argument_link(res.link()).key(rt.identity))
+            rt.send(res.key("bump"), {})
+            await turns()
+            gate.fail()
+            with pytest.raises(CellweaveError, match="was dropped"):
+                await rt.idle()
+            rt._check()
 
     arun(main)

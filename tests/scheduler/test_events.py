@@ -72,6 +72,46 @@ def test_send_without_handler_names_the_stream(env: Env) -> None:
         env.sch.send(env.sp.cell("nowhere"), {})
 
 
+def test_send_after_remove_handler_is_dropped_like_the_events_already_queued(env: Env) -> None:
+    items, stream, log = env.sp.cell("items"), env.sp.cell("s"), []
+    items.set([])
+    handler = env.sch.add_handler(stream, _append_handler(items, log))
+    queued = env.sch.send(stream, {"item": 1})
+    env.sch.remove_handler(handler)
+    later = env.sch.send(stream, {"item": 2})  # no raise: dropped, as the queued one was
+    env.sch.settle()
+    assert ("dropped", "dropped") == (queued.status, later.status)
+    assert "was removed" in str(later.error) and "was removed" in str(queued.error)
+    assert [] == log and [] == items.get()
+    assert 0 == len(env.sch.events.queue)
+    # Bound again: events go to the new handler; a stream never bound still raises.
+    env.sch.add_handler(stream, _append_handler(items, log))
+    env.sch.send(stream, {"item": 3})
+    env.sch.settle()
+    assert [3] == items.get()
+    with pytest.raises(cells.CellweaveError, match="no handler is bound"):
+        env.sch.send(env.sp.cell("never bound"), {})
+
+
+def test_removed_handlers_are_remembered_without_their_function(env: Env) -> None:
+    from scheduler._events import MAX_RETIRED
+
+    big = list(range(1000))
+
+    def fn(tx: Transaction, payload: Any, big: list[int] = big) -> None:
+        pass
+
+    handler = env.sch.add_handler(env.sp.cell("s"), fn)
+    env.sch.remove_handler(handler)
+    (kept,) = env.sch.events.retired.values()
+    assert kept.fn is not fn and not kept.registered
+    for i in range(MAX_RETIRED + 5):
+        env.sch.remove_handler(env.sch.add_handler(env.sp.cell(f"t{i}"), fn))
+    assert MAX_RETIRED == len(env.sch.events.retired)
+    with pytest.raises(cells.CellweaveError, match="no handler is bound"):
+        env.sch.send(env.sp.cell("s"), {})  # the oldest was forgotten
+
+
 def test_event_payload_is_checked_at_send(env: Env) -> None:
     stream = env.sp.cell("s")
     env.sch.add_handler(stream, lambda tx, p: None)

@@ -1,0 +1,165 @@
+"""Sending an event: bring what resolves its stream up to date, then queue it.
+
+A send names a stream through a cell (`result.key("add")`, a list element's
+handler inside a page). The handler bound there may not exist *yet*:
+
+- the path to the stream runs through computed cells nobody has pulled (a
+  map container inside an open page, before its first pass): the send
+  demands the cell for one synchronous settle (`pull_now`), which computes
+  the path and launches the children it reaches, binding their handlers;
+- the result the stream belongs to is set up but not started here: the send
+  starts it (`Runner.start`: it then holds a lifetime of its own, as
+  `rt.start` gives) and queues the event once the start has installed its
+  handlers, in the order such sends were made.
+
+A send raises only when there is really no handler: nothing is bound at the
+place the cell resolves to, no run on the way is set up and not running here,
+and no handler was removed there. A send to a stream whose handler was removed
+(the run stopped or was released) is dropped, as the events already queued
+for it were (the scheduler remembers removed streams, see
+`Scheduler.remove_handler`).
+
+Invariants (checked by `_check`)
+- every parked send waits on a start attempt of its key that has not settled.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from cells import Cell, CellweaveError, Identity, Link, Pending, normalize, resolve
+
+from . import _docs as docs
+from ._builder import LIST_KINDS, Pattern, find_pattern
+from ._registrations import Key
+from ._runner import MAX_NESTING
+from .errors import PatternLoadError
+
+if TYPE_CHECKING:
+    from ._runtime import Runtime
+
+
+class Sends:
+    """Sends parked behind the start of the result their stream belongs to."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self.parked: dict[Key, list[tuple[Cell, Any, str | None, Identity]]] = {}
+
+    def send(self, identity: Identity, stream: Cell, event: Any, event_id: str | None) -> None:
+        rt = self.rt
+        sch = rt.scheduler
+        for attempt in ("as it is", "computed"):
+            if attempt == "computed":
+                # Compute the path to the stream (a list nobody pulled yet launches its
+                # elements, binding their handlers), then look again.
+                sch.pull_now(stream)
+            target = self._place(stream)
+            if sch.has_handler(target) or sch.had_handler(target):
+                sch.send(target, event, event_id=event_id, actor=identity)
+                return
+            run = self._unstarted_run(stream, identity)
+            if run is not None and self._may_bind(run, target.link(), identity):
+                self._park(run, identity, stream, event, event_id)
+                return
+        # Nothing there, and nothing that would bind one: the scheduler's error names it.
+        sch.send(target, event, event_id=event_id, actor=identity)
+
+    def _place(self, stream: Cell) -> Cell:
+        """The stream cell with every link followed (a stream is a handler's own cell)."""
+        tx = self.rt.replica.edit(stream.identity)
+        try:
+            link = resolve(tx, stream.link())
+        finally:
+            tx.abort("send probe")
+        return Cell(self.rt.replica, stream.identity, link, host=self.rt._host)
+
+    def _unstarted_run(self, stream: Cell, identity: Identity) -> Link | None:
+        """The run `stream` is in (or leads to), if it is set up and not running here."""
+        tx = self.rt.replica.edit(identity)
+        try:
+            target, _slot = docs.run_target(tx, stream.link())
+        finally:
+            tx.abort("send probe")
+        if target is None:
+            return None
+        reg = self.rt.runner.registrations.get(target.key(identity))
+        if reg is not None and identity in reg.identities:
+            return None
+        return target
+
+    def _may_bind(self, run: Link, place: Link, identity: Identity) -> bool:
+        """Whether starting `run` may bind a handler at `place`: a handler of its tree
+        (nested children included) has its stream there, or the tree holds lists or
+        lifts (their children are known only once they run), or its pattern does not
+        load here (the start then reports why)."""
+        tx = self.rt.replica.edit(identity)
+        try:
+            name = tx.peek(run.key(identity), (docs.PATTERN,))
+        finally:
+            tx.abort("send probe")
+        if not isinstance(name, str):
+            return True
+        try:
+            return _tree_may_bind(find_pattern(name), run, place, 0)
+        except PatternLoadError:
+            return True
+
+    def _park(
+        self, run: Link, identity: Identity, stream: Cell, event: Any, event_id: str | None
+    ) -> None:
+        # Checked now, so a bad payload raises at the send, as it does for a running run.
+        normalize(event, where=f"event for {stream!r}")
+        key = run.key(identity)
+        parked = self.parked.get(key)
+        if parked is not None:
+            parked.append((stream, event, event_id, identity))  # behind the start in flight
+            return
+        self.parked[key] = [(stream, event, event_id, identity)]
+        rt = self.rt
+        rt.runner.trace.record("start-for-send", key)
+        started: Pending[bool] = rt.runner.start(run, identity, label="start for a send")
+        started.add_done_callback(lambda p: self._deliver(key, p))
+
+    def _deliver(self, key: Key, started: Pending[bool]) -> None:
+        waiting = self.parked.pop(key, [])
+        error: BaseException | None = None
+        try:
+            started.result()
+        except Exception as exc:
+            error = exc
+        sch = self.rt.scheduler
+        for stream, event, event_id, identity in waiting:
+            if error is None:
+                target = self._place(stream)
+                if sch.has_handler(target) or sch.had_handler(target):
+                    sch.send(target, event, event_id=event_id, actor=identity)
+                    continue
+                error = CellweaveError(
+                    f"no handler is bound to stream {stream!r} after starting the result it"
+                    f" is in ({key}); cannot send {event!r}"
+                )
+            sch.report_error(
+                CellweaveError(f"an event sent to {stream!r} was dropped: {error}"), cause=error
+            )
+
+    def _check(self) -> None:
+        for key, waiting in self.parked.items():
+            assert waiting, key
+            assert self.rt.runner.attempts.in_flight(key), key
+
+
+def _tree_may_bind(pattern: Pattern, result: Link, place: Link, depth: int) -> bool:
+    for node in pattern.graph.nodes:
+        if node.kind in LIST_KINDS or node.kind == "lift":
+            return True
+        out = docs.internal_link(result, node.index)
+        if node.kind == "handler" and not place.path and out == place:
+            return True
+        if (
+            node.kind == "pattern"
+            and depth < MAX_NESTING
+            and _tree_may_bind(find_pattern(node.target), out, place, depth + 1)
+        ):
+            return True
+    return False
