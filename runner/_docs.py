@@ -13,6 +13,8 @@ address, so a re-run, a second runtime and a restart find the same documents:
   R.scope], "node": i})`. For a nested pattern node this document *is* the
   child's result, so a child's id derives from its parent's output spot;
 - a handler result launched by event `e`: `entity_id({"handler": ..., "event": e})`;
+- a child a lift returned inside a list or dict, at path `p` of its value:
+  `entity_id({"computed": [out.id, out.scope], "at": p})`, `out` the lift's output;
 - the pattern document (the traced graph as JSON, shared by every run of the
   pattern): `entity_id({"pattern": identity})` at scope "space".
 
@@ -57,6 +59,12 @@ def argument_link(result: Link) -> Link:
 def internal_link(result: Link, index: int) -> Link:
     cause = {"internal": [result.id, result.scope], "node": index}
     return Link(result.space, entity_id(cause), result.scope)
+
+
+def computed_child_link(out: Link, at: tuple[str | int, ...]) -> Link:
+    """The result of the child a lift returned at `at` inside a list or dict value."""
+    cause = {"computed": [out.id, out.scope], "at": list(at)}
+    return Link(out.space, entity_id(cause), out.scope)
 
 
 def handler_result_link(stream: Link, event_id: str) -> Link:

@@ -6,7 +6,12 @@ For each node of the traced graph, in order:
   followed), calls the Python function on plain values and writes the
   internal output cell. If the function returns a pattern instance, the
   output cell becomes that child's result (a *computation-produced child*,
-  launched from the run and released when it stops returning it);
+  launched from the run and released when it stops returning it). If it
+  returns a list or dict holding pattern instances (nested too), each is
+  launched as a computed child on a result derived from its place in the
+  value (`docs.computed_child_link`), the output holds links to those
+  results, and a child the function no longer returns at that place is
+  released;
 - a nested pattern node stages its child's setup in the same transaction
   (argument links into this run, the child's result at this run's output
   spot) and launches it; this run's teardown releases it (token-checked);
@@ -32,6 +37,7 @@ instance that lets go of it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from cells import (
@@ -137,11 +143,22 @@ def _lift(
     chain = (*reg.chain, reg.key)
     launches = _ComputedLaunches()
 
+    def child_link(at: tuple[str | int, ...]) -> Link:
+        return docs.computed_child_link(out, at)
+
+    def let_go(keep: dict[DocKey, Link]) -> None:
+        """Release the children of a list/dict return that are not in `keep`."""
+        many = launches.many
+        for key in [k for k in many if k not in keep]:
+            link, _launches = many.pop(key)
+            runner.release_for(reg, link, identity, None, why=f"{label} stopped returning it")
+
     def run(tx: Transaction) -> None:
         args = [materialize(tx, a) for a in args_tree]
         kwargs = {k: materialize(tx, v) for k, v in kwargs_tree.items()}
         value = fn(*args, **kwargs)
         if isinstance(value, PatternInstance):
+            let_go({})
             _computed_child(runner, tx, value, out, chain, label, launches, node)
             return
         if tx.peek(out_key, (docs.PATTERN,)) is not MISSING:
@@ -150,6 +167,22 @@ def _lift(
             runner.release(out_key, None, why=f"{label} stopped returning a pattern")
             tx.write(out_key, (docs.PATTERN,), MISSING)
             tx.write(out_key, (docs.ARGUMENT,), MISSING)
+        found: list[tuple[tuple[str | int, ...], PatternInstance]] = []
+        if isinstance(value, (dict, list, tuple)):
+            replaced = _children_in(value, (), found, child_link)
+            if found:
+                value = replaced
+        if found or launches.many:
+            keep: dict[DocKey, Link] = {}
+            for at, inst in found:
+                child = child_link(at)
+                key = child.key(tx.identity)
+                held = launches.many.get(key)
+                own = held[1] if held is not None else _ComputedLaunches()
+                launches.many[key] = (child, own)
+                keep[key] = child
+                _computed_child(runner, tx, inst, child, chain, label, own, node)
+            let_go(keep)
         tx.write(out_key, (docs.VALUE,), value)  # the write stores a returned cell as a link
 
     node = runner.scheduler.register(
@@ -163,16 +196,38 @@ def _lift(
     # Teardown lets the child go, tokenless: later runs re-drive one shared child and
     # install nothing of their own, so a token narrowed to one run would never match.
     group.add(lambda: runner.release_for(reg, out, identity, None, why=f"teardown of {label}"))
+    group.add(lambda: let_go({}))
+
+
+def _children_in(
+    value: Any,
+    at: tuple[str | int, ...],
+    found: list[tuple[tuple[str | int, ...], PatternInstance]],
+    link_for: Callable[[tuple[str | int, ...]], Link],
+) -> Any:
+    """`value` with each pattern instance inside a list or dict (nested too) replaced by
+    the link to the result of the child it launches; each is appended to `found` with
+    its place. O(size of the value)."""
+    if isinstance(value, PatternInstance):
+        found.append((at, value))
+        return link_for(at)
+    if isinstance(value, dict):
+        return {k: _children_in(v, (*at, k), found, link_for) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_children_in(v, (*at, i), found, link_for) for i, v in enumerate(value)]
+    return value
 
 
 class _ComputedLaunches:
-    """Which run of a lift last launched its child (only the latest may roll it back)."""
+    """Which run of a lift last launched its child (only the latest may roll it back),
+    and the children of a list or dict it returned, by result key."""
 
-    __slots__ = ("failures", "latest")
+    __slots__ = ("failures", "latest", "many")
 
     def __init__(self) -> None:
         self.latest = 0
         self.failures = 0
+        self.many: dict[DocKey, tuple[Link, _ComputedLaunches]] = {}
 
 
 MAX_OWED_RERUNS = 5

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from pattern_defs import Counter, Double, Mapped
+from pattern_defs import Child, Counter, Double, Mapped
 from support import arun, run_list, turns
 
 from cells import CellweaveError, MemoryStore
@@ -45,6 +45,19 @@ def Settable(element):  # type: ignore[no-untyped-def]
 @pattern
 def SettableList(items):  # type: ignore[no-untyped-def]
     return {"rows": items.map(Settable)}
+
+
+def kids_of(values: Any) -> Any:
+    return [Child(value=v) for v in values or []]
+
+
+def named_kids(values: Any) -> Any:
+    return {"first": Child(value=values[0]), "rest": [Child(value=v) for v in values[1:]]}
+
+
+@pattern
+def Fleet(items):  # type: ignore[no-untyped-def]
+    return {"kids": lift(kids_of)(items), "named": lift(named_kids)(items)}
 
 
 @pattern
@@ -328,6 +341,35 @@ def test_a_send_whose_result_cannot_start_reports_why_at_the_next_settle() -> No
             gate.fail()
             with pytest.raises(CellweaveError, match="was dropped"):
                 await rt.idle()
+            rt._check()
+
+    arun(main)
+
+
+# --------------------------------------------------------------------------- item 3
+
+
+def test_a_lift_returning_a_list_or_dict_of_pattern_instances_launches_each_as_a_child() -> None:
+    async def main() -> None:
+        async with Runtime() as rt:
+            items, res = await run_list(rt, Fleet, [1, 2, 3], name="fleet")
+            kids = [{"doubled": 2}, {"doubled": 4}, {"doubled": 6}]
+            assert kids == await res.key("kids").pull()
+            assert {"first": {"doubled": 2}, "rest": kids[1:]} == await res.key("named").pull()
+            assert 1 + 3 + 3 == len(rt.registrations())
+            third = res.key("kids", 2).resolve()
+            assert 6 == third.key("doubled").get()
+            assert await rt.open_page(third) is True  # a page on one child survives below
+            second = rt.key(res.key("kids", 1).resolve())
+            await items.set([5, 6])
+            assert [{"doubled": 10}, {"doubled": 12}] == await res.key("kids").pull()
+            await res.key("named").pull()
+            # The child no longer returned at position 2 is released; its page keeps it.
+            assert rt.key(third) in rt.registrations()
+            assert 1 + 2 + 2 + 1 == len(rt.registrations())
+            assert second in rt.registrations()  # position 1 still returned: kept
+            rt.stop(res)
+            assert {rt.key(third)} == rt.registrations()  # teardown released the others
             rt._check()
 
     arun(main)
