@@ -131,6 +131,61 @@ class Runner:
         if tx.peek(pkey, (docs.VALUE, "identity")) != pattern.identity:
             tx.write(pkey, (docs.VALUE,), graph.to_json())
 
+    def switch_on_commit(self, tx: Transaction, pattern: Pattern, result: Link) -> None:
+        """`rt.setup` of `pattern` on `result`: once `tx` commits, a registration of the
+        result running another pattern switches to this one (`switch`)."""
+        key = result.key(tx.identity)
+
+        def settled(_tx: Transaction, res: CommitResult) -> None:
+            reg = self.registrations.get(key)
+            if res.ok and reg is not None and reg.pattern != pattern.identity:
+                self.switch(reg, pattern, result)
+
+        tx.add_settle_callback(settled)
+
+    def switch(self, reg: Registration, pattern: Pattern, result: Link) -> None:
+        """Run `pattern` in the running registration `reg` instead of the one it runs.
+
+        The registration stays (its token, generation, lifetime and pages): only its
+        nodes change. The old nodes are torn down as a stop would tear them down, so
+        the old pattern's children are *released* (one opened as a page survives);
+        then the new pattern is instantiated for every identity the run served.
+        """
+        key = reg.key
+        identities = list(reg.identities)
+        self.trace.record("switch", key, old=reg.pattern, new=pattern.identity)
+        old = reg.group
+        reg.identities = {}  # the old instances leave first: their children are let go
+        reg.group = CancelGroup(f"{key}#{reg.generation}")
+        reg.pattern = pattern.identity
+        reg.owed = False
+        try:
+            old.cancel()
+        finally:
+            for i, identity in enumerate(identities):
+                tx = self.replica.edit(identity)
+                try:
+                    if i == 0:
+                        self._add_instance(tx, reg, pattern, result)
+                    else:
+                        self.join(tx, reg, pattern, result, launch="switch", rollback=False)
+                except BaseException as exc:
+                    tx.abort("switch failed")
+                    self.trace.record("switch-failed", key, error=type(exc).__name__)
+                    if i == 0:
+                        # Like a failed start: no registration left running nothing.
+                        self.registrations.end(key, token=reg)
+                    raise
+                tx.add_settle_callback(self._switch_settled(key, pattern, result, identity))
+                tx.commit_detached()
+
+    def _switch_settled(
+        self, key: Key, pattern: Pattern, result: Link, identity: Identity
+    ) -> Callable[[Transaction, CommitResult], None]:
+        # A switch's own transaction stages the new nested children's setups: owed on a
+        # stale basis, as a start's are.
+        return lambda _tx, res: self._start_settled(key, pattern, result, identity, res)
+
     # ------------------------------------------------------------------ launching
     def launch(
         self,

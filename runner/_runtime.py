@@ -301,6 +301,8 @@ class Runtime:
     ) -> Cell:
         link = self._check_run(identity, tx, pattern, argument, result, what)
         self.runner.stage_setup(tx, pattern, dict(argument), link, f"rt.{what}")
+        if what == "setup":
+            self.runner.switch_on_commit(tx, pattern, link)
         return result
 
     def setup(self, tx: Transaction, pattern: Pattern, argument: Any, result: Cell) -> Cell:
@@ -309,6 +311,12 @@ class Runtime:
         The writes: the argument document (values inline, cells as links),
         the pattern identity and the result projection (links to the run's
         internal cells). Start it later with `rt.start(result)`.
+
+        On a result running here with another pattern, the run switches to
+        `pattern` once `tx` commits: the old nodes are torn down (the old
+        pattern's children are released; one opened as a page survives) and the
+        new ones instantiated, in the same registration (its lifetime, pages and
+        token stay). The same pattern only updates the argument.
         """
         return self._setup(self.identity, tx, pattern, argument, result, "setup")
 

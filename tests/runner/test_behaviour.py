@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from pattern_defs import Child, Counter, Double, Mapped
+from pattern_defs import Child, Counter, Double, Filtered, Mapped
 from support import arun, run_list, turns
 
 from cells import CellweaveError, MemoryStore
@@ -58,6 +58,31 @@ def named_kids(values: Any) -> Any:
 @pattern
 def Fleet(items):  # type: ignore[no-untyped-def]
     return {"kids": lift(kids_of)(items), "named": lift(named_kids)(items)}
+
+
+RUNS: dict[str, int] = {"old": 0, "new": 0}
+
+
+def old_double(v: Any) -> Any:
+    RUNS["old"] += 1
+    return (v or 0) * 2
+
+
+def new_triple(v: Any) -> Any:
+    RUNS["new"] += 1
+    return (v or 0) * 3
+
+
+@pattern
+def Before(value):  # type: ignore[no-untyped-def]
+    doubled = lift(old_double)(value)
+    kept, dropped = Child(value=value), Child(value=value)
+    return {"a": doubled, "kept": kept, "dropped": dropped, "bump": open_slot(cards=value)}
+
+
+@pattern
+def After(value):  # type: ignore[no-untyped-def]
+    return {"b": lift(new_triple)(value)}
 
 
 @pattern
@@ -370,6 +395,66 @@ def test_a_lift_returning_a_list_or_dict_of_pattern_instances_launches_each_as_a
             assert second in rt.registrations()  # position 1 still returned: kept
             rt.stop(res)
             assert {rt.key(third)} == rt.registrations()  # teardown released the others
+            rt._check()
+
+    arun(main)
+
+
+# --------------------------------------------------------------------------- item 2
+
+
+def test_setup_with_another_pattern_on_a_running_result_switches_the_run() -> None:
+    async def main() -> None:
+        async with Runtime() as rt:
+            v, res = rt.get_cell("sw-v"), rt.get_cell("sw")
+            tx = rt.edit()
+            v.with_tx(tx).set(2)
+            rt.run(tx, Before, {"value": v}, res)
+            assert (await tx.commit()).ok
+            assert await rt.open_page(res) is True  # a lifetime and a page of its own
+            await rt.idle()
+            assert 4 == res.key("a").get()
+            kept = res.key("kept").resolve()
+            dropped = rt.key(res.key("dropped").resolve())
+            assert await rt.open_page(kept) is True  # a page on an old child
+            reg = rt.registration(res)
+            assert reg is not None
+            tx = rt.edit()
+            rt.setup(tx, After, {"value": v}, res)
+            assert (await tx.commit()).ok
+            await rt.idle()
+            assert reg is rt.registration(res)  # the same registration (token, lifetime)
+            assert After.identity == reg.pattern
+            assert {"b": 6} == res.get()
+            assert dropped not in rt.registrations()  # an old child: released
+            assert rt.key(kept) in rt.registrations()  # ... unless a page holds it
+            assert rt.key(res) in rt.lifetimes()
+            assert {res, kept} == set(rt.pages())
+            before = RUNS["old"]
+            await v.set(5)
+            await rt.idle()
+            assert {"b": 15} == res.get()
+            assert before == RUNS["old"]  # the old nodes are gone: they compute nothing
+            with pytest.raises(CellweaveError, match="no handler is bound"):
+                rt.send(res.key("bump"), {})  # After has no such stream
+            rt._check()
+
+    arun(main)
+
+
+def test_setup_switch_between_list_patterns_releases_the_old_elements() -> None:
+    async def main() -> None:
+        async with Runtime() as rt:
+            items, res = await run_list(rt, Mapped, [1, 2, 3, 4], name="swl")
+            assert [2, 4, 6, 8] == await res.key("out").pull()
+            old_elements = rt.registrations() - {rt.key(res)}
+            assert 4 == len(old_elements)
+            tx = rt.edit()
+            rt.setup(tx, Filtered, {"items": items}, res)
+            assert (await tx.commit()).ok
+            assert [2, 4] == await res.key("out").pull()
+            assert not old_elements & rt.registrations()
+            assert 1 + 4 == len(rt.registrations())  # the filter's own element runs
             rt._check()
 
     arun(main)
