@@ -404,7 +404,8 @@ def _navigate_after_commit(
         # navigate_to(Child(...)): the child is set up now and starts only if the
         # handling commits; then it opens as a page.
         link = docs.handler_result_link(stream, ev.id)
-        runner.stage_setup(tx, target.pattern, target.argument, link, label)
+        argument = target.argument if follow else _pin_slots(tx, target.argument)
+        runner.stage_setup(tx, target.pattern, argument, link, label)
     elif isinstance(target, Link):
         link = target
     elif isinstance(target, Linkable):
@@ -427,6 +428,24 @@ def _navigate_after_commit(
             runner.rt._open_page(link, identity, via=label, follow=follow)
 
     tx.add_settle_callback(settled)
+
+
+def _pin_slots(tx: Transaction, argument: dict[str, Any]) -> dict[str, Any]:
+    """`argument` with each cell that names a list slot holding a link replaced by that
+    link: the page's argument is the element the slot holds now (`notes.key(i)` stays
+    with its note after earlier notes are removed), not the position."""
+    pinned: dict[str, Any] = {}
+    for name, value in argument.items():
+        link = value if isinstance(value, Link) else None
+        if link is None and isinstance(value, Linkable):
+            link = value.link()
+        if link is not None and link.path and type(link.path[-1]) is int:
+            place = resolve(tx, link, follow_last=False)
+            held = tx.peek(place.key(tx.identity), (docs.VALUE, *place.path))
+            if type(held) is Link:
+                value = held
+        pinned[name] = value
+    return pinned
 
 
 # --------------------------------------------------------------------------- navigate nodes

@@ -85,6 +85,16 @@ def After(value):  # type: ignore[no-untyped-def]
     return {"b": lift(new_triple)(value)}
 
 
+@handler
+def open_child_at(event, items):  # type: ignore[no-untyped-def]
+    return navigate_to(Child(value=items.key(event["i"])), follow=event.get("follow", False))
+
+
+@pattern
+def ChildOpener(items):  # type: ignore[no-untyped-def]
+    return {"open": open_child_at(items=items)}
+
+
 @pattern
 def SlotBoard(items):  # type: ignore[no-untyped-def]
     cards = items.map(Double)
@@ -456,5 +466,27 @@ def test_setup_switch_between_list_patterns_releases_the_old_elements() -> None:
             assert not old_elements & rt.registrations()
             assert 1 + 4 == len(rt.registrations())  # the filter's own element runs
             rt._check()
+
+    arun(main)
+
+
+def test_navigate_to_a_new_page_on_a_list_slot_pins_its_argument_to_the_element() -> None:
+    async def main() -> None:
+        async with Runtime() as rt:
+            cells = [rt.get_cell(f"n-{n}") for n in "ABC"]
+            tx = rt.edit()
+            for c, v in zip(cells, (1, 2, 3), strict=True):
+                c.with_tx(tx).set(v)
+            assert (await tx.commit()).ok
+            items, res = await run_list(rt, ChildOpener, [c.link() for c in cells], name="co")
+            rt.send(res.key("open"), {"i": 1})
+            rt.send(res.key("open"), {"i": 1, "follow": True})
+            await rt.idle()
+            assert [4, 4] == [await page.key("doubled").pull() for page in rt.pages()]
+            await items.set([cells[0].link(), cells[2].link()])  # B leaves the list
+            await rt.idle()
+            pinned, followed = rt.pages()
+            assert 4 == await pinned.key("doubled").pull()  # still B
+            assert 6 == await followed.key("doubled").pull()  # position 1: C now
 
     arun(main)
