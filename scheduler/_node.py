@@ -139,7 +139,8 @@ class Node:
     pass_runs: int = 0
     runs: int = 0
     last_run: float = 0.0
-    """When the last run started (the clock's time), for a throttle set after it."""
+    """When the drain holding the last run started (the clock's time), for a throttle
+    set after it."""
     eligible_at: float = 0.0
     """max(debounce_ready_at, throttle_ready_at, backoff_until): the one time gate."""
     _gates: Gates | None = None

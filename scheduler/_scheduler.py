@@ -140,6 +140,8 @@ class Scheduler:
         self.lineage = Lineage(self._origin_failed)
         self._current_tx: Transaction | None = None
         self._event_errors: list[CellweaveError] = []
+        self._drain_started = 0.0
+        """The clock when the current drain started: each run's `Node.last_run`."""
 
     def __repr__(self) -> str:
         return f"<Scheduler nodes={len(self.graph.nodes)} dirty={self._invalid_count()}>"
@@ -426,7 +428,7 @@ class Scheduler:
         replica = self.replica
         replica.begin_batch()
         try:
-            now = self.clock.now()
+            now = self._drain_started = self.clock.now()
             heappop = heapq.heappop
             run = self._run
             while heap:
@@ -463,10 +465,10 @@ class Scheduler:
         node.status = "clean"  # before the run: foreign changes during it re-invalidate
         node.pass_runs += 1
         node.runs += 1
-        node.last_run = now = self.clock.now()
+        node.last_run = self._drain_started  # (no clock call per run)
         gates = node._gates
         if gates is not None and gates.throttle:
-            gates.throttle_ready_at = now + gates.throttle
+            gates.throttle_ready_at = self.clock.now() + gates.throttle
             node.update_gate()
         stats = self.stats
         if node.kind == "effect":
