@@ -14,9 +14,12 @@ start is owned before it installs; a setup whose transaction fails is rolled
 back (released), and one that fails on a stale basis is kept and owes its
 writes. Pages are durable intent: `open_page` (or a navigation) records the
 page for its principal before starting it, `stop` records the stop first, and
-`resume()` starts the pages recorded open after a restart. Handlers run as the
-identity that sent the event. `inspect()` and the lifecycle trace show what
-runs and why.
+`resume()` starts the pages recorded open after a restart; an open page is
+demand (kept computed while open), and one opened through a list slot is
+pinned to the element the slot holds. A send brings what resolves its stream
+up to date first (starting a set-up result, computing the path to a list
+element's handler). Handlers run as the identity that sent the event.
+`inspect()` and the lifecycle trace show what runs and why.
 
 What it is not: scheduling (see `scheduler`) or storage (see `cells`); access
 control on data or events (the page owner rules guard only the page
