@@ -490,3 +490,28 @@ def test_navigate_to_a_new_page_on_a_list_slot_pins_its_argument_to_the_element(
             assert 6 == await followed.key("doubled").pull()  # position 1: C now
 
     arun(main)
+
+
+def test_children_of_a_list_returning_lift_come_back_after_its_run_fails_for_good() -> None:
+    from cells import Outcome
+
+    async def main() -> None:
+        store = MemoryStore()
+        async with Runtime(store) as rt:
+            _items, res = await run_list(rt, Fleet, [1, 2], name="fleet-rb")
+            await rt.idle()
+            gate = store.testing.hold_verdicts()
+            seen: list[Any] = []
+            cancel = res.key("kids").sink(seen.append)  # the lift's first run: held
+            assert gate.waiting() >= 1
+            gate.reject(0, Outcome.ABORTED)  # its setup of the children never lands
+            gate.release()
+            await rt.idle()
+            assert [{"doubled": 2}, {"doubled": 4}] == await res.key("kids").pull()
+            kids = {rt.key(res.key("kids", i).resolve()) for i in (0, 1)}
+            assert kids <= rt.registrations()
+            assert any("rollback" in str(e) for e in rt.inspect()["trace"]["entries"])
+            cancel()
+            rt._check()
+
+    arun(main)
