@@ -474,10 +474,10 @@ class Runtime:
         once it runs; if the record does not become durable it fails, and if the start
         fails or is superseded the record is withdrawn.
 
-        A cell that leads to a result through a link (a list slot, `notes.key(i)`)
-        pins the page to the result the slot holds now; with `follow=True` the page
-        follows the slot instead (it runs what the slot holds when it starts, and
-        again at each resume)."""
+        A cell that leads to a result through a link held in a list (a map
+        container's slot, `cards.key(i)`) pins the page to the result the slot holds
+        now; with `follow=True` the page follows the slot instead (it runs what the
+        slot holds when it starts, and again at each resume)."""
         self._require_open()
         if not isinstance(cell, Cell):
             raise PatternError(f"rt.open_page: expected a Cell, got {cell!r}")
