@@ -48,6 +48,7 @@ from .errors import CommitRejected as CommitRejected
 from .errors import ConflictError as ConflictError
 from .errors import CorruptStoreError as CorruptStoreError
 from .errors import InternalError as InternalError
+from .errors import InvalidArgumentError as InvalidArgumentError
 from .errors import InvalidValueError as InvalidValueError
 from .errors import LinkCycleError as LinkCycleError
 from .errors import PreconditionFailedError as PreconditionFailedError
@@ -72,6 +73,7 @@ __all__ = [
     "DocKey",
     "Identity",
     "InternalError",
+    "InvalidArgumentError",
     "InvalidValueError",
     "Link",
     "LinkCycleError",

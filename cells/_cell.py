@@ -131,7 +131,7 @@ class Cell:
 
     # -- reads
     def _reader(self) -> Transaction:
-        return self._tx if self._tx is not None else self._replica.edit(self._identity)
+        return self._tx if self._tx is not None else self._replica._open_tx(self._identity)
 
     def get(self) -> Value:
         """The current visible value as plain data (a fresh copy; links followed). No scheduling."""
@@ -153,7 +153,7 @@ class Cell:
         tx = self._tx
         own = tx is None
         if tx is None:
-            tx = self._replica.edit(self._identity)
+            tx = self._replica._open_tx(self._identity)  # committed below
         try:
             # set()/delete() replace a link stored at the cell itself; update() and
             # push() write *below* the cell, so they follow such a link to its target.

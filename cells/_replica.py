@@ -24,6 +24,7 @@ Invariants (checked by `_check`)
 from __future__ import annotations
 
 import collections
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal
 
@@ -34,9 +35,14 @@ from ._address import DocKey, Identity, Path
 from ._outcome import CommitResult, Outcome
 from ._pending import Mailbox, Pending
 from ._store import CommitRequest, DocState, ReadClaim, StoreBase, Verdict, Write
-from ._transaction import Transaction, TxDoc
+from ._transaction import Transaction, TxDoc, user_site
 from ._values import MISSING, Value, get_path, same_value, set_path
-from .errors import InconsistentBasisError, InvalidValueError, TransactionError
+from .errors import (
+    InconsistentBasisError,
+    InvalidArgumentError,
+    InvalidValueError,
+    TransactionError,
+)
 
 NotificationKind = Literal["commit", "revert", "integrate", "load"]
 
@@ -201,6 +207,14 @@ class Replica:
 
     # ------------------------------------------------------------------ public
     def edit(self, identity: Identity, *, source: object = None) -> Transaction:
+        """Open a transaction acting for `identity`; it remembers the user's line that
+        opened it (named if it is dropped with staged writes, see `Transaction`)."""
+        tx = self._open_tx(identity, source)
+        tx._site = user_site(sys._getframe(1))
+        return tx
+
+    def _open_tx(self, identity: Identity, source: object = None) -> Transaction:
+        """`edit` without recording the opening site (reads that never write)."""
         if self.closed:
             raise TransactionError(f"replica {self.session_id} is closed")
         return Transaction(self, identity, source=source)
@@ -765,7 +779,7 @@ async def edit_with_retry(
     from ._outcome import RETRYABLE
 
     if attempts < 1:
-        raise ValueError(f"edit_with_retry: attempts must be >= 1, got {attempts}")
+        raise InvalidArgumentError(f"edit_with_retry: attempts must be >= 1, got {attempts}")
     result: CommitResult | None = None
     for _ in range(attempts):
         tx = replica.edit(identity)

@@ -19,7 +19,9 @@ Invariants (checked by `_check`)
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable, Sequence
+from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
@@ -28,7 +30,7 @@ from ._address import DocKey, Identity, Link, Path, check_path
 from ._outcome import CommitResult, Outcome
 from ._pending import Pending
 from ._values import MAX_INT, MISSING, Value, get_path, normalize, set_path
-from .errors import InvalidValueError, TransactionAborted, TransactionError
+from .errors import CommitRejected, InvalidValueError, TransactionAborted, TransactionError
 
 if TYPE_CHECKING:
     from ._replica import Layer, Replica
@@ -65,6 +67,24 @@ class TxDoc(msgspec.Struct, gc=False):
     """Every written path, in order."""
 
 
+_LIBRARY = frozenset({"cells", "scheduler", "runner", "cellweave"})
+"""Top-level packages of cellweave: their frames are skipped when naming a user's call."""
+
+
+def user_site(frame: FrameType | None) -> tuple[str, int] | None:
+    """(file, line) of the first frame from `frame` outwards that is not cellweave's own.
+
+    Only the file name and line are kept, never the frame: a frame would keep
+    the caller's locals (often the transaction itself) alive. O(library depth).
+    """
+    while frame is not None:
+        name = frame.f_globals.get("__name__")
+        if type(name) is not str or name.partition(".")[0] not in _LIBRARY:
+            return frame.f_code.co_filename, frame.f_lineno
+        frame = frame.f_back
+    return None
+
+
 def _deps(layers: Sequence[Layer]) -> tuple[int, ...]:
     """The local seqs of a document's pending layers (the commits a read builds on)."""
     if not layers:
@@ -90,6 +110,7 @@ class Transaction:
         "_post_commit",
         "_replica",
         "_settle_callbacks",
+        "_site",
         "_values",
         "identity",
         "result",
@@ -119,6 +140,8 @@ class Transaction:
         """`read_value`'s results by link, made at the first read of a document read
         before; emptied by every write (see `read_value`) and when the transaction
         leaves "open"."""
+        self._site: tuple[str, int] | None = None
+        """(file, line) of the user's call that opened it (set by the public `edit`s)."""
 
     def __repr__(self) -> str:
         return (
@@ -447,6 +470,74 @@ class Transaction:
             if self.result is not None:
                 pending._resolve(self.result)
         return pending
+
+    # -- `async with rt.edit() as tx:`
+    async def __aenter__(self) -> Transaction:
+        self._require_open("enter `async with`")
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Commit when the block ends normally and wait for the verdict; abort when it raises.
+
+        A failed commit raises its rejection (a `CommitRejected`; `error.outcome`
+        says which). The block's own exception is never swallowed: the
+        transaction is aborted and the exception propagates. A transaction the
+        block already committed is awaited; one it aborted is left as it is.
+        """
+        if exc is not None:
+            if self.status == "open":
+                self.abort(exc)
+            return
+        if self.status == "open":
+            pending = self.commit()
+        elif self.status == "aborted":
+            return
+        else:
+            pending = self.done()
+        result = await pending
+        if result.ok:
+            return
+        error = result.error
+        if isinstance(error, CommitRejected):
+            raise error
+        raise CommitRejected(
+            f"the commit of {self!r}{self._opened()} failed: {result.outcome!r}"
+        ) from error
+
+    def _opened(self) -> str:
+        site = self._site
+        return "" if site is None else f" (opened at {site[0]}:{site[1]})"
+
+    def __del__(self) -> None:
+        # A dropped transaction with staged writes is almost always a forgotten
+        # commit: the writes are silently lost and reads stay MISSING. (Read-only
+        # transactions are dropped open all the time: `Cell.get` makes one.)
+        if self.status != "open":
+            return
+        docs = self._docs
+        if not docs:
+            return
+        written = [str(key) for key, td in docs.items() if td.written is not None]
+        if not written:
+            return
+        site = self._site
+        message = (
+            f"a transaction with staged writes to {', '.join(written)} was dropped without"
+            f" commit() or abort(){self._opened()}; its writes are lost"
+            " (use `async with rt.edit() as tx:` to commit on exit)"
+        )
+        try:
+            if site is None:
+                warnings.warn(message, ResourceWarning, stacklevel=1, source=self)
+            else:
+                warnings.warn_explicit(message, ResourceWarning, site[0], site[1], source=self)
+        except ImportError:  # interpreter shutdown: the warnings machinery is gone
+            pass
 
     def _settle(self, result: CommitResult) -> None:
         if self.result is not None:

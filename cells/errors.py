@@ -10,7 +10,10 @@ Commit rejections carry the `Outcome` a classifier assigns them (see
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._outcome import Outcome
 
 
 class CellweaveError(Exception):
@@ -32,6 +35,12 @@ class InvalidValueError(CellweaveError, ValueError):
         super().__init__(message)
         self.path = path
         self.value = value
+
+
+class InvalidArgumentError(CellweaveError, ValueError):
+    """An argument has a usable type but a value the call cannot take (a negative
+    duration, `attempts=0`, an unknown mode). Also a `ValueError`, so existing
+    `except ValueError` keeps working."""
 
 
 class LinkCycleError(CellweaveError, RuntimeError):
@@ -60,6 +69,13 @@ class CommitRejected(CellweaveError, RuntimeError):
     Subclasses map one-to-one onto `Outcome` values; `classify(error)` reads
     the mapping, and anything else is `Outcome.NON_RETRYABLE`.
     """
+
+    @property
+    def outcome(self) -> Outcome:
+        """The outcome this rejection stands for (`classify(self)`)."""
+        from ._outcome import classify
+
+        return classify(self)
 
 
 class ConflictError(CommitRejected):

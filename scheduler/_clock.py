@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
+from cells import InvalidArgumentError
+
 
 class Clock(Protocol):
     def now(self) -> float:
@@ -30,5 +32,5 @@ class ManualClock:
 
     def advance(self, seconds: float) -> None:
         if seconds < 0:
-            raise ValueError(f"ManualClock.advance: seconds must be >= 0, got {seconds}")
+            raise InvalidArgumentError(f"ManualClock.advance: seconds must be >= 0, got {seconds}")
         self._now += seconds

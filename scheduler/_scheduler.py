@@ -45,6 +45,7 @@ from cells import (
     CommitResult,
     DocKey,
     Identity,
+    InvalidArgumentError,
     Link,
     Notification,
     Outcome,
@@ -171,7 +172,9 @@ class Scheduler:
         place the last run did not read does not re-run the node.
         """
         if kind not in ("computation", "effect"):
-            raise ValueError(f"register: kind must be 'computation' or 'effect', got {kind!r}")
+            raise InvalidArgumentError(
+                f"register: kind must be 'computation' or 'effect', got {kind!r}"
+            )
         running = self._running
         if parent is None and running is not None:
             parent = running
@@ -217,7 +220,9 @@ class Scheduler:
     def set_debounce(self, node: Node, seconds: float) -> None:
         """Run `node` only once its inputs have been quiet for `seconds` (0 turns it off)."""
         if seconds < 0:
-            raise ValueError(f"set_debounce({node!r}): seconds must be >= 0, got {seconds}")
+            raise InvalidArgumentError(
+                f"set_debounce({node!r}): seconds must be >= 0, got {seconds}"
+            )
         node.debounce = float(seconds)
         if not seconds:
             node.debounce_ready_at = 0.0
@@ -226,7 +231,9 @@ class Scheduler:
     def set_throttle(self, node: Node, seconds: float) -> None:
         """Run `node` at most once per `seconds` (0 turns it off); changes in between coalesce."""
         if seconds < 0:
-            raise ValueError(f"set_throttle({node!r}): seconds must be >= 0, got {seconds}")
+            raise InvalidArgumentError(
+                f"set_throttle({node!r}): seconds must be >= 0, got {seconds}"
+            )
         node.throttle = float(seconds)
         # The window counts from the last run, also one made before the throttle was
         # set: two runs 0.1 s apart under a 1 s throttle would otherwise both go.

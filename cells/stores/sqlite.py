@@ -78,6 +78,7 @@ from ..errors import (
     CommitRejected,
     ConflictError,
     CorruptStoreError,
+    InvalidArgumentError,
     InvalidValueError,
     LivenessError,
     StoreError,
@@ -255,18 +256,18 @@ class SQLiteStore(StoreBase):
         super().__init__()
         mode = str(synchronous).upper()
         if mode not in _SYNCHRONOUS:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"SQLiteStore: synchronous must be one of {', '.join(_SYNCHRONOUS)},"
                 f" got {synchronous!r}"
             )
         if not (isinstance(poll_interval, (int, float)) and math.isfinite(poll_interval)) or (
             poll_interval < 0
         ):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"SQLiteStore: poll_interval must be a finite number >= 0, got {poll_interval!r}"
             )
         if os.fspath(path) in ("", ":memory:"):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"SQLiteStore needs a file path, got {os.fspath(path)!r} (use MemoryStore)"
             )
         self.path = pathlib.Path(path)
