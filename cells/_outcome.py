@@ -19,6 +19,7 @@ from .errors import (
     ConflictError,
     DependencyRejectedError,
     InconsistentBasisError,
+    InvalidArgumentError,
     LivenessError,
     PreconditionFailedError,
     TerminalCommitError,
@@ -85,7 +86,7 @@ def error_for(outcome: Outcome, message: str) -> CommitRejected:
         return TransactionAborted(message)
     if outcome is Outcome.NON_RETRYABLE:
         return CommitRejected(message)
-    raise ValueError(f"no rejection error for {outcome!r}")
+    raise InvalidArgumentError(f"no rejection error for {outcome!r}")
 
 
 class CommitResult(msgspec.Struct, frozen=True):

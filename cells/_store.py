@@ -41,6 +41,7 @@ from .errors import (
     CommitRejected,
     ConflictError,
     DependencyRejectedError,
+    InvalidArgumentError,
     LivenessError,
     PreconditionFailedError,
     StoreError,
@@ -303,7 +304,7 @@ class VerdictGate:
 
     def reject(self, i: int = 0, outcome: Outcome = Outcome.STALE_BASIS) -> None:
         if outcome is Outcome.OK:
-            raise ValueError("reject() needs a failure outcome, not Outcome.OK")
+            raise InvalidArgumentError(f"{self!r}.reject() needs a failure outcome, not Outcome.OK")
         held = self._take(i)
         req = held.request
         error = error_for(outcome, f"rejected by test gate: {req.session_id}#{req.local_seq}")

@@ -29,7 +29,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterator
 
-from cells import DocKey, Identity
+from cells import DocKey, Identity, InvalidArgumentError
 
 from ._cancel import CancelGroup
 
@@ -114,7 +114,7 @@ class Registrations:
     ) -> Registration:
         """Install a fresh registration for `key`. The key must be free (end the old one first)."""
         if key in self._by_key:
-            raise ValueError(f"{key} already has {self._by_key[key]!r}; end it before installing")
+            raise InvalidArgumentError(f"{key} already has {self._by_key[key]!r}; end it before installing")
         reg = Registration(key, next(self._generations), launch, pattern, chain)
         self._by_key[key] = reg
         return reg

@@ -215,6 +215,7 @@ class Runtime:
     # -- identity views
     def session(self, principal: str, session: str) -> Session:
         """A view acting for `(principal, session)`: its cells resolve that identity's instances."""
+        self._require_open()
         return Session(
             self, Identity(_check_name(principal, "principal"), _check_name(session, "session"))
         )
@@ -372,6 +373,7 @@ class Runtime:
 
     def key(self, cell: Cell) -> Key:
         """The registration key of the result `cell` names (its whole document instance)."""
+        self._require_open()
         if not isinstance(cell, Cell):
             raise PatternError(f"rt.key: expected a Cell, got {cell!r}")
         return docs.root(cell.link()).key(cell.identity)
@@ -424,15 +426,19 @@ class Runtime:
 
     def registration(self, cell: Cell) -> Registration | None:
         """The current registration (token) of the result, or None."""
+        self._require_open()
         return self.runner.registrations.get(self.key(cell))
 
     def registrations(self) -> frozenset[Key]:
+        self._require_open()
         return self.runner.registrations.keys()
 
     def pending_starts(self) -> frozenset[Key]:
+        self._require_open()
         return self.runner.pending.keys()
 
     def lifetimes(self) -> frozenset[Key]:
+        self._require_open()
         return frozenset(self.runner.lifetimes)
 
     # -- events

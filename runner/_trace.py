@@ -15,6 +15,8 @@ from __future__ import annotations
 import collections
 from typing import Any, Final
 
+from cells import InvalidArgumentError
+
 CAPACITY: Final = 256
 
 
@@ -23,7 +25,7 @@ class LifecycleTrace:
 
     def __init__(self, capacity: int = CAPACITY) -> None:
         if capacity < 1:
-            raise ValueError(f"LifecycleTrace: capacity must be >= 1, got {capacity}")
+            raise InvalidArgumentError(f"LifecycleTrace: capacity must be >= 1, got {capacity}")
         self.capacity = capacity
         self._entries: collections.deque[dict[str, Any]] = collections.deque(maxlen=capacity)
         self.recorded = 0

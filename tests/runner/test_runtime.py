@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from pattern_defs import Child
 
 from cells import CellweaveError, MemoryStore, Outcome, read_value
 from runner import OwnershipError, Runtime
@@ -128,3 +129,64 @@ def test_closed_runtime_refuses_work() -> None:
     with pytest.raises(CellweaveError, match="is closed"):
         rt.get_cell("x")
     rt.close()  # idempotent
+
+
+CLOSED_CALLS: dict[str, Any] = {
+    "edit": lambda rt, c: rt.edit(),
+    "get_cell": lambda rt, c: rt.get_cell("x"),
+    "session": lambda rt, c: rt.session("alice", "a1"),
+    "key": lambda rt, c: rt.key(c),
+    "registration": lambda rt, c: rt.registration(c),
+    "registrations": lambda rt, c: rt.registrations(),
+    "pending_starts": lambda rt, c: rt.pending_starts(),
+    "lifetimes": lambda rt, c: rt.lifetimes(),
+    "stop": lambda rt, c: rt.stop(c),
+    "release": lambda rt, c: rt.release(c),
+    "stop_all": lambda rt, c: rt.stop_all(),
+    "send": lambda rt, c: rt.send(c, 1),
+    "pages": lambda rt, c: rt.pages(),
+    "settle": lambda rt, c: rt.settle(),
+    "inspect": lambda rt, c: rt.inspect(),
+}
+
+
+@pytest.mark.parametrize("call", sorted(CLOSED_CALLS))
+def test_every_call_on_a_closed_runtime_raises(call: str) -> None:
+    rt = Runtime()
+    cell = rt.get_cell("r")
+    rt.close()
+    with pytest.raises(CellweaveError, match="is closed"):
+        CLOSED_CALLS[call](rt, cell)
+
+
+def test_every_public_runtime_call_is_covered_by_the_closed_check() -> None:
+    lifecycle = {"close", "aclose"}
+    asynchronous = {"start", "open_page", "resume", "idle", "setup", "run"}  # checked below
+    public = {
+        name
+        for name in dir(Runtime)
+        if not name.startswith("_") and callable(getattr(Runtime, name))
+    }
+    assert set() == public - lifecycle - asynchronous - set(CLOSED_CALLS)
+
+
+def test_starting_opening_and_running_on_a_closed_runtime_raise() -> None:
+    async def main() -> None:
+        rt = Runtime()
+        cell = rt.get_cell("r")
+        tx = rt.edit()
+        tx.abort("only needed as an argument")
+        rt.close()
+        for call in (
+            lambda: rt.start(cell),
+            lambda: rt.open_page(cell),
+            lambda: rt.setup(tx, Child, {}, cell),
+            lambda: rt.run(tx, Child, {}, cell),
+        ):
+            with pytest.raises(CellweaveError, match="is closed"):
+                call()
+        for coro in (rt.resume(), rt.idle()):
+            with pytest.raises(CellweaveError, match="is closed"):
+                await coro
+
+    asyncio.run(main())
