@@ -6,7 +6,8 @@ pattern functions into serializable graphs with stable identities
 (`load_pattern`); and the `Runtime` facade, with `Session` views acting for
 other (principal, session) identities. A runtime sets up, runs, starts, stops
 and releases pattern runs (nested children, computed children, what handlers
-launch, one child per list element), keeps one registration per running
+launch, one child per list element, its result narrowed to the scope of the
+element or of what controls the list's cardinality), keeps one registration per running
 result, and applies the ownership rules: `stop` is authoritative over a
 result, `release` only over the registration its own launch installed; a
 result started in its own right holds an independent lifetime; a commit-gated
@@ -24,7 +25,7 @@ element's handler). Handlers run as the identity that sent the event.
 What it is not: scheduling (see `scheduler`) or storage (see `cells`); access
 control on data or events (the page owner rules guard only the page
 lifecycle); several processes sharing the work of one store (no page leases
-yet); scope narrowing of list containers.
+yet).
 """
 
 from ._builder import Binding as Binding
