@@ -17,6 +17,7 @@ from ._address import Scope as Scope
 from ._cell import Cell as Cell
 from ._cell import CellHost as CellHost
 from ._cell import Space as Space
+from ._cell import check_same_store as check_same_store
 from ._codec import canonical_bytes as canonical_bytes
 from ._codec import decode_json as decode_json
 from ._codec import encode_json as encode_json
@@ -96,6 +97,7 @@ __all__ = [
     "TransactionError",
     "VerdictGate",
     "canonical_bytes",
+    "check_same_store",
     "classify",
     "decode_json",
     "edit_with_retry",

@@ -23,7 +23,7 @@ from ._pending import Pending
 from ._replica import Replica
 from ._transaction import Transaction
 from ._values import MISSING, Value, thaw
-from .errors import CellweaveError, InvalidValueError
+from .errors import CellweaveError, InvalidArgumentError, InvalidValueError
 
 if TYPE_CHECKING:
     from ._address import Scope
@@ -94,6 +94,11 @@ class Cell:
     def tx(self) -> Transaction | None:
         return self._tx
 
+    @property
+    def replica(self) -> Replica:
+        """The replica (session) that made this cell; `replica.store` holds its documents."""
+        return self._replica
+
     def link(self) -> Link:
         return self._link
 
@@ -121,7 +126,12 @@ class Cell:
         return self.key(elem)
 
     def with_tx(self, tx: Transaction) -> Cell:
-        """The same cell bound to `tx`: reads and writes go through it."""
+        """The same cell bound to `tx`: reads and writes go through it.
+
+        `tx` may belong to another replica on the same store (the cell's address
+        means the same document there); a transaction on another store raises
+        `InvalidArgumentError` naming both."""
+        check_same_store(self, tx.replica, f"{self!r}.with_tx()")
         if tx.identity != self._identity:
             raise CellweaveError(
                 f"{self!r} belongs to identity {self._identity!r}; the transaction acts for"
@@ -169,6 +179,8 @@ class Cell:
 
     def set(self, value: Any) -> Pending[CommitResult]:
         """Write `value` here. Returns the pending result of the transaction it went into."""
+        if isinstance(value, Cell):  # a link to it: its documents must be in this store
+            check_same_store(value, (self._tx or self).replica, f"{self!r}.set()")
         return self._write(lambda tx, key, path: tx.write(key, path, value))
 
     def delete(self) -> Pending[CommitResult]:
@@ -253,6 +265,23 @@ class Cell:
 
     def observe(self) -> Any:
         return self._need_host("observe").observe(self)
+
+
+def check_same_store(cell: Cell, replica: Replica, where: str) -> None:
+    """Raise `InvalidArgumentError` unless `cell`'s documents live in `replica`'s store.
+
+    A cell stands for its address (space, id, scope, path), and an address means
+    something only in its own store: taken to another store it would silently
+    name that store's document of the same name. A cell of another replica on
+    the same store is fine (the same document). O(1).
+    """
+    mine = cell._replica
+    if mine.store is not replica.store:
+        raise InvalidArgumentError(
+            f"{where}: {cell!r} belongs to session {mine.session_id} on {mine.store!r}, but"
+            f" this is session {replica.session_id} on {replica.store!r}; a cell of another"
+            " store cannot be used here (get it from this runtime: rt.get_cell(...))"
+        )
 
 
 class Space:

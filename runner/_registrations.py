@@ -114,7 +114,9 @@ class Registrations:
     ) -> Registration:
         """Install a fresh registration for `key`. The key must be free (end the old one first)."""
         if key in self._by_key:
-            raise InvalidArgumentError(f"{key} already has {self._by_key[key]!r}; end it before installing")
+            raise InvalidArgumentError(
+                f"{key} already has {self._by_key[key]!r}; end it before installing"
+            )
         reg = Registration(key, next(self._generations), launch, pattern, chain)
         self._by_key[key] = reg
         return reg

@@ -31,6 +31,7 @@ from cells import (
     Cell,
     CellweaveError,
     Identity,
+    InvalidArgumentError,
     Link,
     MemoryStore,
     Pending,
@@ -38,6 +39,7 @@ from cells import (
     Scope,
     StoreBase,
     Transaction,
+    check_same_store,
     entity_id,
 )
 from cells._address import check_scope
@@ -125,6 +127,8 @@ class Session:
         return self.runtime._pages(self.identity, self.identity.principal)
 
     def open_page(self, cell: Cell, *, follow: bool = False) -> asyncio.Future[bool]:
+        if isinstance(cell, Cell):  # (before it is re-made on this runtime's replica)
+            check_same_store(cell, self.runtime.replica, "session.open_page")
         if cell.identity != self.identity:
             cell = Cell(self.runtime.replica, self.identity, cell.link(), host=self.runtime._host)
         return self.runtime.open_page(cell, follow=follow)
@@ -274,6 +278,7 @@ class Runtime:
                 f" cells, got {type(argument).__name__}"
             )
         pattern._argument(argument, f"rt.{what}")
+        self._check_own(tx, argument, result, f"rt.{what}({pattern.identity})")
         if not isinstance(result, Cell):
             raise PatternError(
                 f"rt.{what}({pattern.identity}): the result must be a Cell, got {result!r}"
@@ -290,6 +295,26 @@ class Runtime:
                 f" the result cell for {result.identity!r}; both must be {identity!r}"
             )
         return link
+
+    def _check_own(self, tx: Transaction, argument: Any, result: Any, where: str) -> None:
+        """Refuse a transaction of another runtime, and cells of another store anywhere in
+        the argument or as the result (their address would name this store's document of
+        the same name). A cell of another runtime on the same store is linked as itself."""
+        if isinstance(tx, Transaction) and tx.replica is not self.replica:
+            raise InvalidArgumentError(
+                f"{where}: {tx!r} was opened by session {tx.replica.session_id} on"
+                f" {tx.replica.store!r}, not by this runtime (session"
+                f" {self.replica.session_id} on {self.store!r}); use this runtime's edit()"
+            )
+        stack: list[Any] = [result, *argument.values()]
+        while stack:
+            value = stack.pop()
+            if isinstance(value, Cell):
+                check_same_store(value, self.replica, where)
+            elif isinstance(value, Mapping):
+                stack.extend(value.values())
+            elif isinstance(value, (list, tuple)):
+                stack.extend(value)
 
     def _setup(
         self,
@@ -350,6 +375,7 @@ class Runtime:
         self._require_open()
         if not isinstance(cell, Cell):
             raise PatternError(f"rt.start: expected a Cell, got {cell!r}")
+        check_same_store(cell, self.replica, "rt.start")
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -376,6 +402,7 @@ class Runtime:
         self._require_open()
         if not isinstance(cell, Cell):
             raise PatternError(f"rt.key: expected a Cell, got {cell!r}")
+        check_same_store(cell, self.replica, "rt.key")
         return docs.root(cell.link()).key(cell.identity)
 
     def _stop(self, identity: Identity, cell: Cell, generation: int | None) -> None:
@@ -446,6 +473,7 @@ class Runtime:
         self._require_open()
         if not isinstance(stream, Cell):
             raise PatternError(f"rt.send: expected a stream Cell, got {stream!r}")
+        check_same_store(stream, self.replica, "rt.send")
         if stream.identity != identity:
             stream = Cell(self.replica, identity, stream.link(), host=self._host)
         self._sends.send(identity, stream, event, event_id)
@@ -487,6 +515,7 @@ class Runtime:
         self._require_open()
         if not isinstance(cell, Cell):
             raise PatternError(f"rt.open_page: expected a Cell, got {cell!r}")
+        check_same_store(cell, self.replica, "rt.open_page")
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
