@@ -19,7 +19,10 @@ from ._cell import CellHost as CellHost
 from ._cell import Space as Space
 from ._cell import check_same_store as check_same_store
 from ._codec import canonical_bytes as canonical_bytes
+from ._codec import cause_of as cause_of
 from ._codec import decode_json as decode_json
+from ._codec import describe as describe
+from ._codec import describe_id as describe_id
 from ._codec import encode_json as encode_json
 from ._codec import entity_id as entity_id
 from ._links import MAX_HOPS as MAX_HOPS
@@ -97,9 +100,12 @@ __all__ = [
     "TransactionError",
     "VerdictGate",
     "canonical_bytes",
+    "cause_of",
     "check_same_store",
     "classify",
     "decode_json",
+    "describe",
+    "describe_id",
     "edit_with_retry",
     "encode_json",
     "entity_id",

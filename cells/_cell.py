@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ._address import DocKey, Identity, Link, Path, PathElem, check_path
-from ._codec import entity_id
+from ._codec import describe_id, entity_id
 from ._links import VALUE, read_value, resolve
 from ._outcome import CommitResult
 from ._pending import Pending
@@ -103,8 +103,15 @@ class Cell:
         return self._link
 
     def __repr__(self) -> str:
+        # Named by the cause it was made from, when this process knows it (a dict
+        # lookup, no store read): `Cell('notes', scope='user', space='default')`.
         bound = " (in tx)" if self._tx is not None else ""
-        return f"Cell({self._link}{bound})"
+        link = self._link
+        cause = describe_id(link.id)
+        if cause is None:
+            return f"Cell({link}{bound})"
+        path = f", path={list(link.path)!r}" if link.path else ""
+        return f"Cell({cause}, scope={link.scope!r}, space={link.space!r}{path}){bound}"
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Cell):

@@ -17,12 +17,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import math
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
 from ._address import Link
-from ._values import MAX_INT, Value, normalize
+from ._values import MAX_INT, MISSING, Value, normalize
 from .errors import CorruptStoreError
 
 _json_encoder = msgspec.json.Encoder()
@@ -138,7 +138,54 @@ def entity_id(cause: Any) -> str:
     """A document id derived deterministically from `cause` (any JSON-like value).
 
     Equal causes (by `value_equal`, dict key order ignored) give equal ids in
-    every process; different causes give different ids (SHA-256).
+    every process; different causes give different ids (SHA-256). The cause is
+    remembered in this process (see `cause_of`), so reprs and errors can name a
+    cell by what it was made from rather than by its hash.
     """
-    digest = hashlib.sha256(canonical_bytes(cause)).digest()
-    return "of:" + base64.b32encode(digest).decode("ascii").rstrip("=").lower()
+    norm = normalize(cause, where="cause")
+    data = _msgpack_encoder.encode(_tagged(norm))
+    eid = (
+        "of:" + base64.b32encode(hashlib.sha256(data).digest()).decode("ascii").rstrip("=").lower()
+    )
+    causes = _causes
+    if eid not in causes and len(data) <= MAX_REMEMBERED_CAUSE:
+        if len(causes) >= MAX_REMEMBERED_CAUSES:
+            del causes[next(iter(causes))]  # the oldest: a bounded memory, not a leak
+        causes[eid] = norm  # `norm` is a fresh copy: a caller mutating `cause` cannot change it
+    return eid
+
+
+MAX_REMEMBERED_CAUSES: Final = 1 << 16
+"""How many causes `entity_id` remembers (the oldest are forgotten first)."""
+MAX_REMEMBERED_CAUSE: Final = 512
+"""Causes whose canonical form is longer (in bytes) are not remembered."""
+_causes: dict[str, Value] = {}
+
+
+def cause_of(eid: str) -> Value:
+    """The cause `entity_id` made `eid` from in this process, or `MISSING` when unknown
+    (made in another process, forgotten, too large, or not an entity id). O(1), no I/O."""
+    return _causes.get(eid, MISSING)
+
+
+def describe(place: object) -> str:
+    """`str(place)` of a `Link`, `DocKey` or cell, followed by the cause its id was made
+    from when known: `<default/user/of:g77is5…> ('notes')`. For error messages and
+    diagnostics; O(1), no I/O."""
+    text = str(place)
+    eid = getattr(place, "id", None)
+    if type(eid) is str:
+        cause = describe_id(eid)
+        if cause is not None:
+            return f"{text} ({cause})"
+    return text
+
+
+def describe_id(eid: str, *, limit: int = 60) -> str | None:
+    """A short Python-like text of `eid`'s cause (`'notes'`, `{'note': 1}`), or None if
+    unknown. Cut to `limit` characters with "…"."""
+    cause = _causes.get(eid, MISSING)
+    if cause is MISSING:
+        return None
+    text = repr(cause)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

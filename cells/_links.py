@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Final
 
 from ._address import DocKey, Link, Path
+from ._codec import describe
 from ._transaction import Transaction
 from ._values import MISSING, Value
 from .errors import LinkCycleError
@@ -82,13 +83,16 @@ def _resolve(tx: Transaction, link: Link, follow_last: bool) -> tuple[Link, DocK
         if marker in seen:
             names = tuple(map(str, chain))
             raise LinkCycleError(
-                f"link cycle: {' -> '.join(names)} comes back to {current}", chain=names
+                f"link cycle: {' -> '.join(map(describe, chain))} comes back to"
+                f" {describe(current)}",
+                chain=names,
             )
         seen.add(marker)
         current = Link(target.space, target.id, target.scope, target.path + current.path[at:])
         chain.append(current)
     raise LinkCycleError(
-        f"following {link} took more than {MAX_HOPS} hops: {' -> '.join(map(str, chain[:5]))} ...",
+        f"following {describe(link)} took more than {MAX_HOPS} hops:"
+        f" {' -> '.join(map(describe, chain[:5]))} ...",
         chain=tuple(map(str, chain)),
     )
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import msgspec
 
 from ._address import DocKey, Identity, Link, Path, check_path
+from ._codec import describe
 from ._outcome import CommitResult, Outcome
 from ._pending import Pending
 from ._values import MAX_INT, MISSING, Value, get_path, normalize, set_path
@@ -197,7 +198,7 @@ class Transaction:
         what a transaction reads is a set. O(len(path)).
         """
         if self.status != "open":
-            raise TransactionError(f"cannot read {key}: the transaction is {self.status}")
+            raise TransactionError(f"cannot read {describe(key)}: the transaction is {self.status}")
         td = self._docs.get(key)
         if td is None:
             # First access is this read: the state seen now is the basis (what
@@ -255,7 +256,7 @@ class Transaction:
     def peek(self, key: DocKey, path: Path = ()) -> Value:
         """The value at `path` with nothing logged and no basis taken (for link walking)."""
         if self.status != "open":
-            raise TransactionError(f"cannot read {key}: the transaction is {self.status}")
+            raise TransactionError(f"cannot read {describe(key)}: the transaction is {self.status}")
         td = self._docs.get(key)
         if td is not None:
             return get_path(td.working, path)
@@ -284,7 +285,7 @@ class Transaction:
     def write(self, key: DocKey, path: Path, value: Any) -> None:
         """Stage `value` at full-document `path` (checked and copied; MISSING deletes)."""
         if self.status != "open":
-            self._require_open(f"write {key}")
+            self._require_open(f"write {describe(key)}")
         td = self._docs.get(key)
         if td is None:
             td = self._access(key)
@@ -301,7 +302,7 @@ class Transaction:
             working = set_path(td.working, path, v, where="write")
         except InvalidValueError:
             # Errors are rare: only now build the message naming document and path.
-            where = f"write to {key} at {list(path)}"
+            where = f"write to {describe(key)} at {list(path)}"
             check_path(path, where=where)
             v = value if value is MISSING else normalize(value, where=where)
             set_path(td.working, path, v, where=where)
@@ -334,19 +335,19 @@ class Transaction:
         there is not a list or the range does not fit it. O(N) C copying + O(len(items)).
         """
         if self.status != "open":
-            self._require_open(f"splice {key}")
+            self._require_open(f"splice {describe(key)}")
         td = self._docs.get(key)
         if td is None:
             td = self._access(key)
         for elem in path:
             if type(elem) is not str and (type(elem) is not int or elem < 0):
-                check_path(path, where=f"splice of {key} at {list(path)}")
+                check_path(path, where=f"splice of {describe(key)} at {list(path)}")
         current = get_path(td.working, path)
         if current is MISSING:
             current = []
         if type(current) is not list:
             raise InvalidValueError(
-                f"splice of {key} at {list(path)}: the value there is a"
+                f"splice of {describe(key)} at {list(path)}: the value there is a"
                 f" {type(current).__name__}, not a list",
                 path=path,
                 value=current,
@@ -359,8 +360,8 @@ class Transaction:
             or index + delete > len(current)
         ):
             raise InvalidValueError(
-                f"splice of {key} at {list(path)}: cannot replace {delete!r} elements from"
-                f" index {index!r} of a list of {len(current)}",
+                f"splice of {describe(key)} at {list(path)}: cannot replace {delete!r}"
+                f" elements from index {index!r} of a list of {len(current)}",
                 path=path,
                 value=(index, delete),
             )
@@ -369,7 +370,7 @@ class Transaction:
             added = normalize(items, where="splice")
         except InvalidValueError:
             # Errors are rare: only now build the message naming document and path.
-            normalize(items, where=f"splice of {key} at {list(path)}")
+            normalize(items, where=f"splice of {describe(key)} at {list(path)}")
             raise
         new = current[:index]
         new += added
@@ -377,7 +378,7 @@ class Transaction:
         try:
             td.working = set_path(td.working, path, new, where="splice")
         except InvalidValueError:
-            set_path(td.working, path, new, where=f"splice of {key} at {list(path)}")
+            set_path(td.working, path, new, where=f"splice of {describe(key)} at {list(path)}")
             raise
         self._wrote(td, path)
 

@@ -48,6 +48,7 @@ from cells import (
     Link,
     Pending,
     Transaction,
+    describe,
     read_value,
 )
 from scheduler import Node
@@ -234,7 +235,8 @@ class Pages:
                     self._forget(page)
                 rt.runner.trace.record("page-open-failed", str(link), outcome=res.outcome.name)
                 result._fail(
-                    res.error or PageError(f"the record of page {link} did not become durable")
+                    res.error
+                    or PageError(f"the record of page {describe(link)} did not become durable")
                 )
                 return
             started = rt.runner.start(

@@ -58,6 +58,7 @@ from cells import (
     Outcome,
     Pending,
     Transaction,
+    describe,
     resolve,
 )
 from cells._address import instance_key
@@ -624,13 +625,13 @@ class Runner:
             found = _first_link(doc.get(docs.VALUE) if type(doc) is dict else None, link.path)
             if found is None:
                 raise PatternError(
-                    f"cannot start {given}: {key} holds no pattern run (set one up with"
-                    " rt.setup or rt.run first) and no link to follow"
+                    f"cannot start {describe(given)}: {describe(key)} holds no pattern run (set"
+                    " one up with rt.setup or rt.run first) and no link to follow"
                 )
             at, hop = found
             link = hop.child(*link.path[at:])
         else:
-            raise LinkCycleError(f"cannot start {given}: more than {MAX_HOPS} link hops")
+            raise LinkCycleError(f"cannot start {describe(given)}: more than {MAX_HOPS} link hops")
         target = docs.root(link)
         attempt.target = key
         running = self.registrations.get(key)
@@ -639,7 +640,8 @@ class Runner:
         identity_name = doc[docs.PATTERN]
         if not isinstance(identity_name, str):
             raise PatternLoadError(
-                f"cannot start {key}: its pattern identity is {identity_name!r}, not a str",
+                f"cannot start {describe(key)}: its pattern identity is {identity_name!r},"
+                " not a str",
                 identity=str(identity_name),
             )
         yield self.replica.sync([docs.pattern_link(key.space, identity_name).key(identity)])

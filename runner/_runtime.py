@@ -40,6 +40,7 @@ from cells import (
     StoreBase,
     Transaction,
     check_same_store,
+    describe_id,
     entity_id,
 )
 from cells._address import check_scope
@@ -411,8 +412,7 @@ class Runtime:
         key = self.key(cell)
         if own is None and other is not None:
             raise OwnershipError(
-                f"cannot stop page {cell.link()}: it belongs to {other!r}, not"
-                f" {identity.principal!r}"
+                f"cannot stop page {cell!r}: it belongs to {other!r}, not {identity.principal!r}"
             )
         if own is not None:
             key = own.key or key
@@ -600,14 +600,26 @@ class Runtime:
     # -- diagnostics
     def inspect(self, principal: str | None = None) -> dict[str, Any]:
         """A JSON-serialisable snapshot: registrations, pending starts, lifetimes, pages,
-        node counts, starts in flight and the recent lifecycle trace."""
+        node counts, starts in flight and the recent lifecycle trace. Documents are named
+        by id; each registration's `cause`, and `causes` (id -> cause, for every id the
+        snapshot names whose cause this process knows), say what they were made from."""
         self._require_open()
         runner = self.runner
+        pages = self._pages(self.identity, principal)
+        pending = runner.pending.keys()
+        named = [
+            *(reg.key.id for reg in runner.registrations),
+            *(k.id for k in pending),
+            *(k.id for k in runner.lifetimes),
+            *(c.id for c in pages),
+        ]
+        causes = {eid: text for eid in named if (text := describe_id(eid)) is not None}
         return {
             "identity": {"principal": self.identity.principal, "session": self.identity.session},
             "registrations": [
                 {
                     "key": str(reg.key),
+                    "cause": describe_id(reg.key.id),
                     "generation": reg.generation,
                     "pattern": reg.pattern,
                     "launch": reg.launch,
@@ -615,10 +627,11 @@ class Runtime:
                 }
                 for reg in runner.registrations
             ],
-            "pending_starts": sorted(map(str, runner.pending.keys())),
+            "pending_starts": sorted(map(str, pending)),
             "lifetimes": sorted(str(k) for k in runner.lifetimes),
             "starts_in_flight": len(runner.attempts),
-            "pages": [str(c.link()) for c in self._pages(self.identity, principal)],
+            "pages": [str(c.link()) for c in pages],
+            "causes": causes,
             "nodes": {
                 k: v
                 for k, v in self.scheduler.statistics().items()

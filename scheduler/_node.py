@@ -26,7 +26,7 @@ from typing import Literal, TypeAlias
 
 import attrs
 
-from cells import DocKey, Identity, Path, Transaction
+from cells import DocKey, Identity, Path, Transaction, describe
 
 NodeKind: TypeAlias = Literal["computation", "effect"]
 Status: TypeAlias = Literal["never-ran", "clean", "invalid"]
@@ -148,7 +148,9 @@ class Node:
 
     def __repr__(self) -> str:
         outputs = self.outputs
-        writes = f" -> {outputs[0][0]}" if outputs else ""  # which node, when labels repeat
+        writes = (
+            f" -> {describe(outputs[0][0])}" if outputs else ""
+        )  # which node, when labels repeat
         return f"<Node {self.kind} {self.label!r} #{self.ordinal}{writes} {self.status}>"
 
     def gates(self) -> Gates:

@@ -1,0 +1,76 @@
+"""Cells named by the cause they were made from (issue 15 item 13): reprs, errors, describe."""
+
+from __future__ import annotations
+
+import pytest
+
+from cells import (
+    MISSING,
+    InvalidValueError,
+    Link,
+    LinkCycleError,
+    MemoryStore,
+    Space,
+    cause_of,
+    describe,
+    describe_id,
+    entity_id,
+)
+
+
+def test_a_cells_repr_names_its_cause_scope_and_space() -> None:
+    sp = Space(MemoryStore(), "notes")
+    assert "Cell('inbox', scope='user', space='notes')" == repr(sp.get_cell("inbox", scope="user"))
+    c = sp.get_cell({"note": 1})
+    assert "Cell({'note': 1}, scope='space', space='notes', path=['title', 0])" == repr(
+        c.key("title", 0)
+    )
+    assert repr(c).endswith(")") and "(in tx)" in repr(c.with_tx(sp.edit()))
+
+
+def test_a_cell_whose_cause_is_unknown_is_named_by_its_address() -> None:
+    sp = Space(MemoryStore(), "notes")
+    c = sp.cell("plain-id")
+    assert MISSING is cause_of("plain-id")
+    assert "Cell(<notes/space/plain-id>)" == repr(c)
+
+
+def test_the_cause_is_a_copy_made_when_the_id_was() -> None:
+    cause = {"note": [1, 2]}
+    eid = entity_id(cause)
+    cause["note"].append(3)  # the caller's object changes later
+    assert {"note": [1, 2]} == cause_of(eid)
+    assert "{'note': [1, 2]}" == describe_id(eid)
+
+
+def test_a_long_cause_is_cut_in_descriptions() -> None:
+    eid = entity_id({"text": "x" * 200})
+    text = describe_id(eid)
+    assert text is not None and 60 == len(text) and text.endswith("…")
+
+
+def test_a_repr_reads_nothing_from_the_store() -> None:
+    store = MemoryStore()
+    sp = Space(store, "notes")
+    c = sp.get_cell("inbox")
+    with store.testing.hold_loads(c) as gate:
+        assert "inbox" in repr(c)
+        assert 0 == gate.waiting()
+
+
+def test_errors_that_name_a_document_name_its_cause() -> None:
+    sp = Space(MemoryStore(), "notes")
+    c = sp.get_cell("inbox")
+    tx = sp.edit()
+    with pytest.raises(InvalidValueError, match=r"write to notes/space/of:\w+ \('inbox'\)"):
+        c.with_tx(tx).set({1: "not a str key"})
+    tx.abort("test over")
+    a, b = sp.get_cell("a"), sp.get_cell("b")
+    a.set(b)
+    b.set(a)
+    sp.replica.pump()
+    with pytest.raises(LinkCycleError, match=r"\('a'\).*\('b'\)"):
+        a.get()
+    assert f"{a.link()} ('a')" == describe(a.link())
+    assert f"{a.doc_key} ('a')" == describe(a.doc_key)
+    assert str(Link("notes", "plain", "space")) == describe(Link("notes", "plain", "space"))
