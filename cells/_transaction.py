@@ -19,10 +19,11 @@ Invariants (checked by `_check`)
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from types import FrameType, TracebackType
-from typing import TYPE_CHECKING, Any, Literal
+from types import CodeType, FrameType, TracebackType
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import msgspec
 
@@ -68,22 +69,38 @@ class TxDoc(msgspec.Struct, gc=False):
     """Every written path, in order."""
 
 
-_LIBRARY = frozenset({"cells", "scheduler", "runner", "cellweave"})
-"""Top-level packages of cellweave: their frames are skipped when naming a user's call."""
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_LIBRARY: Final = tuple(
+    os.path.join(_ROOT, name) + os.sep for name in ("cells", "scheduler", "runner", "cellweave")
+)
+"""Directories of cellweave's packages: their frames are skipped when naming a user's call."""
+
+Site = tuple[CodeType, int]
+"""Where a user's call was: its code object and the instruction offset in it."""
 
 
-def user_site(frame: FrameType | None) -> tuple[str, int] | None:
-    """(file, line) of the first frame from `frame` outwards that is not cellweave's own.
+def user_site(frame: FrameType | None) -> Site | None:
+    """The first frame from `frame` outwards that is not cellweave's own, as (code, offset).
 
-    Only the file name and line are kept, never the frame: a frame would keep
-    the caller's locals (often the transaction itself) alive. O(library depth).
+    The frame itself is not kept (it would keep the caller's locals, often the
+    transaction, alive), nor its line number (computing `f_lineno` costs more than
+    the rest together): `site_line` finds the line when someone asks. O(library depth).
     """
     while frame is not None:
-        name = frame.f_globals.get("__name__")
-        if type(name) is not str or name.partition(".")[0] not in _LIBRARY:
-            return frame.f_code.co_filename, frame.f_lineno
+        code = frame.f_code
+        if not code.co_filename.startswith(_LIBRARY):
+            return code, frame.f_lasti
         frame = frame.f_back
     return None
+
+
+def site_line(site: Site) -> tuple[str, int]:
+    """(file, line) of a `user_site`."""
+    code, offset = site
+    for start, end, line in code.co_lines():
+        if start <= offset < end and line is not None:
+            return code.co_filename, line
+    return code.co_filename, code.co_firstlineno
 
 
 def _deps(layers: Sequence[Layer]) -> tuple[int, ...]:
@@ -141,7 +158,7 @@ class Transaction:
         """`read_value`'s results by link, made at the first read of a document read
         before; emptied by every write (see `read_value`) and when the transaction
         leaves "open"."""
-        self._site: tuple[str, int] | None = None
+        self._site: Site | None = None
         """(file, line) of the user's call that opened it (set by the public `edit`s)."""
 
     def __repr__(self) -> str:
@@ -512,7 +529,10 @@ class Transaction:
 
     def _opened(self) -> str:
         site = self._site
-        return "" if site is None else f" (opened at {site[0]}:{site[1]})"
+        if site is None:
+            return ""
+        file, line = site_line(site)
+        return f" (opened at {file}:{line})"
 
     def __del__(self) -> None:
         # A dropped transaction with staged writes is almost always a forgotten
@@ -527,16 +547,17 @@ class Transaction:
         if not written:
             return
         site = self._site
+        where = None if site is None else site_line(site)
         message = (
             f"a transaction with staged writes to {', '.join(written)} was dropped without"
             f" commit() or abort(){self._opened()}; its writes are lost"
             " (use `async with rt.edit() as tx:` to commit on exit)"
         )
         try:
-            if site is None:
+            if where is None:
                 warnings.warn(message, ResourceWarning, stacklevel=1, source=self)
             else:
-                warnings.warn_explicit(message, ResourceWarning, site[0], site[1], source=self)
+                warnings.warn_explicit(message, ResourceWarning, where[0], where[1], source=self)
         except ImportError:  # interpreter shutdown: the warnings machinery is gone
             pass
 
