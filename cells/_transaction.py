@@ -538,15 +538,16 @@ class Transaction:
         # A dropped transaction with staged writes is almost always a forgotten
         # commit: the writes are silently lost and reads stay MISSING. (Read-only
         # transactions are dropped open all the time: `Cell.get` makes one.)
-        if self.status != "open":
+        # (getattr: a constructor that raised leaves slots unset, and must not be reported.)
+        if getattr(self, "status", None) != "open":
             return
-        docs = self._docs
+        docs = getattr(self, "_docs", None)
         if not docs:
             return
-        written = [str(key) for key, td in docs.items() if td.written is not None]
+        written = [describe(key) for key, td in docs.items() if td.written is not None]
         if not written:
             return
-        site = self._site
+        site = getattr(self, "_site", None)
         where = None if site is None else site_line(site)
         message = (
             f"a transaction with staged writes to {', '.join(written)} was dropped without"
