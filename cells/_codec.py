@@ -187,5 +187,21 @@ def describe_id(eid: str, *, limit: int = 60) -> str | None:
     cause = _causes.get(eid, MISSING)
     if cause is MISSING:
         return None
-    text = repr(cause)
+    text = _render(cause, 0)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _render(value: Value, depth: int) -> str:
+    """`repr(value)`, with each id inside it whose cause is known shown as `<cause>`
+    (ids derived from other ids, like a run's internal documents, read as what they
+    were made from). Nesting is cut at depth 3."""
+    t = type(value)
+    if t is str:
+        inner = _causes.get(value, MISSING) if depth < 3 else MISSING
+        return repr(value) if inner is MISSING else f"<{_render(inner, depth + 1)}>"
+    if t is list:
+        return "[" + ", ".join(_render(v, depth) for v in value) + "]"
+    if t is dict:
+        items = value.items()
+        return "{" + ", ".join(f"{k!r}: {_render(v, depth)}" for k, v in items) + "}"
+    return repr(value)

@@ -74,3 +74,8 @@ def test_errors_that_name_a_document_name_its_cause() -> None:
     assert f"{a.link()} ('a')" == describe(a.link())
     assert f"{a.doc_key} ('a')" == describe(a.doc_key)
     assert str(Link("notes", "plain", "space")) == describe(Link("notes", "plain", "space"))
+
+
+def test_an_id_made_from_another_id_is_described_through_it() -> None:
+    internal = entity_id({"internal": [entity_id("board"), "space", 3]})
+    assert "{'internal': [<'board'>, 'space', 3]}" == describe_id(internal)
