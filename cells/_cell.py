@@ -138,7 +138,8 @@ class Cell:
         `tx` may belong to another replica on the same store (the cell's address
         means the same document there); a transaction on another store raises
         `InvalidArgumentError` naming both."""
-        check_same_store(self, tx.replica, f"{self!r}.with_tx()")
+        if tx._replica is not self._replica:  # (the usual case, same replica, is one compare)
+            check_same_store(self, tx._replica, f"{self!r}.with_tx()")
         if tx.identity != self._identity:
             raise CellweaveError(
                 f"{self!r} belongs to identity {self._identity!r}; the transaction acts for"

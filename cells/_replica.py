@@ -26,6 +26,7 @@ from __future__ import annotations
 import collections
 import sys
 from collections.abc import Callable, Iterable, Sequence
+from types import FrameType
 from typing import Any, Literal
 
 import attrs
@@ -35,7 +36,7 @@ from ._address import DocKey, Identity, Path
 from ._outcome import CommitResult, Outcome
 from ._pending import Mailbox, Pending
 from ._store import CommitRequest, DocState, ReadClaim, StoreBase, Verdict, Write
-from ._transaction import Transaction, TxDoc, user_site
+from ._transaction import LIBRARY_DIRS, Transaction, TxDoc
 from ._values import MISSING, Value, get_path, same_value, set_path
 from .errors import (
     InconsistentBasisError,
@@ -209,8 +210,16 @@ class Replica:
     def edit(self, identity: Identity, *, source: object = None) -> Transaction:
         """Open a transaction acting for `identity`; it remembers the user's line that
         opened it (named if it is dropped with staged writes, see `Transaction`)."""
-        tx = self._open_tx(identity, source)
-        tx._site = user_site(sys._getframe(1))
+        if self.closed:
+            raise TransactionError(f"replica {self.session_id} is closed")
+        tx = Transaction(self, identity, source=source)
+        # The opening site: the first frame outside cellweave's packages (inlined: a
+        # helper call would cost as much as the walk).
+        frame: FrameType | None = sys._getframe(1)
+        while frame is not None and frame.f_code.co_filename.startswith(LIBRARY_DIRS):
+            frame = frame.f_back
+        if frame is not None:
+            tx._site = (frame.f_code, frame.f_lasti)
         return tx
 
     def _open_tx(self, identity: Identity, source: object = None) -> Transaction:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from types import CodeType, FrameType, TracebackType
+from types import CodeType, TracebackType
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 import msgspec
@@ -70,32 +70,19 @@ class TxDoc(msgspec.Struct, gc=False):
 
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_LIBRARY: Final = tuple(
+LIBRARY_DIRS: Final = tuple(
     os.path.join(_ROOT, name) + os.sep for name in ("cells", "scheduler", "runner", "cellweave")
 )
 """Directories of cellweave's packages: their frames are skipped when naming a user's call."""
 
 Site = tuple[CodeType, int]
-"""Where a user's call was: its code object and the instruction offset in it."""
-
-
-def user_site(frame: FrameType | None) -> Site | None:
-    """The first frame from `frame` outwards that is not cellweave's own, as (code, offset).
-
-    The frame itself is not kept (it would keep the caller's locals, often the
-    transaction, alive), nor its line number (computing `f_lineno` costs more than
-    the rest together): `site_line` finds the line when someone asks. O(library depth).
-    """
-    while frame is not None:
-        code = frame.f_code
-        if not code.co_filename.startswith(_LIBRARY):
-            return code, frame.f_lasti
-        frame = frame.f_back
-    return None
+"""Where a user's call was: its code object and the instruction offset in it (`Replica.edit`
+records it). Not the frame (it would keep the caller's locals, often the transaction, alive),
+nor the line (computing `f_lineno` costs more than the rest): `site_line` finds it on demand."""
 
 
 def site_line(site: Site) -> tuple[str, int]:
-    """(file, line) of a `user_site`."""
+    """(file, line) of a `Site`."""
     code, offset = site
     for start, end, line in code.co_lines():
         if start <= offset < end and line is not None:
