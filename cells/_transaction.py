@@ -531,13 +531,16 @@ class Transaction:
         docs = getattr(self, "_docs", None)
         if not docs:
             return
-        written = [describe(key) for key, td in docs.items() if td.written is not None]
+        written = [key for key, td in docs.items() if td.written is not None]
         if not written:
             return
+        named = ", ".join(map(describe, written[:3]))
+        if len(written) > 3:
+            named += f" and {len(written) - 3} more"
         site = getattr(self, "_site", None)
         where = None if site is None else site_line(site)
         message = (
-            f"a transaction with staged writes to {', '.join(written)} was dropped without"
+            f"a transaction with staged writes to {named} was dropped without"
             f" commit() or abort(){self._opened()}; its writes are lost"
             " (use `async with rt.edit() as tx:` to commit on exit)"
         )

@@ -974,6 +974,11 @@ class OwnershipMachine(RuleBasedStateMachine):
                     gate.release()
             for cancel in self.sinks:
                 cancel()
+            # Every transaction settles, also one a failed step (or a rule that raised
+            # after opening it) left open: dropped with staged writes, it would warn.
+            for tx in self.own_txs.values():
+                if tx.is_open:
+                    tx.abort("end of run")
             self.rt.close()
             self.rt2.close()
             self.loop.close()
