@@ -119,11 +119,10 @@ async def first_session() -> None:
         tasks = rt.get_cell("tasks")  # the list: one link per task, in board order
         store_cell = rt.get_cell("task-store")  # the tasks themselves, by id
         board = rt.get_cell("board")  # where the Board pattern's result lives
-        tx = rt.edit()
-        tasks.with_tx(tx).set([])
-        store_cell.with_tx(tx).set({})
-        rt.setup(tx, Board, {"name": "Home", "tasks": tasks, "store": store_cell}, board)
-        await tx.commit()
+        async with rt.edit() as tx:  # committed (and accepted) when the block ends
+            tasks.with_tx(tx).set([])
+            store_cell.with_tx(tx).set({})
+            rt.setup(tx, Board, {"name": "Home", "tasks": tasks, "store": store_cell}, board)
         await rt.open_page(board)  # recorded as a page of "ada", then started
         await show(board)
         recomputed = Recomputed()

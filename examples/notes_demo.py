@@ -88,10 +88,9 @@ async def first_session() -> None:
         step("1. Open a notebook")
         notes = rt.get_cell("notes")  # the data: a list of notes
         notebook = rt.get_cell("notebook")  # where the Notebook pattern's result lives
-        tx = rt.edit()
-        notes.with_tx(tx).set([])
-        rt.setup(tx, Notebook, {"name": "Ada's notes", "notes": notes}, notebook)
-        await tx.commit()
+        async with rt.edit() as tx:  # committed (and accepted) when the block ends
+            notes.with_tx(tx).set([])
+            rt.setup(tx, Notebook, {"name": "Ada's notes", "notes": notes}, notebook)
         await rt.open_page(notebook)  # recorded as a page of "ada", then started
         await show(notebook)
 
