@@ -44,6 +44,7 @@ from ._builder import navigate_to as navigate_to
 from ._builder import pattern as pattern
 from ._runtime import Runtime as Runtime
 from ._runtime import Session as Session
+from ._sent import Sent as Sent
 from .errors import OwnershipError as OwnershipError
 from .errors import PageError as PageError
 from .errors import PatternCycleError as PatternCycleError
@@ -68,6 +69,7 @@ __all__ = [
     "Ref",
     "ResumeError",
     "Runtime",
+    "Sent",
     "Session",
     "handler",
     "lift",

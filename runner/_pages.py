@@ -265,7 +265,9 @@ class Pages:
             page.opening -= 1
             page.opened = True
             if rt.on_navigate is not None:
-                rt.on_navigate(Cell(rt.replica, identity, link, host=rt._host))
+                rt._callback(
+                    "on_navigate", rt.on_navigate, Cell(rt.replica, identity, link, host=rt._host)
+                )
             result._resolve(True)
 
         self._write(identity, pid, record, done=recorded)

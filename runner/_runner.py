@@ -450,6 +450,8 @@ class Runner:
     def _on_end(self, reg: Registration) -> None:
         # No orphaned lifetime: the record goes whenever its registration goes.
         self.lifetimes.discard(reg.key)
+        # Its observers complete: the run producing what they observe ended.
+        self.scheduler.end_observations(reg.key)
         if self._declined.get(reg.key) is reg:
             del self._declined[reg.key]
 

@@ -44,7 +44,7 @@ from cells import (
     entity_id,
 )
 from cells._address import check_scope
-from scheduler import Clock, Scheduler
+from scheduler import CallbackError, Clock, ErrorRecord, Scheduler
 
 from . import _docs as docs
 from ._builder import Pattern
@@ -52,6 +52,7 @@ from ._pages import Pages
 from ._registrations import Key, Registration
 from ._runner import Runner
 from ._send import Sends
+from ._sent import Sent
 from .errors import OwnershipError, PatternError, ResumeError
 
 
@@ -121,8 +122,8 @@ class Session:
     def release(self, cell: Cell, token: Registration | None = None) -> None:
         self.runtime._release(self.identity, cell, token)
 
-    def send(self, stream: Cell, event: Any, *, event_id: str | None = None) -> None:
-        self.runtime._send(self.identity, stream, event, event_id)
+    def send(self, stream: Cell, event: Any, *, event_id: str | None = None) -> Sent:
+        return self.runtime._send(self.identity, stream, event, event_id)
 
     def pages(self) -> list[Cell]:
         return self.runtime._pages(self.identity, self.identity.principal)
@@ -192,15 +193,26 @@ class Runtime:
         if self._closed:
             return
         self._closed = True
-        self.runner.stop_all()
-        self.scheduler.close()
-        self.replica.close()
+        # Each step runs even if one before it raised (a cleanup of a run that fails):
+        # a closed runtime never keeps its scheduler or replica going.
+        try:
+            self.runner.stop_all()
+        finally:
+            try:
+                self.scheduler.close()
+            finally:
+                self.replica.close()
 
     async def aclose(self) -> None:
-        """Wait for in-flight work (verdicts, starts) to finish, then close."""
-        if not self._closed:
-            await self.idle()
-        self.close()
+        """Wait for in-flight work (verdicts, starts) to finish, then close.
+
+        The runtime is closed when this returns or raises, even if the wait failed
+        or was cancelled (what failed is in `errors()` and the log)."""
+        try:
+            if not self._closed:
+                await self.idle()
+        finally:
+            self.close()
 
     async def __aenter__(self) -> Runtime:
         return self
@@ -469,31 +481,38 @@ class Runtime:
         return frozenset(self.runner.lifetimes)
 
     # -- events
-    def _send(self, identity: Identity, stream: Cell, event: Any, event_id: str | None) -> None:
+    def _send(self, identity: Identity, stream: Cell, event: Any, event_id: str | None) -> Sent:
         self._require_open()
         if not isinstance(stream, Cell):
             raise PatternError(f"rt.send: expected a stream Cell, got {stream!r}")
         check_same_store(stream, self.replica, "rt.send")
         if stream.identity != identity:
             stream = Cell(self.replica, identity, stream.link(), host=self._host)
-        self._sends.send(identity, stream, event, event_id)
+        sent = Sent(self.idle, lambda: self._closed)
+        self._sends.send(identity, stream, event, event_id, sent)
+        return sent
 
-    def send(self, stream: Cell, event: Any, *, event_id: str | None = None) -> None:
+    def send(self, stream: Cell, event: Any, *, event_id: str | None = None) -> Sent:
         """Queue `event` for the handler bound to `stream` (links are followed to it).
 
         The send first brings what resolves the stream up to date: a path through
         computed cells nobody pulled yet is computed, and a result that is set up but
         not running here is started (it holds a lifetime of its own, as with
         `rt.start`; the event is queued once it runs, and if it cannot start, the
-        next `settle()` raises why). A stream whose handler was removed (its run
-        stopped or was released) drops the event, as it drops events already queued
-        there. Raises only when no handler is there and none would be.
+        handle fails with why, which is also in `errors()`). A stream whose handler
+        was removed (its run stopped or was released) drops the event, as it drops
+        events already queued there. Raises only when no handler is there and none
+        would be.
 
-        `event_id` makes delivery idempotent: the same id on the same stream is
-        handled at most once, by any runtime sharing the store (a duplicate
-        delivery loses its receipt and never undoes the winner's work).
+        Returns a `Sent` handle: ignore it (fire-and-forget; nothing warns), or
+        `await` it for the handling's outcome — "done", "dropped" (not handled here,
+        e.g. a duplicate), or the handling's error raised (`HandlerError`, the
+        handler's exception its cause). `event_id` makes delivery idempotent: the
+        same id on the same stream is handled at most once, by any runtime sharing
+        the store (a duplicate delivery loses its receipt and never undoes the
+        winner's work).
         """
-        self._send(self.identity, stream, event, event_id)
+        return self._send(self.identity, stream, event, event_id)
 
     # -- pages
     def _open_page(
@@ -581,7 +600,11 @@ class Runtime:
 
     async def idle(self) -> None:
         """Wait until nothing is runnable, no verdict, load or start is in flight, and no
-        event is queued."""
+        event is queued.
+
+        Raises no error of a computation, handler or callback: those are not the
+        waiter's (each went to its own home: the value's `pull()` and observers, the
+        send's handle, `errors()` and the `cellweave` log)."""
         self._require_open()
         loop = asyncio.get_running_loop()
         while True:
@@ -598,6 +621,26 @@ class Runtime:
             await woke
 
     # -- diagnostics
+    def errors(self) -> list[ErrorRecord]:
+        """The recent errors, oldest first, at most `scheduler.MAX_ERRORS` (100): each
+        computation still failing when a settle ended, handler that raised or never
+        converged, and callback (`on_navigate`, an observer's `on_error`) that raised.
+        Each record has `time`, `kind`, `source` (node / pattern / handler / callback),
+        `cell`, `message` and `error`; each was logged once on the `cellweave.scheduler`
+        logger. Shared by every session of this runtime."""
+        self._require_open()
+        return self.scheduler.errors()
+
+    def _callback(self, name: str, fn: Callable[..., Any], cell: Cell) -> None:
+        """Call an application callback; an error it raises is contained and recorded
+        (it must not escape into whatever delivered the store's answer)."""
+        try:
+            fn(cell)
+        except Exception as exc:
+            err = CallbackError(f"{name}({cell!r}) raised {type(exc).__name__}: {exc}")
+            err.__cause__ = exc
+            self.scheduler.errors_log.add("callback", name, str(cell.link()), err)
+
     def inspect(self, principal: str | None = None) -> dict[str, Any]:
         """A JSON-serialisable snapshot: registrations, pending starts, lifetimes, pages,
         node counts, starts in flight and the recent lifecycle trace. Documents are named
@@ -638,6 +681,11 @@ class Runtime:
                 if k in ("nodes", "live", "invalid", "deferred", "events_queued", "passes", "runs")
             },
             "trace": runner.trace.snapshot(),
+            "errors": [record.as_dict() for record in self.scheduler.errors()],
+            "failing": [
+                {"node": n.label, "error": f"{type(n.error).__name__}: {n.error}"}
+                for n in self.scheduler.failing()
+            ],
         }
 
     def _check(self) -> None:

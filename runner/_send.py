@@ -37,6 +37,7 @@ from .errors import PatternLoadError
 
 if TYPE_CHECKING:
     from ._runtime import Runtime
+    from ._sent import Sent
 
 
 class Sends:
@@ -44,9 +45,12 @@ class Sends:
 
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
-        self.parked: dict[Key, list[tuple[Cell, Any, str | None, Identity]]] = {}
+        self.parked: dict[Key, list[tuple[Cell, Any, str | None, Identity, Sent]]] = {}
 
-    def send(self, identity: Identity, stream: Cell, event: Any, event_id: str | None) -> None:
+    def send(
+        self, identity: Identity, stream: Cell, event: Any, event_id: str | None, sent: Sent
+    ) -> None:
+        """Queue (or park) the event; `sent` is the handle that hears how it ends."""
         rt = self.rt
         sch = rt.scheduler
         for attempt in ("as it is", "computed"):
@@ -56,11 +60,15 @@ class Sends:
                 sch.pull_now(stream)
             target = self._place(stream)
             if sch.has_handler(target) or sch.had_handler(target):
-                sch.send(target, event, event_id=event_id, actor=identity)
+                sent._bind(
+                    sch.send(
+                        target, event, event_id=event_id, actor=identity, on_settle=sent._settled
+                    )
+                )
                 return
             run = self._unstarted_run(stream, identity)
             if run is not None and self._may_bind(run, target.link(), identity):
-                self._park(run, identity, stream, event, event_id)
+                self._park(run, identity, stream, event, event_id, sent)
                 return
         # Nothing there, and nothing that would bind one: the scheduler's error names it.
         sch.send(target, event, event_id=event_id, actor=identity)
@@ -106,16 +114,22 @@ class Sends:
             return True
 
     def _park(
-        self, run: Link, identity: Identity, stream: Cell, event: Any, event_id: str | None
+        self,
+        run: Link,
+        identity: Identity,
+        stream: Cell,
+        event: Any,
+        event_id: str | None,
+        sent: Sent,
     ) -> None:
         # Checked now, so a bad payload raises at the send, as it does for a running run.
         normalize(event, where=f"event for {stream!r}")
         key = run.key(identity)
         parked = self.parked.get(key)
         if parked is not None:
-            parked.append((stream, event, event_id, identity))  # behind the start in flight
+            parked.append((stream, event, event_id, identity, sent))  # behind that start
             return
-        self.parked[key] = [(stream, event, event_id, identity)]
+        self.parked[key] = [(stream, event, event_id, identity, sent)]
         rt = self.rt
         rt.runner.trace.record("start-for-send", key)
         started: Pending[bool] = rt.runner.start(run, identity, label="start for a send")
@@ -123,25 +137,36 @@ class Sends:
 
     def _deliver(self, key: Key, started: Pending[bool]) -> None:
         waiting = self.parked.pop(key, [])
-        error: BaseException | None = None
+        start_error: BaseException | None = None
         try:
             started.result()
         except Exception as exc:
-            error = exc
+            start_error = exc
         sch = self.rt.scheduler
-        for stream, event, event_id, identity in waiting:
+        for stream, event, event_id, identity, sent in waiting:
+            error = start_error  # (one send finding no handler does not fail the next)
             if error is None:
                 target = self._place(stream)
                 if sch.has_handler(target) or sch.had_handler(target):
-                    sch.send(target, event, event_id=event_id, actor=identity)
+                    sent._bind(
+                        sch.send(
+                            target,
+                            event,
+                            event_id=event_id,
+                            actor=identity,
+                            on_settle=sent._settled,
+                        )
+                    )
                     continue
                 error = CellweaveError(
                     f"no handler is bound to stream {stream!r} after starting the result it"
                     f" is in ({key}); cannot send {event!r}"
                 )
-            sch.report_error(
-                CellweaveError(f"an event sent to {stream!r} was dropped: {error}"), cause=error
-            )
+            # Its homes: the send's handle, and the runtime's record (and log).
+            dropped = CellweaveError(f"an event sent to {stream!r} was dropped: {error}")
+            dropped.__cause__ = error
+            sent._fail(dropped)
+            sch.report_error(dropped, cell=str(stream.link()))
 
     def _check(self) -> None:
         for key, waiting in self.parked.items():

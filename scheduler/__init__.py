@@ -4,7 +4,10 @@ What it is: node records, the reader index (who read what, value-accurate
 triggering), edges and demand (liveness), passes ordered topologically with
 bounded work and backoff, time gates on an injectable clock, events (FIFO
 handlers, receipts, retries, lineage), and `settle()` / `idle()` / `pull()` /
-`sink()` / `observe()`.
+`sink()` / `observe()` (a reactivex Observable sharing one node per cell), and
+where failures go: a failing node's outputs are absent and its pulls raise,
+`errors()` keeps the recent errors (`MAX_ERRORS`), each logged once on the
+`cellweave.scheduler` logger.
 What it is not: patterns, pieces or ownership (see `runner`). It depends only
 on `cells`, and subscribes to the replica's one change channel.
 """
@@ -18,6 +21,8 @@ from ._events import HandlerError as HandlerError
 from ._events import Lineage as Lineage
 from ._events import OriginFailedError as OriginFailedError
 from ._events import QueuedEvent as QueuedEvent
+from ._failures import MAX_ERRORS as MAX_ERRORS
+from ._failures import ErrorRecord as ErrorRecord
 from ._graph import Graph as Graph
 from ._node import Node as Node
 from ._readers import ReaderIndex as ReaderIndex
@@ -28,15 +33,19 @@ from ._scheduler import MAX_ITERS as MAX_ITERS
 from ._scheduler import PASS_RUN_BUDGET as PASS_RUN_BUDGET
 from ._scheduler import Scheduler as Scheduler
 from ._scheduler import Statistics as Statistics
+from .errors import CallbackError as CallbackError
 from .errors import NodeError as NodeError
 
 __all__ = [
     "BACKOFF_BASE",
     "BACKOFF_CAP",
+    "MAX_ERRORS",
     "MAX_ITERS",
     "PASS_RUN_BUDGET",
+    "CallbackError",
     "Clock",
     "CommitConvergenceError",
+    "ErrorRecord",
     "Graph",
     "Handler",
     "HandlerError",

@@ -73,8 +73,10 @@ from ._events import (
     QueuedEvent,
     retry_delay,
 )
+from ._failures import ErrorLog, ErrorRecord, FailingIndex
 from ._graph import Graph
 from ._node import Node, NodeKind, OneRead, lean_reads
+from ._observe import Observation, ObservationKey
 from ._readers import ReaderIndex, compact_reads
 from .errors import NodeError
 
@@ -128,6 +130,11 @@ class Scheduler:
         self._running: Node | None = None
         self._settling = False
         self._errors: dict[Node, NodeError] = {}
+        """Nodes that raised in this settle; reported when it ends if still failing."""
+        self.errors_log = ErrorLog()
+        self._failing = FailingIndex()
+        self._observations: dict[ObservationKey, Observation] = {}
+        self._suspect_observations = False
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
         self._timer_loop: asyncio.AbstractEventLoop | None = None
@@ -140,7 +147,6 @@ class Scheduler:
         self.events = EventLane()
         self.lineage = Lineage(self._origin_failed)
         self._current_tx: Transaction | None = None
-        self._event_errors: list[CellweaveError] = []
         self._drain_started = 0.0
         """The clock when the current drain started: each run's `Node.last_run`."""
 
@@ -213,6 +219,8 @@ class Scheduler:
             return
         self.graph.remove(node)
         self._candidates.pop(node, None)
+        if node.error is not None:
+            self._failing.discard(node)
         siblings = node.parent._children if node.parent is not None else None
         if siblings is not None:
             siblings.pop(node, None)
@@ -341,10 +349,12 @@ class Scheduler:
     def settle(self) -> None:
         """Run everything runnable now, synchronously, until nothing is.
 
-        Delivers what the store has answered first. Raises `NodeError` (or an
-        `ExceptionGroup` of them) for nodes whose last run in this settle
-        raised; the rest of the graph still settled. Re-entrant calls (from inside a
-        node) return at once.
+        Delivers what the store has answered first. Raises no error of a node or
+        handler: a node whose last run in this settle raised is failing (its outputs
+        absent, its pulls raise, its observers get `on_error`) and is recorded once in
+        `errors()` and the `cellweave.scheduler` log when the settle ends; the rest
+        of the graph still settled. Re-entrant calls (from inside a node) return at
+        once.
         """
         if self._settling or self._closed:
             return
@@ -365,19 +375,58 @@ class Scheduler:
         finally:
             self._settling = False
         self._arm_timer()
+        if self._errors or self._suspect_observations:
+            self._report_failures()
+
+    def _report_failures(self) -> None:
         # Only nodes still failing at the end: a node that raised on a transient
         # input (a first-run cascade reading a not-yet-computed value) and then
         # succeeded in the same settle is not an error.
-        errors: list[CellweaveError] = [
-            e for n, e in self._errors.items() if n.error is not None and n.registered
-        ]
-        errors.extend(self._event_errors)
-        self._errors = {}
-        self._event_errors = []
-        if len(errors) == 1:
-            raise errors[0]
-        if errors:
-            raise ExceptionGroup(f"{len(errors)} nodes or handlers failed", errors)
+        errors, self._errors = self._errors, {}
+        for node, err in errors.items():
+            if node.error is not None and node.registered:
+                self.errors_log.add(
+                    "effect" if node.kind == "effect" else "computation",
+                    node.label,
+                    _output_name(node),
+                    err,
+                )
+        self._suspect_observations = False
+        if errors or self._observations:
+            for observation in list(self._observations.values()):
+                failure = self.failure(observation.cell)
+                if failure is not None:
+                    observation.error(failure)
+
+    def errors(self) -> list[ErrorRecord]:
+        """The recent errors (at most `MAX_ERRORS`, oldest first): nodes still failing
+        when a settle ended, handlers that raised or never converged, callbacks that
+        raised. Each was logged once on the `cellweave.scheduler` logger."""
+        return self.errors_log.records()
+
+    def failing(self) -> list[Node]:
+        """Registered nodes with declared outputs whose last run raised."""
+        return self._failing.nodes()
+
+    def failure(self, cell: Cell) -> NodeError | None:
+        """The error of a failing computation whose output reading `cell` sees (links
+        followed), naming the node and the cell; None if none. O(1) when nothing fails."""
+        if not self._failing:
+            return None
+        probe = Transaction(self.replica, cell.identity)
+        try:
+            read_value(probe, cell.link())
+            node = self._failing.seen_by(probe.reads)
+        finally:
+            probe.abort("failure probe")
+        if node is None:
+            return None
+        cause = node.error
+        err = NodeError(
+            f"{cell!r} is absent: {node!r} raised {type(cause).__name__}: {cause}", node=node
+        )
+        err.__cause__ = cause
+        return err
 
     def _pass(self, seeds: list[Node]) -> None:
         self.stats.passes += 1
@@ -490,15 +539,13 @@ class Scheduler:
         previous_tx, self._current_tx = self._current_tx, tx
         try:
             node.fn(tx)
-            if gates is not None:
+            if gates is not None and gates.error is not None:
                 gates.error = None
+                self._failing.discard(node)  # recovered: its outputs are its own again
         except Exception as exc:
-            node.error = exc
-            err = NodeError(f"{node!r} raised {type(exc).__name__}: {exc}", node=node)
-            err.__cause__ = exc
-            self._errors[node] = err
             if tx.is_open:
                 tx.abort(f"{node.label} raised")
+            self._fail(node, exc)
         finally:
             self._running = previous
             self._current_tx = previous_tx
@@ -544,6 +591,28 @@ class Scheduler:
                     result.outcome is not Outcome.OK or node._gates is not None
                 ):
                     self._on_commit(node, result)
+
+    def _fail(self, node: Node, exc: Exception) -> None:
+        """`node` raised: it is failing until it runs again (an input changes). Its
+        declared outputs are made absent, so nothing reads a value computed from inputs
+        that no longer hold; reading them finds this failure (`failure`)."""
+        node.error = exc
+        err = NodeError(f"{node!r} raised {type(exc).__name__}: {exc}", node=node)
+        err.__cause__ = exc
+        self._errors[node] = err
+        if not node.outputs or not node.registered:
+            return
+        self._failing.add(node)
+        # Its own commit: never invalidates the node itself (source), only readers.
+        away = Transaction(self.replica, node.identity, source=node)
+        try:
+            for key, path in node.outputs:
+                away.write(key, path, MISSING)
+        except CellweaveError:
+            away.abort(f"{node.label}: its outputs could not be cleared")
+            return
+        self.stats.commits += 1
+        away.commit_detached(on_failure=self._failed)
 
     def _on_node_failed(self, tx: Transaction, result: CommitResult) -> None:
         node = tx.source
@@ -719,16 +788,39 @@ class Scheduler:
         )
 
     def observe(self, cell: Cell) -> reactivex.Observable[Any]:
-        """A reactivex Observable: the current value first, then once per settled change."""
+        """A reactivex Observable: the current value first, then once per settled change.
+
+        Every subscription to the same cell shares one sink node. A failing
+        computation behind the value ends it with `on_error` (a `NodeError`);
+        `end_observations` of its document (the run producing it ended) or `close()`
+        end it with `on_completed`.
+        """
+        key = (cell.identity, cell.link())
 
         def subscribe(observer: Any, scheduler: Any = None) -> Disposable:
-            cancel = self.sink(cell, observer.on_next)
-            return Disposable(cancel)
+            if self._closed:
+                observer.on_completed()
+                return Disposable()
+            observation = self._observations.get(key)
+            if observation is None:
+                observation = self._observations[key] = Observation(self, cell, key)
+            return observation.subscribe(observer)
 
         return reactivex.create(subscribe)
 
+    def end_observations(self, doc: DocKey) -> int:
+        """Complete every observation of a cell in document `doc` (the run that produces
+        it ended); returns how many."""
+        ending = [o for o in self._observations.values() if o.doc_key == doc]
+        for observation in ending:
+            observation.complete()
+        return len(ending)
+
     def pull_now(self, cell: Cell) -> Any:
-        """Demand `cell` until the graph feeding it settles (synchronously), then its value."""
+        """Demand `cell` until the graph feeding it settles (synchronously), then its value.
+
+        Raises `NodeError` (the original error its cause) if the value reads the output
+        of a computation that is failing."""
         box: list[Any] = [MISSING]
         link = cell.link()
 
@@ -742,10 +834,16 @@ class Scheduler:
             self.settle()
         finally:
             self.remove(node)
+        failure = self.failure(cell)
+        if failure is not None:
+            raise failure
         return thaw(box[0])
 
     async def pull(self, cell: Cell) -> Any:
-        """Demand `cell` until the graph feeding it settles and verdicts are in, then its value."""
+        """Demand `cell` until the graph feeding it settles and verdicts are in, then its value.
+
+        Raises `NodeError` (the original error its cause) if the value reads the output
+        of a computation that is failing."""
         link = cell.link()
         box: list[Any] = [MISSING]
 
@@ -759,6 +857,9 @@ class Scheduler:
             await self.idle()
         finally:
             self.remove(node)
+        failure = self.failure(cell)  # the pull of a failing value raises its error
+        if failure is not None:
+            raise failure
         return thaw(box[0])
 
     # ------------------------------------------------------------------ events
@@ -805,13 +906,20 @@ class Scheduler:
         for ev in [e for e in self.events.queue if e.handler is handler]:
             self._drop(ev, "dropped", CellweaveError(f"{handler!r} was removed"))
 
-    def report_error(self, error: CellweaveError, *, cause: BaseException | None = None) -> None:
-        """Report a failure of event delivery that has no caller left to raise to (an
-        event that waited for its handler to be bound): the next `settle()` raises it,
-        as it raises a handler's failure."""
+    def report_error(
+        self,
+        error: CellweaveError,
+        *,
+        cause: BaseException | None = None,
+        source: str = "send",
+        cell: str | None = None,
+    ) -> None:
+        """Record a failure of event delivery that has no caller left to raise to (an
+        event that waited for its handler to be bound) in `errors()` (kind "send"),
+        logged once, as a handler's failure is."""
         if cause is not None and error.__cause__ is None:
             error.__cause__ = cause
-        self._event_errors.append(error)
+        self.errors_log.add("send", source, cell, error)
 
     def has_handler(self, stream: Cell) -> bool:
         """Whether a handler is bound to `stream` now (links are not followed)."""
@@ -959,7 +1067,7 @@ class Scheduler:
                 tx.abort(f"{handler.label} raised {type(exc).__name__}")
             err = HandlerError(f"{handler!r} raised {type(exc).__name__}: {exc} (event {ev!r})")
             err.__cause__ = exc
-            self._event_errors.append(err)
+            self.errors_log.add("handler", handler.label, _stream_name(handler), err)
             self._drop_dispatched(ev, "failed", err)
             return
         finally:
@@ -995,7 +1103,7 @@ class Scheduler:
                 f"{ev!r} kept failing on a stale basis for {RETRY_WINDOW} s ({ev.attempts} retries)"
             )
             err.__cause__ = result.error
-            self._event_errors.append(err)
+            self.errors_log.add("handler", ev.handler.label, _stream_name(ev.handler), err)
             self._drop_dispatched(ev, "failed", err)
             return
         # PERMANENT: a duplicate delivery lost the receipt race; never retried.
@@ -1021,10 +1129,17 @@ class Scheduler:
         return sum(1 for n in self.graph.nodes if n.status != "clean")
 
     def close(self) -> None:
+        """Stop reacting (idempotent); every observation completes."""
+        if self._closed:
+            return
         self._closed = True
-        self._unsubscribe()
-        if self._timer is not None:
-            self._timer.cancel()
+        try:
+            for observation in list(self._observations.values()):
+                observation.complete()
+        finally:
+            self._unsubscribe()
+            if self._timer is not None:
+                self._timer.cancel()
 
     def _check(self) -> None:
         self.events._check()
@@ -1032,6 +1147,10 @@ class Scheduler:
         assert live_dirty <= set(self._candidates), live_dirty - set(self._candidates)
         assert all(n.registered for n in self.graph.nodes)
         self.graph._check()
+        self._failing._check()
+        self.errors_log._check()
+        for observation in self._observations.values():
+            observation._check()
 
 
 def _declared(cell: Cell) -> tuple[tuple[DocKey, Path, bool]]:
@@ -1039,6 +1158,19 @@ def _declared(cell: Cell) -> tuple[tuple[DocKey, Path, bool]]:
 
 
 _VALUE_PATH: Final = ("value",)
+
+
+def _output_name(node: Node) -> str | None:
+    """The cell a node writes, for error records (its first declared output)."""
+    if not node.outputs:
+        return None
+    key, path = node.outputs[0]
+    return f"{key}{list(path[1:])}" if len(path) > 1 else str(key)
+
+
+def _stream_name(handler: Handler) -> str:
+    key, path = handler.stream
+    return f"{key}{list(path[1:])}" if len(path) > 1 else str(key)
 
 
 def _plain(value: Any) -> Any:

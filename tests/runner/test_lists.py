@@ -529,8 +529,9 @@ def test_one_failing_release_does_not_keep_its_siblings_alive() -> None:
             rt.scheduler.demand(coordinator(rt).node)
             runner.release = flaky  # type: ignore[method-assign]
             items.set([])
-            with pytest.raises(NodeError, match="1 releases failed"):
-                rt.settle()
+            rt.settle()  # the coordinator's failure is recorded, not raised at the caller
+            (record,) = rt.errors()
+            assert isinstance(record.error, NodeError) and "1 releases failed" in record.message
             runner.release = real  # type: ignore[method-assign]
             assert 2 == len(rt.registrations())  # the parent and the one that refused
             assert 1 == len(entries(rt))  # its entry stays, so a later reconcile retries

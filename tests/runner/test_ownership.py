@@ -583,18 +583,17 @@ def test_S41_pieces_launched_by_an_origin_that_never_commits_are_stopped() -> No
             parent = await run_parent(rt)
             before = rt.registrations()
             gate = store.testing.hold_verdicts()
-            rt.send(parent.key("spawn"), {"value": 1})
-            failed = None
+            sent = rt.send(parent.key("spawn"), {"value": 1})
             for _ in range(500):
-                try:
-                    rt.settle()
-                except CommitConvergenceError as exc:
-                    failed = exc
+                rt.settle()
+                if sent.done():
                     break
                 while gate.waiting():
                     gate.reject(0, Outcome.STALE_BASIS)
                 clock.advance(1.0)
-            assert failed is not None
+            assert isinstance(sent.error, CommitConvergenceError)
+            with pytest.raises(CommitConvergenceError):
+                await sent
             gate.release()
             await rt.idle()
             assert before == rt.registrations()

@@ -89,8 +89,11 @@ def test_a_raising_function_is_a_node_error_and_heals_when_its_input_does(
     src.set(0)
     sch.derive(out, [src], lambda v: 10 // v)
     seen: list[Any] = []
-    with pytest.raises(NodeError, match="ZeroDivisionError"):
-        sch.sink(out, seen.append)
+    sch.sink(out, seen.append)  # a failure is not the sink's: it is recorded, not raised
+    assert ["derive"] == [e.source for e in sch.errors()]
+    with pytest.raises(NodeError, match="ZeroDivisionError") as info:
+        sch.pull_now(out)
+    assert isinstance(info.value.__cause__, ZeroDivisionError)
     src.set(5)
     sch.settle()
     assert seen[-1] == 2

@@ -675,7 +675,7 @@ def test_permanent_rejection_is_not_retried(env: Env) -> None:
 # ---------------------------------------------------------------------------- errors
 
 
-def test_a_raising_node_surfaces_as_node_error_and_the_rest_settles(env: Env) -> None:
+def test_a_raising_node_fails_its_value_and_the_rest_settles(env: Env) -> None:
     a = env.source("a", 1)
     b = env.sp.cell("b")
 
@@ -696,22 +696,29 @@ def test_a_raising_node_surfaces_as_node_error_and_the_rest_settles(env: Env) ->
 
     a.set(-1)
     x.set(2)
-    with pytest.raises(NodeError, match="the-bad-one") as info:
-        env.sch.settle()
-    assert info.value.node is bad
-    assert isinstance(info.value.__cause__, ValueError)
+    env.sch.settle()  # raises nothing: the failure belongs to the value, not the caller
     assert isinstance(bad.error, ValueError)
     assert ys == [101, 102]  # the rest of the graph settled in the same settle()
-    assert bs == [2] and b.get() == 2  # the failed run's writes were discarded
-    env.sch.settle()  # not re-raised: nothing the node read changed since
+    assert MISSING == b.get()  # absent while failing, not the stale 2
+    assert [bad] == env.sch.failing()
+    with pytest.raises(NodeError, match="the-bad-one") as info:
+        env.sch.pull_now(b)
+    assert info.value.node is bad
+    assert isinstance(info.value.__cause__, ValueError)
+    (record,) = env.sch.errors()
+    assert ("computation", "the-bad-one", "x/space/b") == (record.kind, record.source, record.cell)
+    env.sch.settle()  # not recorded again: nothing the node read changed since
+    assert 1 == len(env.sch.errors()) and bad.error is not None
     env.check()
 
     runs_before = bad.runs
     a.set(4)
     env.sch.settle()
     assert bad.runs == runs_before + 1
-    assert bad.error is None
-    assert bs == [2, 8]
+    assert bad.error is None and [] == env.sch.failing()
+    assert 8 == env.sch.pull_now(b)
+    assert bs[-1] == 8
+    env.check()
 
 
 # ---------------------------------------------------------------------------- provisional demand
