@@ -1128,12 +1128,19 @@ class Scheduler:
     def _invalid_count(self) -> int:
         return sum(1 for n in self.graph.nodes if n.status != "clean")
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def close(self) -> None:
-        """Stop reacting (idempotent); every observation completes."""
+        """Stop reacting (idempotent): queued events are dropped (nothing will handle
+        them: their `on_settle` hears it), and every observation completes."""
         if self._closed:
             return
         self._closed = True
         try:
+            for ev in list(self.events.queue):
+                self._drop(ev, "dropped", CellweaveError(f"{ev!r}: the scheduler closed"))
             for observation in list(self._observations.values()):
                 observation.complete()
         finally:

@@ -247,6 +247,20 @@ def test_a_handler_error_goes_to_the_send_handle_not_to_idle() -> None:
     arun(main)
 
 
+def test_an_event_still_queued_when_the_runtime_closes_is_dropped() -> None:
+    async def main() -> None:
+        rt = Runtime()
+        _source, res = await run(rt, WithHandler, 1, name="q")
+        await res.pull()
+        sent = rt.session("bob", "s1").send(res.key("set"), {"value": 3})
+        assert isinstance(sent, Sent) and "queued" == sent.status and not sent.done()
+        rt.close()  # no wait: nothing handles it now
+        assert "dropped" == await sent
+        assert sent.error is not None  # (its handler went with the run)
+
+    arun(main)
+
+
 def test_sending_without_awaiting_warns_about_nothing() -> None:
     async def main() -> None:
         async with Runtime() as rt:

@@ -244,3 +244,13 @@ def test_an_observer_callback_that_raises_is_contained_and_recorded(
     sch.settle()  # raises nothing
     kinds = [(e.kind, type(e.error)) for e in sch.errors()]
     assert ("computation", NodeError) in kinds and ("callback", CallbackError) in kinds
+
+
+def test_closing_drops_the_events_still_queued(sp: Space, sch: Scheduler) -> None:
+    stream = sp.cell("stream")
+    settled: list[str] = []
+    sch.add_handler(stream, lambda tx, payload: None)
+    ev = sch.send(stream, 1, on_settle=lambda e: settled.append(e.status))
+    sch.close()
+    assert ("dropped", ["dropped"]) == (ev.status, settled)
+    assert "closed" in str(ev.error) and 0 == len(sch.events.queue)
