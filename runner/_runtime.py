@@ -18,6 +18,12 @@ stopping one records the stop before anything is cancelled; `resume()`
 starts every page recorded open. Pages belong to the principal who opened
 them: stopping, listing or inspecting another principal's pages raises
 `OwnershipError`.
+
+Errors of the application's code have homes, never a bystander: a failing
+computation's value is absent and its pull raises; a handler's error goes to
+its send's `Sent` handle; callbacks (`on_navigate`) are contained; all of them
+are in `errors()` / `inspect()` and logged once. `settle()` and `idle()` raise
+none of them, and `aclose()` closes whatever happened.
 """
 
 from __future__ import annotations
