@@ -423,7 +423,9 @@ class Scheduler:
             return None
         cause = node.error
         err = NodeError(
-            f"{cell!r} is absent: {node!r} raised {type(cause).__name__}: {cause}", node=node
+            f"{cell!r} is absent: the computation {node.label!r} feeding it failed with"
+            f" {type(cause).__name__}: {cause}",
+            node=node,
         )
         err.__cause__ = cause
         return err
