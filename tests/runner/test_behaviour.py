@@ -362,7 +362,10 @@ def test_send_after_the_run_stopped_is_dropped_like_the_events_queued_at_the_sto
     arun(main)
 
 
-def test_a_send_whose_result_cannot_start_reports_why_at_the_next_settle() -> None:
+def test_a_send_whose_result_cannot_start_fails_its_handle_and_is_recorded() -> None:
+    """The error's homes are the send's handle and the runtime's record (issue 13 item
+    9), not whoever awaits `idle()` next."""
+
     async def main() -> None:
         store = MemoryStore()
         async with Runtime(store) as rt:
@@ -371,11 +374,15 @@ def test_a_send_whose_result_cannot_start_reports_why_at_the_next_settle() -> No
             res = rt.get_cell("ctr")
             await rt.replica.sync([res.doc_key])
             gate = store.testing.hold_loads(docs.argument_link(res.link()).key(rt.identity))
-            rt.send(res.key("bump"), {})
+            sent = rt.send(res.key("bump"), {})
+            assert "parked" == sent.status and sent.event_id is None
             await turns()
             gate.fail()
+            await rt.idle()  # raises nothing
             with pytest.raises(CellweaveError, match="was dropped"):
-                await rt.idle()
+                await sent
+            (record,) = rt.errors()
+            assert ("send", sent.error) == (record.kind, record.error)
             rt._check()
 
     arun(main)

@@ -147,6 +147,7 @@ CLOSED_CALLS: dict[str, Any] = {
     "pages": lambda rt, c: rt.pages(),
     "settle": lambda rt, c: rt.settle(),
     "inspect": lambda rt, c: rt.inspect(),
+    "errors": lambda rt, c: rt.errors(),
 }
 
 
