@@ -8,12 +8,12 @@ STAMP := $(VENV)/.installed
 
 # ruff is given only the directories that exist: ruff fails on a missing path,
 # and tests/ or property_tests/ may not exist yet in a young checkout.
-LINT_PATHS := $(wildcard cells scheduler runner tests property_tests bench examples)
+LINT_PATHS := $(wildcard cellweave cells scheduler runner tests property_tests bench examples)
 
 # Extra arguments for `make bench`, e.g. `make bench BENCH_ARGS="cells --quick"`.
 BENCH_ARGS ?=
 
-.PHONY: venv test demo bench soak clean
+.PHONY: venv system test demo bench soak clean
 
 venv: $(STAMP)
 
@@ -27,12 +27,17 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -e '.[test,bench]'
 	touch $(STAMP)
 
+# What the tests need from the machine, installed with apt when missing: Debian's
+# chromium for the browser tests (Playwright drives it; nothing is downloaded).
+system:
+	@bash tools/system-deps.sh
+
 # Each line stops make on a nonzero exit, so the first failure fails the target.
 # pytest's exit 5 (no tests collected) fails it too: an empty suite is not a pass.
-test: venv
+test: venv system
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
-	$(BIN)/mypy --strict cells scheduler runner bench
+	$(BIN)/mypy --strict cellweave cells scheduler runner bench
 	$(BIN)/pytest tests
 	$(BIN)/pytest property_tests
 

@@ -25,6 +25,7 @@ from ._codec import describe as describe
 from ._codec import describe_id as describe_id
 from ._codec import encode_json as encode_json
 from ._codec import entity_id as entity_id
+from ._display import mimebundle as mimebundle
 from ._links import MAX_HOPS as MAX_HOPS
 from ._links import read_value as read_value
 from ._links import resolve as resolve
@@ -110,6 +111,7 @@ __all__ = [
     "encode_json",
     "entity_id",
     "get_path",
+    "mimebundle",
     "normalize",
     "read_value",
     "resolve",

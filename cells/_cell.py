@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ._address import DocKey, Identity, Link, Path, PathElem, check_path
 from ._codec import describe_id, entity_id
+from ._display import mimebundle
 from ._links import VALUE, read_value, resolve
 from ._outcome import CommitResult
 from ._pending import Pending
@@ -112,6 +113,14 @@ class Cell:
             return f"Cell({link}{bound})"
         path = f", path={list(link.path)!r}" if link.path else ""
         return f"Cell({cause}, scope={link.scope!r}, space={link.space!r}{path}){bound}"
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        """Notebook display: the cell's name and its current value (`get()`, no scheduling)."""
+        try:
+            value = self.get()
+        except CellweaveError as exc:
+            value = f"<unreadable: {exc}>"
+        return mimebundle(repr(self), None if value is MISSING else value)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Cell):
@@ -256,6 +265,12 @@ class Cell:
     def remove(self, index: int) -> Pending[CommitResult]:
         """Remove the element at position `index` of the list here (`splice(index, 1)`)."""
         return self.splice(index, 1)
+
+    @property
+    def host(self) -> CellHost | None:
+        """What gives this cell `pull`/`sink`/`observe` (a runtime's scheduler), or
+        None for a cell made from a plain `Space`."""
+        return self._host
 
     # -- reactive (need a host)
     def _need_host(self, what: str) -> CellHost:

@@ -136,3 +136,15 @@ def Board(name: Ref, tasks: Ref, store: Ref) -> Any:
         "remove": remove_task(tasks=tasks),
         "open_card": open_card(tasks=tasks, cards=cards),
     }
+
+
+def board(rt: Any, tx: Any) -> Cell:
+    """Set up an empty board in `tx` and return its result: the web shell's entry
+    (`cellweave serve examples.todo:board`)."""
+    store = rt.get_cell("todo-store", tx=tx)
+    store.set({})
+    tasks = rt.get_cell("todo-tasks", tx=tx)
+    tasks.set([])
+    result = rt.get_cell("todo-board", tx=tx)
+    rt.run(tx, Board, {"name": "Todo", "tasks": tasks, "store": store}, result)
+    return result

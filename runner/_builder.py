@@ -40,7 +40,7 @@ from typing import Any, Final, Literal, TypeAlias
 import msgspec
 
 from cells import InvalidValueError as _InvalidValueError
-from cells import Linkable, normalize
+from cells import Linkable, mimebundle, normalize
 
 from .errors import PatternError, PatternLoadError
 
@@ -353,6 +353,10 @@ class Pattern:
     def __repr__(self) -> str:
         return f"<pattern {self.identity}>"
 
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        """Notebook display: the pattern's identity and its traced graph."""
+        return mimebundle(repr(self), self.graph.to_json())
+
     @property
     def graph(self) -> PatternGraph:
         """The traced graph (traced on first access)."""
@@ -427,6 +431,21 @@ class PatternInstance:
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.argument.items())
         return f"{self.pattern.__qualname__}({args})"
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        """Notebook display: the pattern and its argument (cells by name)."""
+        argument = {k: v if _plain(v) else repr(v) for k, v in self.argument.items()}
+        return mimebundle(repr(self), {"pattern": self.pattern.identity, "argument": argument})
+
+
+def _plain(value: Any) -> bool:
+    if value is None or isinstance(value, bool | int | float | str):
+        return True
+    if isinstance(value, list):
+        return all(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    return False
 
 
 def pattern(fn: Callable[..., Any]) -> Pattern:

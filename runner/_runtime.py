@@ -48,6 +48,7 @@ from cells import (
     check_same_store,
     describe_id,
     entity_id,
+    mimebundle,
 )
 from cells._address import check_scope
 from scheduler import CallbackError, Clock, ErrorRecord, Scheduler
@@ -62,12 +63,23 @@ from ._sent import Sent
 from .errors import OwnershipError, PatternError, ResumeError
 
 
+class Inspection(dict[str, Any]):
+    """What `rt.inspect()` returns: a plain dict (JSON-serialisable) that also
+    displays itself in notebooks."""
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        ident = self.get("identity") or {}
+        title = f"inspect() as {ident.get('principal')}/{ident.get('session')}"
+        return mimebundle(title, dict(self))
+
+
 class _Host:
     """Gives cells `pull` / `sink` / `observe` through a scheduler."""
 
-    __slots__ = ("scheduler",)
+    __slots__ = ("runtime", "scheduler")
 
-    def __init__(self, scheduler: Scheduler) -> None:
+    def __init__(self, runtime: Runtime, scheduler: Scheduler) -> None:
+        self.runtime = runtime
         self.scheduler = scheduler
 
     async def pull(self, cell: Cell) -> Any:
@@ -105,8 +117,26 @@ class Session:
     def __repr__(self) -> str:
         return f"<Session {self.identity.principal}/{self.identity.session} of {self.runtime!r}>"
 
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        """Notebook display: who this session acts for, and its principal's pages."""
+        pages = [repr(c) for c in self.pages()] if not self.runtime.closed else []
+        ident = self.identity
+        return mimebundle(
+            repr(self), {"principal": ident.principal, "session": ident.session, "pages": pages}
+        )
+
     def edit(self, *, commit_gated: bool = False) -> Transaction:
         return self.runtime._edit(self.identity, commit_gated)
+
+    def cell(self, cell: Cell) -> Cell:
+        """`cell`'s place as this session sees it: the same address, resolving
+        user- and session-scoped documents for this session's identity."""
+        if not isinstance(cell, Cell):
+            raise PatternError(f"session.cell: expected a Cell, got {cell!r}")
+        check_same_store(cell, self.runtime.replica, "session.cell")
+        if cell.identity == self.identity and cell.tx is None:
+            return cell
+        return Cell(self.runtime.replica, self.identity, cell.link(), host=self.runtime._host)
 
     def get_cell(
         self, cause: Any, *, scope: Scope = "space", tx: Transaction | None = None
@@ -135,11 +165,10 @@ class Session:
         return self.runtime._pages(self.identity, self.identity.principal)
 
     def open_page(self, cell: Cell, *, follow: bool = False) -> asyncio.Future[bool]:
-        if isinstance(cell, Cell):  # (before it is re-made on this runtime's replica)
-            check_same_store(cell, self.runtime.replica, "session.open_page")
-        if cell.identity != self.identity:
-            cell = Cell(self.runtime.replica, self.identity, cell.link(), host=self.runtime._host)
-        return self.runtime.open_page(cell, follow=follow)
+        if not isinstance(cell, Cell):
+            return self.runtime.open_page(cell, follow=follow)  # (its error names the value)
+        check_same_store(cell, self.runtime.replica, "session.open_page")
+        return self.runtime.open_page(self.cell(cell), follow=follow)
 
     async def resume(self) -> list[Cell]:
         return await self.runtime._resume(self.identity)
@@ -174,7 +203,7 @@ class Runtime:
         self.store: StoreBase = store if store is not None else MemoryStore()
         self.replica = Replica(self.store)
         self.scheduler = Scheduler(self.replica, clock=clock)
-        self._host = _Host(self.scheduler)
+        self._host = _Host(self, self.scheduler)
         self.runner = Runner(self)
         self.on_navigate = on_navigate
         """Called with each page a navigation opened, once it is running (a UI shows it)."""
@@ -188,6 +217,24 @@ class Runtime:
             f"<Runtime space={self.space!r} as {self.identity.principal}/"
             f"{self.identity.session}{state}>"
         )
+
+    @staticmethod
+    def of(cell: Cell) -> Runtime | None:
+        """The runtime that made `cell` (its `get_cell`, a result it returned), or None
+        for a cell made without one. Views use it to act on the cell's runtime."""
+        if not isinstance(cell, Cell):
+            raise PatternError(f"Runtime.of: expected a Cell, got {cell!r}")
+        host = cell.host
+        return host.runtime if isinstance(host, _Host) else None
+
+    @property
+    def closed(self) -> bool:
+        """True once `close()` or `aclose()` ran."""
+        return self._closed
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        """Notebook display: the runtime and its `inspect()` snapshot."""
+        return mimebundle(repr(self), {} if self._closed else self.inspect())
 
     # -- lifecycle
     def close(self) -> None:
@@ -520,6 +567,19 @@ class Runtime:
         """
         return self._send(self.identity, stream, event, event_id)
 
+    def handler_label(self, stream: Cell) -> str | None:
+        """The label of the handler an event sent to `stream` would reach (links
+        followed, as `send` follows them), or None when none is bound there. Views
+        use it to show streams as buttons."""
+        self._require_open()
+        if not isinstance(stream, Cell):
+            raise PatternError(f"rt.handler_label: expected a Cell, got {stream!r}")
+        try:
+            target = stream.resolve()
+        except CellweaveError:
+            return None
+        return self.scheduler.handler_label(target)
+
     # -- pages
     def _open_page(
         self, target: Link, identity: Identity, *, via: str, follow: bool = False
@@ -647,7 +707,7 @@ class Runtime:
             err.__cause__ = exc
             self.scheduler.errors_log.add("callback", name, str(cell.link()), err)
 
-    def inspect(self, principal: str | None = None) -> dict[str, Any]:
+    def inspect(self, principal: str | None = None) -> Inspection:
         """A JSON-serialisable snapshot: registrations, pending starts, lifetimes, pages,
         node counts, starts in flight and the recent lifecycle trace. Documents are named
         by id; each registration's `cause`, and `causes` (id -> cause, for every id the
@@ -663,36 +723,42 @@ class Runtime:
             *(c.id for c in pages),
         ]
         causes = {eid: text for eid in named if (text := describe_id(eid)) is not None}
-        return {
-            "identity": {"principal": self.identity.principal, "session": self.identity.session},
-            "registrations": [
-                {
-                    "key": str(reg.key),
-                    "cause": describe_id(reg.key.id),
-                    "generation": reg.generation,
-                    "pattern": reg.pattern,
-                    "launch": reg.launch,
-                    "depth": len(reg.chain),
-                }
-                for reg in runner.registrations
-            ],
-            "pending_starts": sorted(map(str, pending)),
-            "lifetimes": sorted(str(k) for k in runner.lifetimes),
-            "starts_in_flight": len(runner.attempts),
-            "pages": [str(c.link()) for c in pages],
-            "causes": causes,
-            "nodes": {
-                k: v
-                for k, v in self.scheduler.statistics().items()
-                if k in ("nodes", "live", "invalid", "deferred", "events_queued", "passes", "runs")
-            },
-            "trace": runner.trace.snapshot(),
-            "errors": [record.as_dict() for record in self.scheduler.errors()],
-            "failing": [
-                {"node": n.label, "error": f"{type(n.error).__name__}: {n.error}"}
-                for n in self.scheduler.failing()
-            ],
-        }
+        return Inspection(
+            {
+                "identity": {
+                    "principal": self.identity.principal,
+                    "session": self.identity.session,
+                },
+                "registrations": [
+                    {
+                        "key": str(reg.key),
+                        "cause": describe_id(reg.key.id),
+                        "generation": reg.generation,
+                        "pattern": reg.pattern,
+                        "launch": reg.launch,
+                        "depth": len(reg.chain),
+                    }
+                    for reg in runner.registrations
+                ],
+                "pending_starts": sorted(map(str, pending)),
+                "lifetimes": sorted(str(k) for k in runner.lifetimes),
+                "starts_in_flight": len(runner.attempts),
+                "pages": [str(c.link()) for c in pages],
+                "causes": causes,
+                "nodes": {
+                    k: v
+                    for k, v in self.scheduler.statistics().items()
+                    if k
+                    in ("nodes", "live", "invalid", "deferred", "events_queued", "passes", "runs")
+                },
+                "trace": runner.trace.snapshot(),
+                "errors": [record.as_dict() for record in self.scheduler.errors()],
+                "failing": [
+                    {"node": n.label, "error": f"{type(n.error).__name__}: {n.error}"}
+                    for n in self.scheduler.failing()
+                ],
+            }
+        )
 
     def _check(self) -> None:
         self.runner._check()

@@ -898,6 +898,12 @@ class Scheduler:
         self.events.retired.pop(key, None)
         return handler
 
+    def handler_label(self, stream: Cell) -> str | None:
+        """The label of the handler bound to `stream` (the exact cell, links not
+        followed), or None when no handler is bound there. O(1)."""
+        handler = self.events.handlers.get((stream.doc_key, ("value", *stream.path)))
+        return None if handler is None else handler.label
+
     def remove_handler(self, handler: Handler) -> None:
         """Unbind `handler`; its queued events are dropped, and so is every event sent to
         its stream later (until a handler is bound there again), as the reference does."""

@@ -1,0 +1,407 @@
+"""The web shell: one pattern's root result served to browsers over a websocket.
+
+`cellweave serve MODULE:PATTERN` builds a `Shell` and runs it under uvicorn.
+Each websocket connection (a browser tab) is a session of the principal its
+token names; two tabs of one principal share that principal's pages, two
+principals never see or end each other's (every action goes through a
+`Session` of the runtime, and the runtime's owner checks decide).
+
+Security
+- The server binds loopback unless a users file is given; the default token
+  is random, printed once, and compared in constant time.
+- A client never names a document: only handles the server gave it ("root",
+  its pages) and paths inside them.
+- A malformed or oversized message is answered with an `error` on that
+  connection; the connection, the server and the other sessions keep going.
+- Values travel as JSON and are rendered as text by the client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import importlib
+import itertools
+import json
+import logging
+import secrets
+from collections.abc import AsyncIterator, Callable, Mapping
+from importlib import resources
+from typing import Any
+
+from cells import MISSING, Cell, CellweaveError, MemoryStore, SQLiteStore, StoreBase, value_equal
+from runner import Pattern, Runtime, Session
+
+from . import _wire as wire
+from ._wire import ProtocolError
+
+log = logging.getLogger("cellweave.shell")
+
+ROOT = "root"
+
+
+class ShellError(CellweaveError, ValueError):
+    """A web shell that cannot start as configured (target, users file, address)."""
+
+
+def load_target(spec: str) -> Pattern | Callable[..., Any]:
+    """`MODULE:NAME` -> the pattern (or setup function) it names."""
+    module_name, sep, name = spec.partition(":")
+    if not sep or not module_name or not name:
+        raise ShellError(f"serve: expected MODULE:PATTERN, got {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ShellError(f"serve: cannot import {module_name!r} (from {spec!r}): {exc}") from exc
+    try:
+        target = getattr(module, name)
+    except AttributeError:
+        raise ShellError(f"serve: module {module_name!r} has no {name!r}") from None
+    if not isinstance(target, Pattern) and not callable(target):
+        raise ShellError(f"serve: {spec!r} is neither a pattern nor a setup function")
+    return target  # type: ignore[no-any-return]
+
+
+def load_users(path: str) -> dict[str, str]:
+    """A users file: a JSON object mapping tokens to principals."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise ShellError(f"serve: cannot read users file {path!r}: {exc}") from exc
+    if not isinstance(data, dict) or not data:
+        raise ShellError(f"serve: users file {path!r} must map tokens to principals")
+    for token, principal in data.items():
+        if not token or len(token) < 16:
+            raise ShellError(f"serve: users file {path!r}: token for {principal!r} is too short")
+        if not isinstance(principal, str) or not principal:
+            raise ShellError(f"serve: users file {path!r}: principal {principal!r} is not a name")
+    return dict(data)
+
+
+async def setup_root(rt: Runtime, target: Pattern | Callable[..., Any], name: str) -> Cell:
+    """The served root result, set up on first use and started after a restart.
+
+    A pattern runs on an argument of one cell per parameter (each holding
+    `None` at first); a setup function `fn(rt, tx) -> Cell` stages its own
+    setup in `tx` and returns the result, which the shell links to. Both are
+    keyed by `name`, so a restart on the same store finds them again instead
+    of setting up anew.
+    """
+    anchor = rt.get_cell({"cellweave.serve": name})
+    if anchor.get() in (None, MISSING):
+        tx = rt.edit()
+        if isinstance(target, Pattern):
+            argument = {
+                p: rt.get_cell({"cellweave.serve": name, "argument": p}) for p in target.params
+            }
+            rt.run(tx, target, argument, anchor.with_tx(tx))
+        else:
+            made = target(rt, tx)
+            if not isinstance(made, Cell):
+                raise ShellError(f"serve: setup function {name!r} returned {made!r}, not a Cell")
+            anchor.with_tx(tx).set(made.link())
+        outcome = await tx.commit()
+        if not outcome.ok:
+            raise ShellError(f"serve: setting up {name!r} failed: {outcome.error}")
+    else:
+        await rt.start(anchor)
+    await rt.idle()
+    return anchor.resolve()
+
+
+class Shell:
+    """The served runtime and its connections (see the module docstring)."""
+
+    def __init__(
+        self,
+        rt: Runtime,
+        root: Cell,
+        tokens: Mapping[str, str],
+        *,
+        title: str = "cellweave",
+    ) -> None:
+        self.rt = rt
+        self.root = root
+        self.tokens = dict(tokens)
+        self.title = title
+        self.connections: set[Connection] = set()
+        self._sessions = itertools.count(1)
+
+    def principal_for(self, token: str | None) -> str | None:
+        """The principal a token names, compared in constant time; None if unknown."""
+        if not token:
+            return None
+        found = None
+        for known, principal in self.tokens.items():
+            if hmac.compare_digest(known.encode(), token.encode()):
+                found = principal
+        return found
+
+    def connect(self, principal: str, send: Callable[[dict[str, Any]], None]) -> Connection:
+        session_id = f"tab-{next(self._sessions)}-{secrets.token_hex(4)}"
+        conn = Connection(self, self.rt.session(principal, session_id), send)
+        self.connections.add(conn)
+        return conn
+
+    def disconnect(self, conn: Connection) -> None:
+        conn.close()
+        self.connections.discard(conn)
+
+    def pages_changed(self, principal: str) -> None:
+        for conn in list(self.connections):
+            if conn.session.identity.principal == principal:
+                conn.send_pages()
+
+
+class Connection:
+    """One browser tab: a session of its principal, its handles and its watches."""
+
+    def __init__(
+        self, shell: Shell, session: Session, send: Callable[[dict[str, Any]], None]
+    ) -> None:
+        self.shell = shell
+        self.session = session
+        self._send = send
+        self.handles: dict[str, Cell] = {ROOT: session.cell(shell.root)}
+        self.watches: dict[int, Callable[[], None]] = {}
+        self._page_handles: dict[str, str] = {}
+
+    @property
+    def principal(self) -> str:
+        return self.session.identity.principal
+
+    def close(self) -> None:
+        for cancel in self.watches.values():
+            cancel()
+        self.watches.clear()
+
+    def hello(self) -> None:
+        ident = self.session.identity
+        self._send(
+            {
+                "type": "hello",
+                "principal": ident.principal,
+                "session": ident.session,
+                "title": self.shell.title,
+                "root": ROOT,
+            }
+        )
+        self.send_pages()
+
+    def send_pages(self) -> None:
+        pages = []
+        for page in self.session.pages():
+            handle = self._page_handles.setdefault(str(page.link()), f"p{len(self._page_handles)}")
+            self.handles[handle] = page
+            pages.append({"handle": handle, "title": page_title(page)})
+        self._send({"type": "pages", "pages": pages})
+
+    async def handle(self, raw: str | bytes) -> None:
+        """Act on one client message; any failure is an `error` on this connection."""
+        ref = None
+        try:
+            if len(raw) > wire.MAX_MESSAGE:
+                raise ProtocolError(
+                    f"message of {len(raw)} bytes is larger than the limit of {wire.MAX_MESSAGE}"
+                )
+            try:
+                msg = json.loads(raw)
+            except ValueError as exc:
+                raise ProtocolError(f"message is not JSON: {exc}") from None
+            if not isinstance(msg, dict):
+                raise ProtocolError(f"message must be a JSON object, got {type(msg).__name__}")
+            ref = msg.get("ref")
+            op = msg.get("op")
+            if op not in wire.OPS:
+                raise ProtocolError(f"unknown op {op!r}; expected one of {sorted(wire.OPS)}")
+            answer = await getattr(self, f"_op_{op}")(msg)
+            self._send({"type": "ok", "ref": ref, **(answer or {})})
+        except CellweaveError as exc:
+            self._send({"type": "error", "ref": ref, "message": str(exc), **_extra(exc)})
+        except Exception as exc:  # a bug must not take the connection down
+            log.exception("web shell: message failed")
+            self._send({"type": "error", "ref": ref, "message": f"internal error: {exc!r}"})
+
+    def _cell(self, msg: Mapping[str, Any], name: str = "cell") -> Cell:
+        handle = wire.field(msg, name, str)
+        cell = self.handles.get(handle)
+        if cell is None:
+            raise ProtocolError(f"unknown {name} handle {handle!r}")
+        return cell.key(*wire.path_of(msg))
+
+    async def _op_hello(self, msg: Mapping[str, Any]) -> None:
+        self.hello()
+
+    async def _op_watch(self, msg: Mapping[str, Any]) -> None:
+        watch = wire.field(msg, "watch", int)
+        cell = self._cell(msg)
+        if watch in self.watches:
+            raise ProtocolError(f"watch {watch} is already in use on this connection")
+        label_of = self.shell.rt.handler_label
+
+        def deliver(ops: list[dict[str, Any]]) -> None:
+            if len(ops) == 1 and ops[0]["op"] == "replace" and ops[0]["path"] == "":
+                value = wire.mark_streams(label_of, cell, ops[0]["value"])
+                self._send({"type": "snapshot", "watch": watch, "value": value})
+            else:
+                self._send(
+                    {"type": "patch", "watch": watch, "ops": wire.mark_patch(label_of, cell, ops)}
+                )
+
+        self.watches[watch] = cell.sink_patches(deliver)
+
+    async def _op_unwatch(self, msg: Mapping[str, Any]) -> None:
+        cancel = self.watches.pop(wire.field(msg, "watch", int), None)
+        if cancel is not None:
+            cancel()
+
+    async def _op_send(self, msg: Mapping[str, Any]) -> None:
+        if "event" not in msg:
+            raise ProtocolError("message 'send' needs an 'event' field")
+        self.session.send(self._cell(msg), msg["event"])
+
+    async def _op_set(self, msg: Mapping[str, Any]) -> None:
+        if "value" not in msg or "basis" not in msg:
+            raise ProtocolError("message 'set' needs 'value' and 'basis' fields")
+        target = self._cell(msg)
+        tx = self.session.edit()
+        place = target.with_tx(tx)
+        current = place.get()
+        if not value_equal(current, msg["basis"]):
+            tx.abort("the value changed since the view showed it")
+            raise StaleEdit(
+                f"not saved: {_where(msg)} changed to {current!r} since it was shown", current
+            )
+        place.set(msg["value"])
+        result = await tx.commit()
+        if not result.ok:
+            raise StaleEdit(f"not saved: {result.error}", target.get())
+
+    async def _op_open(self, msg: Mapping[str, Any]) -> dict[str, Any]:
+        # Resolve now: the page is the element's result this place holds at this
+        # moment, not whatever the list slot holds later.
+        target = self._cell(msg).resolve()
+        opened = await self.session.open_page(target)
+        self.shell.pages_changed(self.principal)
+        return {"opened": bool(opened)}
+
+    async def _op_stop(self, msg: Mapping[str, Any]) -> None:
+        page = self._cell(msg, "page")
+        done = self.session.stop(page)
+        if done is not None and hasattr(done, "__await__"):
+            await done
+        self.shell.pages_changed(self.principal)
+
+
+class StaleEdit(CellweaveError, ValueError):
+    """An edit from a view that showed an older value; carries the fresh one."""
+
+    def __init__(self, message: str, value: Any) -> None:
+        super().__init__(message)
+        self.value = value
+
+
+def _extra(exc: CellweaveError) -> dict[str, Any]:
+    return {"value": exc.value} if isinstance(exc, StaleEdit) else {}
+
+
+def _where(msg: Mapping[str, Any]) -> str:
+    path = msg.get("path") or []
+    return "/".join(str(p) for p in path) or "the value"
+
+
+def page_title(page: Cell) -> str:
+    """A page's name in the tab bar: its title or name field, else its address."""
+    value = page.get()
+    if isinstance(value, dict):
+        for key in ("title", "name"):
+            if isinstance(value.get(key), str) and value[key]:
+                return str(value[key])
+    return str(page)
+
+
+def open_store(db: str | None) -> StoreBase:
+    return SQLiteStore(db) if db else MemoryStore()
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    target_spec: str, db: str | None, tokens: Mapping[str, str]
+) -> AsyncIterator[Shell]:
+    """The runtime and shell for `target_spec`, closed on exit."""
+    target = load_target(target_spec)
+    store = open_store(db)
+    rt = Runtime(store=store)
+    try:
+        await rt.resume()
+        root = await setup_root(rt, target, target_spec)
+        yield Shell(rt, root, tokens, title=target_spec)
+    finally:
+        await rt.aclose()
+        store.close()
+
+
+def static_text(name: str) -> str:
+    return resources.files("cellweave").joinpath("static", name).read_text(encoding="utf-8")
+
+
+def make_app(shell_cm: Callable[[], contextlib.AbstractAsyncContextManager[Shell]]) -> Any:
+    """The Starlette application serving the shell (needs the `web` extra)."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import HTMLResponse, PlainTextResponse, Response
+    from starlette.routing import Mount, Route, WebSocketRoute
+    from starlette.staticfiles import StaticFiles
+    from starlette.websockets import WebSocket, WebSocketDisconnect
+
+    state: dict[str, Shell] = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Any) -> AsyncIterator[None]:
+        async with shell_cm() as shell:
+            state["shell"] = shell
+            yield
+
+    async def index(request: Request) -> Response:
+        if state["shell"].principal_for(request.query_params.get("token")) is None:
+            return PlainTextResponse("unknown or missing token", status_code=401)
+        return HTMLResponse(static_text("index.html"))
+
+    async def socket(ws: WebSocket) -> None:
+        shell = state["shell"]
+        principal = shell.principal_for(ws.query_params.get("token"))
+        if principal is None:
+            await ws.close(code=4401, reason="unknown or missing token")
+            return
+        await ws.accept()
+        outbox: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        conn = shell.connect(principal, outbox.put_nowait)
+
+        async def writer() -> None:
+            while (msg := await outbox.get()) is not None:
+                await ws.send_text(json.dumps(msg, allow_nan=False))
+
+        task = asyncio.create_task(writer())
+        try:
+            while True:
+                raw = await ws.receive_text()
+                await conn.handle(raw)
+        except WebSocketDisconnect:
+            pass
+        finally:
+            shell.disconnect(conn)
+            outbox.put_nowait(None)
+            with contextlib.suppress(Exception):
+                await task
+
+    static = resources.files("cellweave").joinpath("static")
+    return Starlette(
+        routes=[
+            Route("/", index),
+            WebSocketRoute("/ws", socket),
+            Mount("/static", app=StaticFiles(directory=str(static)), name="static"),
+        ],
+        lifespan=lifespan,
+    )

@@ -1,0 +1,108 @@
+"""`cellweave.view(cell)`: the web shell's view as a notebook widget (anywidget).
+
+The widget runs the same ES module as the browser shell, over the widget's
+comm instead of a websocket, and the Python side is the same `Connection`:
+after the first snapshot only patch operations cross the comm. It acts as a
+session of the viewing identity (the runtime's own unless one is given), so
+edits, events, opened pages and closes go through the runtime's owner checks.
+Needs the `notebook` extra (`pip install 'cellweave[notebook]'`) and a
+running event loop (every notebook kernel has one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import re
+from importlib import resources
+from typing import Any
+
+from cells import Cell, CellweaveError
+from runner import Runtime, Session
+
+from ._shell import Connection, Shell
+
+
+class WidgetError(CellweaveError, RuntimeError):
+    """`view()` cannot make a widget here (no anywidget, no event loop, a bad argument)."""
+
+
+_IMPORT = re.compile(r"^import .*$", re.MULTILINE)
+_EXPORT_LIST = re.compile(r"^export \{[^}]*\};?$", re.MULTILINE)
+_EXPORT = re.compile(r"^export (?!default)", re.MULTILINE)
+
+
+@functools.cache
+def bundled_module() -> str:
+    """The view module with its vendored JSON Patch library inlined: anywidget
+    loads one module from a string, so relative imports cannot resolve."""
+    static = resources.files("cellweave").joinpath("static")
+    parts = []
+    for name in ("vendor/fast-json-patch/helpers.mjs", "vendor/fast-json-patch/core.mjs"):
+        text = static.joinpath(name).read_text(encoding="utf-8")
+        text = _EXPORT.sub("", _EXPORT_LIST.sub("", _IMPORT.sub("", text)))
+        parts.append(f"// ---- {name} (MIT, see vendor/fast-json-patch/LICENSE.txt)\n{text}")
+    main = static.joinpath("cellweave.js").read_text(encoding="utf-8")
+    parts.append(_IMPORT.sub("", main))
+    return "\n".join(parts)
+
+
+@functools.cache
+def _widget_class() -> type:
+    try:
+        import anywidget
+    except ImportError:
+        raise WidgetError(
+            "cellweave.view needs the notebook extra: pip install 'cellweave[notebook]'"
+        ) from None
+    static = resources.files("cellweave").joinpath("static")
+
+    class CellView(anywidget.AnyWidget):
+        _esm = bundled_module()
+        _css = static.joinpath("cellweave.css").read_text(encoding="utf-8")
+
+    return CellView
+
+
+def view(cell: Cell, *, session: Session | None = None, runtime: Runtime | None = None) -> Any:
+    """A live widget showing `cell`: a tree (lists of records as tables), handler
+    streams as buttons, leaves editable in place, rows openable as pages.
+
+    `cell` must come from a runtime (`rt.get_cell`, a result); pass `session`
+    to view as another identity of that runtime. Call it where an event loop
+    runs (a notebook cell)."""
+    if not isinstance(cell, Cell):
+        raise WidgetError(f"cellweave.view: expected a Cell, got {cell!r}")
+    rt = runtime or (session.runtime if session is not None else Runtime.of(cell))
+    if rt is None:
+        raise WidgetError(
+            f"cellweave.view({cell!r}): pass runtime=rt (the runtime whose cell this is)"
+        )
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        raise WidgetError(
+            "cellweave.view needs a running event loop (a notebook has one)"
+        ) from None
+    acting = session if session is not None else rt.session(rt.identity.principal, "widget")
+    widget = _widget_class()()
+    shell = Shell(rt, cell, {})
+
+    def send(msg: dict[str, Any]) -> None:
+        widget.send(json.loads(json.dumps(msg, allow_nan=False)))
+
+    conn = Connection(shell, acting, send)
+    shell.connections.add(conn)
+
+    # The comm hands messages to a plain callback; each is handled as a task on
+    # the kernel's loop, kept referenced until it ends.
+    tasks: set[asyncio.Task[None]] = set()
+
+    def on_msg(_widget: Any, content: Any, _buffers: Any) -> None:
+        task = loop.create_task(conn.handle(json.dumps(content)))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    widget.on_msg(on_msg)
+    return widget

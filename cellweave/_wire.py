@@ -1,0 +1,120 @@
+"""The view protocol: what a browser (or a notebook widget) and the server say to each other.
+
+Messages are JSON objects. The client asks (`op`), the server answers (`type`).
+A client never names a document directly: it names a *handle* the server gave
+it ("root", a page) and a path inside it, so it can reach only what its
+session was shown, and every action still goes through the runtime's owner
+checks.
+
+Client -> server, each with an optional `ref` echoed in the answer:
+
+- `{"op": "hello"}`: first message; answered by `hello` and `pages`.
+- `{"op": "watch", "watch": W, "cell": H}`: stream the value of handle H:
+  one `snapshot`, then `patch` messages (RFC 6902 operations) for watch W.
+- `{"op": "unwatch", "watch": W}`
+- `{"op": "send", "cell": H, "path": [...], "event": E}`: an event to the
+  handler bound at that place.
+- `{"op": "set", "cell": H, "path": [...], "value": V, "basis": B}`: write V
+  at that place if it still holds B (the value the client showed).
+- `{"op": "open", "cell": H, "path": [...]}`: open the result at that place
+  as a page of this principal, pinned to the element it holds now.
+- `{"op": "stop", "page": H}`: stop (close) a page.
+
+Server -> client: `hello`, `snapshot`, `patch`, `pages`, `ok`,
+`error` (with `message`, and `value` when a write met a newer value).
+
+Handler streams are shown in values as `{"$stream": label}`, so a view can
+draw a button where a plain `get()` would show `None`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from cells import Cell, CellweaveError
+
+MAX_MESSAGE: Final = 64 * 1024
+"""Largest client message accepted, in bytes of JSON."""
+MAX_PATH: Final = 64
+"""Longest path a client may name."""
+
+STREAM: Final = "$stream"
+
+OPS: Final = frozenset({"hello", "watch", "unwatch", "send", "set", "open", "stop"})
+
+
+class ProtocolError(CellweaveError, ValueError):
+    """A client message the server cannot act on; answered on that connection only."""
+
+
+def field(msg: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
+    """`msg[name]`, checked against `kind`, or a `ProtocolError` naming both."""
+    if name not in msg:
+        raise ProtocolError(f"message {msg.get('op')!r} needs a {name!r} field")
+    value = msg[name]
+    # bool is an int in Python; a path index or a watch id must be a real int.
+    if isinstance(value, bool) and kind is int:
+        raise ProtocolError(f"{name!r} must be {_kind_name(kind)}, got {value!r}")
+    if not isinstance(value, kind):
+        raise ProtocolError(f"{name!r} must be {_kind_name(kind)}, got {value!r}")
+    return value
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join(k.__name__ for k in kinds)
+
+
+def path_of(msg: Mapping[str, Any]) -> tuple[str | int, ...]:
+    """The `path` field: a list of str keys and int indexes (default: empty)."""
+    raw = msg.get("path", [])
+    if not isinstance(raw, list) or len(raw) > MAX_PATH:
+        raise ProtocolError(f"'path' must be a list of at most {MAX_PATH} keys, got {raw!r}")
+    for elem in raw:
+        if isinstance(elem, bool) or not isinstance(elem, str | int):
+            raise ProtocolError(f"'path' elements must be str or int, got {elem!r}")
+    return tuple(raw)
+
+
+def mark_streams(label_of: Callable[[Cell], str | None], cell: Cell, value: Any) -> Any:
+    """`value` (what `cell` holds) with every handler stream inside it shown as
+    `{"$stream": label}`. A stream reads as `None`, so only `None` leaves are
+    probed: O(size of value) walks, one handler lookup per `None`."""
+    if value is None:
+        label = label_of(cell)
+        return None if label is None else {STREAM: label}
+    if isinstance(value, dict):
+        return {k: mark_streams(label_of, cell.key(k), v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [mark_streams(label_of, cell.key(i), v) for i, v in enumerate(value)]
+    return value
+
+
+def pointer_path(pointer: str) -> tuple[str, ...]:
+    """The elements of an RFC 6901 pointer ("" is the whole value)."""
+    if pointer == "":
+        return ()
+    return tuple(p.replace("~1", "/").replace("~0", "~") for p in pointer[1:].split("/"))
+
+
+def mark_patch(
+    label_of: Callable[[Cell], str | None], cell: Cell, ops: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Patch operations with the values they carry marked as `mark_streams` marks
+    a snapshot (so the client's copy keeps its buttons). O(size of the values
+    in the operations), not of the whole value."""
+    out = []
+    for op in ops:
+        if "value" in op:
+            at = cell.key(*(_index(p) for p in pointer_path(op["path"])))
+            op = {**op, "value": mark_streams(label_of, at, op["value"])}
+        out.append(op)
+    return out
+
+
+def _index(elem: str) -> str | int:
+    # JSON Pointer does not say whether "3" is a key or an index; the cell's
+    # path resolution needs to know. Digits name list positions here, which
+    # is right for every value a view shows (lists under the keys it names).
+    return int(elem) if elem.isdigit() else elem

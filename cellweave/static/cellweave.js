@@ -1,0 +1,338 @@
+// cellweave views: one plain ES module, no build step.
+//
+// `ValueView` renders a value as a navigable tree (a list whose elements are
+// objects sharing keys as a table) and keeps it live from RFC 6902 patches,
+// updating only the DOM under the changed paths. `connectShell` runs the web
+// shell: a websocket to the server, tabs for the root and the viewer's pages.
+// Values are always written as text nodes, never as HTML.
+
+import { applyPatch } from "./vendor/fast-json-patch/core.mjs";
+
+const STREAM = "$stream";
+
+function ptr(path) {
+  return path.map((p) => "/" + String(p).replace(/~/g, "~0").replace(/\//g, "~1")).join("");
+}
+
+function unptr(pointer) {
+  if (pointer === "") return [];
+  return pointer.slice(1).split("/").map((p) => p.replace(/~1/g, "/").replace(/~0/g, "~"));
+}
+
+function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else if (v !== undefined && v !== null) el.setAttribute(k, v);
+  }
+  for (const c of children) el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  return el;
+}
+
+function isStream(v) {
+  return v !== null && typeof v === "object" && !Array.isArray(v) && Object.keys(v).length === 1 && STREAM in v;
+}
+
+function isRecord(v) {
+  return v !== null && typeof v === "object" && !Array.isArray(v) && !isStream(v);
+}
+
+function tableColumns(list) {
+  // A list is shown as a table when every element is an object with the same keys.
+  if (list.length === 0 || !list.every(isRecord)) return null;
+  const cols = Object.keys(list[0]);
+  if (cols.length === 0) return null;
+  const same = (o) => {
+    const keys = Object.keys(o);
+    return keys.length === cols.length && keys.every((k, i) => k === cols[i]);
+  };
+  return list.every(same) ? cols : null;
+}
+
+function leafText(v) {
+  if (typeof v === "string") return v;
+  return JSON.stringify(v);
+}
+
+function parseInput(text, previous) {
+  // What the person typed: JSON where it parses (numbers, true, null, lists),
+  // else the text itself when the value was a string.
+  try {
+    return JSON.parse(text);
+  } catch (e) {
+    if (typeof previous === "string" || previous === undefined) return text;
+    throw new Error(`not valid JSON: ${text}`);
+  }
+}
+
+export class ValueView {
+  // actions: { send(path, event), set(path, value, basis), open(path) }
+  constructor(el, actions) {
+    this.el = el;
+    this.actions = actions;
+    this.value = undefined;
+    this.nodes = new Map(); // pointer -> element rendering the value at that pointer
+  }
+
+  snapshot(value) {
+    this.value = value;
+    this.nodes.clear();
+    this.el.replaceChildren(this.render(value, []));
+  }
+
+  patch(ops) {
+    this.value = applyPatch(this.value, ops, false, true).newDocument;
+    const dirty = new Set();
+    for (const op of ops) {
+      for (const p of [op.path, op.from]) {
+        if (p === undefined) continue;
+        let path = unptr(p);
+        // Inserting or removing shifts the siblings: redraw the container.
+        if (op.op !== "replace" || p !== op.path) path = path.slice(0, -1);
+        dirty.add(ptr(path));
+      }
+    }
+    for (const pointer of this.roots(dirty)) this.redraw(pointer);
+  }
+
+  roots(pointers) {
+    // Only the outermost of the changed places: redrawing one covers those under it.
+    const sorted = [...pointers].sort((a, b) => a.length - b.length);
+    const out = [];
+    for (const p of sorted) if (!out.some((q) => p === q || p.startsWith(q + "/"))) out.push(p);
+    return out;
+  }
+
+  redraw(pointer) {
+    let path = unptr(pointer);
+    while (path.length > 0 && !this.nodes.has(ptr(path))) path = path.slice(0, -1);
+    const at = ptr(path);
+    const old = this.nodes.get(at);
+    if (old === undefined) return this.snapshot(this.value);
+    let value = this.value;
+    for (const p of path) value = value === undefined || value === null ? undefined : value[p];
+    this.forget(old);
+    const fresh = this.render(value, path.map((p) => (/^\d+$/.test(p) ? Number(p) : p)), old.tagName);
+    old.replaceWith(fresh);
+  }
+
+  forget(el) {
+    for (const node of [el, ...el.querySelectorAll("[data-ptr]")]) {
+      const p = node.getAttribute("data-ptr");
+      if (p !== null && this.nodes.get(p) === node) this.nodes.delete(p);
+    }
+  }
+
+  track(el, path) {
+    const p = ptr(path);
+    el.setAttribute("data-ptr", p);
+    this.nodes.set(p, el);
+    return el;
+  }
+
+  render(value, path, asTag) {
+    if (asTag === "TR" && isRecord(value)) return this.row(value, path, Object.keys(value));
+    if (isStream(value)) return this.track(this.stream(value[STREAM], path), path);
+    if (Array.isArray(value)) return this.track(this.list(value, path), path);
+    if (value !== null && typeof value === "object") return this.track(this.record(value, path), path);
+    return this.track(this.leaf(value, path), path);
+  }
+
+  record(obj, path) {
+    const dl = h("dl", { class: "cw-record" });
+    for (const [k, v] of Object.entries(obj)) {
+      dl.append(h("dt", {}, k), h("dd", {}, this.render(v, [...path, k])));
+    }
+    return dl;
+  }
+
+  list(items, path) {
+    const cols = tableColumns(items);
+    if (cols === null) {
+      const ol = h("ol", { class: "cw-list", start: "0" });
+      items.forEach((v, i) => {
+        const li = h("li", {}, this.render(v, [...path, i]));
+        if (isRecord(v)) li.append(this.openButton([...path, i]));
+        ol.append(li);
+      });
+      return ol;
+    }
+    const head = h("tr", {}, ...cols.map((c) => h("th", {}, c)), h("th", {}, ""));
+    const body = h("tbody");
+    items.forEach((v, i) => body.append(this.row(v, [...path, i], cols)));
+    return h("table", { class: "cw-table" }, h("thead", {}, head), body);
+  }
+
+  row(obj, path, cols) {
+    const tr = h("tr");
+    for (const c of cols) tr.append(h("td", {}, this.render(obj[c], [...path, c])));
+    tr.append(h("td", {}, this.openButton(path)));
+    return this.track(tr, path);
+  }
+
+  openButton(path) {
+    return h("button", { class: "cw-open", title: "open as a page", onclick: () => this.actions.open(path) }, "open");
+  }
+
+  stream(label, path) {
+    const input = h("input", { class: "cw-event", placeholder: "event (JSON)", size: "14" });
+    const send = () => {
+      let event = {};
+      if (input.value.trim() !== "") {
+        try {
+          event = JSON.parse(input.value);
+        } catch (e) {
+          return this.actions.error(`event is not valid JSON: ${input.value}`);
+        }
+      }
+      this.actions.send(path, event);
+    };
+    const name = path.length ? String(path[path.length - 1]) : label;
+    return h("span", { class: "cw-stream" }, h("button", { class: "cw-send", title: label, onclick: send }, name), input);
+  }
+
+  leaf(v, path) {
+    const span = h("span", { class: `cw-leaf cw-${v === null ? "null" : typeof v}`, tabindex: "0" }, leafText(v));
+    const edit = () => {
+      const input = h("input", { class: "cw-edit", value: leafText(v) });
+      const done = (save) => {
+        if (save) {
+          try {
+            this.actions.set(path, parseInput(input.value, v), v);
+          } catch (e) {
+            this.actions.error(e.message);
+          }
+        }
+        input.replaceWith(span);
+      };
+      input.addEventListener("keydown", (e) => {
+        if (e.key === "Enter") done(true);
+        if (e.key === "Escape") done(false);
+      });
+      input.addEventListener("blur", () => input.isConnected && done(false));
+      span.replaceWith(input);
+      input.focus();
+      input.select();
+    };
+    span.addEventListener("dblclick", edit);
+    span.addEventListener("keydown", (e) => e.key === "Enter" && edit());
+    return span;
+  }
+}
+
+// ---------------------------------------------------------------- web shell
+
+export function connectShell(el, location) {
+  const token = new URLSearchParams(location.search).get("token") || "";
+  const scheme = location.protocol === "https:" ? "wss" : "ws";
+  const ws = new WebSocket(`${scheme}://${location.host}/ws?token=${encodeURIComponent(token)}`);
+  const shell = new Shell(el, (msg) => ws.send(JSON.stringify(msg)));
+  ws.addEventListener("open", () => shell.start());
+  ws.addEventListener("message", (e) => shell.receive(JSON.parse(e.data)));
+  ws.addEventListener("close", (e) => shell.closed(e.code, e.reason));
+  window.cellweave = shell; // for people poking at it in the console, and for tests
+  return shell;
+}
+
+export class Shell {
+  constructor(el, send) {
+    this.send = send;
+    this.refs = 0;
+    this.watchId = 0;
+    this.active = "root";
+    this.pages = [];
+    this.header = h("header", { class: "cw-header" }, h("strong", {}, "cellweave"));
+    this.tabs = h("nav", { class: "cw-tabs" });
+    this.status = h("div", { class: "cw-status", role: "alert" });
+    this.content = h("main", { class: "cw-content" });
+    el.replaceChildren(this.header, this.tabs, this.status, this.content);
+    this.view = new ValueView(this.content, {
+      send: (path, event) => this.ask({ op: "send", cell: this.active, path, event }),
+      set: (path, value, basis) => this.ask({ op: "set", cell: this.active, path, value, basis }),
+      open: (path) => this.ask({ op: "open", cell: this.active, path }),
+      error: (message) => this.error(message),
+    });
+  }
+
+  start() {
+    this.send({ op: "hello" });
+  }
+
+  ask(msg) {
+    const ref = ++this.refs;
+    this.send({ ...msg, ref });
+    return ref;
+  }
+
+  error(message, value) {
+    this.status.className = "cw-status cw-error";
+    this.status.textContent = value === undefined ? message : `${message} (now: ${JSON.stringify(value)})`;
+  }
+
+  closed(code, reason) {
+    this.error(`disconnected (${code}${reason ? ": " + reason : ""})`);
+    document.body.setAttribute("data-closed", String(code));
+  }
+
+  receive(msg) {
+    switch (msg.type) {
+      case "hello":
+        this.header.append(" ", h("span", { class: "cw-who" }, `${msg.title} · ${msg.principal}`));
+        this.show("root");
+        break;
+      case "pages":
+        this.pages = msg.pages;
+        this.drawTabs();
+        break;
+      case "snapshot":
+        if (msg.watch === this.watchId) this.view.snapshot(msg.value);
+        break;
+      case "patch":
+        if (msg.watch === this.watchId) this.view.patch(msg.ops);
+        break;
+      case "ok":
+        this.status.className = "cw-status";
+        this.status.textContent = "";
+        break;
+      case "error":
+        this.error(msg.message, msg.value);
+        break;
+    }
+    document.body.setAttribute("data-seen", String(msg.type));
+  }
+
+  show(handle) {
+    if (this.watchId) this.send({ op: "unwatch", watch: this.watchId });
+    this.active = handle;
+    this.watchId += 1;
+    this.send({ op: "watch", watch: this.watchId, cell: handle });
+    this.drawTabs();
+  }
+
+  drawTabs() {
+    const tab = (handle, title, closable) => {
+      const b = h("button", { class: "cw-tab" + (handle === this.active ? " cw-active" : ""), "data-handle": handle, onclick: () => this.show(handle) }, title);
+      if (!closable) return b;
+      const x = h("button", { class: "cw-close", title: "close (stop) this page", "data-handle": handle, onclick: () => this.closePage(handle) }, "×");
+      return h("span", { class: "cw-page" }, b, x);
+    };
+    this.tabs.replaceChildren(tab("root", "root", false), ...this.pages.map((p) => tab(p.handle, p.title, true)));
+    if (this.active !== "root" && !this.pages.some((p) => p.handle === this.active)) this.show("root");
+  }
+
+  closePage(handle) {
+    this.ask({ op: "stop", page: handle });
+  }
+}
+
+// ---------------------------------------------------------------- notebook widget
+
+// anywidget's entry point: the same shell, over the widget's comm.
+function render({ model, el }) {
+  const shell = new Shell(el, (msg) => model.send(msg));
+  model.on("msg:custom", (msg) => shell.receive(msg));
+  shell.start();
+  return () => shell.send({ op: "unwatch", watch: shell.watchId });
+}
+
+export default { render };

@@ -1,0 +1,143 @@
+"""The web shell in a real browser: Debian's chromium driven by Playwright.
+
+Nothing is downloaded: Playwright launches `/usr/bin/chromium` (`make test`
+installs the package when it is missing). Each test waits for what a person
+would see (a row, a changed text), never for a fixed time. Screenshots go to
+`CELLWEAVE_SCREENSHOTS` when it is set (the docs' pictures are made that way).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+from shell_support import ALICE, BOB, shell
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not os.path.exists(CHROMIUM):
+        raise AssertionError(f"{CHROMIUM} is missing: run `make test` (it installs chromium)")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+        yield b
+        b.close()
+
+
+def shot(page: Page, name: str) -> None:
+    folder = os.environ.get("CELLWEAVE_SCREENSHOTS")
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+        page.screenshot(path=os.path.join(folder, f"{name}.png"), full_page=True)
+
+
+def open_tab(browser: Browser, url: str, token: str) -> Page:
+    page = browser.new_page(viewport={"width": 900, "height": 640})
+    page.goto(f"{url}/?token={token}")
+    expect(page.locator(".cw-record").first).to_be_visible()
+    return page
+
+
+def add_task(page: Page, title: str) -> None:
+    stream = page.locator("[data-ptr='/add']")
+    stream.locator("input.cw-event").fill(f'{{"title": "{title}", "tags": ["demo"]}}')
+    stream.locator("button.cw-send").click()
+    expect(page.locator(".cw-table tbody tr", has_text=title)).to_be_visible()
+
+
+def test_click_a_handler_and_see_the_rows(browser: Browser, tmp_path: Any) -> None:
+    with shell(tmp_path) as server:
+        page = open_tab(browser, server.url, ALICE)
+        add_task(page, "Milk")
+        add_task(page, "Bread")
+        rows = page.locator(".cw-table tbody tr")
+        expect(rows).to_have_count(2)
+        # Toggle the second card: only its row changes.
+        rows.nth(1).locator("button.cw-send", has_text="toggle").click()
+        expect(page.locator("[data-ptr='/cards/1/line']")).to_have_text("[x] Bread #demo")
+        expect(page.locator("[data-ptr='/cards/0/line']")).to_have_text("[ ] Milk #demo")
+        expect(page.locator("[data-ptr='/done/0']")).to_have_text("Bread")
+        shot(page, "shell-board")
+
+
+def test_edit_a_leaf_and_see_a_conflict(browser: Browser, tmp_path: Any) -> None:
+    with shell(tmp_path) as server:
+        page = open_tab(browser, server.url, ALICE)
+        add_task(page, "Milk")
+        title = page.locator("[data-ptr='/cards/0/title']")
+        # A second tab edits the title first; this tab's editor still shows "Milk".
+        other = open_tab(browser, server.url, ALICE)
+        title.dblclick()
+        editor = page.locator("input.cw-edit")
+        other.locator("[data-ptr='/cards/0/title']").dblclick()
+        other.locator("input.cw-edit").fill("Oat milk")
+        other.locator("input.cw-edit").press("Enter")
+        expect(other.locator("[data-ptr='/cards/0/title']")).to_have_text("Oat milk")
+        editor.fill("Soy milk")
+        editor.press("Enter")
+        expect(page.locator(".cw-status")).to_contain_text("changed")
+        expect(page.locator(".cw-status")).to_contain_text("Oat milk")
+        expect(page.locator("[data-ptr='/cards/0/title']")).to_have_text("Oat milk")
+        shot(page, "shell-conflict")
+
+
+def test_open_a_row_as_a_page_shared_by_two_tabs_and_close_it(
+    browser: Browser, tmp_path: Any
+) -> None:
+    with shell(tmp_path) as server:
+        tab1 = open_tab(browser, server.url, ALICE)
+        tab2 = open_tab(browser, server.url, ALICE)
+        add_task(tab1, "Milk")
+        tab1.locator(".cw-table tbody tr").first.locator("button.cw-open").click()
+        expect(tab1.locator(".cw-tab", has_text="Milk")).to_be_visible()
+        expect(tab2.locator(".cw-tab", has_text="Milk")).to_be_visible()
+        tab2.locator(".cw-tab", has_text="Milk").click()
+        expect(tab2.locator("[data-ptr='/line']")).to_have_text("[ ] Milk #demo")
+        shot(tab2, "shell-page")
+        tab2.locator(".cw-close").click()
+        expect(tab1.locator(".cw-tab", has_text="Milk")).to_have_count(0)
+        expect(tab2.locator(".cw-tab", has_text="Milk")).to_have_count(0)
+
+
+def test_two_principals_do_not_see_each_others_pages(browser: Browser, tmp_path: Any) -> None:
+    with shell(tmp_path) as server:
+        alice = open_tab(browser, server.url, ALICE)
+        bob = open_tab(browser, server.url, BOB)
+        add_task(alice, "Milk")
+        alice.locator(".cw-table tbody tr").first.locator("button.cw-open").click()
+        expect(alice.locator(".cw-tab", has_text="Milk")).to_be_visible()
+        # Bob shares the space-scoped board (he sees the task) but not alice's page.
+        expect(bob.locator(".cw-table tbody tr", has_text="Milk")).to_be_visible()
+        expect(bob.locator(".cw-tab")).to_have_count(1)
+
+
+def test_a_bad_token_is_refused(browser: Browser, tmp_path: Any) -> None:
+    with shell(tmp_path) as server:
+        page = browser.new_page()
+        response = page.goto(f"{server.url}/?token=guess")
+        assert response is not None
+        assert 401 == response.status
+
+
+def test_values_are_text_never_html(browser: Browser, tmp_path: Any) -> None:
+    with shell(tmp_path) as server:
+        page = open_tab(browser, server.url, ALICE)
+        add_task(page, "<img src=x onerror=alert(1)>")
+        cell = page.locator("[data-ptr='/cards/0/title']")
+        expect(cell).to_have_text("<img src=x onerror=alert(1)>")
+        assert 0 == page.locator(".cw-content img").count()
