@@ -8,42 +8,11 @@ would see (a row, a changed text), never for a fixed time. Screenshots go to
 
 from __future__ import annotations
 
-import os
-import shutil
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from browser_support import shot
+from playwright.sync_api import Browser, Page, expect
 from shell_support import ALICE, BOB, shell
-
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    if not os.path.exists(CHROMIUM):
-        raise AssertionError(f"{CHROMIUM} is missing: run `make test` (it installs chromium)")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
-        yield b
-        b.close()
-
-
-def shot(page: Page, name: str) -> None:
-    folder = os.environ.get("CELLWEAVE_SCREENSHOTS")
-    if folder:
-        os.makedirs(folder, exist_ok=True)
-        page.screenshot(path=os.path.join(folder, f"{name}.png"), full_page=True)
 
 
 def open_tab(browser: Browser, url: str, token: str) -> Page:

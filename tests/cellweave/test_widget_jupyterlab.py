@@ -1,0 +1,139 @@
+"""The live view widget inside a real JupyterLab, driven in Debian's chromium.
+
+The test starts JupyterLab on loopback with a token, opens a notebook that
+makes `cellweave.view(cell)`, runs its cells as a person would (Shift+Enter),
+then clicks in the widget's DOM and reads the kernel's side back through a
+later cell's output. Waiting is always for something visible.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from browser_support import shot
+from playwright.sync_api import Browser, Page, expect
+
+DEADLINE = 60.0
+
+NOTEBOOK_CELLS = [
+    """import cellweave
+from cellweave import Runtime
+rt = Runtime(principal="alice")
+tasks = rt.get_cell("tasks")
+tasks.set([{"title": "Milk", "done": False}, {"title": "Bread", "done": True}])
+await rt.idle()
+cellweave.view(tasks)""",
+    """print("now:", json.dumps(tasks.get()))""",
+]
+
+
+def notebook(cells: list[str]) -> dict[str, Any]:
+    return {
+        "nbformat": 4,
+        "nbformat_minor": 5,
+        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3"}},
+        "cells": [
+            {
+                "cell_type": "code",
+                "id": f"c{i}",
+                "metadata": {},
+                "execution_count": None,
+                "outputs": [],
+                "source": ("import json\n" if i == 0 else "") + src,
+            }
+            for i, src in enumerate(cells)
+        ],
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def lab(tmp_path: Any) -> Iterator[str]:
+    (tmp_path / "view.ipynb").write_text(json.dumps(notebook(NOTEBOOK_CELLS)))
+    port, token = free_port(), secrets.token_hex(16)
+    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg")}
+    env["JUPYTER_RUNTIME_DIR"] = str(tmp_path / "rt")
+    env["JUPYTERLAB_WORKSPACES_DIR"] = str(tmp_path / "ws")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--ip=127.0.0.1",
+            f"--port={port}",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={tmp_path}",
+            "--LabApp.news_url=",
+            "--LabServerApp.extension_manager=readonly",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    end = time.monotonic() + DEADLINE
+    while True:
+        try:
+            urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2)
+            break
+        except OSError:
+            if time.monotonic() > end or proc.poll() is not None:
+                proc.kill()
+                raise AssertionError("JupyterLab did not start") from None
+            time.sleep(0.2)
+    try:
+        yield f"{base}/lab/tree/view.ipynb?token={token}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def run_cell(page: Page, index: int) -> None:
+    cell = page.locator(".jp-Notebook .jp-CodeCell").nth(index)
+    cell.locator(".cm-content").click()
+    page.keyboard.press("Shift+Enter")
+
+
+def test_the_widget_renders_edits_and_stays_live_in_jupyterlab(
+    browser: Browser,
+    lab: str,
+) -> None:
+    page = browser.new_page(viewport={"width": 1100, "height": 800})
+    page.set_default_timeout(DEADLINE * 1000)
+    page.goto(lab)
+    expect(page.locator(".jp-Notebook .jp-CodeCell").first).to_be_visible()
+    # Wait for the kernel before running anything.
+    expect(page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_have_count(1)
+    run_cell(page, 0)
+    table = page.locator(".cw-table")
+    expect(table).to_be_visible()
+    expect(table.locator("tbody tr")).to_have_count(2)
+    expect(page.locator("[data-ptr='/0/title']")).to_have_text("Milk")
+    # Edit a leaf in place: the kernel's cell changes.
+    page.locator("[data-ptr='/0/title']").dblclick()
+    page.locator("input.cw-edit").fill("Oat milk")
+    page.locator("input.cw-edit").press("Enter")
+    expect(page.locator("[data-ptr='/0/title']")).to_have_text("Oat milk")
+    shot(page, "widget-jupyterlab")
+    run_cell(page, 1)
+    out = page.locator(".jp-Notebook .jp-CodeCell").nth(1).locator(".jp-OutputArea-output")
+    expect(out).to_contain_text('"title": "Oat milk"')
