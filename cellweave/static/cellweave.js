@@ -109,11 +109,18 @@ export class ValueView {
     const at = ptr(path);
     const old = this.nodes.get(at);
     if (old === undefined) return this.snapshot(this.value);
-    let value = this.value;
-    for (const p of path) value = value === undefined || value === null ? undefined : value[p];
+    // A leaf being edited is out of the page: its editor redraws it when it closes.
+    if (!old.isConnected) return;
+    const value = this.valueAt(path);
     this.forget(old);
     const fresh = this.render(value, path.map((p) => (/^\d+$/.test(p) ? Number(p) : p)), old.tagName);
     old.replaceWith(fresh);
+  }
+
+  valueAt(path) {
+    let value = this.value;
+    for (const p of path) value = value === undefined || value === null ? undefined : value[p];
+    return value;
   }
 
   forget(el) {
@@ -203,7 +210,8 @@ export class ValueView {
             this.actions.error(e.message);
           }
         }
-        input.replaceWith(span);
+        // Show what the value is now, which may have changed while editing.
+        input.replaceWith(this.render(this.valueAt(path), path));
       };
       input.addEventListener("keydown", (e) => {
         if (e.key === "Enter") done(true);

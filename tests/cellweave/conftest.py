@@ -1,4 +1,4 @@
-"""Shared fixtures of the cellweave tests: one headless chromium per session."""
+"""Shared fixtures of the cellweave tests: one headless chromium per test module (Playwright's sync API holds an event loop on the main thread while it runs, so it must end before other modules use asyncio.run)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from browser_support import CHROMIUM, FLAGS
 from playwright.sync_api import Browser, sync_playwright
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     if not os.path.exists(CHROMIUM):
         raise AssertionError(f"{CHROMIUM} is missing: run `make test` (it installs chromium)")
