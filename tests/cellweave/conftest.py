@@ -1,4 +1,8 @@
-"""Shared fixtures of the cellweave tests: one headless chromium per test module (Playwright's sync API holds an event loop on the main thread while it runs, so it must end before other modules use asyncio.run)."""
+"""Shared fixtures of the cellweave tests: one headless chromium per test module.
+
+Per module, not per session: Playwright's sync API holds an event loop on the
+main thread while it runs, and later modules call `asyncio.run`.
+"""
 
 from __future__ import annotations
 

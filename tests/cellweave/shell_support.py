@@ -42,6 +42,7 @@ class ShellServer:
             app, host="127.0.0.1", port=0, log_level="warning", ws_max_size=1 << 20
         )
         self.server = uvicorn.Server(config)
+        self.clients = contextlib.ExitStack()
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()
         wait_for(lambda: self.server.started, "the server to start")
@@ -50,12 +51,14 @@ class ShellServer:
         self.url = f"http://127.0.0.1:{self.port}"
 
     def ws(self, token: str) -> Client:
-        client = Client(connect(f"ws://127.0.0.1:{self.port}/ws?token={token}"))
+        conn = self.clients.enter_context(connect(f"ws://127.0.0.1:{self.port}/ws?token={token}"))
+        client = Client(conn)
         if token in TOKENS:
             client.send({"op": "hello"})
         return client
 
     def close(self) -> None:
+        self.clients.close()
         self.server.should_exit = True
         self.thread.join(DEADLINE)
 
