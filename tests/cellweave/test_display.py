@@ -97,6 +97,9 @@ def test_the_widget_speaks_the_shell_protocol_over_its_comm() -> None:
             widget.send = sent.append
             widget._handle_custom_msg({"op": "hello", "ref": 1}, [])
             widget._handle_custom_msg({"op": "watch", "watch": 1, "cell": "root", "ref": 2}, [])
+            # Each comm message is handled in a task of its own: let them run.
+            for _ in range(3):
+                await asyncio.sleep(0)
             await rt.idle()
             cell.key("a").set(2)
             await rt.idle()
