@@ -372,10 +372,11 @@ def make_app(shell_cm: Callable[[], contextlib.AbstractAsyncContextManager[Shell
     async def socket(ws: WebSocket) -> None:
         shell = state["shell"]
         principal = shell.principal_for(ws.query_params.get("token"))
+        await ws.accept()
         if principal is None:
+            # Accepted first so the page learns why (a refused handshake is only a 403).
             await ws.close(code=4401, reason="unknown or missing token")
             return
-        await ws.accept()
         outbox: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         conn = shell.connect(principal, outbox.put_nowait)
 
