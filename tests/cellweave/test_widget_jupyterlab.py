@@ -75,6 +75,7 @@ def lab(tmp_path: Any) -> Iterator[str]:
             "-m",
             "jupyterlab",
             "--no-browser",
+            "--allow-root",
             "--ip=127.0.0.1",
             f"--port={port}",
             f"--IdentityProvider.token={token}",
