@@ -75,11 +75,14 @@ def wait_for(cond: Callable[[], Any], what: str) -> Any:
 
 
 class Client:
-    """One tab: sends ops, reads messages in order, keeps every message it saw."""
+    """One tab: sends ops and reads messages. `until` takes the first message that
+    matches, in arrival order, and leaves the others for later calls, so waiting
+    for an answer never loses a patch that arrived before it."""
 
     def __init__(self, conn: ClientConnection) -> None:
         self.conn = conn
         self.seen: list[dict[str, Any]] = []
+        self.unread: list[dict[str, Any]] = []
         self.refs = 0
 
     def send(self, msg: Mapping[str, Any]) -> int:
@@ -96,12 +99,17 @@ class Client:
         return msg
 
     def until(self, pred: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
-        """Read messages until one satisfies `pred` (a deadline turns a hang into a failure)."""
+        """The first message, read or not yet, that satisfies `pred` (a deadline
+        turns a hang into a failure)."""
+        for i, msg in enumerate(self.unread):
+            if pred(msg):
+                return self.unread.pop(i)
         end = time.monotonic() + DEADLINE
         while time.monotonic() < end:
             msg = self.next()
             if pred(msg):
                 return msg
+            self.unread.append(msg)
         raise AssertionError(f"no message {what}; saw {self.seen[-5:]}")
 
     def answer(self, ref: int) -> dict[str, Any]:
