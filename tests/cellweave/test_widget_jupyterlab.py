@@ -23,6 +23,9 @@ import pytest
 from browser_support import shot
 from playwright.sync_api import Browser, Page, expect
 
+# A kernel starts and a widget renders in seconds, not the 5 s expect allows.
+expect.set_options(timeout=60_000)
+
 DEADLINE = 60.0
 
 NOTEBOOK_CELLS = [
