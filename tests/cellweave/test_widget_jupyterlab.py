@@ -125,8 +125,9 @@ def test_the_widget_renders_edits_and_stays_live_in_jupyterlab(
     page.set_default_timeout(DEADLINE * 1000)
     page.goto(lab)
     expect(page.locator(".jp-Notebook .jp-CodeCell").first).to_be_visible()
-    # Wait for the kernel before running anything.
-    expect(page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_have_count(1)
+    # Wait until the kernel is connected and idle (the status bar says so):
+    # a cell run before that is silently not executed.
+    expect(page.locator(".jp-StatusBar-Widget", has_text="| Idle")).to_have_count(1)
     run_cell(page, 0)
     table = page.locator(".cw-table")
     expect(table).to_be_visible()
