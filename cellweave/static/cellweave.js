@@ -337,6 +337,9 @@ export class Shell {
 
 // anywidget's entry point: the same shell, over the widget's comm.
 function render({ model, el }) {
+  // Keys typed in the view (Enter in an editor) are the view's, not the
+  // notebook's: JupyterLab's shortcuts skip elements marked like this.
+  el.setAttribute("data-lm-suppress-shortcuts", "true");
   const shell = new Shell(el, (msg) => model.send(msg));
   model.on("msg:custom", (msg) => shell.receive(msg));
   shell.start();
