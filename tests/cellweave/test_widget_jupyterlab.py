@@ -112,9 +112,20 @@ def lab(tmp_path: Any) -> Iterator[str]:
 
 
 def run_cell(page: Page, index: int) -> None:
+    """Run one cell as a person does (click, Shift+Enter) and wait until the kernel
+    took it. A run asked for while the notebook is still connecting its kernel is
+    dropped by JupyterLab with no sign; a person would press again, and so do we."""
     cell = page.locator(".jp-Notebook .jp-CodeCell").nth(index)
-    cell.locator(".cm-content").click()
-    page.keyboard.press("Shift+Enter")
+    prompt = cell.locator(".jp-InputArea-prompt")
+    for _ in range(5):
+        cell.locator(".cm-content").click()
+        page.keyboard.press("Shift+Enter")
+        try:
+            expect(prompt).not_to_have_text("[ ]:", timeout=10_000)
+            return
+        except AssertionError:
+            continue
+    raise AssertionError(f"JupyterLab never ran cell {index}")
 
 
 def test_the_widget_renders_edits_and_stays_live_in_jupyterlab(
