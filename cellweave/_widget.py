@@ -96,13 +96,26 @@ def view(cell: Cell, *, session: Session | None = None, runtime: Runtime | None 
     shell.connections.add(conn)
 
     # The comm hands messages to a plain callback; each is handled as a task on
-    # the kernel's loop, kept referenced until it ends.
+    # the loop the view was made on, kept referenced until it ends. Kernels may
+    # deliver comm messages on another thread: then the task is handed over
+    # thread-safely, which also wakes an idle loop.
     tasks: set[asyncio.Task[None]] = set()
 
-    def on_msg(_widget: Any, content: Any, _buffers: Any) -> None:
-        task = loop.create_task(conn.handle(json.dumps(content)))
+    def handle(raw: str) -> None:
+        task = loop.create_task(conn.handle(raw))
         tasks.add(task)
         task.add_done_callback(tasks.discard)
+
+    def on_msg(_widget: Any, content: Any, _buffers: Any) -> None:
+        raw = json.dumps(content)
+        try:
+            here = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+        if here is loop:
+            handle(raw)
+        else:
+            loop.call_soon_threadsafe(handle, raw)
 
     widget.on_msg(on_msg)
     return widget
