@@ -86,8 +86,9 @@ def test_index_and_socket_refuse_a_bad_token(tmp_path: Any) -> None:
         with pytest.raises(urllib.error.HTTPError) as err:
             urllib.request.urlopen(f"{server.url}/?token=wrong")
         assert 401 == err.value.code
-        ok = urllib.request.urlopen(f"{server.url}/?token={ALICE}")
-        assert 200 == ok.status
+        err.value.close()
+        with urllib.request.urlopen(f"{server.url}/?token={ALICE}") as ok:
+            assert 200 == ok.status
         client = server.ws("wrong")
         with pytest.raises(ConnectionClosed) as closed:
             client.next()
