@@ -333,11 +333,19 @@ async def serving(
     """The runtime and shell for `target_spec`, closed on exit."""
     target = load_target(target_spec)
     store = open_store(db)
-    rt = Runtime(store=store)
+    shells: list[Shell] = []
+
+    def navigated(page: Cell) -> None:
+        # A handler navigated (navigate_to): that principal's tabs show the new page.
+        for shell in shells:
+            shell.pages_changed(page.identity.principal)
+
+    rt = Runtime(store=store, on_navigate=navigated)
     try:
         await rt.resume()
         root = await setup_root(rt, target, target_spec)
-        yield Shell(rt, root, tokens, title=target_spec)
+        shells.append(Shell(rt, root, tokens, title=target_spec))
+        yield shells[0]
     finally:
         await rt.aclose()
         store.close()

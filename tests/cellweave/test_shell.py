@@ -237,3 +237,20 @@ def test_two_principals_never_see_or_end_each_others_pages(tmp_path: Any) -> Non
         assert all(not m.get("pages") for m in bob.seen if m["type"] == "pages")
         still = alice.ask({"op": "watch", "watch": 2, "cell": page["handle"]})
         assert "ok" == still["type"]
+
+
+def test_a_handler_that_navigates_opens_a_page_in_that_principals_tabs(tmp_path: Any) -> None:
+    with shell(tmp_path) as server:
+        alice, bob = server.ws(ALICE), server.ws(BOB)
+        hello(alice)
+        hello(bob)
+        value = watch(alice, 1, "root")
+        add(alice, "Milk")
+        patches_until(alice, 1, value, lambda v: len(v["cards"]) == 1)
+        sent = alice.ask(
+            {"op": "send", "cell": "root", "path": ["open_card"], "event": {"title": "Milk"}}
+        )
+        assert "ok" == sent["type"], sent
+        pages = alice.until(lambda m: m["type"] == "pages" and m["pages"], "the navigated page")
+        assert ["Milk"] == [p["title"] for p in pages["pages"]]
+        assert all(not m.get("pages") for m in bob.seen if m["type"] == "pages")
