@@ -5,8 +5,7 @@ comm instead of a websocket, and the Python side is the same `Connection`:
 after the first snapshot only patch operations cross the comm. It acts as a
 session of the viewing identity (the runtime's own unless one is given), so
 edits, events, opened pages and closes go through the runtime's owner checks.
-Needs the `notebook` extra (`pip install 'cellweave[notebook]'`) and a
-running event loop (every notebook kernel has one).
+Needs the `notebook` extra (`pip install 'cellweave[notebook]'`).
 """
 
 from __future__ import annotations
@@ -14,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import logging
 import re
 from importlib import resources
 from typing import Any
@@ -23,9 +23,11 @@ from runner import Runtime, Session
 
 from ._shell import Connection, Shell
 
+log = logging.getLogger("cellweave.widget")
+
 
 class WidgetError(CellweaveError, RuntimeError):
-    """`view()` cannot make a widget here (no anywidget, no event loop, a bad argument)."""
+    """`view()` cannot make a widget (no anywidget, a bad argument)."""
 
 
 _IMPORT = re.compile(r"^import .*$", re.MULTILINE)
@@ -70,21 +72,21 @@ def view(cell: Cell, *, session: Session | None = None, runtime: Runtime | None 
     streams as buttons, leaves editable in place, rows openable as pages.
 
     `cell` must come from a runtime (`rt.get_cell`, a result); pass `session`
-    to view as another identity of that runtime. Call it where an event loop
-    runs (a notebook cell)."""
+    to view as another identity of that runtime. The widget's messages are
+    handled on the event loop it was made on (a notebook kernel's), or else on
+    the first loop that delivers one."""
     if not isinstance(cell, Cell):
         raise WidgetError(f"cellweave.view: expected a Cell, got {cell!r}")
     rt = runtime or (session.runtime if session is not None else Runtime.of(cell))
     if rt is None:
         raise WidgetError(
-            f"cellweave.view({cell!r}): pass runtime=rt (the runtime whose cell this is)"
+            f"cellweave.view({cell!r}): this cell was made without a runtime; use a cell from"
+            " rt.get_cell, or pass session=rt.session(...)"
         )
     try:
-        loop = asyncio.get_running_loop()
+        loops = [asyncio.get_running_loop()]
     except RuntimeError:
-        raise WidgetError(
-            "cellweave.view needs a running event loop (a notebook has one)"
-        ) from None
+        loops = []  # learnt from the first message handled on a running loop
     acting = session if session is not None else rt.session(rt.identity.principal, "widget")
     widget = _widget_class()()
     shell = Shell(rt, cell, {})
@@ -102,20 +104,24 @@ def view(cell: Cell, *, session: Session | None = None, runtime: Runtime | None 
     tasks: set[asyncio.Task[None]] = set()
 
     def handle(raw: str) -> None:
-        task = loop.create_task(conn.handle(raw))
+        task = loops[0].create_task(conn.handle(raw))
         tasks.add(task)
         task.add_done_callback(tasks.discard)
 
     def on_msg(_widget: Any, content: Any, _buffers: Any) -> None:
         raw = json.dumps(content)
         try:
-            here = asyncio.get_running_loop()
+            here: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             here = None
-        if here is loop:
+        if not loops and here is not None:
+            loops.append(here)
+        if not loops:
+            log.error("cellweave.view: a message arrived with no event loop to handle it")
+        elif here is loops[0]:
             handle(raw)
         else:
-            loop.call_soon_threadsafe(handle, raw)
+            loops[0].call_soon_threadsafe(handle, raw)
 
     widget.on_msg(on_msg)
     return widget

@@ -206,6 +206,9 @@ async def main() -> None:
     print(f"cellweave todo demo; data in {DB_PATH} (a fresh file on every run)")
     await first_session()
     await second_session()
+    step("Next: the board in a browser")
+    print("  .venv/bin/cellweave serve examples.todo:board")
+    print("  (prints a URL to open; Ctrl-C stops it)")
 
 
 if __name__ == "__main__":

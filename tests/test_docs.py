@@ -39,6 +39,8 @@ PAGES = [
     "howto/lists.md",
     "howto/notebooks.md",
     "howto/pages.md",
+    "howto/web-shell.md",
+    "howto/widget.md",
     "reference/runner.md",
     "explanation/ownership.md",
 ]

@@ -89,6 +89,8 @@ def test_todo_demo_shows_lists_a_card_page_and_a_resume(tmp_path: Path) -> None:
             # 9. stop closes the page for good
             '  open pages: board "Home"',
             '  after another restart, resume() brings back: board "Home"',
+            # the one command that serves the board in a browser
+            "  .venv/bin/cellweave serve examples.todo:board",
         ],
     )
     # A fresh file on every run: the second run prints exactly the same.

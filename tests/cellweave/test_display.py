@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import cellweave
-from cells import mimebundle
+from cells import MemoryStore, Space, mimebundle
 from cellweave import Runtime, lift, pattern
 from cellweave._widget import WidgetError, bundled_module
 
@@ -81,9 +81,9 @@ def test_the_widget_module_is_one_self_contained_es_module() -> None:
 def test_view_refuses_what_it_cannot_show() -> None:
     with pytest.raises(WidgetError, match="expected a Cell"):
         cellweave.view("not a cell")  # type: ignore[arg-type]
-    rt = Runtime()
-    with pytest.raises(WidgetError, match="running event loop"):
-        cellweave.view(rt.get_cell("x"))
+    plain = Space(MemoryStore()).cell("x")
+    with pytest.raises(WidgetError, match="made without a runtime"):
+        cellweave.view(plain)
 
 
 def test_the_widget_speaks_the_shell_protocol_over_its_comm() -> None:
