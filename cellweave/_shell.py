@@ -250,6 +250,14 @@ class Connection:
                     {"type": "patch", "watch": watch, "ops": wire.mark_patch(label_of, cell, ops)}
                 )
 
+        if msg.get("full") is True:
+            # A client that cannot apply patches: the whole value on every change.
+            def whole(value: Any) -> None:
+                marked = wire.mark_streams(label_of, cell, value)
+                self._send({"type": "snapshot", "watch": watch, "value": marked})
+
+            self.watches[watch] = cell.sink(whole)
+            return
         self.watches[watch] = cell.sink_patches(deliver)
 
     async def _op_unwatch(self, msg: Mapping[str, Any]) -> None:

@@ -11,6 +11,8 @@ Client -> server, each with an optional `ref` echoed in the answer:
 - `{"op": "hello"}`: first message; answered by `hello` and `pages`.
 - `{"op": "watch", "watch": W, "cell": H}`: stream the value of handle H:
   one `snapshot`, then `patch` messages (RFC 6902 operations) for watch W.
+  With `"full": true`, a `snapshot` of the whole value on every change
+  instead (for clients that do not apply patches; costs O(value) per change).
 - `{"op": "unwatch", "watch": W}`
 - `{"op": "send", "cell": H, "path": [...], "event": E}`: an event to the
   handler bound at that place.

@@ -236,7 +236,10 @@ export function connectShell(el, location) {
   const ws = new WebSocket(`${scheme}://${location.host}/ws?token=${encodeURIComponent(token)}`);
   const shell = new Shell(el, (msg) => ws.send(JSON.stringify(msg)));
   ws.addEventListener("open", () => shell.start());
-  ws.addEventListener("message", (e) => shell.receive(JSON.parse(e.data)));
+  ws.addEventListener("message", (e) => {
+    shell.bytesIn += e.data.length;
+    shell.receive(JSON.parse(e.data));
+  });
   ws.addEventListener("close", (e) => shell.closed(e.code, e.reason));
   window.cellweave = shell; // for people poking at it in the console, and for tests
   return shell;
@@ -245,6 +248,7 @@ export function connectShell(el, location) {
 export class Shell {
   constructor(el, send) {
     this.send = send;
+    this.bytesIn = 0; // characters received (the websocket counts them; for measurements)
     this.refs = 0;
     this.watchId = 0;
     this.active = "root";

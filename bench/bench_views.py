@@ -1,0 +1,183 @@
+"""Views: one element edited in a 10,000-row mapped list, until the browser's DOM shows it.
+
+A real web shell (uvicorn on loopback) serves `Rows(items)`: 10,000 inline
+items mapped to a row pattern each. A real headless chromium (Debian's, driven
+by Playwright) shows it. Each op edits one row's title from the page (a `set`
+message, as a person editing the leaf sends it) and waits, inside the page,
+until a MutationObserver sees the new text in that row's cell: the time is the
+whole loop (browser -> server -> transaction -> propagation -> patch ->
+websocket -> DOM), measured from Python around the page call. Counted work:
+edits, characters received by the page over the websocket, and how many rows
+the page redrew (table rows replaced), all counted in the page.
+
+Rows:
+- `patches`: the shell's protocol, JSON Patch operations under the changed row;
+- `whole value resent (naive)` (baseline): the same server and page, but the
+  watch asks for the whole value on every change (`"full": true`), re-rendered
+  whole: what a view without patches does.
+
+Wall clock only (the work is mostly in other processes: the browser, and the
+server thread's waits); the setup (10,000 rows mapped, served and rendered
+once) is shared by the samples of a row and not timed. Needs chromium
+(`make test` installs it).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import functools
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from bench.harness import Counts, Run, bench
+from cells import Cell
+from runner import Ref, lift, pattern
+
+N = 10_000
+EDITS = 20
+
+
+def _line(item: Any) -> str:
+    return f"#{(item or {}).get('n')} {(item or {}).get('title')}"
+
+
+@pattern
+def Row(element: Ref) -> Any:
+    return {"title": element["title"], "line": lift(_line)(element)}
+
+
+@pattern
+def Rows(items: Ref) -> Any:
+    return {"rows": items.map(Row)}
+
+
+def rows_app(rt: Any, tx: Any) -> Cell:
+    """The served app: 10,000 inline items mapped to rows."""
+    items = rt.get_cell("bench-items", tx=tx)
+    items.set([{"n": i, "title": f"item {i}"} for i in range(N)])
+    result = rt.get_cell("bench-rows", tx=tx)
+    rt.run(tx, Rows, {"items": items}, result)
+    return result
+
+
+# One edit from the page: send the set, resolve when the row's title shows it.
+EDIT_JS = """
+async ([i, title, watch]) => {
+  const shell = window.cellweave;
+  const target = document.querySelector(`[data-ptr='/rows/${i}/title']`).closest("td");
+  const before = shell.bytesIn;
+  let redrawn = 0;
+  const seen = new Promise((resolve) => {
+    const obs = new MutationObserver((records) => {
+      for (const r of records) for (const n of r.addedNodes) if (n.nodeName === "TR" || n.nodeName === "TABLE") redrawn += 1;
+      const cell = document.querySelector(`[data-ptr='/rows/${i}/title']`);
+      if (cell && cell.textContent === title) { obs.disconnect(); resolve(); }
+    });
+    obs.observe(document.querySelector(".cw-content"), {childList: true, subtree: true, characterData: true});
+  });
+  const basis = document.querySelector(`[data-ptr='/rows/${i}/title']`).textContent;
+  shell.ask({op: "set", cell: "root", path: ["rows", i, "title"], value: title, basis});
+  await seen;
+  return [shell.bytesIn - before, redrawn];
+}
+"""
+
+
+@contextlib.contextmanager
+def _served(full: bool) -> Iterator[Any]:
+    import uvicorn
+    from playwright.sync_api import sync_playwright
+
+    from cellweave._shell import make_app, serving
+
+    token = "bench-token-0123456789abcdef"
+    app = make_app(lambda: serving("bench.bench_views:rows_app", None, {token: "bench"}))
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", ws_max_size=1 << 26)
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    end = time.monotonic() + 120
+    while not server.started:
+        if time.monotonic() > end:
+            raise RuntimeError("bench: the web shell did not start")
+        time.sleep(0.05)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        raise RuntimeError("bench views: chromium is missing (make test installs it)")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=chromium,
+            headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        page = browser.new_page()
+        page.set_default_timeout(120_000)
+        page.goto(f"http://127.0.0.1:{port}/?token={token}")
+        page.wait_for_selector(f"[data-ptr='/rows/{N - 1}/title']")
+        if full:
+            # Re-watch the root asking for whole values on every change.
+            page.evaluate(
+                """() => {
+                  const s = window.cellweave;
+                  s.send({op: "unwatch", watch: s.watchId});
+                  s.watchId += 1;
+                  s.send({op: "watch", watch: s.watchId, cell: "root", full: true});
+                }"""
+            )
+            page.wait_for_function("() => document.body.getAttribute('data-seen') === 'snapshot'")
+            page.wait_for_selector(f"[data-ptr='/rows/{N - 1}/title']")
+        try:
+            yield page
+        finally:
+            browser.close()
+            server.should_exit = True
+            thread.join(30)
+
+
+def _edits(page: Any, start: int) -> Counts:
+    received = redrawn = 0
+    for k in range(EDITS):
+        i = (start * 7919 + k * 104_729) % N
+        got, drawn = page.evaluate(EDIT_JS, [i, f"edited {start}.{k}", 0])
+        received += got
+        redrawn += drawn
+    return {"edits": EDITS, "chars_received": received, "rows_redrawn": redrawn}
+
+
+@functools.cache
+def _session(full: bool) -> Any:
+    """One served app and page per row, shared by its samples, closed at exit."""
+    stack = contextlib.ExitStack()
+    page = stack.enter_context(_served(full))
+    atexit.register(stack.close)
+    return page, stack
+
+
+_samples = {"patches": 0, "full": 0}
+
+
+def _run(kind: str) -> Run:
+    page, _stack = _session(kind == "full")
+    _samples[kind] += 1
+    start = _samples[kind]
+
+    def run() -> Counts:
+        return _edits(page, start)
+
+    return run
+
+
+@bench(group="views", name=f"patches N={N}", ops=EDITS)
+def view_patches() -> Run:
+    return _run("patches")
+
+
+@bench(group="views", name=f"whole value resent (naive) N={N}", ops=EDITS, baseline=True)
+def view_full() -> Run:
+    return _run("full")
