@@ -60,8 +60,8 @@ def rows_app(rt: Any, tx: Any) -> Cell:
     items = rt.get_cell("bench-items", tx=tx)
     items.set([{"n": i, "title": f"item {i}"} for i in range(N)])
     result = rt.get_cell("bench-rows", tx=tx)
-    rt.run(tx, Rows, {"items": items}, result)
-    return result
+    made: Cell = rt.run(tx, Rows, {"items": items}, result)
+    return made
 
 
 # One edit from the page: send the set, resolve when the row's title shows it.
@@ -73,11 +73,14 @@ async ([i, title, watch]) => {
   let redrawn = 0;
   const seen = new Promise((resolve) => {
     const obs = new MutationObserver((records) => {
-      for (const r of records) for (const n of r.addedNodes) if (n.nodeName === "TR" || n.nodeName === "TABLE") redrawn += 1;
+      for (const r of records) {
+        for (const n of r.addedNodes) if (n.nodeName === "TR" || n.nodeName === "TABLE") redrawn += 1;
+      }
       const cell = document.querySelector(`[data-ptr='/rows/${i}/title']`);
       if (cell && cell.textContent === title) { obs.disconnect(); resolve(); }
     });
-    obs.observe(document.querySelector(".cw-content"), {childList: true, subtree: true, characterData: true});
+    const all = {childList: true, subtree: true, characterData: true};
+    obs.observe(document.querySelector(".cw-content"), all);
   });
   const basis = document.querySelector(`[data-ptr='/rows/${i}/title']`).textContent;
   shell.ask({op: "set", cell: "root", path: ["rows", i, "title"], value: title, basis});
