@@ -31,6 +31,7 @@ from runner import lift as lift
 from runner import navigate_to as navigate_to
 from runner import pattern as pattern
 
+from ._widget import inspector as inspector
 from ._widget import view as view
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "SQLiteStore",
     "Session",
     "handler",
+    "inspector",
     "lift",
     "navigate_to",
     "pattern",

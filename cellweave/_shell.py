@@ -117,7 +117,7 @@ class Shell:
     def __init__(
         self,
         rt: Runtime,
-        root: Cell,
+        root: Cell | None,
         tokens: Mapping[str, str],
         *,
         title: str = "cellweave",
@@ -164,7 +164,9 @@ class Connection:
         self.shell = shell
         self.session = session
         self._send = send
-        self.handles: dict[str, Cell] = {ROOT: session.cell(shell.root)}
+        self.handles: dict[str, Cell] = {}
+        if shell.root is not None:
+            self.handles[ROOT] = session.cell(shell.root)
         self.watches: dict[int, Callable[[], None]] = {}
         self._page_handles: dict[str, str] = {}
 
@@ -185,7 +187,7 @@ class Connection:
                 "principal": ident.principal,
                 "session": ident.session,
                 "title": self.shell.title,
-                "root": ROOT,
+                "root": ROOT if ROOT in self.handles else None,
             }
         )
         self.send_pages()
@@ -301,6 +303,31 @@ class Connection:
         if done is not None and hasattr(done, "__await__"):
             await done
         self.shell.pages_changed(self.principal)
+
+    async def _op_inspect(self, msg: Mapping[str, Any]) -> dict[str, Any]:
+        return {"inspect": self.session.inspect()}
+
+    async def _op_inspect_run(self, msg: Mapping[str, Any]) -> dict[str, Any]:
+        key = wire.field(msg, "key", str)
+        self.session.run_cell(key)  # refuses a run this principal may not see
+        return {"run": self.shell.rt.inspect_run(key, principal=self.principal)}
+
+    async def _op_end(self, msg: Mapping[str, Any]) -> dict[str, Any]:
+        key = wire.field(msg, "key", str)
+        how = wire.field(msg, "how", str)
+        if how not in ("stop", "release"):
+            raise ProtocolError(f"'how' must be 'stop' or 'release', got {how!r}")
+        cell = self.session.run_cell(key)
+        before = self.shell.rt.registration(cell)
+        if how == "stop":
+            self.session.stop(cell)
+        else:
+            self.session.release(cell)
+        after = self.shell.rt.registration(cell)
+        self.shell.pages_changed(self.principal)
+        # The runtime's answer: a release may decline (a lifetime, a start in flight).
+        ended = before is not None and after is not before
+        return {"ended": ended, "how": how}
 
 
 class StaleEdit(CellweaveError, ValueError):

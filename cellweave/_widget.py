@@ -69,7 +69,8 @@ def _widget_class() -> type:
 
 def view(cell: Cell, *, session: Session | None = None, runtime: Runtime | None = None) -> Any:
     """A live widget showing `cell`: a tree (lists of records as tables), handler
-    streams as buttons, leaves editable in place, rows openable as pages.
+    streams as buttons, leaves editable in place, rows openable as pages, and an
+    inspector tab with the viewer's runs.
 
     `cell` must come from a runtime (`rt.get_cell`, a result); pass `session`
     to view as another identity of that runtime. The widget's messages are
@@ -83,13 +84,29 @@ def view(cell: Cell, *, session: Session | None = None, runtime: Runtime | None 
             f"cellweave.view({cell!r}): this cell was made without a runtime; use a cell from"
             " rt.get_cell, or pass session=rt.session(...)"
         )
+    return _widget(rt, cell, session)
+
+
+def inspector(rt: Runtime, *, session: Session | None = None) -> Any:
+    """The run inspector as a widget: the viewer's running results as a tree (root
+    runs, nested and list-element children, pages) with their pattern, generation,
+    how each was launched and what keeps it alive; pending starts; the recent
+    lifecycle; a run's pattern graph with per-node run counts; and stop / release
+    buttons that show the runtime's answer. It acts as `session` (default: the
+    runtime's own principal), so it shows and ends only what that principal may."""
+    if not isinstance(rt, Runtime):
+        raise WidgetError(f"cellweave.inspector: expected a Runtime, got {rt!r}")
+    return _widget(rt, None, session)
+
+
+def _widget(rt: Runtime, root: Cell | None, session: Session | None) -> Any:
+    acting = session if session is not None else rt.session(rt.identity.principal, "widget")
+    widget = _widget_class()()
+    shell = Shell(rt, root, {})
     try:
         loops = [asyncio.get_running_loop()]
     except RuntimeError:
         loops = []  # learnt from the first message handled on a running loop
-    acting = session if session is not None else rt.session(rt.identity.principal, "widget")
-    widget = _widget_class()()
-    shell = Shell(rt, cell, {})
 
     def send(msg: dict[str, Any]) -> None:
         widget.send(json.loads(json.dumps(msg, allow_nan=False)))

@@ -21,6 +21,10 @@ Client -> server, each with an optional `ref` echoed in the answer:
 - `{"op": "open", "cell": H, "path": [...]}`: open the result at that place
   as a page of this principal, pinned to the element it holds now.
 - `{"op": "stop", "page": H}`: stop (close) a page.
+- `{"op": "inspect"}`: the run inspector's view of this principal's runs
+  (`Session.inspect()`); `{"op": "inspect_run", "key": K}`: one run's pattern
+  graph with run counts; `{"op": "end", "key": K, "how": "stop" | "release"}`:
+  end a run from the inspector (the answer says whether it ended).
 
 Server -> client: `hello`, `snapshot`, `patch`, `pages`, `ok`,
 `error` (with `message`, and `value` when a write met a newer value).
@@ -43,7 +47,9 @@ MAX_PATH: Final = 64
 
 STREAM: Final = "$stream"
 
-OPS: Final = frozenset({"hello", "watch", "unwatch", "send", "set", "open", "stop"})
+OPS: Final = frozenset(
+    {"hello", "watch", "unwatch", "send", "set", "open", "stop", "inspect", "inspect_run", "end"}
+)
 
 
 class ProtocolError(CellweaveError, ValueError):

@@ -117,6 +117,20 @@ def instantiate(
             raise PatternError(f"pattern {pattern.identity}: unknown node kind {spec.kind!r}")
 
 
+def _track(reg: Registration, index: int, node: Any, group: CancelGroup) -> None:
+    """Remember `node` under its pattern node's index for inspection, until `group` ends."""
+    nodes = reg.nodes.setdefault(index, [])
+    nodes.append(node)
+
+    def forget() -> None:
+        if node in nodes:
+            nodes.remove(node)
+        if not nodes and reg.nodes.get(index) is nodes:
+            del reg.nodes[index]
+
+    group.add(forget)
+
+
 def _label(pattern: Pattern, spec: NodeSpec) -> str:
     return f"{pattern.__qualname__}.n{spec.index} {spec.kind} {spec.target}"
 
@@ -193,6 +207,7 @@ def _lift(
         reads=_declared(bound, identity),
     )
     group.add(lambda: runner.scheduler.remove(node))
+    _track(reg, spec.index, node, group)
     # Teardown lets the child go, tokenless: later runs re-drive one shared child and
     # install nothing of their own, so a token narrowed to one run would never match.
     group.add(lambda: runner.release_for(reg, out, identity, None, why=f"teardown of {label}"))
@@ -344,6 +359,7 @@ def _handler(
         stream_cell, run, reads=_declared(bound, identity), label=label, on_result=on_result
     )
     reg.group.add(lambda: runner.scheduler.remove_handler(handler))
+    _track(reg, spec.index, handler, reg.group)
 
 
 def _handler_result(
@@ -491,3 +507,4 @@ def _navigate(
         run, identity=identity, kind="effect", outputs=[(out_key, (docs.VALUE,))], label=label
     )
     group.add(lambda: runner.scheduler.remove(node))
+    _track(reg, spec.index, node, group)

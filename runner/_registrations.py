@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from cells import DocKey, Identity, InvalidArgumentError
 
@@ -49,6 +50,7 @@ class Registration:
         "identities",
         "key",
         "launch",
+        "nodes",
         "owed",
         "pattern",
     )
@@ -74,6 +76,9 @@ class Registration:
         self.identities: dict[Identity, CancelGroup] = {}
         """The identities its nodes run for (its instances), each with the cancel group of
         what that instance installed, in the order they joined."""
+        self.nodes: dict[int, list[Any]] = {}
+        """For inspection: the scheduler nodes and handlers each node of its pattern
+        (by index) registered, one per instance, while they exist."""
         self._ended = False
 
     def __repr__(self) -> str:

@@ -29,7 +29,7 @@ none of them, and `aclose()` closes whatever happened.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -54,7 +54,7 @@ from cells._address import check_scope
 from scheduler import CallbackError, Clock, ErrorRecord, Scheduler
 
 from . import _docs as docs
-from ._builder import Pattern
+from ._builder import Pattern, load_pattern
 from ._pages import Pages
 from ._registrations import Key, Registration
 from ._runner import Runner
@@ -163,6 +163,50 @@ class Session:
 
     def pages(self) -> list[Cell]:
         return self.runtime._pages(self.identity, self.identity.principal)
+
+    def run_cell(self, key: str) -> Cell:
+        """The result cell of the run `inspect()` names by `key`, as this session sees
+        it (to stop or release it from an inspector). A run this session's principal
+        has no instance of is refused like a missing one, with `OwnershipError`."""
+        rt = self.runtime
+        rt._require_open()
+        if not isinstance(key, str):
+            raise PatternError(f"session.run_cell: key must be a str from inspect(), got {key!r}")
+        principal = self.identity.principal
+        reg = next((r for r in rt.runner.registrations if str(r.key) == key), None)
+        if reg is None or all(i.principal != principal for i in reg.identities):
+            raise OwnershipError(f"session.run_cell: no run {key!r} that {principal!r} may see")
+        k = reg.key
+        link = Link(k.space, k.id, k.scope)
+        return Cell(rt.replica, self.identity, link, host=rt._host)
+
+    def inspect(self) -> dict[str, Any]:
+        """What this session's principal may see of the runtime: the runs with an
+        instance of that principal (each with its parent and what keeps it alive),
+        its pages, the pending starts and lifetimes of those runs, and the recent
+        lifecycle trace of them."""
+        rt = self.runtime
+        rt._require_open()
+        principal = self.identity.principal
+        regs = [
+            r
+            for r in rt.runner.registrations
+            if any(i.principal == principal for i in r.identities)
+        ]
+        keys = {str(r.key) for r in regs}
+        pending = rt.runner.pending.keys()
+        pages = self.pages()
+        trace = rt.runner.trace.snapshot()
+        trace["entries"] = [e for e in trace["entries"] if str(e.get("key")) in keys]
+        return {
+            "identity": {"principal": principal, "session": self.identity.session},
+            "registrations": rt._run_entries(regs, pages),
+            # (PendingStarts iterates its starts; `keys()` gives their keys.)
+            "pending_starts": sorted(str(k) for k in pending if k.principal in ("", principal)),
+            "lifetimes": sorted(k for k in map(str, rt.runner.lifetimes) if k in keys),
+            "pages": [str(c.link()) for c in pages],
+            "trace": trace,
+        }
 
     def open_page(self, cell: Cell, *, follow: bool = False) -> asyncio.Future[bool]:
         if not isinstance(cell, Cell):
@@ -707,6 +751,52 @@ class Runtime:
             err.__cause__ = exc
             self.scheduler.errors_log.add("callback", name, str(cell.link()), err)
 
+    def _run_entries(self, regs: Iterable[Registration], pages: list[Cell]) -> list[dict[str, Any]]:
+        """One entry per registration: what runs, who launched it, what keeps it alive."""
+        page_keys = {self.key(c) for c in pages}
+        lifetimes = self.runner.lifetimes
+        return [
+            {
+                "key": str(reg.key),
+                "cause": describe_id(reg.key.id),
+                "generation": reg.generation,
+                "pattern": reg.pattern,
+                "launch": reg.launch,
+                "depth": len(reg.chain),
+                "parent": str(reg.chain[-1]) if reg.chain else None,
+                "principals": sorted({i.principal for i in reg.identities}),
+                # What keeps it running: its launch (a parent's node, or a run call),
+                # an independent lifetime (a start), a page (a lifetime someone opened).
+                "kept_by": [
+                    *(["page"] if reg.key in page_keys else []),
+                    *(["lifetime"] if reg.key in lifetimes else []),
+                    *(["launch"] if reg.chain or reg.key not in lifetimes else []),
+                ],
+            }
+            for reg in regs
+        ]
+
+    def inspect_run(self, key: str, *, principal: str | None = None) -> dict[str, Any]:
+        """The pattern graph of the run registered under `key` (as `inspect()` names
+        it): each node's index, kind, target and inputs, and how often its scheduler
+        nodes (or handler) ran here. With `principal`, only a run with an instance of
+        that principal is shown; others raise `OwnershipError` as a missing one does."""
+        self._require_open()
+        if not isinstance(key, str):
+            raise PatternError(f"rt.inspect_run: key must be a str from inspect(), got {key!r}")
+        reg = next((r for r in self.runner.registrations if str(r.key) == key), None)
+        if reg is None or (
+            principal is not None and all(i.principal != principal for i in reg.identities)
+        ):
+            raise OwnershipError(f"rt.inspect_run: no run {key!r} that {principal!r} may inspect")
+        graph = load_pattern(reg.pattern).graph.to_json()
+        for node in graph["nodes"]:
+            tracked = reg.nodes.get(node["index"], [])
+            node["instances"] = len(tracked)
+            node["runs"] = sum(getattr(n, "runs", 0) for n in tracked)
+        children = [str(r.key) for r in self.runner.registrations if r.chain[-1:] == (reg.key,)]
+        return {"key": key, "pattern": reg.pattern, "graph": graph, "children": children}
+
     def inspect(self, principal: str | None = None) -> Inspection:
         """A JSON-serialisable snapshot: registrations, pending starts, lifetimes, pages,
         node counts, starts in flight and the recent lifecycle trace. Documents are named
@@ -729,17 +819,7 @@ class Runtime:
                     "principal": self.identity.principal,
                     "session": self.identity.session,
                 },
-                "registrations": [
-                    {
-                        "key": str(reg.key),
-                        "cause": describe_id(reg.key.id),
-                        "generation": reg.generation,
-                        "pattern": reg.pattern,
-                        "launch": reg.launch,
-                        "depth": len(reg.chain),
-                    }
-                    for reg in runner.registrations
-                ],
+                "registrations": self._run_entries(runner.registrations, pages),
                 "pending_starts": sorted(map(str, pending)),
                 "lifetimes": sorted(str(k) for k in runner.lifetimes),
                 "starts_in_flight": len(runner.attempts),

@@ -70,6 +70,8 @@ class Handler:
     label: str
     on_result: Callable[[Transaction, QueuedEvent, Any], None] | None = None
     registered: bool = True
+    runs: int = 0
+    """How often `fn` ran (each attempt of each event), for inspection."""
 
     def __repr__(self) -> str:
         return f"<Handler {self.label!r} on {self.stream[0]}{list(self.stream[1])}>"

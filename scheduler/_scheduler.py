@@ -1065,6 +1065,7 @@ class Scheduler:
         tx.create_only(receipt)
         previous_tx, self._current_tx = self._current_tx, tx
         try:
+            handler.runs += 1
             returned = handler.fn(tx, thaw(ev.payload))
             if tx.is_open:
                 tx.write(receipt, ("value",), {"event": ev.id})

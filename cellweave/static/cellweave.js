@@ -276,6 +276,11 @@ export class Shell {
     return ref;
   }
 
+  note(text) {
+    this.status.className = "cw-status";
+    this.status.textContent = text;
+  }
+
   error(message, value) {
     this.status.className = "cw-status cw-error";
     this.status.textContent = value === undefined ? message : `${message} (now: ${JSON.stringify(value)})`;
@@ -290,7 +295,8 @@ export class Shell {
     switch (msg.type) {
       case "hello":
         this.header.append(" ", h("span", { class: "cw-who" }, `${msg.title} · ${msg.principal}`));
-        this.show("root");
+        this.hasRoot = msg.root !== null;
+        this.show(this.hasRoot ? "root" : "inspector");
         break;
       case "pages":
         this.pages = msg.pages;
@@ -303,8 +309,10 @@ export class Shell {
         if (msg.watch === this.watchId) this.view.patch(msg.ops);
         break;
       case "ok":
-        this.status.className = "cw-status";
-        this.status.textContent = "";
+        if (msg.inspect) this.drawInspector(msg.inspect);
+        else if (msg.run) this.drawGraph(msg.run);
+        else if (msg.how) this.note(msg.ended ? `${msg.how}: ended` : `${msg.how}: declined (the run keeps running)`);
+        else this.note("");
         break;
       case "error":
         this.error(msg.message, msg.value);
@@ -315,10 +323,77 @@ export class Shell {
 
   show(handle) {
     if (this.watchId) this.send({ op: "unwatch", watch: this.watchId });
+    clearInterval(this.polling);
     this.active = handle;
     this.watchId += 1;
-    this.send({ op: "watch", watch: this.watchId, cell: handle });
+    if (handle === "inspector") {
+      // The inspector asks again every second while it is shown.
+      this.content.replaceChildren(h("p", {}, "loading…"));
+      this.ask({ op: "inspect" });
+      this.polling = setInterval(() => this.ask({ op: "inspect" }), 1000);
+    } else {
+      this.send({ op: "watch", watch: this.watchId, cell: handle });
+    }
     this.drawTabs();
+  }
+
+  drawInspector(data) {
+    if (this.active !== "inspector") return;
+    const runs = data.registrations;
+    const byParent = new Map();
+    for (const r of runs) {
+      const parent = runs.some((p) => p.key === r.parent) ? r.parent : null;
+      if (!byParent.has(parent)) byParent.set(parent, []);
+      byParent.get(parent).push(r);
+    }
+    const body = h("tbody");
+    const walk = (parent, depth) => {
+      for (const r of byParent.get(parent) || []) {
+        const name = h("span", { style: `padding-left:${depth * 16}px` }, r.pattern.split(":").pop());
+        const end = (how) => () => this.ask({ op: "end", key: r.key, how });
+        body.append(
+          h("tr", { "data-key": r.key },
+            h("td", {}, name),
+            h("td", {}, String(r.generation)),
+            h("td", {}, r.launch),
+            h("td", { class: "cw-kept" }, r.kept_by.join(", ")),
+            h("td", {}, r.principals.join(", ")),
+            h("td", {},
+              h("button", { class: "cw-graph", onclick: () => this.ask({ op: "inspect_run", key: r.key }) }, "graph"),
+              h("button", { class: "cw-stop", onclick: end("stop") }, "stop"),
+              h("button", { class: "cw-release", onclick: end("release") }, "release"),
+            ),
+          ),
+        );
+        walk(r.key, depth + 1);
+      }
+    };
+    walk(null, 0);
+    const head = h("tr", {}, ...["run", "gen", "launched by", "kept alive by", "principals", ""].map((c) => h("th", {}, c)));
+    const trace = h("ol", { class: "cw-trace" }, ...data.trace.entries.slice(-20).map((e) => h("li", {}, `${e.event} ${e.key}`)));
+    this.inspectorBody = this.inspectorBody || h("div", { class: "cw-graph-view" });
+    this.content.replaceChildren(
+      h("h3", {}, `Runs of ${data.identity.principal} (${runs.length})`),
+      h("table", { class: "cw-table cw-runs" }, h("thead", {}, head), body),
+      h("h3", {}, `Pending starts (${data.pending_starts.length})`),
+      h("ul", {}, ...data.pending_starts.map((k) => h("li", {}, k))),
+      this.inspectorBody,
+      h("h3", {}, "Recent lifecycle"),
+      trace,
+    );
+  }
+
+  drawGraph(run) {
+    const rows = run.graph.nodes.map((n) =>
+      h("tr", {}, h("td", {}, String(n.index)), h("td", {}, n.kind), h("td", {}, n.target),
+        h("td", {}, JSON.stringify(n.inputs)), h("td", { class: "cw-runs-count" }, String(n.runs))),
+    );
+    const head = h("tr", {}, ...["node", "kind", "target", "inputs", "runs"].map((c) => h("th", {}, c)));
+    this.inspectorBody = h("div", { class: "cw-graph-view" },
+      h("h3", {}, `Graph of ${run.pattern}`),
+      h("table", { class: "cw-table cw-nodes" }, h("thead", {}, head), h("tbody", {}, ...rows)),
+    );
+    this.ask({ op: "inspect" });
   }
 
   drawTabs() {
@@ -328,8 +403,10 @@ export class Shell {
       const x = h("button", { class: "cw-close", title: "close (stop) this page", "data-handle": handle, onclick: () => this.closePage(handle) }, "×");
       return h("span", { class: "cw-page" }, b, x);
     };
-    this.tabs.replaceChildren(tab("root", "root", false), ...this.pages.map((p) => tab(p.handle, p.title, true)));
-    if (this.active !== "root" && !this.pages.some((p) => p.handle === this.active)) this.show("root");
+    const fixed = this.hasRoot === false ? [] : [tab("root", "root", false)];
+    this.tabs.replaceChildren(...fixed, ...this.pages.map((p) => tab(p.handle, p.title, true)), tab("inspector", "inspector", false));
+    const known = ["root", "inspector", ...this.pages.map((p) => p.handle)];
+    if (!known.includes(this.active)) this.show(this.hasRoot === false ? "inspector" : "root");
   }
 
   closePage(handle) {
