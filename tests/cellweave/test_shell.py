@@ -254,3 +254,83 @@ def test_a_handler_that_navigates_opens_a_page_in_that_principals_tabs(tmp_path:
         pages = alice.until(lambda m: m["type"] == "pages" and m["pages"], "the navigated page")
         assert ["Milk"] == [p["title"] for p in pages["pages"]]
         assert all(not m.get("pages") for m in bob.seen if m["type"] == "pages")
+
+
+def inspect_until(client: Client, pred: Any) -> dict[str, Any]:
+    """Ask for the inspector's view until `pred` holds of it (each ask is answered)."""
+    for _ in range(200):
+        view: dict[str, Any] = client.ask({"op": "inspect"})["inspect"]
+        if pred(view):
+            return view
+    raise AssertionError(f"the inspector never showed it; last: {view}")
+
+
+def test_the_inspector_shows_runs_their_parents_and_what_keeps_them(tmp_path: Any) -> None:
+    with shell(tmp_path) as server:
+        alice = server.ws(ALICE)
+        hello(alice)
+        value = watch(alice, 1, "root")
+        add(alice, "Milk")
+        patches_until(alice, 1, value, lambda v: len(v["cards"]) == 1)
+        alice.ask({"op": "open", "cell": "root", "path": ["cards", 0]})
+        view = inspect_until(
+            alice, lambda v: any("page" in r["kept_by"] for r in v["registrations"])
+        )
+        runs = {r["pattern"].split(":")[-1]: r for r in view["registrations"]}
+        board, card = runs["Board"], runs["Card"]
+        assert card["parent"] == board["key"]
+        assert "page" in card["kept_by"] and "launch" in card["kept_by"]
+        assert ["alice"] == card["principals"]
+        graph = alice.ask({"op": "inspect_run", "key": card["key"]})["run"]
+        kinds = {n["target"].split(":")[-1]: n for n in graph["graph"]["nodes"]}
+        assert 1 <= kinds["card_line"]["runs"]
+        assert "handler" == kinds["toggle_done"]["kind"]
+
+
+def test_the_inspectors_release_declines_a_page_and_stop_ends_it(tmp_path: Any) -> None:
+    with shell(tmp_path) as server:
+        alice = server.ws(ALICE)
+        hello(alice)
+        value = watch(alice, 1, "root")
+        add(alice, "Milk")
+        patches_until(alice, 1, value, lambda v: len(v["cards"]) == 1)
+        alice.ask({"op": "open", "cell": "root", "path": ["cards", 0]})
+        view = inspect_until(
+            alice, lambda v: any("page" in r["kept_by"] for r in v["registrations"])
+        )
+        (card,) = [r for r in view["registrations"] if "page" in r["kept_by"]]
+        # A release is launch-scoped: the page's lifetime keeps the card running.
+        released = alice.ask({"op": "end", "key": card["key"], "how": "release"})
+        assert {"ended": False, "how": "release"} == {k: released[k] for k in ("ended", "how")}
+        stopped = alice.ask({"op": "end", "key": card["key"], "how": "stop"})
+        assert stopped["ended"] is True
+        after = alice.ask({"op": "inspect"})["inspect"]
+        assert card["key"] not in {r["key"] for r in after["registrations"]}
+        assert [] == after["pages"]
+
+
+def test_another_principal_cannot_inspect_or_end_a_run_of_alices(tmp_path: Any) -> None:
+    with shell(tmp_path) as server:
+        alice, bob = server.ws(ALICE), server.ws(BOB)
+        hello(alice)
+        hello(bob)
+        value = watch(alice, 1, "root")
+        add(alice, "Milk")
+        patches_until(alice, 1, value, lambda v: len(v["cards"]) == 1)
+        alice.ask({"op": "open", "cell": "root", "path": ["cards", 0]})
+        view = inspect_until(
+            alice, lambda v: any("page" in r["kept_by"] for r in v["registrations"])
+        )
+        (card,) = [r for r in view["registrations"] if "page" in r["kept_by"]]
+        assert card["key"] not in {
+            r["key"] for r in bob.ask({"op": "inspect"})["inspect"]["registrations"]
+        }
+        for op in (
+            {"op": "inspect_run", "key": card["key"]},
+            {"op": "end", "key": card["key"], "how": "stop"},
+        ):
+            refused = bob.ask(op)
+            assert "error" == refused["type"], refused
+            assert "may see" in refused["message"]
+        still = alice.ask({"op": "inspect"})["inspect"]
+        assert card["key"] in {r["key"] for r in still["registrations"]}
