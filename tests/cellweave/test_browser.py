@@ -110,3 +110,27 @@ def test_values_are_text_never_html(browser: Browser, tmp_path: Any) -> None:
         cell = page.locator("[data-ptr='/cards/0/title']")
         expect(cell).to_have_text("<img src=x onerror=alert(1)>")
         assert 0 == page.locator(".cw-content img").count()
+
+
+def test_the_inspector_shows_the_tree_and_stop_versus_release(
+    browser: Browser, tmp_path: Any
+) -> None:
+    with shell(tmp_path) as server:
+        page = open_tab(browser, server.url, ALICE)
+        add_task(page, "Milk")
+        page.locator(".cw-table tbody tr").first.locator("button.cw-open").click()
+        expect(page.locator(".cw-tab", has_text="Milk")).to_be_visible()
+        page.locator(".cw-tab", has_text="inspector").click()
+        card = page.locator(".cw-runs tbody tr", has_text="Card").filter(has_text="page")
+        expect(card).to_have_count(1)
+        card.locator("button.cw-graph").click()
+        expect(page.locator(".cw-nodes tbody tr", has_text="card_line")).to_be_visible()
+        shot(page, "shell-inspector")
+        card.locator("button.cw-release").click()
+        expect(page.locator(".cw-status")).to_have_text("release: declined (the run keeps running)")
+        card.locator("button.cw-stop").click()
+        expect(page.locator(".cw-status")).to_have_text("stop: ended")
+        expect(page.locator(".cw-tab", has_text="Milk")).to_have_count(0)
+        expect(
+            page.locator(".cw-runs tbody tr", has_text="Card").filter(has_text="page")
+        ).to_have_count(0)
