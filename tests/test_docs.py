@@ -38,6 +38,7 @@ PAGES = [
     "howto/durable-storage.md",
     "howto/lists.md",
     "howto/notebooks.md",
+    "howto/inspector.md",
     "howto/pages.md",
     "howto/web-shell.md",
     "howto/widget.md",
