@@ -101,11 +101,11 @@ Independent lifetimes
   -> `start(doc)` on any result or link name, a nested child included; and
   `open_page` (DESIGN §4.2 pages, API `rt.open_page`): the record is written
   first (retried on a retryable verdict while the page is not stopped), the start
-  begins once it lands, a stop before that wins (no start), a start that fails or claims nothing withdraws the
-  record, unless another open of the same page is in flight or succeeded (this
-  machine found that gap). A principal's stop first closes their pages on the
-  result (`stop_as`: opened as that name or claimed it; every page of theirs on
-  the result) and then stops what the page claimed.
+  begins once it lands, a stop before that wins (no start), a start that fails
+  or claims nothing withdraws the record, unless another open of the same page is
+  in flight or succeeded (this machine found that gap). A principal's stop first
+  closes their pages on the result (`stop_as`: opened as that name or claimed it;
+  every page of theirs on the result) and then stops what the page claimed.
 - "An enclosing pattern releasing such a result leaves it running; only
   stopping it directly ends it." -> lifetime decline in `release`; only
   `_stop_result` / `stop_all` / the end of the registration drop the lifetime.
