@@ -14,8 +14,9 @@ answers (verdicts, loads) and runs `start`'s stages.
 
 Pages are durable intent: opening one (navigation, or `open_page`) records
 it, with its owner, in that principal's pages document before starting it;
-stopping one records the stop before anything is cancelled; `resume()`
-starts every page recorded open. Pages belong to the principal who opened
+stopping one removes its record before anything is cancelled, and returns a
+`Pending` that resolves once that removal is durable; `resume()` starts
+every page recorded open. Pages belong to the principal who opened
 them: stopping, listing or inspecting another principal's pages raises
 `OwnershipError`.
 
