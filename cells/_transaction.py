@@ -31,7 +31,7 @@ from ._address import DocKey, Identity, Link, Path, check_path
 from ._codec import describe
 from ._outcome import CommitResult, Outcome
 from ._pending import Pending
-from ._values import MAX_INT, MISSING, Value, get_path, normalize, set_path
+from ._values import MAX_DEPTH, MAX_INT, MISSING, Value, get_path, normalize, set_path
 from .errors import CommitRejected, InvalidValueError, TransactionAborted, TransactionError
 
 if TYPE_CHECKING:
@@ -67,6 +67,17 @@ class TxDoc(msgspec.Struct, gc=False):
     """(path, shallow) of every distinct read, in first-read order."""
     written: list[Path] | tuple[Path, ...] | None = None
     """Every written path, in order."""
+
+
+def _check_depth(path: Path, *, where: str) -> None:
+    """A write path may reach a value inside the deepest container a document may hold."""
+    if len(path) > MAX_DEPTH + 1:
+        raise InvalidValueError(
+            f"{where}: the path is {len(path)} elements long, past the maximum depth of"
+            f" {MAX_DEPTH} containers in a document",
+            path=path,
+            value=len(path),
+        )
 
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -298,17 +309,24 @@ class Transaction:
                 if type(elem) is not str and (type(elem) is not int or elem < 0):
                     check_path(path, where="write")  # anything unusual: the full check
                     break
+            if len(path) > MAX_DEPTH + 1:
+                _check_depth(path, where="write")
             t = type(value)
-            if (t is int and -MAX_INT - 1 <= value <= MAX_INT) or t is str or value is None:
+            if (
+                (t is int and -MAX_INT - 1 <= value <= MAX_INT)
+                or (t is str and value.isascii())
+                or value is None
+            ):
                 v = value  # what normalize returns for these, without the call
             else:
-                v = value if value is MISSING else normalize(value, where="write")
+                v = value if value is MISSING else normalize(value, where="write", depth=len(path))
             working = set_path(td.working, path, v, where="write")
         except InvalidValueError:
             # Errors are rare: only now build the message naming document and path.
             where = f"write to {describe(key)} at {list(path)}"
             check_path(path, where=where)
-            v = value if value is MISSING else normalize(value, where=where)
+            _check_depth(path, where=where)
+            v = value if value is MISSING else normalize(value, where=where, depth=len(path))
             set_path(td.working, path, v, where=where)
             raise
         td.working = working
@@ -371,10 +389,10 @@ class Transaction:
             )
         items = list(items)
         try:
-            added = normalize(items, where="splice")
+            added = normalize(items, where="splice", depth=len(path))
         except InvalidValueError:
             # Errors are rare: only now build the message naming document and path.
-            normalize(items, where=f"splice of {describe(key)} at {list(path)}")
+            normalize(items, where=f"splice of {describe(key)} at {list(path)}", depth=len(path))
             raise
         new = current[:index]
         new += added
