@@ -46,6 +46,7 @@ Invariants (checked by `_check`)
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
@@ -82,6 +83,7 @@ from ..errors import (
     InvalidValueError,
     LivenessError,
     StoreError,
+    TerminalCommitError,
 )
 
 FORMAT: Final = "cellweave-store"
@@ -150,8 +152,41 @@ def _k(key: DocKey) -> tuple[str, str, str, str, str]:
     return (key.space, key.id, key.scope, key.principal, key.session)
 
 
+def _errorname(exc: sqlite3.Error) -> str:
+    return str(getattr(exc, "sqlite_errorname", ""))
+
+
 def _is_corruption(exc: sqlite3.Error) -> bool:
-    return str(getattr(exc, "sqlite_errorname", "")).startswith(("SQLITE_NOTADB", "SQLITE_CORRUPT"))
+    return _errorname(exc).startswith(("SQLITE_NOTADB", "SQLITE_CORRUPT"))
+
+
+def _is_read_only(exc: sqlite3.Error) -> bool:
+    return _errorname(exc).startswith("SQLITE_READONLY")
+
+
+_TRANSIENT: Final = (
+    "SQLITE_BUSY",
+    "SQLITE_LOCKED",
+    "SQLITE_IOERR",
+    "SQLITE_FULL",
+    "SQLITE_NOMEM",
+    "SQLITE_INTERRUPT",
+    "SQLITE_PROTOCOL",
+)
+"""SQLite errors a later attempt can get past (another writer's lock, a full disk freed):
+a commit failing with one is LIVENESS. Every other error (corruption, a read-only file,
+anything unknown) is TERMINAL: `edit_with_retry` must not retry what fails again."""
+
+
+def _is_transient(exc: sqlite3.Error) -> bool:
+    return _errorname(exc).startswith(_TRANSIENT)
+
+
+def _read_only_error(file: str, exc: sqlite3.Error) -> StoreError:
+    return StoreError(
+        f"{file} is read-only here ({exc}): SQLiteStore writes to its file and creates"
+        f" {os.path.basename(file)}-wal and -shm beside it; open a writable copy"
+    )
 
 
 def _inspect(file: str) -> str:
@@ -187,6 +222,8 @@ def _inspect(file: str) -> str:
             raise CorruptStoreError(
                 f"{file} is not a usable SQLite database ({exc}); the file was left untouched"
             ) from exc
+        if _is_read_only(exc):
+            raise _read_only_error(file, exc) from exc
         raise StoreError(f"cannot read store {file}: {exc}") from exc
     finally:
         conn.close()
@@ -236,6 +273,14 @@ def _validate(conn: sqlite3.Connection, file: str) -> str:
             " the file was left untouched"
         )
     return "store"
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    """Roll back if a transaction is open; a damaged file may refuse even that, and the
+    error that made us roll back is the one to report."""
+    if conn.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
 
 
 class SQLiteStore(StoreBase):
@@ -304,11 +349,14 @@ class SQLiteStore(StoreBase):
                 )
             self._init_schema(self._wconn)
             self._rconn = self._open_connection()
-            # data_version before max(seq): a commit landing in between is both
-            # counted as seen and noticed by the next poll(), never lost.
-            self._data_version = self._rconn.execute("PRAGMA data_version").fetchone()[0]
-            self._delivered: int = self._max_seq(self._rconn)
-            """Every seq up to here was fanned out to this store's sessions (or predates it)."""
+            try:
+                # data_version before max(seq): a commit landing in between is both
+                # counted as seen and noticed by the next poll(), never lost.
+                self._data_version = self._rconn.execute("PRAGMA data_version").fetchone()[0]
+                self._delivered: int = self._max_seq(self._rconn)
+                """Every seq up to here was fanned out to this store's sessions (or predates it)."""
+            except sqlite3.Error as exc:
+                raise self._wrap(exc, "cannot read the store") from exc
         except BaseException:
             for conn in (self._wconn, self._rconn):
                 if conn is not None:
@@ -340,14 +388,19 @@ class SQLiteStore(StoreBase):
             conn.execute(f"PRAGMA busy_timeout = {int(_BUSY_TIMEOUT_S * 1000)}")
             conn.execute("PRAGMA foreign_keys = ON")
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
-        except BaseException:
+        except BaseException as exc:
             conn.close()
+            if isinstance(exc, sqlite3.Error):
+                raise self._wrap(exc, "cannot open the store") from exc
             raise
         return conn
 
     def _wrap(self, exc: sqlite3.Error, what: str) -> StoreError:
+        """The cellweave error for a `sqlite3` error: none of those reaches a caller raw."""
         if _is_corruption(exc):
-            return CorruptStoreError(f"{self._file}: {what}: {exc}")
+            return CorruptStoreError(f"{self._file}: {what}: the file is damaged ({exc})")
+        if _is_read_only(exc):
+            return _read_only_error(self._file, exc)
         return StoreError(f"{self._file}: {what}: {exc}")
 
     def _init_schema(self, conn: sqlite3.Connection) -> None:
@@ -363,9 +416,13 @@ class SQLiteStore(StoreBase):
                         "INSERT INTO meta (key, value) VALUES (?, ?)",
                         [("format", FORMAT), ("version", str(VERSION))],
                     )
+                else:
+                    # A write that changes nothing: a file this process may read but not
+                    # write is refused here, at open, rather than failing every commit.
+                    conn.execute("UPDATE meta SET value = value WHERE key = 'format'")
                 conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                _rollback(conn)
                 raise
         except sqlite3.Error as exc:
             raise self._wrap(exc, "cannot initialize the store") from exc
@@ -403,7 +460,10 @@ class SQLiteStore(StoreBase):
     def seq(self) -> int:
         """The highest accepted sequence number in the file (any writer).  O(1)."""
         with self._read_lock:
-            return self._max_seq(self._reader_conn())
+            try:
+                return self._max_seq(self._reader_conn())
+            except sqlite3.Error as exc:
+                raise self._wrap(exc, "cannot read the last seq") from exc
 
     # ------------------------------------------------------------------ sessions
     def connect(self, listener: SessionListener, session_id: str | None = None) -> str:
@@ -429,11 +489,14 @@ class SQLiteStore(StoreBase):
     # ------------------------------------------------------------------ reads
     def _read(self, key: DocKey) -> DocState:
         with self._read_lock:
-            row = (
-                self._reader_conn()
-                .execute(f"SELECT seq, value FROM head WHERE {_KEY_MATCH}", _k(key))
-                .fetchone()
-            )
+            try:
+                row = (
+                    self._reader_conn()
+                    .execute(f"SELECT seq, value FROM head WHERE {_KEY_MATCH}", _k(key))
+                    .fetchone()
+                )
+            except sqlite3.Error as exc:
+                raise self._wrap(exc, f"cannot read {key}") from exc
         if row is None:
             return NO_STATE
         return DocState(int(row[0]), self._decode(row[1], key))
@@ -529,15 +592,21 @@ class SQLiteStore(StoreBase):
             if verdict.error is None and verdict.seq is not None:
                 self._broadcast(request.session_id, verdict.seq, verdict.docs)
 
-    def _unevaluated(self, request: CommitRequest, cause: BaseException) -> LivenessError:
+    def _unevaluated(
+        self, request: CommitRequest, cause: BaseException
+    ) -> LivenessError | TerminalCommitError:
+        """The rejection of a commit whose evaluation failed: LIVENESS when a later
+        attempt can succeed (the store closed, a lock or I/O error), TERMINAL when it
+        fails again (a damaged or read-only file, data the file cannot hold)."""
+        transient = self.closed or self._wconn is None
         if isinstance(cause, sqlite3.Error):
+            transient = transient or _is_transient(cause)
             wrapped = self._wrap(cause, "commit failed")
             wrapped.__cause__ = cause
             cause = wrapped
         reason = "the store is closed" if self._wconn is None else f"{cause}"
-        err = LivenessError(
-            f"commit {request.session_id}#{request.local_seq} was not applied: {reason}"
-        )
+        message = f"commit {request.session_id}#{request.local_seq} was not applied: {reason}"
+        err = LivenessError(message) if transient else TerminalCommitError(message)
         err.__cause__ = cause
         return err
 
@@ -590,8 +659,7 @@ class SQLiteStore(StoreBase):
                     verdict = Verdict(seq, docs)
                 conn.execute("COMMIT")
             except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
+                _rollback(conn)
                 raise
             # Durable from here on.
             self._deliver(behind)
@@ -637,17 +705,19 @@ class SQLiteStore(StoreBase):
     def _record_rejection(self, request: CommitRequest) -> None:
         with self._write_lock:
             conn = self._writer_conn()
-            conn.execute("BEGIN IMMEDIATE")
             try:
-                conn.execute(
-                    "INSERT OR IGNORE INTO rejection (session_id, local_seq) VALUES (?, ?)",
-                    (self._session_key(request.session_id), request.local_seq),
-                )
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    conn.execute(
+                        "INSERT OR IGNORE INTO rejection (session_id, local_seq) VALUES (?, ?)",
+                        (self._session_key(request.session_id), request.local_seq),
+                    )
+                    conn.execute("COMMIT")
+                except BaseException:
+                    _rollback(conn)
+                    raise
+            except sqlite3.Error as exc:
+                raise self._wrap(exc, "cannot record a rejection") from exc
 
     # ------------------------------------------------------------------ foreign commits
     def _changes_after(self, conn: sqlite3.Connection, after: int) -> tuple[int, list[_Change]]:
@@ -691,7 +761,10 @@ class SQLiteStore(StoreBase):
         with self._read_lock:
             if self._rconn is None:
                 return 0
-            version = self._rconn.execute("PRAGMA data_version").fetchone()[0]
+            try:
+                version = self._rconn.execute("PRAGMA data_version").fetchone()[0]
+            except sqlite3.Error as exc:
+                raise self._wrap(exc, "poll failed") from exc
             if version == self._data_version:
                 return 0
             self._data_version = version
@@ -700,11 +773,18 @@ class SQLiteStore(StoreBase):
             conn = self._rconn
             if conn is None:
                 return 0
-            conn.execute("BEGIN")
             try:
-                top, changes = self._changes_after(conn, self._delivered)
-            finally:
-                conn.execute("COMMIT")
+                conn.execute("BEGIN")
+                try:
+                    top, changes = self._changes_after(conn, self._delivered)
+                finally:
+                    _rollback(conn)  # a read-only snapshot: nothing to commit
+            except BaseException as exc:
+                # Not delivered: the next poll retries from the same place.
+                self._data_version = -1
+                if isinstance(exc, sqlite3.Error):
+                    raise self._wrap(exc, "poll failed") from exc
+                raise
             self._deliver(changes)
             self._delivered = max(self._delivered, top)
         return len(changes)
