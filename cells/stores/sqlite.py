@@ -7,6 +7,21 @@ shared `validate_commit`, answered from SQL inside the same `BEGIN IMMEDIATE`
 transaction that applies the commit, so the verdict and the data can never
 disagree, even with other processes writing the same file.
 
+Bounded history (as `MemoryStore`'s)
+- Each document keeps its newest `REVISIONS_KEPT` revisions: when it has more
+  than twice that many, the older ones are deleted and `revision_floor` records
+  the newest deleted seq. A read whose basis is older than its document's floor
+  conflicts (re-run), which over-approximates as conflict checks may.
+- A `commit_log` row is kept while a revision, a head or a create-only claim
+  names its seq, so the newest commit's row (the seq counter) always stays.
+- Which commits of a session have a verdict (for dependency checks) is kept in
+  memory, per store object: a session key is unique to one store object, so no
+  other process ever asks. Nothing per rejected commit is written.
+- Other writers' commits are delivered from the heads (`_changes_after`): every
+  document written since the last delivered seq, at its newest revision, so a
+  poller that fell far behind still catches up on every document's current value.
+So under churn on a fixed set of documents the file stays flat.
+
 Durability
 - A verdict is posted only after `COMMIT` returned. With the default
   `synchronous="FULL"` (WAL journal) an acknowledged commit survives kill -9
@@ -38,7 +53,10 @@ Threading
   connections. Commits submitted after `close()` raise `StoreError`.
 
 Invariants (checked by `_check`)
-- `commit_log` seqs are exactly 1..max; no commit is both accepted and rejected;
+- `commit_log` holds the max seq and at most max rows; every row is named by a
+  revision or a claim; no commit is both accepted and rejected;
+- a document keeps at most 2 * REVISIONS_KEPT revisions, all above its floor,
+  and at least REVISIONS_KEPT once it has a floor;
 - every head's seq is its document's last revision seq, and every revised
   document has a head; every commit wrote a document or claimed a create-only key;
 - this store has delivered every seq up to `_delivered`, which never exceeds max seq.
@@ -85,10 +103,15 @@ from ..errors import (
     StoreError,
     TerminalCommitError,
 )
+from .memory import REVISIONS_KEPT, _Resolved
 
 FORMAT: Final = "cellweave-store"
-VERSION: Final = 1
-"""The store format version this module writes and reads."""
+VERSION: Final = 2
+"""The store format version this module writes (and reads, with every older one).
+
+2: history is pruned (`revision_floor`); an older cellweave must not write such a file,
+as its conflict checks would take pruned revisions for none. Opening a version 1
+file upgrades it."""
 
 _SQLITE_HEADER: Final = b"SQLite format 3\x00"
 _BUSY_TIMEOUT_S: Final = 5.0
@@ -142,7 +165,21 @@ _SCHEMA: Final = (
         PRIMARY KEY ({_KEY_COLS})
     ) WITHOUT ROWID""",
 )
-_TABLES: Final = frozenset({"meta", "commit_log", "rejection", "revision", "head", "claimed"})
+_UPGRADE_TO_2: Final = (
+    # Per document, the newest pruned revision's seq: a read with an older basis conflicts.
+    f"""CREATE TABLE revision_floor (
+        space TEXT NOT NULL, doc_id TEXT NOT NULL, scope TEXT NOT NULL,
+        principal TEXT NOT NULL, session TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        PRIMARY KEY ({_KEY_COLS})
+    ) WITHOUT ROWID""",
+    # Deleting a commit_log row checks the rows naming its seq (foreign keys, and
+    # whether it is still needed): without these, each check would scan the table.
+    "CREATE INDEX head_by_seq ON head (seq)",
+    "CREATE INDEX claimed_by_seq ON claimed (seq)",
+)
+_TABLES_1: Final = frozenset({"meta", "commit_log", "rejection", "revision", "head", "claimed"})
+_TABLES: Final = _TABLES_1 | {"revision_floor"}
 
 _Change = tuple[int, dict[DocKey, Value]]
 _Item = tuple[SessionListener, CommitRequest] | None
@@ -189,16 +226,16 @@ def _read_only_error(file: str, exc: sqlite3.Error) -> StoreError:
     )
 
 
-def _inspect(file: str) -> str:
-    """Check `file` before anything writes to it: "new" (initialize) or "store". Read-only."""
+def _inspect(file: str) -> int:
+    """Check `file` before anything writes to it: its format version, 0 if new. Read-only."""
     try:
         size = os.path.getsize(file)
     except FileNotFoundError:
-        return "new"
+        return 0
     except OSError as exc:
         raise StoreError(f"cannot open store {file}: {exc}") from exc
     if size == 0:
-        return "new"
+        return 0
     try:
         with open(file, "rb") as f:
             header = f.read(len(_SQLITE_HEADER))
@@ -229,11 +266,11 @@ def _inspect(file: str) -> str:
         conn.close()
 
 
-def _validate(conn: sqlite3.Connection, file: str) -> str:
-    """ "new" for a database without any schema, "store" for ours; raises otherwise."""
+def _validate(conn: sqlite3.Connection, file: str) -> int:
+    """0 for a database without any schema, our format version for ours; raises otherwise."""
     names = [row[0] for row in conn.execute("SELECT name FROM sqlite_master")]
     if not names:
-        return "new"
+        return 0
     tables = frozenset(
         row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
     )
@@ -266,13 +303,13 @@ def _validate(conn: sqlite3.Connection, file: str) -> str:
         raise CorruptStoreError(
             f"{file}: invalid store format version {version}; the file was left untouched"
         )
-    missing = _TABLES - tables
+    missing = (_TABLES if version >= 2 else _TABLES_1) - tables
     if missing:
         raise CorruptStoreError(
             f"{file}: cellweave store is damaged: missing tables {sorted(missing)};"
             " the file was left untouched"
         )
-    return "store"
+    return version
 
 
 def _rollback(conn: sqlite3.Connection) -> None:
@@ -331,6 +368,8 @@ class SQLiteStore(StoreBase):
         self._poller: threading.Thread | None = None
         self._stop = threading.Event()
         self._session_keys: dict[str, str] = {}
+        self._resolved: dict[str, _Resolved] = {}
+        """Per session key: which of its commits have a verdict (see `_resolution`)."""
 
         _inspect(self._file)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -409,13 +448,18 @@ class SQLiteStore(StoreBase):
             try:
                 # Again, under the write lock: another process may have
                 # initialized (or claimed) the file since `_inspect`.
-                if _validate(conn, self._file) == "new":
-                    for stmt in _SCHEMA:
+                version = _validate(conn, self._file)
+                if version == 0:
+                    for stmt in (*_SCHEMA, *_UPGRADE_TO_2):
                         conn.execute(stmt)
                     conn.executemany(
                         "INSERT INTO meta (key, value) VALUES (?, ?)",
                         [("format", FORMAT), ("version", str(VERSION))],
                     )
+                elif version < 2:
+                    for stmt in _UPGRADE_TO_2:
+                        conn.execute(stmt)
+                    conn.execute("UPDATE meta SET value = ? WHERE key = 'version'", (str(VERSION),))
                 else:
                     # A write that changes nothing: a file this process may read but not
                     # write is refused here, at open, rather than failing every commit.
@@ -506,6 +550,13 @@ class SQLiteStore(StoreBase):
     def _revisions_since(
         conn: sqlite3.Connection, session_id: str, session_key: str, key: DocKey, seq: int
     ) -> list[Revision]:
+        floor = conn.execute(
+            f"SELECT seq FROM revision_floor WHERE {_KEY_MATCH}", _k(key)
+        ).fetchone()
+        if floor is not None and seq < floor[0]:
+            # The revisions after this basis were pruned: assume the worst (a write
+            # at the document root), as MemoryStore does. Over-approximating is allowed.
+            return [Revision(int(floor[0]), "", -1, ((),))]
         rows = conn.execute(
             "SELECT r.seq, c.session_id, c.local_seq, r.paths FROM revision r"
             " JOIN commit_log c ON c.seq = r.seq"
@@ -520,21 +571,20 @@ class SQLiteStore(StoreBase):
             out.append(Revision(int(rseq), own, int(local_seq), tuple(tuple(p) for p in decoded)))
         return out
 
-    @staticmethod
-    def _resolution(
-        conn: sqlite3.Connection, session_key: str, local_seq: int
-    ) -> int | bool | None:
-        row = conn.execute(
-            "SELECT seq FROM commit_log WHERE session_id = ? AND local_seq = ?",
-            (session_key, local_seq),
-        ).fetchone()
-        if row is not None:
-            return int(row[0])
-        row = conn.execute(
-            "SELECT 1 FROM rejection WHERE session_id = ? AND local_seq = ?",
-            (session_key, local_seq),
-        ).fetchone()
-        return None if row is not None else False
+    def _resolution(self, session_key: str, local_seq: int) -> int | bool | None:
+        # Only this store object evaluates commits of its session keys, so its memory
+        # knows every verdict they got (the file need not keep a row per commit).
+        resolved = self._resolved.get(session_key)
+        if resolved is None or not resolved.resolved(local_seq):
+            return False
+        return None if local_seq in resolved.rejected else True
+
+    def _resolve(self, session_key: str, local_seq: int, *, rejected: bool) -> None:
+        """Remember a verdict (once it is durable). Under `_write_lock`."""
+        resolved = self._resolved.get(session_key)
+        if resolved is None:
+            resolved = self._resolved[session_key] = _Resolved()
+        resolved.add(local_seq, rejected=rejected)
 
     @staticmethod
     def _ever_written(conn: sqlite3.Connection, key: DocKey) -> bool:
@@ -627,9 +677,7 @@ class SQLiteStore(StoreBase):
                     revisions_since=functools.partial(
                         self._revisions_since, conn, request.session_id, session_key
                     ),
-                    resolution=lambda _sid, local_seq: self._resolution(
-                        conn, session_key, local_seq
-                    ),
+                    resolution=lambda _sid, local_seq: self._resolution(session_key, local_seq),
                     ever_written=functools.partial(self._ever_written, conn),
                 )
                 docs: dict[DocKey, Value] = {}
@@ -648,10 +696,6 @@ class SQLiteStore(StoreBase):
                             f" applies: {exc}"
                         )
                 if error is not None:
-                    conn.execute(
-                        "INSERT OR IGNORE INTO rejection (session_id, local_seq) VALUES (?, ?)",
-                        (session_key, request.local_seq),
-                    )
                     verdict = Verdict(None, error=error)
                 else:
                     seq = top + 1
@@ -662,6 +706,7 @@ class SQLiteStore(StoreBase):
                 _rollback(conn)
                 raise
             # Durable from here on.
+            self._resolve(session_key, request.local_seq, rejected=verdict.seq is None)
             self._deliver(behind)
             self._delivered = max(self._delivered, top, verdict.seq or 0)
             return verdict
@@ -701,23 +746,45 @@ class SQLiteStore(StoreBase):
                 f"INSERT OR IGNORE INTO claimed ({_KEY_COLS}, seq) VALUES (?, ?, ?, ?, ?, ?)",
                 (*_k(key), seq),
             )
+        for key in docs:
+            SQLiteStore._prune(conn, _k(key))
+
+    @staticmethod
+    def _prune(conn: sqlite3.Connection, k: tuple[str, str, str, str, str]) -> None:
+        """Keep a document's newest `REVISIONS_KEPT` revisions once it has more than twice
+        that many (as `MemoryStore` does), and the commit_log rows nothing names any more.
+
+        O(REVISIONS_KEPT) index steps per call; deletes happen once per REVISIONS_KEPT
+        commits of the document, so the amortized cost per commit is O(1) rows.
+        """
+        newest_first = f"SELECT seq FROM revision WHERE {_KEY_MATCH} ORDER BY seq DESC"
+        if conn.execute(f"{newest_first} LIMIT 1 OFFSET ?", (*k, 2 * REVISIONS_KEPT)).fetchone():
+            floor = conn.execute(f"{newest_first} LIMIT 1 OFFSET ?", (*k, REVISIONS_KEPT))
+            cutoff = int(floor.fetchone()[0])
+            pruned = [
+                (int(row[0]),) * 4
+                for row in conn.execute(
+                    f"SELECT seq FROM revision WHERE {_KEY_MATCH} AND seq <= ?", (*k, cutoff)
+                )
+            ]
+            conn.execute(f"DELETE FROM revision WHERE {_KEY_MATCH} AND seq <= ?", (*k, cutoff))
+            conn.execute(
+                f"INSERT INTO revision_floor ({_KEY_COLS}, seq) VALUES (?, ?, ?, ?, ?, ?)"
+                f" ON CONFLICT ({_KEY_COLS}) DO UPDATE SET seq = excluded.seq",
+                (*k, cutoff),
+            )
+            # A commit that wrote several documents keeps its row while another names it.
+            conn.executemany(
+                "DELETE FROM commit_log WHERE seq = ?"
+                " AND NOT EXISTS (SELECT 1 FROM revision WHERE seq = ?)"
+                " AND NOT EXISTS (SELECT 1 FROM head WHERE seq = ?)"
+                " AND NOT EXISTS (SELECT 1 FROM claimed WHERE seq = ?)",
+                pruned,
+            )
 
     def _record_rejection(self, request: CommitRequest) -> None:
         with self._write_lock:
-            conn = self._writer_conn()
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    conn.execute(
-                        "INSERT OR IGNORE INTO rejection (session_id, local_seq) VALUES (?, ?)",
-                        (self._session_key(request.session_id), request.local_seq),
-                    )
-                    conn.execute("COMMIT")
-                except BaseException:
-                    _rollback(conn)
-                    raise
-            except sqlite3.Error as exc:
-                raise self._wrap(exc, "cannot record a rejection") from exc
+            self._resolve(self._session_key(request.session_id), request.local_seq, rejected=True)
 
     # ------------------------------------------------------------------ foreign commits
     def _changes_after(self, conn: sqlite3.Connection, after: int) -> tuple[int, list[_Change]]:
@@ -850,17 +917,37 @@ class SQLiteStore(StoreBase):
                 top, count = conn.execute(
                     "SELECT COALESCE(MAX(seq), 0), COUNT(*) FROM commit_log"
                 ).fetchone()
-                assert top == count, f"commit_log seqs have gaps: max {top}, {count} rows"
+                assert count <= top, f"commit_log has {count} rows, more than its max seq {top}"
                 assert self._delivered <= top, (self._delivered, top)
             finally:
                 conn.execute("COMMIT")
+        with self._write_lock:
+            for session_key, resolved in self._resolved.items():
+                assert all(s > resolved.low for s in resolved.above), session_key
+                assert all(resolved.resolved(s) for s in resolved.rejected), session_key
 
     @staticmethod
     def _checks() -> Iterator[tuple[str, str]]:
         match = " AND ".join(f"r.{c} = h.{c}" for c in _KEY_COLS.split(", "))
+        floor = " AND ".join(f"r.{c} = f.{c}" for c in _KEY_COLS.split(", "))
         yield (
             "SELECT COUNT(*) FROM rejection x JOIN commit_log c USING (session_id, local_seq)",
             "a commit is recorded as both accepted and rejected",
+        )
+        yield (
+            f"SELECT COUNT(*) FROM revision r JOIN revision_floor f ON {floor}"
+            " WHERE r.seq <= f.seq",
+            "a revision at or below its document's floor was kept",
+        )
+        yield (
+            "SELECT COUNT(*) FROM revision_floor f WHERE"
+            f" (SELECT COUNT(*) FROM revision r WHERE {floor}) < {REVISIONS_KEPT}",
+            f"a pruned document keeps fewer than {REVISIONS_KEPT} revisions",
+        )
+        yield (
+            f"SELECT COUNT(*) FROM revision r WHERE (SELECT COUNT(*) FROM revision q WHERE"
+            f" {match.replace('h.', 'q.')}) > {2 * REVISIONS_KEPT}",
+            f"a document keeps more than {2 * REVISIONS_KEPT} revisions",
         )
         yield (
             "SELECT COUNT(*) FROM head h WHERE h.seq IS NOT"

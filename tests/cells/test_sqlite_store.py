@@ -41,6 +41,7 @@ from cells._pending import Mailbox
 from cells._store import CommitRequest, DocState, Verdict
 from cells._values import Value
 from cells.errors import ConflictError, DependencyRejectedError, LivenessError
+from cells.stores.sqlite import VERSION
 
 REPO = FsPath(__file__).resolve().parents[2]
 WAIT = 20.0
@@ -286,7 +287,7 @@ def test_store_of_a_newer_format_is_refused_untouched(db: FsPath) -> None:
     with SQLiteStore(db, poll_interval=0) as store:
         assert Space(store).cell("x").set(1).wait(WAIT).ok
     conn = sqlite3.connect(db)
-    conn.execute("UPDATE meta SET value = '2' WHERE key = 'version'")
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'version'", (str(VERSION + 1),))
     conn.commit()
     conn.close()
     before = db.read_bytes()
