@@ -28,11 +28,18 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 import msgspec
 
 from ._address import DocKey, Identity, Link, Path, check_path
+from ._args import bad_arg, check_callable
 from ._codec import describe
 from ._outcome import CommitResult, Outcome
 from ._pending import Pending
 from ._values import MAX_DEPTH, MAX_INT, MISSING, Value, get_path, normalize, set_path
-from .errors import CommitRejected, InvalidValueError, TransactionAborted, TransactionError
+from .errors import (
+    CommitRejected,
+    InvalidArgumentError,
+    InvalidValueError,
+    TransactionAborted,
+    TransactionError,
+)
 
 if TYPE_CHECKING:
     from ._replica import Layer, Replica
@@ -67,6 +74,16 @@ class TxDoc(msgspec.Struct, gc=False):
     """(path, shallow) of every distinct read, in first-read order."""
     written: list[Path] | tuple[Path, ...] | None = None
     """Every written path, in order."""
+
+
+def _bad_key(key: object, call: str) -> InvalidArgumentError:
+    return bad_arg(key, where=f"Transaction.{call}()", name="key", accepts="a DocKey")
+
+
+def _bad_path(path: object, call: str) -> InvalidArgumentError:
+    return bad_arg(
+        path, where=f"Transaction.{call}()", name="path", accepts="a tuple of str and int"
+    )
 
 
 def _check_depth(path: Path, *, where: str) -> None:
@@ -214,8 +231,12 @@ class Transaction:
         """
         if self.status != "open":
             raise TransactionError(f"cannot read {describe(key)}: the transaction is {self.status}")
+        if type(path) is not tuple:
+            raise _bad_path(path, "read")
         td = self._docs.get(key)
         if td is None:
+            if type(key) is not DocKey:
+                raise _bad_key(key, "read")
             # First access is this read: the state seen now is the basis (what
             # `_access` and the first-read branch below would do, in one step).
             replica = self._replica
@@ -272,9 +293,13 @@ class Transaction:
         """The value at `path` with nothing logged and no basis taken (for link walking)."""
         if self.status != "open":
             raise TransactionError(f"cannot read {describe(key)}: the transaction is {self.status}")
+        if type(path) is not tuple:
+            raise _bad_path(path, "peek")
         td = self._docs.get(key)
         if td is not None:
             return get_path(td.working, path)
+        if type(key) is not DocKey:
+            raise _bad_key(key, "peek")
         rec = self._replica._docs.get(key)
         if rec is None:
             rec = self._replica._record(key)
@@ -301,8 +326,12 @@ class Transaction:
         """Stage `value` at full-document `path` (checked and copied; MISSING deletes)."""
         if self.status != "open":
             self._require_open(f"write {describe(key)}")
+        if type(path) is not tuple:
+            raise _bad_path(path, "write")
         td = self._docs.get(key)
         if td is None:
+            if type(key) is not DocKey:
+                raise _bad_key(key, "write")
             td = self._access(key)
         try:
             for elem in path:
@@ -358,8 +387,12 @@ class Transaction:
         """
         if self.status != "open":
             self._require_open(f"splice {describe(key)}")
+        if type(path) is not tuple:
+            raise _bad_path(path, "splice")
         td = self._docs.get(key)
         if td is None:
+            if type(key) is not DocKey:
+                raise _bad_key(key, "splice")
             td = self._access(key)
         for elem in path:
             if type(elem) is not str and (type(elem) is not int or elem < 0):
@@ -410,6 +443,8 @@ class Transaction:
     def create_only(self, key: DocKey) -> None:
         """Make the commit fail PERMANENT if `key` exists or ever existed in the store."""
         self._require_open(f"mark {key} create-only")
+        if type(key) is not DocKey:
+            raise _bad_key(key, "create_only")
         if self._create_only is None:
             self._create_only = set()
         self._create_only.add(key)
@@ -417,6 +452,7 @@ class Transaction:
     # -- settling
     def add_settle_callback(self, fn: SettleCallback) -> None:
         """`fn(tx, result)` runs exactly once, for every outcome (right away if already settled)."""
+        check_callable(fn, where="Transaction.add_settle_callback()", name="fn")
         if self.result is not None:
             fn(self, self.result)
         else:
@@ -430,6 +466,7 @@ class Transaction:
 
     def post_commit(self, fn: Callable[[], None]) -> None:
         """`fn()` runs once, only after a successful commit."""
+        check_callable(fn, where="Transaction.post_commit()", name="fn")
         if self.result is not None:
             if self.result.ok:
                 fn()
@@ -464,6 +501,10 @@ class Transaction:
         """
         if self.status != "open":
             self._require_open("commit")
+        if on_settle is not None and not callable(on_settle):
+            check_callable(on_settle, where="Transaction.commit_detached()", name="on_settle")
+        if on_failure is not None and not callable(on_failure):
+            check_callable(on_failure, where="Transaction.commit_detached()", name="on_failure")
         self.status = "committing"
         self._values = None
         try:

@@ -79,6 +79,7 @@ from typing import Final
 import msgspec
 
 from .._address import SCOPES, DocKey, Path
+from .._args import bad_arg
 from .._codec import decode_json, encode_json
 from .._store import (
     NO_STATE,
@@ -97,7 +98,6 @@ from ..errors import (
     CommitRejected,
     ConflictError,
     CorruptStoreError,
-    InvalidArgumentError,
     InvalidValueError,
     LivenessError,
     StoreError,
@@ -336,21 +336,31 @@ class SQLiteStore(StoreBase):
         poll_interval: float = 0.05,
     ) -> None:
         super().__init__()
-        mode = str(synchronous).upper()
-        if mode not in _SYNCHRONOUS:
-            raise InvalidArgumentError(
-                f"SQLiteStore: synchronous must be one of {', '.join(_SYNCHRONOUS)},"
-                f" got {synchronous!r}"
+        where = "SQLiteStore()"
+        if not isinstance(path, (str, os.PathLike)):
+            raise bad_arg(path, where=where, name="path", accepts="a file path (str or Path)")
+        modes = f"one of {', '.join(map(repr, _SYNCHRONOUS))}"
+        if not isinstance(synchronous, str):
+            raise bad_arg(synchronous, where=where, name="synchronous", accepts=modes)
+        if synchronous.upper() not in _SYNCHRONOUS:
+            raise bad_arg(synchronous, where=where, name="synchronous", accepts=modes, kind="value")
+        mode = synchronous.upper()
+        seconds = "a finite number of seconds >= 0"
+        if isinstance(poll_interval, bool) or not isinstance(poll_interval, (int, float)):
+            raise bad_arg(poll_interval, where=where, name="poll_interval", accepts=seconds)
+        if not math.isfinite(poll_interval) or poll_interval < 0:
+            raise bad_arg(
+                poll_interval, where=where, name="poll_interval", accepts=seconds, kind="value"
             )
-        if not (isinstance(poll_interval, (int, float)) and math.isfinite(poll_interval)) or (
-            poll_interval < 0
-        ):
-            raise InvalidArgumentError(
-                f"SQLiteStore: poll_interval must be a finite number >= 0, got {poll_interval!r}"
-            )
+        if not isinstance(os.fspath(path), str):
+            raise bad_arg(path, where=where, name="path", accepts="a file path (str or Path)")
         if os.fspath(path) in ("", ":memory:"):
-            raise InvalidArgumentError(
-                f"SQLiteStore needs a file path, got {os.fspath(path)!r} (use MemoryStore)"
+            raise bad_arg(
+                path,
+                where=where,
+                name="path",
+                accepts="a file path (for memory, use MemoryStore)",
+                kind="value",
             )
         self.path = pathlib.Path(path)
         self.synchronous = mode
