@@ -1,7 +1,8 @@
 """JSON-like values: checking at the write boundary, equality, and paths.
 
-Values are `None`, `bool`, `int`, `float`, `str`, `list`, `dict[str, value]`
-and `Link`. Python's `==` is the wrong equality for them (`True == 1`,
+Values are `None`, `bool`, `int` (64-bit), finite `float`, `str` (valid Unicode
+text), `list`, `dict[str, value]` (any keys) and `Link`, nested at most `MAX_DEPTH`
+containers deep in a document. Python's `==` is the wrong equality for them (`True == 1`,
 `nan != nan`), so `value_equal` decides every "did it change" question:
 
 - bool is not a number (`value_equal(True, 1)` is false);
