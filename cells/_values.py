@@ -192,7 +192,9 @@ def _normalize(value: Any, where: str, path: list[Any], active: set[int], limit:
             types = set(map(type, value))
             if types <= _AS_IS and (
                 str not in types
-                or all(map(str.isascii, value if len(types) == 1 else _strs(value)))
+                # One C-level join and check for all strings (a lone surrogate stays
+                # lone when joined): about 4x faster than a per-string test at 10,000.
+                or _text_ok("".join(value if len(types) == 1 else _strs(value)))
             ):
                 # Links, ASCII strs, bools and None only (a list of links, say):
                 # nothing to check or convert per element, and no container to
