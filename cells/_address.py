@@ -99,7 +99,7 @@ def check_path(path: tuple[Any, ...], *, where: str) -> Path:
     """Validate a path: a tuple of str (dict keys) and non-negative int (list indices)."""
     for i, elem in enumerate(path):
         if isinstance(elem, bool) or not isinstance(elem, (str, int)):
-            raise InvalidValueError(
+            raise ArgumentTypeError(
                 f"{where}: path element {i} must be a str or int, got {type(elem).__name__}"
                 f" {elem!r}",
                 path=tuple(path[:i]),

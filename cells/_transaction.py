@@ -407,6 +407,11 @@ class Transaction:
                 path=path,
                 value=current,
             )
+        for name, arg in (("index", index), ("delete", delete)):
+            if type(arg) is not int:
+                raise bad_arg(
+                    arg, where=f"splice of {key} at {list(path)}", name=name, accepts="an int"
+                )
         if (
             type(index) is not int
             or type(delete) is not int

@@ -73,6 +73,28 @@ CALLS: list[tuple[str, Callable[[Space], Any], str, str]] = [
     ("tx-post-commit", lambda sp: sp.edit().post_commit("f"), "fn", "a callable"),
     ("link-path", lambda sp: Link("sp", "d", "space", ["a"]), "path", "a tuple"),  # type: ignore[arg-type]
     ("identity", lambda sp: Identity(None, "s"), "principal", "a non-empty string"),  # type: ignore[arg-type]
+    ("cell-key", lambda sp: sp.get_cell("c").key(None), "path element 0", "a str or int"),
+    ("cell-splice", lambda sp: sp.get_cell("c").splice("0", 0, [1]), "index", "an int"),
+    ("wait", lambda sp: sp.get_cell("c").set(1).wait("1"), "timeout", "seconds"),
+    (
+        "done-callback",
+        lambda sp: sp.get_cell("c").set(1).add_done_callback(None),
+        "fn",
+        "a callable",
+    ),
+    ("hold-loads", lambda sp: sp.replica.store.testing.hold_loads("doc"), "each", "a DocKey"),
+    (
+        "gate-accept",
+        lambda sp: sp.replica.store.testing.hold_verdicts().accept("0"),
+        "i",
+        "an int index",
+    ),
+    (
+        "gate-reject",
+        lambda sp: sp.replica.store.testing.hold_verdicts().reject(0, "stale"),
+        "outcome",
+        "a failure Outcome",
+    ),
 ]
 
 
