@@ -124,7 +124,12 @@ def _from_wire(value: Any, depth: int) -> Value:
                 if type(body) is dict:
                     # Its keys are literal (never a tag), its values encoded as usual.
                     return {k: _from_wire(v, depth) for k, v in body.items()}
-            raise CorruptStoreError(f"unknown tagged value in stored data: {value!r}")
+            if type(tagged) is dict and len(tagged) == 1 and "@" in next(iter(tagged)):
+                raise CorruptStoreError(f"unknown tagged value in stored data: {value!r}")
+            # Not a tag's shape (tags are one "name@version" key): a dict written
+            # before the "/" key was escaped, by a path write such as
+            # `cell.key("/").set("x")`. It reads back as what was written.
+            return {"/": _from_wire(tagged, depth)}
         return {k: _from_wire(v, depth) for k, v in value.items()}
     if t is list:
         if depth > MAX_DEPTH:

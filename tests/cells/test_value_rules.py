@@ -223,3 +223,19 @@ def test_encoding_and_decoding_too_deep_data_raise_cellweave_errors() -> None:
         decode_json(b"[" * 5000 + b"]" * 5000)
     with pytest.raises(CorruptStoreError, match="deeper"):
         decode_json(b"[" * (MAX_DEPTH + 5) + b"]" * (MAX_DEPTH + 5))
+
+
+@pytest.mark.parametrize(
+    ("stored", "expected"),
+    [
+        (b'{"/":"x"}', {"/": "x"}),
+        (b'{"/":{"a":1,"b":[{"/":null}]}}', {"/": {"a": 1, "b": [{"/": None}]}}),
+        (b'{"/":{"title":"t"}}', {"/": {"title": "t"}}),
+    ],
+)
+def test_documents_written_before_slash_keys_were_escaped_read_back(
+    stored: bytes, expected: Any
+) -> None:
+    """A path write at key "/" stored these unescaped, and reading them raised
+    CorruptStoreError forever; no tag has their shape, so they read as written."""
+    assert value_equal(expected, decode_json(stored))
