@@ -757,16 +757,23 @@ class SQLiteStore(StoreBase):
                 (*_k(key), seq),
             )
         for key in docs:
-            SQLiteStore._prune(conn, _k(key))
+            SQLiteStore._prune(conn, _k(key), seq)
 
     @staticmethod
-    def _prune(conn: sqlite3.Connection, k: tuple[str, str, str, str, str]) -> None:
+    def _prune(conn: sqlite3.Connection, k: tuple[str, str, str, str, str], seq: int) -> None:
         """Keep a document's newest `REVISIONS_KEPT` revisions once it has more than twice
         that many (as `MemoryStore` does), and the commit_log rows nothing names any more.
 
-        O(REVISIONS_KEPT) index steps per call; deletes happen once per REVISIONS_KEPT
+        `seq` is the revision just written. Seqs are unique, so a document whose oldest
+        kept revision is fewer than 2 * REVISIONS_KEPT seqs back cannot have too many:
+        one index lookup decides the usual case (a document written at every commit
+        counts its revisions only when it must be pruned). Otherwise the count walks at
+        most 2 * REVISIONS_KEPT index entries; deletes happen once per REVISIONS_KEPT
         commits of the document, so the amortized cost per commit is O(1) rows.
         """
+        oldest = conn.execute(f"SELECT MIN(seq) FROM revision WHERE {_KEY_MATCH}", k).fetchone()
+        if oldest[0] is None or seq - int(oldest[0]) < 2 * REVISIONS_KEPT:
+            return
         newest_first = f"SELECT seq FROM revision WHERE {_KEY_MATCH} ORDER BY seq DESC"
         if conn.execute(f"{newest_first} LIMIT 1 OFFSET ?", (*k, 2 * REVISIONS_KEPT)).fetchone():
             floor = conn.execute(f"{newest_first} LIMIT 1 OFFSET ?", (*k, REVISIONS_KEPT))
