@@ -13,7 +13,10 @@ LINT_PATHS := $(wildcard cellweave cells scheduler runner tests property_tests b
 # Extra arguments for `make bench`, e.g. `make bench BENCH_ARGS="cells --quick"`.
 BENCH_ARGS ?=
 
-.PHONY: venv system test demo bench soak clean
+# Extra arguments for `make crash-trials`, e.g. CRASH_ARGS="--trials 20 --seed 7".
+CRASH_ARGS ?=
+
+.PHONY: venv system test demo bench soak crash-trials clean
 
 venv: $(STAMP)
 
@@ -50,6 +53,13 @@ bench: venv
 # The long Hypothesis run; the property_tests conftest reads HYPOTHESIS_PROFILE.
 soak: venv
 	HYPOTHESIS_PROFILE=nightly $(BIN)/pytest property_tests
+
+# SIGKILL a writer 100 times at random points against one SQLite file, then check
+# that nothing acknowledged was lost (bench/crash_trials.py). Takes minutes; not
+# part of `make test`. Exits nonzero if an acknowledged write, page open or page
+# stop did not survive.
+crash-trials: venv
+	$(BIN)/python -m bench.crash_trials $(CRASH_ARGS)
 
 # Removes what the tools generate, the venv included (the next target that
 # needs it recreates it). Keeps .hypothesis/ (its example database holds the

@@ -24,6 +24,16 @@ Groups
     each sample copies and resumes (`await rt.resume()`, untimed): opening
     1,000 pages on SQLite takes seconds, and paying it twice per sample would
     make the group take minutes.
+``pages history sqlite``
+    One op is one `await rt.open_page(cell)` + `await rt.stop(cell)` cycle
+    of a fresh page on a `SQLiteStore` file where 0, 2,000 or 10,000 other
+    pages were opened and stopped before (each row copies a template file
+    made once per process by that many real open + stop cycles, untimed).
+    An open and a stop must cost the same whatever the number of pages
+    opened before (issue 13, item 6): closed records are removed, so the
+    pages document holds only the open ones. Baseline: the row with no prior
+    pages. The file keeps its commit history (pruning it is the store's
+    job; `python -m bench.page_churn` measures the file over 10,000 cycles).
 ``start/stop churn``
     One op is one `await rt.start(cell)` + `rt.stop(cell)` cycle on one
     result (not a page: no records). Baseline: as above, on a `MemoryStore`.
@@ -150,13 +160,14 @@ def leaks(rt: Runtime) -> dict[str, int]:
     """Everything a runtime with nothing running must not hold (all 0)."""
     runner = rt.runner
     attempts = runner.attempts
+    book = rt._pages_book
     return {
         "leaked_registrations": len(rt.registrations()),
         "leaked_lifetimes": len(rt.lifetimes()),
         "leaked_attempts": len(attempts.active) + len(attempts.by_key) + len(attempts.generation),
         "leaked_pending": len(rt.pending_starts()),
         "leaked_declined": len(runner._declined),
-        "leaked_page_records": len(rt._pages_book.by_pid) + len(rt._pages_book.by_key),
+        "leaked_page_records": len(book.by_pid) + len(book.by_key) + len(book.stop_failed),
         "leaked_nodes": int(rt.scheduler.statistics()["nodes"]),
     }
 
@@ -380,6 +391,104 @@ def sqlite_close() -> Run:
 
     world.drive(prepare)
     return _close_pages(world, results)
+
+
+# ---------------------------------------------------------------------------- pages history
+
+HISTORY_CYCLES = 100
+"""Open + stop cycles per sample of the `pages history sqlite` rows."""
+_history: dict[int, str] = {}
+
+
+async def _open_and_stop(world: _World, results: list[Cell]) -> None:
+    """One awaited `open_page` + awaited `stop` per result, in order."""
+    rt = world.rt
+    for res in results:
+        if await rt.open_page(res) is not True:
+            raise BenchError(f"rt.open_page({res!r}) did not claim the page")
+        await rt.stop(res)
+
+
+def _history_file(prior: int) -> str:
+    """Once per process and size: a SQLite file on which `prior` pages were opened and
+    stopped, each through the runtime (built on the next smaller one, if made)."""
+    if prior in _history:
+        return _history[prior]
+    directory = tempfile.mkdtemp(prefix="bench-pages-history-")
+    atexit.register(shutil.rmtree, directory, True)
+    path = os.path.join(directory, "history.db")
+    done = max((n for n in _history if n < prior), default=0)
+    if done:
+        _copy_store(_history[done], path)
+    world = _World("sqlite", path)
+    try:
+        chunk = 500
+        for first in range(done, prior, chunk):
+            results = [
+                world.rt.get_cell(("prior", i)) for i in range(first, min(prior, first + chunk))
+            ]
+
+            async def main(results: list[Cell] = results) -> None:
+                await world.set_up(results)
+                await _open_and_stop(world, results)
+                await world.rt.idle()
+
+            world.drive(main)
+        if world.open_pages():
+            raise BenchError(f"{prior} prior pages: {world.open_pages()} left open")
+    finally:
+        world.close()  # a closed SQLiteStore has checkpointed its write-ahead log
+    _history[prior] = path
+    return path
+
+
+def _copy_store(source: str, target: str) -> None:
+    for suffix in ("", "-wal"):  # closing checkpoints the log; copy one if it stayed
+        if os.path.exists(source + suffix):
+            shutil.copyfile(source + suffix, target + suffix)
+
+
+def _pages_history(prior: int) -> Run:
+    template = _history_file(prior)
+    _clean_up()
+    directory = tempfile.mkdtemp(prefix="bench-pages-")
+    path = os.path.join(directory, "pages.db")
+    _copy_store(template, path)
+    world = _world("sqlite", path)
+    world.dir = directory
+    results = world.results(HISTORY_CYCLES, name="fresh")
+    world.drive(lambda: world.set_up(results))
+    counter = world.counter()
+
+    async def main() -> None:
+        await _open_and_stop(world, results)
+        await world.rt.idle()
+
+    def run() -> Counts:
+        world.drive(main)
+        counts = dict(counter.counts())
+        del counts["registrations"], counts["page_records"]  # 0 by construction
+        found = _check_no_leaks(world.rt, f"{HISTORY_CYCLES} open + stop cycles")
+        return counts | found
+
+    return run
+
+
+@bench(
+    group="pages history sqlite", name="open+stop, 0 prior pages", ops=HISTORY_CYCLES, baseline=True
+)
+def history_0() -> Run:
+    return _pages_history(0)
+
+
+@bench(group="pages history sqlite", name="open+stop, 2,000 prior pages", ops=HISTORY_CYCLES)
+def history_2000() -> Run:
+    return _pages_history(2000)
+
+
+@bench(group="pages history sqlite", name="open+stop, 10,000 prior pages", ops=HISTORY_CYCLES)
+def history_10000() -> Run:
+    return _pages_history(10000)
 
 
 # ---------------------------------------------------------------------------- churn

@@ -14,6 +14,7 @@ from ._address import Link as Link
 from ._address import Linkable as Linkable
 from ._address import Path as Path
 from ._address import Scope as Scope
+from ._args import check_arg as check_arg
 from ._cell import Cell as Cell
 from ._cell import CellHost as CellHost
 from ._cell import Space as Space
@@ -42,12 +43,14 @@ from ._store import LoadGate as LoadGate
 from ._store import StoreBase as StoreBase
 from ._store import VerdictGate as VerdictGate
 from ._transaction import Transaction as Transaction
+from ._values import MAX_DEPTH as MAX_DEPTH
 from ._values import MISSING as MISSING
 from ._values import get_path as get_path
 from ._values import normalize as normalize
 from ._values import same_value as same_value
 from ._values import set_path as set_path
 from ._values import value_equal as value_equal
+from .errors import ArgumentTypeError as ArgumentTypeError
 from .errors import CellweaveError as CellweaveError
 from .errors import CommitRejected as CommitRejected
 from .errors import ConflictError as ConflictError
@@ -64,9 +67,11 @@ from .stores import MemoryStore as MemoryStore
 from .stores import SQLiteStore as SQLiteStore
 
 __all__ = [
+    "MAX_DEPTH",
     "MAX_HOPS",
     "MISSING",
     "RETRYABLE",
+    "ArgumentTypeError",
     "Cell",
     "CellHost",
     "CellweaveError",
@@ -102,6 +107,7 @@ __all__ = [
     "VerdictGate",
     "canonical_bytes",
     "cause_of",
+    "check_arg",
     "check_same_store",
     "classify",
     "decode_json",

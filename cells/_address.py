@@ -20,7 +20,7 @@ from typing import Any, Final, Literal, Protocol, TypeAlias, runtime_checkable
 
 import msgspec
 
-from .errors import InvalidValueError
+from .errors import ArgumentTypeError, InvalidValueError
 
 Scope: TypeAlias = Literal["space", "user", "session"]
 SCOPES: Final[tuple[Scope, ...]] = ("space", "user", "session")
@@ -41,7 +41,7 @@ class Identity(msgspec.Struct, frozen=True, gc=False):
     def __post_init__(self) -> None:
         for field, value in (("principal", self.principal), ("session", self.session)):
             if not isinstance(value, str) or not value:
-                raise InvalidValueError(
+                raise (InvalidValueError if isinstance(value, str) else ArgumentTypeError)(
                     f"Identity.{field} must be a non-empty string, got {value!r}", value=value
                 )
 
@@ -99,7 +99,7 @@ def check_path(path: tuple[Any, ...], *, where: str) -> Path:
     """Validate a path: a tuple of str (dict keys) and non-negative int (list indices)."""
     for i, elem in enumerate(path):
         if isinstance(elem, bool) or not isinstance(elem, (str, int)):
-            raise InvalidValueError(
+            raise ArgumentTypeError(
                 f"{where}: path element {i} must be a str or int, got {type(elem).__name__}"
                 f" {elem!r}",
                 path=tuple(path[:i]),
@@ -135,12 +135,20 @@ class Link(msgspec.Struct, frozen=True, gc=False):
             type(self.space) is str
             and type(self.id) is str
             and self.scope in SCOPES
+            and type(self.path) is tuple
             and all(type(e) is str or (type(e) is int and e >= 0) for e in self.path)
         ):
             return
         if not isinstance(self.space, str) or not isinstance(self.id, str):
-            raise InvalidValueError(
-                f"Link: space and id must be str, got {self.space!r}, {self.id!r}"
+            raise ArgumentTypeError(
+                f"Link: space and id must be str, got {self.space!r}, {self.id!r}",
+                value=(self.space, self.id),
+            )
+        if not isinstance(self.path, tuple):
+            raise ArgumentTypeError(
+                f"Link to {self.space}/{self.id}: path must be a tuple of str and int,"
+                f" got {type(self.path).__name__} {self.path!r}",
+                value=self.path,
             )
         check_scope(self.scope, where=f"Link to {self.space}/{self.id}")
         check_path(self.path, where=f"Link to {self.space}/{self.id}")

@@ -16,12 +16,14 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ._address import DocKey, Identity, Link, Path, PathElem, check_path
+from ._args import bad_arg, check_arg, check_callable
 from ._codec import describe_id, entity_id
 from ._display import mimebundle
 from ._links import VALUE, read_value, resolve
 from ._outcome import CommitResult
 from ._pending import Pending
 from ._replica import Replica
+from ._store import StoreBase
 from ._transaction import Transaction
 from ._values import MISSING, Value, thaw
 from .errors import CellweaveError, InvalidArgumentError, InvalidValueError
@@ -147,6 +149,8 @@ class Cell:
         `tx` may belong to another replica on the same store (the cell's address
         means the same document there); a transaction on another store raises
         `InvalidArgumentError` naming both."""
+        if not isinstance(tx, Transaction):
+            raise bad_arg(tx, where=f"{self!r}.with_tx()", name="tx", accepts="a Transaction")
         if tx._replica is not self._replica:  # (the usual case, same replica, is one compare)
             check_same_store(self, tx._replica, f"{self!r}.with_tx()")
         if tx.identity != self._identity:
@@ -206,8 +210,8 @@ class Cell:
     def update(self, mapping: Mapping[str, Any]) -> Pending[CommitResult]:
         """Write each key of `mapping` below this cell (other keys are kept)."""
         if not isinstance(mapping, Mapping):
-            raise InvalidValueError(
-                f"{self!r}.update() takes a mapping, got {type(mapping).__name__}", value=mapping
+            raise bad_arg(
+                mapping, where=f"{self!r}.update()", name="mapping", accepts="a mapping (a dict)"
             )
 
         def stage(tx: Transaction, key: DocKey, path: Path) -> None:
@@ -284,6 +288,7 @@ class Cell:
         return await self._need_host("pull").pull(self)
 
     def sink(self, fn: Callable[[Value], None]) -> Callable[[], None]:
+        check_callable(fn, where=f"{self!r}.sink()", name="fn")
         return self._need_host("sink").sink(self, fn)
 
     def observe(self) -> Any:
@@ -328,8 +333,17 @@ class Space:
         session: str = "local",
         host: CellHost | None = None,
     ) -> None:
-        if not isinstance(space, str) or not space:
+        if not isinstance(space, str):
+            raise bad_arg(space, where="Space()", name="space", accepts="a non-empty str")
+        if not space:
             raise InvalidValueError(f"Space: space must be a non-empty str, got {space!r}")
+        if not isinstance(store_or_replica, (Replica, StoreBase)):
+            raise bad_arg(
+                store_or_replica,
+                where="Space()",
+                name="store_or_replica",
+                accepts="a store (MemoryStore, SQLiteStore) or a Replica",
+            )
         self.replica = (
             store_or_replica if isinstance(store_or_replica, Replica) else Replica(store_or_replica)
         )
@@ -346,6 +360,8 @@ class Space:
     def cell(self, id: str, *, scope: Scope = "space", path: Path = ()) -> Cell:
         from ._address import check_scope
 
+        check_arg(id, str, where="Space.cell()", name="id", accepts="a str (a document id)")
+        check_arg(path, tuple, where=f"Space.cell({id!r})", name="path", accepts="a tuple")
         check_scope(scope, where=f"cell {id!r}")
         return Cell(self.replica, self.identity, Link(self.space, id, scope, path), host=self.host)
 
@@ -353,5 +369,7 @@ class Space:
         self, cause: Any, *, scope: Scope = "space", tx: Transaction | None = None
     ) -> Cell:
         """The cell whose id derives from `cause` alone (scope is a separate coordinate)."""
+        if tx is not None and not isinstance(tx, Transaction):
+            raise bad_arg(tx, where="Space.get_cell()", name="tx", accepts="a Transaction or None")
         c = self.cell(entity_id(cause), scope=scope)
         return c.with_tx(tx) if tx is not None else c

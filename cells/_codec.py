@@ -1,11 +1,20 @@
 """Encodings: JSON on disk, and canonical bytes for hashing identities.
 
-Disk form (`encode_json` / `decode_json`): plain JSON, with two reserved
-single-key objects under the key "/":
+Disk form (`encode_json` / `decode_json`): plain JSON, with reserved
+single-key objects under the key "/" (tags):
 - `{"/": {"link@1": {"space": ..., "id": ..., "scope": ..., "path": [...]}}}` for a link;
-- `{"/": {"num@1": "NaN" | "Infinity" | "-Infinity" | "-0"}}` for numbers JSON cannot spell.
-User dicts whose only key is "/" are refused at the write boundary, so the
-two never collide.
+- `{"/": {"num@1": "-0"}}` for the number JSON cannot spell (-0.0). Files written
+  before non-finite floats were refused may also hold "NaN", "Infinity" and
+  "-Infinity" there; they still read back as those floats.
+- `{"/": {"dict@1": {...}}}` for a user dict whose only key is "/" (the one shape
+  that could be mistaken for a tag): the body is that dict, its keys taken
+  literally. Every other dict, whatever its keys ("num@1", "link@1", "/" beside
+  other keys), is written as itself: a tag is recognised only as a single-key
+  object whose key is "/", so escaping that one shape makes every value
+  round-trip exactly.
+Encoding and decoding refuse nesting deeper than `MAX_DEPTH` (plus the root)
+rather than exhausting Python's recursion limit: `InvalidValueError` when
+encoding, `CorruptStoreError` when decoding stored data.
 
 Canonical form (`canonical_bytes`): a type-tagged msgpack encoding with dict
 keys sorted, so equal values (by `value_equal`) encode identically in any
@@ -22,8 +31,8 @@ from typing import Any, Final
 import msgspec
 
 from ._address import Link
-from ._values import MAX_INT, MISSING, Value, normalize
-from .errors import CorruptStoreError
+from ._values import MAX_DEPTH, MAX_INT, MISSING, Value, normalize
+from .errors import CorruptStoreError, InvalidValueError
 
 _json_encoder = msgspec.json.Encoder()
 _json_decoder = msgspec.json.Decoder()
@@ -44,11 +53,30 @@ def _special_float(x: float) -> str | None:
 
 def to_wire(value: Value) -> Any:
     """Replace links and special floats by their tagged JSON objects.  O(size)."""
+    return _to_wire(value, 0)
+
+
+def _to_wire(value: Value, depth: int) -> Any:
     t = type(value)
     if t is dict:
-        return {k: to_wire(v) for k, v in value.items()}
+        if depth > MAX_DEPTH:  # a document's containers sit at depths 0..MAX_DEPTH
+            raise InvalidValueError(
+                f"cannot encode a value nesting deeper than {MAX_DEPTH} containers",
+                value="dict",
+            )
+        depth += 1
+        out = {k: _to_wire(v, depth) for k, v in value.items()}
+        if len(out) == 1 and "/" in out:
+            return {"/": {"dict@1": out}}  # would read back as a tag otherwise
+        return out
     if t is list:
-        return [to_wire(v) for v in value]
+        if depth > MAX_DEPTH:
+            raise InvalidValueError(
+                f"cannot encode a value nesting deeper than {MAX_DEPTH} containers",
+                value="list",
+            )
+        depth += 1
+        return [_to_wire(v, depth) for v in value]
     if t is float:
         tag = _special_float(value)
         return value if tag is None else {"/": {"num@1": tag}}
@@ -71,8 +99,17 @@ _FLOATS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf, "-0": 
 
 def from_wire(value: Any) -> Value:
     """Inverse of `to_wire`.  O(size)."""
+    return _from_wire(value, 0)
+
+
+def _from_wire(value: Any, depth: int) -> Value:
     t = type(value)
     if t is dict:
+        if depth > MAX_DEPTH:
+            raise CorruptStoreError(
+                f"stored data nests deeper than {MAX_DEPTH} containers, which no write makes"
+            )
+        depth += 1
         if len(value) == 1 and "/" in value:
             tagged = value["/"]
             if type(tagged) is dict and len(tagged) == 1:
@@ -83,10 +120,23 @@ def from_wire(value: Any) -> Value:
                     )
                 if "num@1" in tagged and tagged["num@1"] in _FLOATS:
                     return _FLOATS[tagged["num@1"]]
-            raise CorruptStoreError(f"unknown tagged value in stored data: {value!r}")
-        return {k: from_wire(v) for k, v in value.items()}
+                body = tagged.get("dict@1")
+                if type(body) is dict:
+                    # Its keys are literal (never a tag), its values encoded as usual.
+                    return {k: _from_wire(v, depth) for k, v in body.items()}
+            if type(tagged) is dict and len(tagged) == 1 and "@" in next(iter(tagged)):
+                raise CorruptStoreError(f"unknown tagged value in stored data: {value!r}")
+            # Not a tag's shape (tags are one "name@version" key): a dict written
+            # before the "/" key was escaped, by a path write such as
+            # `cell.key("/").set("x")`. It reads back as what was written.
+            return {"/": _from_wire(tagged, depth)}
+        return {k: _from_wire(v, depth) for k, v in value.items()}
     if t is list:
-        return [from_wire(v) for v in value]
+        if depth > MAX_DEPTH:
+            raise CorruptStoreError(
+                f"stored data nests deeper than {MAX_DEPTH} containers, which no write makes"
+            )
+        return [_from_wire(v, depth + 1) for v in value]
     return value
 
 
@@ -95,7 +145,13 @@ def encode_json(value: Value) -> bytes:
 
 
 def decode_json(data: bytes | str) -> Value:
-    return from_wire(_json_decoder.decode(data))
+    try:
+        raw = _json_decoder.decode(data)
+    except RecursionError:  # msgspec's own limit: JSON no write of ours makes
+        raise CorruptStoreError(
+            f"stored data nests deeper than {MAX_DEPTH} containers, which no write makes"
+        ) from None
+    return from_wire(raw)
 
 
 def _tagged(value: Value) -> Any:

@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable, Generator
 from typing import Any, Generic, TypeVar
 
+from ._args import bad_arg, check_callable
 from .errors import TransactionError
 
 T = TypeVar("T")
@@ -186,6 +187,8 @@ class Pending(Generic[T]):
         """
         import time
 
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            raise bad_arg(timeout, where="Pending.wait()", name="timeout", accepts="seconds")
         deadline = time.monotonic() + timeout
         while not self._done:
             if self._mailbox is None:
@@ -200,6 +203,7 @@ class Pending(Generic[T]):
         return self.result()
 
     def add_done_callback(self, fn: Callable[[Pending[T]], None]) -> None:
+        check_callable(fn, where="Pending.add_done_callback()", name="fn")
         if self._done:
             fn(self)
         else:

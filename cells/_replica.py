@@ -33,6 +33,7 @@ import attrs
 import msgspec
 
 from ._address import DocKey, Identity, Path
+from ._args import bad_arg, check_arg, check_callable
 from ._outcome import CommitResult, Outcome
 from ._pending import Mailbox, Pending
 from ._store import CommitRequest, DocState, ReadClaim, StoreBase, Verdict, Write
@@ -40,7 +41,6 @@ from ._transaction import LIBRARY_DIRS, Transaction, TxDoc
 from ._values import MISSING, Value, get_path, same_value, set_path
 from .errors import (
     InconsistentBasisError,
-    InvalidArgumentError,
     InvalidValueError,
     TransactionError,
 )
@@ -185,6 +185,14 @@ class Replica:
     """A runtime's replica of a store. Create one per runtime (session)."""
 
     def __init__(self, store: StoreBase, *, session_id: str | None = None) -> None:
+        if not isinstance(store, StoreBase):
+            raise bad_arg(
+                store, where="Replica()", name="store", accepts="a store (MemoryStore, SQLiteStore)"
+            )
+        if session_id is not None:
+            check_arg(
+                session_id, str, where="Replica()", name="session_id", accepts="a str or None"
+            )
         self.store = store
         self.mailbox = Mailbox()
         self._docs: dict[DocKey, DocRecord] = {}
@@ -210,6 +218,8 @@ class Replica:
     def edit(self, identity: Identity, *, source: object = None) -> Transaction:
         """Open a transaction acting for `identity`; it remembers the user's line that
         opened it (named if it is dropped with staged writes, see `Transaction`)."""
+        if type(identity) is not Identity:
+            raise bad_arg(identity, where="Replica.edit()", name="identity", accepts="an Identity")
         if self.closed:
             raise TransactionError(f"replica {self.session_id} is closed")
         tx = Transaction(self, identity, source=source)
@@ -230,6 +240,7 @@ class Replica:
 
     def subscribe(self, fn: Callable[[Notification], None]) -> Callable[[], None]:
         """Receive every notification; returns a function that unsubscribes."""
+        check_callable(fn, where="Replica.subscribe()", name="fn")
         self._subscribers = (*self._subscribers, fn)
 
         def cancel() -> None:
@@ -242,6 +253,8 @@ class Replica:
 
     def visible(self, key: DocKey) -> Value:
         """The visible document (loading it if needed; MISSING while a held load waits)."""
+        if type(key) is not DocKey:
+            raise bad_arg(key, where="Replica.visible()", name="key", accepts="a DocKey")
         return self._record(key).visible
 
     def is_loaded(self, key: DocKey) -> bool:
@@ -310,9 +323,13 @@ class Replica:
         Always goes through the store (a held load holds it, even for a loaded
         document). Fails with the first load error.
         """
+        check_arg(keys, Iterable, where="Replica.sync()", name="keys", accepts="DocKeys")
+        keys = list(dict.fromkeys(keys))
+        for key in keys:
+            if type(key) is not DocKey:
+                raise bad_arg(key, where="Replica.sync()", name="each key", accepts="a DocKey")
         pending: Pending[None] = Pending(self.mailbox)
         self.flush_batch()  # a sync answers after every commit made before it
-        keys = list(dict.fromkeys(keys))
         remaining = [len(keys)]
         if not keys:
             self.mailbox.post(lambda: pending._resolve(None))
@@ -787,8 +804,13 @@ async def edit_with_retry(
     """
     from ._outcome import RETRYABLE
 
+    where = "edit_with_retry()"
+    check_arg(replica, Replica, where=where, name="replica", accepts="a Replica")
+    check_arg(identity, Identity, where=where, name="identity", accepts="an Identity")
+    check_callable(fn, where=where, name="fn")
+    check_arg(attempts, int, where=where, name="attempts", accepts="an int >= 1")
     if attempts < 1:
-        raise InvalidArgumentError(f"edit_with_retry: attempts must be >= 1, got {attempts}")
+        raise bad_arg(attempts, where=where, name="attempts", accepts="an int >= 1", kind="value")
     result: CommitResult | None = None
     for _ in range(attempts):
         tx = replica.edit(identity)

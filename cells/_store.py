@@ -34,6 +34,7 @@ import attrs
 import msgspec
 
 from ._address import DocKey, Path
+from ._args import bad_arg, check_arg
 from ._outcome import Outcome, error_for
 from ._pending import Mailbox
 from ._values import MISSING, Value, get_path
@@ -294,6 +295,7 @@ class VerdictGate:
         return len(self._held)
 
     def _take(self, i: int) -> HeldCommit:
+        check_arg(i, int, where="VerdictGate", name="i", accepts="an int index of a held commit")
         if not 0 <= i < len(self._held):
             raise IndexError(f"VerdictGate holds {len(self._held)} commits; no index {i}")
         return self._held.pop(i)
@@ -303,6 +305,10 @@ class VerdictGate:
         self._store._evaluate_and_answer(held.listener, held.request)
 
     def reject(self, i: int = 0, outcome: Outcome = Outcome.STALE_BASIS) -> None:
+        if not isinstance(outcome, Outcome):
+            raise bad_arg(
+                outcome, where=f"{self!r}.reject()", name="outcome", accepts="a failure Outcome"
+            )
         if outcome is Outcome.OK:
             raise InvalidArgumentError(f"{self!r}.reject() needs a failure outcome, not Outcome.OK")
         held = self._take(i)
@@ -366,7 +372,7 @@ def _doc_key_of(obj: Any) -> DocKey:
     key = getattr(obj, "doc_key", None)
     if isinstance(key, DocKey):
         return key
-    raise TypeError(f"hold_loads() takes cells or DocKeys; got {type(obj).__name__} {obj!r}")
+    raise bad_arg(obj, where="hold_loads()", name="each argument", accepts="a cell or a DocKey")
 
 
 class TestControls:

@@ -28,11 +28,18 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 import msgspec
 
 from ._address import DocKey, Identity, Link, Path, check_path
+from ._args import bad_arg, check_callable
 from ._codec import describe
 from ._outcome import CommitResult, Outcome
 from ._pending import Pending
-from ._values import MAX_INT, MISSING, Value, get_path, normalize, set_path
-from .errors import CommitRejected, InvalidValueError, TransactionAborted, TransactionError
+from ._values import MAX_DEPTH, MAX_INT, MISSING, Value, get_path, normalize, set_path
+from .errors import (
+    CommitRejected,
+    InvalidArgumentError,
+    InvalidValueError,
+    TransactionAborted,
+    TransactionError,
+)
 
 if TYPE_CHECKING:
     from ._replica import Layer, Replica
@@ -67,6 +74,27 @@ class TxDoc(msgspec.Struct, gc=False):
     """(path, shallow) of every distinct read, in first-read order."""
     written: list[Path] | tuple[Path, ...] | None = None
     """Every written path, in order."""
+
+
+def _bad_key(key: object, call: str) -> InvalidArgumentError:
+    return bad_arg(key, where=f"Transaction.{call}()", name="key", accepts="a DocKey")
+
+
+def _bad_path(path: object, call: str) -> InvalidArgumentError:
+    return bad_arg(
+        path, where=f"Transaction.{call}()", name="path", accepts="a tuple of str and int"
+    )
+
+
+def _check_depth(path: Path, *, where: str) -> None:
+    """A write path may reach a value inside the deepest container a document may hold."""
+    if len(path) > MAX_DEPTH + 1:
+        raise InvalidValueError(
+            f"{where}: the path is {len(path)} elements long, past the maximum depth of"
+            f" {MAX_DEPTH} containers in a document",
+            path=path,
+            value=len(path),
+        )
 
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -203,8 +231,12 @@ class Transaction:
         """
         if self.status != "open":
             raise TransactionError(f"cannot read {describe(key)}: the transaction is {self.status}")
+        if type(path) is not tuple:
+            raise _bad_path(path, "read")
         td = self._docs.get(key)
         if td is None:
+            if type(key) is not DocKey:
+                raise _bad_key(key, "read")
             # First access is this read: the state seen now is the basis (what
             # `_access` and the first-read branch below would do, in one step).
             replica = self._replica
@@ -261,9 +293,13 @@ class Transaction:
         """The value at `path` with nothing logged and no basis taken (for link walking)."""
         if self.status != "open":
             raise TransactionError(f"cannot read {describe(key)}: the transaction is {self.status}")
+        if type(path) is not tuple:
+            raise _bad_path(path, "peek")
         td = self._docs.get(key)
         if td is not None:
             return get_path(td.working, path)
+        if type(key) is not DocKey:
+            raise _bad_key(key, "peek")
         rec = self._replica._docs.get(key)
         if rec is None:
             rec = self._replica._record(key)
@@ -290,25 +326,36 @@ class Transaction:
         """Stage `value` at full-document `path` (checked and copied; MISSING deletes)."""
         if self.status != "open":
             self._require_open(f"write {describe(key)}")
+        if type(path) is not tuple:
+            raise _bad_path(path, "write")
         td = self._docs.get(key)
         if td is None:
+            if type(key) is not DocKey:
+                raise _bad_key(key, "write")
             td = self._access(key)
         try:
             for elem in path:
                 if type(elem) is not str and (type(elem) is not int or elem < 0):
                     check_path(path, where="write")  # anything unusual: the full check
                     break
+            if len(path) > MAX_DEPTH + 1:
+                _check_depth(path, where="write")
             t = type(value)
-            if (t is int and -MAX_INT - 1 <= value <= MAX_INT) or t is str or value is None:
+            if (
+                (t is int and -MAX_INT - 1 <= value <= MAX_INT)
+                or (t is str and value.isascii())
+                or value is None
+            ):
                 v = value  # what normalize returns for these, without the call
             else:
-                v = value if value is MISSING else normalize(value, where="write")
+                v = value if value is MISSING else normalize(value, where="write", depth=len(path))
             working = set_path(td.working, path, v, where="write")
         except InvalidValueError:
             # Errors are rare: only now build the message naming document and path.
             where = f"write to {describe(key)} at {list(path)}"
             check_path(path, where=where)
-            v = value if value is MISSING else normalize(value, where=where)
+            _check_depth(path, where=where)
+            v = value if value is MISSING else normalize(value, where=where, depth=len(path))
             set_path(td.working, path, v, where=where)
             raise
         td.working = working
@@ -340,8 +387,12 @@ class Transaction:
         """
         if self.status != "open":
             self._require_open(f"splice {describe(key)}")
+        if type(path) is not tuple:
+            raise _bad_path(path, "splice")
         td = self._docs.get(key)
         if td is None:
+            if type(key) is not DocKey:
+                raise _bad_key(key, "splice")
             td = self._access(key)
         for elem in path:
             if type(elem) is not str and (type(elem) is not int or elem < 0):
@@ -356,6 +407,11 @@ class Transaction:
                 path=path,
                 value=current,
             )
+        for name, arg in (("index", index), ("delete", delete)):
+            if type(arg) is not int:
+                raise bad_arg(
+                    arg, where=f"splice of {key} at {list(path)}", name=name, accepts="an int"
+                )
         if (
             type(index) is not int
             or type(delete) is not int
@@ -371,10 +427,10 @@ class Transaction:
             )
         items = list(items)
         try:
-            added = normalize(items, where="splice")
+            added = normalize(items, where="splice", depth=len(path))
         except InvalidValueError:
             # Errors are rare: only now build the message naming document and path.
-            normalize(items, where=f"splice of {describe(key)} at {list(path)}")
+            normalize(items, where=f"splice of {describe(key)} at {list(path)}", depth=len(path))
             raise
         new = current[:index]
         new += added
@@ -392,6 +448,8 @@ class Transaction:
     def create_only(self, key: DocKey) -> None:
         """Make the commit fail PERMANENT if `key` exists or ever existed in the store."""
         self._require_open(f"mark {key} create-only")
+        if type(key) is not DocKey:
+            raise _bad_key(key, "create_only")
         if self._create_only is None:
             self._create_only = set()
         self._create_only.add(key)
@@ -399,6 +457,7 @@ class Transaction:
     # -- settling
     def add_settle_callback(self, fn: SettleCallback) -> None:
         """`fn(tx, result)` runs exactly once, for every outcome (right away if already settled)."""
+        check_callable(fn, where="Transaction.add_settle_callback()", name="fn")
         if self.result is not None:
             fn(self, self.result)
         else:
@@ -412,6 +471,7 @@ class Transaction:
 
     def post_commit(self, fn: Callable[[], None]) -> None:
         """`fn()` runs once, only after a successful commit."""
+        check_callable(fn, where="Transaction.post_commit()", name="fn")
         if self.result is not None:
             if self.result.ok:
                 fn()
@@ -446,6 +506,10 @@ class Transaction:
         """
         if self.status != "open":
             self._require_open("commit")
+        if on_settle is not None and not callable(on_settle):
+            check_callable(on_settle, where="Transaction.commit_detached()", name="on_settle")
+        if on_failure is not None and not callable(on_failure):
+            check_callable(on_failure, where="Transaction.commit_detached()", name="on_failure")
         self.status = "committing"
         self._values = None
         try:

@@ -43,6 +43,16 @@ class InvalidArgumentError(CellweaveError, ValueError):
     `except ValueError` keeps working."""
 
 
+class ArgumentTypeError(InvalidArgumentError, InvalidValueError, TypeError):
+    """A public call got an argument of a type it does not accept (a str where a
+    `Transaction` belongs, a list where a path tuple belongs).
+
+    Also a `TypeError`, and an `InvalidArgumentError` and `InvalidValueError` (so a
+    `ValueError`): code catching any of them catches it. The message names the
+    call, the argument, what it accepts and what it got; `value` is the argument.
+    """
+
+
 class LinkCycleError(CellweaveError, RuntimeError):
     """Following links came back to a place it had already visited, or took too many hops."""
 

@@ -298,10 +298,9 @@ class Connection:
         return {"opened": bool(opened)}
 
     async def _op_stop(self, msg: Mapping[str, Any]) -> None:
-        page = self._cell(msg, "page")
-        done = self.session.stop(page)
-        if done is not None and hasattr(done, "__await__"):
-            await done
+        # Answered once the page's closed record is durable (a stop acknowledged
+        # only then never comes back after a restart).
+        await self.session.stop(self._cell(msg, "page"))
         self.shell.pages_changed(self.principal)
 
     async def _op_inspect(self, msg: Mapping[str, Any]) -> dict[str, Any]:
@@ -320,7 +319,7 @@ class Connection:
         cell = self.session.run_cell(key)
         before = self.shell.rt.registration(cell)
         if how == "stop":
-            self.session.stop(cell)
+            await self.session.stop(cell)
         else:
             self.session.release(cell)
         after = self.shell.rt.registration(cell)

@@ -189,7 +189,7 @@ async def second_session() -> None:
         show_running(rt)
 
         step("9. Close the card's page (stop); it is gone for good")
-        rt.stop(card)
+        await rt.stop(card)  # returns once the page's closing is on disk
         show_pages(rt)
     store.close()
 

@@ -139,7 +139,7 @@ async def second_session() -> None:
         await show(note)
 
         step("7. Close the note's page (stop); it is gone for good")
-        rt.stop(note)
+        await rt.stop(note)  # returns once the page's closing is on disk
         show_pages(rt)
     store.close()
 

@@ -100,12 +100,12 @@ Independent lifetimes
   right ... Runner.start." / "Navigating to a nested result opens it as a page"
   -> `start(doc)` on any result or link name, a nested child included; and
   `open_page` (DESIGN §4.2 pages, API `rt.open_page`): the record is written
-  first (retried on a retryable verdict), the start begins once it lands, a stop
-  before that wins (no start), a start that fails or claims nothing withdraws the
-  record, unless another open of the same page is in flight or succeeded (this
-  machine found that gap). A principal's stop first closes their pages on the
-  result (`stop_as`: opened as that name or claimed it; every page of theirs on
-  the result) and then stops what the page claimed.
+  first (retried on a retryable verdict while the page is not stopped), the start
+  begins once it lands, a stop before that wins (no start), a start that fails
+  or claims nothing withdraws the record, unless another open of the same page is
+  in flight or succeeded (this machine found that gap). A principal's stop first
+  closes their pages on the result (`stop_as`: opened as that name or claimed it;
+  every page of theirs on the result) and then stops what the page claimed.
 - "An enclosing pattern releasing such a result leaves it running; only
   stopping it directly ends it." -> lifetime decline in `release`; only
   `_stop_result` / `stop_all` / the end of the registration drop the lifetime.
@@ -669,15 +669,17 @@ class RunnerModel:
                 page.opened = True
                 out.result = True
 
-        self._write_record(recorded, 0)
+        self._write_record(recorded, 0, page)
         return out
 
-    def _write_record(self, done: Callable[[str], None], attempt: int) -> None:
+    def _write_record(self, done: Callable[[str], None], attempt: int, page: MPage) -> None:
         mtx = self.new_tx()
 
         def settled(outcome: str) -> None:
-            if outcome in RETRYABLE_OUTCOMES and attempt < MAX_RECORD_RETRIES:
-                self._write_record(done, attempt + 1)
+            # Re-issued only while the page is not stopped: a retry landing after the
+            # stop's record would bring back a page whose stop was acknowledged.
+            if outcome in RETRYABLE_OUTCOMES and attempt < MAX_RECORD_RETRIES and not page.stopped:
+                self._write_record(done, attempt + 1, page)
             else:
                 done(outcome)
 

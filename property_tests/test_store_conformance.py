@@ -852,9 +852,9 @@ class StoreConformanceMachine(RuleBasedStateMachine):
 
         Conflict detection may over-approximate, but only along the documented rule: a
         commit accepted after the basis (and by the time the verdict arrived) changed a
-        path overlapping a claimed read, or a write no longer applied. (MemoryStore also
-        conflicts on bases older than its pruned revision history, `REVISIONS_KEPT`; a
-        run here writes a document far fewer times than that.)
+        path overlapping a claimed read, or a write no longer applied. (Both stores also
+        conflict on bases older than their pruned revision history, `REVISIONS_KEPT`;
+        a run here writes a document far fewer times than that.)
         """
         commits = [(seq, self._accepted_request(seq)) for seq in range(1, len(history))]
         for rec in self.by_request.values():

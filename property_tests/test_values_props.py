@@ -45,9 +45,6 @@ EDGE_NUMBERS = st.sampled_from(
         1,
         1.0,
         -1.0,
-        float("nan"),
-        math.inf,
-        -math.inf,
         2**53,
         float(2**53),
         2**53 + 1,
@@ -64,7 +61,10 @@ EDGE_NUMBERS = st.sampled_from(
     ]
 )
 
-keys = st.one_of(st.sampled_from(["a", "b", "c", "/", ""]), st.text(max_size=6))
+keys = st.one_of(
+    st.sampled_from(["a", "b", "c", "/", "", "~", "num@1", "link@1", "dict@1"]),
+    st.text(max_size=6),
+)
 
 links = st.builds(
     Link,
@@ -78,33 +78,40 @@ scalars = st.one_of(
     st.none(),
     st.booleans(),
     st.integers(min_value=MIN_INT, max_value=MAX_INT),
-    st.floats(allow_nan=True, allow_infinity=True),
+    st.floats(allow_nan=False, allow_infinity=False),
     EDGE_NUMBERS,
     st.text(max_size=8),
     links,
 )
-
-
-def _not_reserved(d: dict[str, Any]) -> bool:
-    return not (len(d) == 1 and "/" in d)
-
+"""Scalars a write accepts (finite floats only; text without lone surrogates)."""
 
 values = st.recursive(
     scalars,
     lambda children: st.one_of(
         st.lists(children, max_size=4),
-        st.dictionaries(keys, children, max_size=4).filter(_not_reserved),
+        st.dictionaries(keys, children, max_size=4),
     ),
     max_leaves=16,
 )
 """Normalized-or-not JSON-like values (what a caller may hand to a write)."""
+
+comparable_values = st.recursive(
+    st.one_of(scalars, st.sampled_from([float("nan"), math.inf, -math.inf])),
+    lambda children: st.one_of(
+        st.lists(children, max_size=4),
+        st.dictionaries(keys, children, max_size=4),
+    ),
+    max_leaves=16,
+)
+"""Like `values`, plus the non-finite floats: writes refuse them, but `value_equal`
+still compares them (a file written before they were refused may hold them)."""
 
 raw_values = st.recursive(
     scalars,
     lambda children: st.one_of(
         st.lists(children, max_size=4),
         st.lists(children, max_size=4).map(tuple),
-        st.dictionaries(keys, children, max_size=4).filter(_not_reserved),
+        st.dictionaries(keys, children, max_size=4),
     ),
     max_leaves=16,
 )
@@ -125,7 +132,7 @@ def perturb(draw: Draw[Any], v: Any, *, may_change: bool) -> Any:
     change = may_change and draw(st.integers(0, 9)) == 0
     if t is dict:
         items = draw(st.permutations(list(v.items())))
-        if change and items and _not_reserved(dict(items[1:])):
+        if change and items:
             items = items[1:]
         return {k: perturb(draw, x, may_change=may_change) for k, x in items}
     if t is list:
@@ -147,7 +154,7 @@ def perturb(draw: Draw[Any], v: Any, *, may_change: bool) -> Any:
         if v != v:
             return float("nan")
         if change:
-            return draw(st.sampled_from([-v, v + 1.0, math.nextafter(v, math.inf)]))
+            return draw(st.sampled_from([-v, v + 1.0, math.nextafter(v, 0.0)]))
         if draw(st.booleans()) and v.is_integer() and MIN_INT <= v <= MAX_INT and v != 0:
             return int(v)
         if v == 0 and math.copysign(1.0, v) > 0 and draw(st.booleans()):
@@ -191,22 +198,22 @@ def is_prefix(p: Path, q: Path) -> bool:
 # --------------------------------------------------------------------------- P-VAL-1
 
 
-@given(values, st.data())
+@given(comparable_values, st.data())
 def test_value_equal_is_reflexive_across_spellings(v: Any, data: st.DataObject) -> None:
     assert value_equal(v, v)
     assert value_equal(v, copy.deepcopy(v))
     assert value_equal(v, perturb(data.draw, v, may_change=False))
 
 
-@given(values, st.data())
+@given(comparable_values, st.data())
 def test_value_equal_is_symmetric(a: Any, data: st.DataObject) -> None:
     b = perturb(data.draw, a, may_change=True)
     assert value_equal(a, b) == value_equal(b, a)
-    other = data.draw(values)
+    other = data.draw(comparable_values)
     assert value_equal(a, other) == value_equal(other, a)
 
 
-@given(values, st.data())
+@given(comparable_values, st.data())
 def test_value_equal_is_transitive(a: Any, data: st.DataObject) -> None:
     b = perturb(data.draw, a, may_change=True)
     c = perturb(data.draw, b, may_change=True)

@@ -4,11 +4,29 @@ A page is recorded in its principal's pages document (one user-scoped
 document per principal) *before* it starts, and opening reports success only
 once that record is durable and the start claimed an independent lifetime.
 If the start fails or claims nothing, the record is withdrawn, so a restart
-never resumes a page that was not running. Stopping a page records the stop
-first (re-issued if its commit fails retryably), then cancels the local
-work: a restart never resumes a stopped page. `resume()` starts every page
+never resumes a page that was not running. `resume()` starts every page
 recorded open, each on its own, so one page that can no longer start does
 not keep the others from resuming.
+
+Stopping a page removes its record first (decision before cleanup; the
+removal is re-issued if its commit fails retryably), then cancels the local
+work. The stop hands back a `Pending` that resolves once the removal is
+durable: a stop whose `Pending` resolved is never resumed, by this runtime
+or any later one. If the removal fails for good, the `Pending` raises that
+error and the page is kept as *stop-failed*: not listed by `pages()`, not
+resumed by this runtime, shown by `inspect()`; stopping it again retries.
+
+The pages document holds only the pages that are open (closed and withdrawn
+records are removed, and `resume()` drops any closed record an older version
+left behind), so an open and a stop cost O(open pages of the principal),
+whatever the number of pages opened before.
+
+A record write that failed retryably is re-issued only while it is still the
+page's newest intent: an open's record only while the page is not stopped, a
+removal only while no open of the page came after it. Without this, an open
+record whose first commit conflicted would be re-issued *after* a stop of the
+same page had removed it, and a restart would resume a page whose stop was
+acknowledged.
 
 A record names the result the page runs. A page opened through a list slot
 that holds a link to a result (a map container's slot `cards.key(i)`) is *pinned*:
@@ -32,15 +50,19 @@ directly and one through a link are both closed), and stops the result only when
 other principal's page still holds it.
 
 Invariants (checked by `_check`)
-- every record in `by_key` is in `by_pid`, under its own principal and key.
+- every record in `by_key` is in `by_pid`, under its own principal and key;
+- a stop-failed record is in neither `by_pid` nor `by_key`.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from cells import (
+    MISSING,
     RETRYABLE,
     Cell,
     CommitResult,
@@ -62,9 +84,11 @@ if TYPE_CHECKING:
 
 MAX_RECORD_RETRIES: Final = 10
 
+log = logging.getLogger("cellweave")
+
 
 class PageRecord:
-    __slots__ = ("key", "link", "opened", "opening", "pid", "principal", "stopped")
+    __slots__ = ("key", "link", "opened", "opening", "pid", "principal", "stop_error", "stopped")
 
     def __init__(self, principal: str, pid: str, link: Link) -> None:
         self.principal = principal
@@ -77,6 +101,8 @@ class PageRecord:
         """Opens of this record still in flight (opening a page again reuses its record)."""
         self.opened = False
         """An open of it succeeded: a later open that fails or is superseded leaves it."""
+        self.stop_error: BaseException | None = None
+        """Why its stop's record could not be removed for good (the page is stop-failed)."""
 
     def __repr__(self) -> str:
         return f"<page {self.link} of {self.principal!r}>"
@@ -90,6 +116,8 @@ class Pages:
         """Pages on each result, per principal (two principals may open one shared result)."""
         self.demand: dict[PageRecord, Node] = {}
         """The effect that keeps each open page computed (a page is demand while open)."""
+        self.stop_failed: dict[tuple[str, str], PageRecord] = {}
+        """Pages whose stop could not be made durable: stopped here, still recorded open."""
 
     # ------------------------------------------------------------------ records
     def _doc(self, identity: Identity) -> Any:
@@ -103,21 +131,33 @@ class Pages:
         *,
         done: Callable[[CommitResult], None] | None = None,
         attempt: int = 0,
+        wanted: Callable[[], bool] | None = None,
     ) -> None:
-        """Write one page record (None withdraws it). A retryable failure re-issues it;
-        `done` sees only the final outcome, so a caller never acts on a first failure
-        that a retry then overturns."""
+        """Write one page record (`MISSING` removes it). A retryable failure re-issues
+        it while `wanted()` says it is still the page's newest intent; `done` sees only
+        the final outcome, so a caller never acts on a first failure that a retry then
+        overturns (nor on one no retry was wanted for: it sees that failure)."""
         tx = self.rt.replica.edit(identity)
         tx.write(self._doc(identity), (docs.VALUE, pid), record)
 
         def settled(p: Pending[CommitResult]) -> None:
             res = p.result()
-            if not res.ok and res.outcome in RETRYABLE and attempt < MAX_RECORD_RETRIES:
-                self._write(identity, pid, record, done=done, attempt=attempt + 1)
+            if (
+                not res.ok
+                and res.outcome in RETRYABLE
+                and attempt < MAX_RECORD_RETRIES
+                and (wanted is None or wanted())
+            ):
+                self._write(identity, pid, record, done=done, attempt=attempt + 1, wanted=wanted)
             elif done is not None:
                 done(res)
 
         tx.commit().add_done_callback(settled)
+
+    def _no_open_since(self, principal: str, pid: str) -> Callable[[], bool]:
+        """For a removal: wanted only while no open of the page came after it (the open's
+        record is written after the removal, so re-issuing the removal would undo it)."""
+        return lambda: (principal, pid) not in self.by_pid
 
     def records(self, identity: Identity) -> dict[str, Any]:
         doc = self.rt.replica.visible(self._doc(identity))
@@ -126,7 +166,8 @@ class Pages:
 
     def find(self, cell: Cell, identity: Identity) -> tuple[PageRecord | None, str | None]:
         """The acting principal's page that `cell` names (by the result it ends at, or
-        by the link it was opened with), and another principal who holds a page there."""
+        by the link it was opened with; a stop-failed page too, so stopping it again
+        retries), and another principal who holds a page there."""
         principal = identity.principal
         pid = docs.page_id(cell.link())
         own = self.by_pid.get((principal, pid))
@@ -141,6 +182,8 @@ class Pages:
         holders = self.by_key.get(key, {})
         if own is None:
             own = holders.get(principal)
+        if own is None:
+            own = self.stop_failed.get((principal, pid))
         others = [p for p in holders if p != principal]
         if not others and cell.link().scope == "space":
             # Opened through this very link by someone else and not claimed yet; a
@@ -209,6 +252,8 @@ class Pages:
             link = self.pin(link, identity) or link
         pid = docs.page_id(link)
         rec = self.by_pid.get((identity.principal, pid))
+        # Opening again is a newer intent than a stop that failed: it is no longer stop-failed.
+        self.stop_failed.pop((identity.principal, pid), None)
         if rec is None or rec.stopped:
             rec = PageRecord(identity.principal, pid, link)
             # Known from now on, so a stop that comes before the record lands reaches it.
@@ -270,49 +315,167 @@ class Pages:
                 )
             result._resolve(True)
 
-        self._write(identity, pid, record, done=recorded)
+        # Re-issued only while the page is not stopped: a retry landing after the stop's
+        # removal would record open a page whose stop was acknowledged.
+        self._write(identity, pid, record, done=recorded, wanted=lambda: not page.stopped)
         return result
 
     def _withdraw(self, rec: PageRecord, identity: Identity) -> None:
         self._forget(rec)
         self.rt.runner.trace.record("page-withdrawn", str(rec.link))
-        self._write(identity, rec.pid, None)
+        self._write(identity, rec.pid, MISSING, wanted=self._no_open_since(rec.principal, rec.pid))
 
     # ------------------------------------------------------------------ stop
-    def stop(self, rec: PageRecord, identity: Identity) -> bool:
-        """Record the stop (decision before cleanup), of `rec` and of every other page the
-        same principal holds on the same result (opened through another link). Returns
-        whether the result itself should stop: not while another principal still holds a
-        page on it."""
+    def stop(self, rec: PageRecord, identity: Identity) -> tuple[bool, Pending[None]]:
+        """Record the stop (decision before cleanup) of `rec` and of every other page the
+        same principal holds on the same result (opened through another link): each
+        record is removed. Returns whether the result itself should stop (not while
+        another principal still holds a page on it), and a `Pending` that resolves once
+        every removal is durable, or fails with the first error that kept one from it."""
         key = rec.key
         same = [
             r
             for (principal, _pid), r in self.by_pid.items()
             if principal == rec.principal and r is not rec and key is not None and r.key == key
         ]
-        for page in (rec, *same):
-            record = {
-                "target": page.link,
-                "open": False,
-                "session": identity.session,
-                "via": "stop",
-            }
+        durable: Pending[None] = Pending(self.rt.replica.mailbox)
+        pages = (rec, *same)
+        waiting = [len(pages)]
+        failures: list[BaseException] = []
+
+        def one_done(page: PageRecord, res: CommitResult) -> None:
+            if res.ok:
+                self.rt.runner.trace.record("page-stop-durable", str(page.link))
+            else:
+                error: BaseException = res.error or PageError(
+                    f"the stop of page {describe(page.link)} did not become durable"
+                    f" ({res.outcome.name})"
+                )
+                slot = (page.principal, page.pid)
+                if slot not in self.by_pid:
+                    # Still the newest intent for the page (no open came after): it stays
+                    # recorded open, so say it is stop-failed rather than list or resume it.
+                    page.stop_error = error
+                    self.stop_failed[slot] = page
+                self.rt.runner.trace.record(
+                    "page-stop-failed", str(page.link), outcome=res.outcome.name
+                )
+                log.error(
+                    "cellweave: the stop of page %s did not become durable: %r",
+                    describe(page.link),
+                    error,
+                )
+                failures.append(error)
+            waiting[0] -= 1
+            if waiting[0] == 0:
+                if failures:
+                    durable._fail(failures[0])
+                else:
+                    durable._resolve(None)
+
+        for page in pages:
             page.stopped = True
-            self._write(identity, page.pid, record)
+            page.stop_error = None
             self._forget(page)
+            # Stopping a stop-failed page again retries; it is stop-failed again only if
+            # this attempt fails too.
+            self.stop_failed.pop((page.principal, page.pid), None)
             self.rt.runner.trace.record("page-stop", str(page.link))
-        return key is None or not self.by_key.get(key)
+            self._write(
+                identity,
+                page.pid,
+                MISSING,
+                done=functools.partial(one_done, page),
+                wanted=self._no_open_since(page.principal, page.pid),
+            )
+        return key is None or not self.by_key.get(key), durable
+
+    def stop_recorded(self, cell: Cell, identity: Identity) -> Pending[None] | None:
+        """A stop of something this runtime holds no page for: if the principal's pages
+        document records `cell`'s link open (a page another runtime opened, or one not
+        resumed here), remove that record too, so an acknowledged stop never resumes.
+        None if the document is loaded and records no such page; otherwise a `Pending`
+        that resolves once the document was checked (loading it first if needed) and any
+        such record's removal is durable."""
+        replica = self.rt.replica
+        doc = self._doc(identity)
+        # The link itself, or (a page opened through a list slot is pinned) the result
+        # the slot leads to now.
+        link = self.pin(cell.link(), identity) or cell.link()
+        pid = docs.page_id(link)
+        slot = (identity.principal, pid)
+
+        def recorded_open() -> bool:
+            if slot in self.by_pid:
+                return False  # an open here came since: a newer intent than this stop
+            record = self.records(identity).get(pid)
+            return type(record) is dict and record.get("open") is True
+
+        def close() -> Pending[None]:
+            return self.stop(PageRecord(identity.principal, pid, link), identity)[1]
+
+        if replica.is_loaded(doc):
+            return close() if recorded_open() else None
+        result: Pending[None] = Pending(replica.mailbox)
+
+        def forward(p: Pending[None]) -> None:
+            try:
+                p.result()
+            except Exception as exc:
+                result._fail(exc)
+            else:
+                result._resolve(None)
+
+        def loaded(p: Pending[None]) -> None:
+            try:
+                p.result()
+            except Exception as exc:
+                result._fail(exc)
+                return
+            if recorded_open():
+                close().add_done_callback(forward)
+            else:
+                result._resolve(None)
+
+        replica.sync([doc]).add_done_callback(loaded)
+        return result
 
     # ------------------------------------------------------------------ listing, resume
     def open_cells(self, identity: Identity) -> list[tuple[str, Cell]]:
+        """The pages recorded open for `identity`'s principal, less the stop-failed ones
+        (stopped here, though their record could not be removed)."""
         rt = self.rt
+        principal = identity.principal
         out: list[tuple[str, Cell]] = []
         for pid, record in self.records(identity).items():
             if type(record) is dict and record.get("open") is True:
                 target = record.get("target")
-                if type(target) is Link:
+                if type(target) is Link and (principal, pid) not in self.stop_failed:
                     out.append((pid, Cell(rt.replica, identity, target, host=rt._host)))
         return out
+
+    def compact(self, identity: Identity) -> int:
+        """Remove the records that are not open (closed or withdrawn ones an older version
+        kept) from `identity`'s pages document, in one commit; returns how many. Each is
+        read first, so a record someone changes meanwhile makes the commit fail (and this
+        is tried again by the next `resume()`), never removes an open one."""
+        key = self._doc(identity)
+        stale = [
+            pid
+            for pid, record in self.records(identity).items()
+            if type(record) is not dict or record.get("open") is not True
+        ]
+        if not stale:
+            return 0
+        tx = self.rt.replica.edit(identity)
+        for pid in stale:
+            tx.read(key, (docs.VALUE, pid), log=False)
+            tx.write(key, (docs.VALUE, pid), MISSING)
+        tx.commit()
+        self.rt.runner.trace.record(
+            "page-compact", str(docs.pages_link(self.rt.space)), removed=len(stale)
+        )
+        return len(stale)
 
     def resume_one(self, pid: str, cell: Cell, identity: Identity) -> Pending[bool]:
         rt = self.rt
@@ -340,3 +503,6 @@ class Pages:
             for principal, rec in holders.items():
                 assert rec.key == key and rec.principal == principal, rec
                 assert self.by_pid.get((rec.principal, rec.pid)) is rec, rec
+        for slot, rec in self.stop_failed.items():
+            assert (rec.principal, rec.pid) == slot and rec.stop_error is not None, rec
+            assert slot not in self.by_pid, rec

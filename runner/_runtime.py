@@ -14,8 +14,9 @@ answers (verdicts, loads) and runs `start`'s stages.
 
 Pages are durable intent: opening one (navigation, or `open_page`) records
 it, with its owner, in that principal's pages document before starting it;
-stopping one records the stop before anything is cancelled; `resume()`
-starts every page recorded open. Pages belong to the principal who opened
+stopping one removes its record before anything is cancelled, and returns a
+`Pending` that resolves once that removal is durable; `resume()` starts
+every page recorded open. Pages belong to the principal who opened
 them: stopping, listing or inspecting another principal's pages raises
 `OwnershipError`.
 
@@ -31,7 +32,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, Final
 
 from cells import (
     Cell,
@@ -152,8 +153,8 @@ class Session:
     def start(self, cell: Cell) -> asyncio.Future[bool]:
         return self.runtime._start(self.identity, cell)
 
-    def stop(self, cell: Cell, *, generation: int | None = None) -> None:
-        self.runtime._stop(self.identity, cell, generation)
+    def stop(self, cell: Cell, *, generation: int | None = None) -> Pending[None]:
+        return self.runtime._stop(self.identity, cell, generation)
 
     def release(self, cell: Cell, token: Registration | None = None) -> None:
         self.runtime._release(self.identity, cell, token)
@@ -515,7 +516,7 @@ class Runtime:
         check_same_store(cell, self.replica, "rt.key")
         return docs.root(cell.link()).key(cell.identity)
 
-    def _stop(self, identity: Identity, cell: Cell, generation: int | None) -> None:
+    def _stop(self, identity: Identity, cell: Cell, generation: int | None) -> Pending[None]:
         self._require_open()
         own, other = self._pages_book.find(cell, identity)
         key = self.key(cell)
@@ -523,6 +524,7 @@ class Runtime:
             raise OwnershipError(
                 f"cannot stop page {cell!r}: it belongs to {other!r}, not {identity.principal!r}"
             )
+        durable: Pending[None] = _DONE
         if own is not None:
             key = own.key or key
             if generation is not None:
@@ -530,19 +532,31 @@ class Runtime:
                 if reg is None or reg.generation != generation:
                     # A stale generation does nothing: not to the result, not to its page.
                     self.runner.trace.record("decline", key, reason="stale generation", op="stop")
-                    return
+                    return _DONE
             # Decision before cleanup: the stop is recorded before anything is cancelled,
             # so a restart never resumes a page someone stopped.
-            if not self._pages_book.stop(own, identity):
-                return  # another principal's page still holds the shared result
+            stop_result, durable = self._pages_book.stop(own, identity)
+            if not stop_result:
+                return durable  # another principal's page still holds the shared result
+        elif other is None and generation is None:
+            # Not a page this runtime opened or resumed; the store may still record it
+            # open (another runtime opened it): that record is removed too.
+            durable = self._pages_book.stop_recorded(cell, identity) or _DONE
         self.runner.stop(key, generation=generation)
+        return durable
 
-    def stop(self, cell: Cell, *, generation: int | None = None) -> None:
+    def stop(self, cell: Cell, *, generation: int | None = None) -> Pending[None]:
         """The authoritative end of the result `cell` names (see the ownership rules).
 
         With `generation`, only that registration is stopped (a stale one does nothing).
+        Returns a `Pending` that resolves once the stop is durable: for a page, once its
+        record is removed from the store (`await rt.stop(page)`; it raises if that
+        failed for good, and the page is then stop-failed); for anything else, at once
+        or once the principal's pages document has loaded (a page another runtime
+        opened is found there, and closed too).
+        The local work ends before this returns either way; ignoring the result is fine.
         """
-        self._stop(self.identity, cell, generation)
+        return self._stop(self.identity, cell, generation)
 
     def _release(self, identity: Identity, cell: Cell, token: Registration | None) -> None:
         self._require_open()
@@ -675,6 +689,9 @@ class Runtime:
         loop = asyncio.get_running_loop()
         self.replica.mailbox.attach(loop)
         await self.replica.sync([docs.pages_link(self.space).key(identity)])
+        # Closed records an older version kept would make every open and stop cost
+        # O(pages ever opened); dropped here, in one commit that nothing waits on.
+        self._pages_book.compact(identity)
         pages = self._pages_book.open_cells(identity)
         starts = [
             _future(loop, self._pages_book.resume_one(pid, cell, identity)) for pid, cell in pages
@@ -825,6 +842,11 @@ class Runtime:
                 "starts_in_flight": len(runner.attempts),
                 "pages": [str(c.link()) for c in pages],
                 "causes": causes,
+                "pages_stop_failed": [
+                    {"page": str(rec.link), "error": repr(rec.stop_error)}
+                    for (owner, _pid), rec in self._pages_book.stop_failed.items()
+                    if owner == (principal or self.identity.principal)
+                ],
                 "nodes": {
                     k: v
                     for k, v in self.scheduler.statistics().items()
@@ -846,6 +868,16 @@ class Runtime:
         self._sends._check()
         self.scheduler._check()
         self.replica._check()
+
+
+def _resolved() -> Pending[None]:
+    done: Pending[None] = Pending()
+    done._resolve(None)
+    return done
+
+
+_DONE: Final = _resolved()
+"""What a stop that records nothing returns: already durable (one shared, immutable once done)."""
 
 
 def _future(loop: asyncio.AbstractEventLoop, pending: Pending[bool]) -> asyncio.Future[bool]:

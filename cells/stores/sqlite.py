@@ -7,6 +7,21 @@ shared `validate_commit`, answered from SQL inside the same `BEGIN IMMEDIATE`
 transaction that applies the commit, so the verdict and the data can never
 disagree, even with other processes writing the same file.
 
+Bounded history (as `MemoryStore`'s)
+- Each document keeps its newest `REVISIONS_KEPT` revisions: when it has more
+  than twice that many, the older ones are deleted and `revision_floor` records
+  the newest deleted seq. A read whose basis is older than its document's floor
+  conflicts (re-run), which over-approximates as conflict checks may.
+- A `commit_log` row is kept while a revision, a head or a create-only claim
+  names its seq, so the newest commit's row (the seq counter) always stays.
+- Which commits of a session have a verdict (for dependency checks) is kept in
+  memory, per store object: a session key is unique to one store object, so no
+  other process ever asks. Nothing per rejected commit is written.
+- Other writers' commits are delivered from the heads (`_changes_after`): every
+  document written since the last delivered seq, at its newest revision, so a
+  poller that fell far behind still catches up on every document's current value.
+So under churn on a fixed set of documents the file stays flat.
+
 Durability
 - A verdict is posted only after `COMMIT` returned. With the default
   `synchronous="FULL"` (WAL journal) an acknowledged commit survives kill -9
@@ -38,7 +53,10 @@ Threading
   connections. Commits submitted after `close()` raise `StoreError`.
 
 Invariants (checked by `_check`)
-- `commit_log` seqs are exactly 1..max; no commit is both accepted and rejected;
+- `commit_log` holds the max seq and at most max rows; every row is named by a
+  revision or a claim; no commit is both accepted and rejected;
+- a document keeps at most 2 * REVISIONS_KEPT revisions, all above its floor,
+  and at least REVISIONS_KEPT once it has a floor;
 - every head's seq is its document's last revision seq, and every revised
   document has a head; every commit wrote a document or claimed a create-only key;
 - this store has delivered every seq up to `_delivered`, which never exceeds max seq.
@@ -46,6 +64,7 @@ Invariants (checked by `_check`)
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
@@ -60,6 +79,7 @@ from typing import Final
 import msgspec
 
 from .._address import SCOPES, DocKey, Path
+from .._args import bad_arg
 from .._codec import decode_json, encode_json
 from .._store import (
     NO_STATE,
@@ -78,15 +98,20 @@ from ..errors import (
     CommitRejected,
     ConflictError,
     CorruptStoreError,
-    InvalidArgumentError,
     InvalidValueError,
     LivenessError,
     StoreError,
+    TerminalCommitError,
 )
+from .memory import REVISIONS_KEPT, _Resolved
 
 FORMAT: Final = "cellweave-store"
-VERSION: Final = 1
-"""The store format version this module writes and reads."""
+VERSION: Final = 2
+"""The store format version this module writes (and reads, with every older one).
+
+2: history is pruned (`revision_floor`); an older cellweave must not write such a file,
+as its conflict checks would take pruned revisions for none. Opening a version 1
+file upgrades it."""
 
 _SQLITE_HEADER: Final = b"SQLite format 3\x00"
 _BUSY_TIMEOUT_S: Final = 5.0
@@ -140,7 +165,21 @@ _SCHEMA: Final = (
         PRIMARY KEY ({_KEY_COLS})
     ) WITHOUT ROWID""",
 )
-_TABLES: Final = frozenset({"meta", "commit_log", "rejection", "revision", "head", "claimed"})
+_UPGRADE_TO_2: Final = (
+    # Per document, the newest pruned revision's seq: a read with an older basis conflicts.
+    f"""CREATE TABLE revision_floor (
+        space TEXT NOT NULL, doc_id TEXT NOT NULL, scope TEXT NOT NULL,
+        principal TEXT NOT NULL, session TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        PRIMARY KEY ({_KEY_COLS})
+    ) WITHOUT ROWID""",
+    # Deleting a commit_log row checks the rows naming its seq (foreign keys, and
+    # whether it is still needed): without these, each check would scan the table.
+    "CREATE INDEX head_by_seq ON head (seq)",
+    "CREATE INDEX claimed_by_seq ON claimed (seq)",
+)
+_TABLES_1: Final = frozenset({"meta", "commit_log", "rejection", "revision", "head", "claimed"})
+_TABLES: Final = _TABLES_1 | {"revision_floor"}
 
 _Change = tuple[int, dict[DocKey, Value]]
 _Item = tuple[SessionListener, CommitRequest] | None
@@ -150,20 +189,53 @@ def _k(key: DocKey) -> tuple[str, str, str, str, str]:
     return (key.space, key.id, key.scope, key.principal, key.session)
 
 
+def _errorname(exc: sqlite3.Error) -> str:
+    return str(getattr(exc, "sqlite_errorname", ""))
+
+
 def _is_corruption(exc: sqlite3.Error) -> bool:
-    return str(getattr(exc, "sqlite_errorname", "")).startswith(("SQLITE_NOTADB", "SQLITE_CORRUPT"))
+    return _errorname(exc).startswith(("SQLITE_NOTADB", "SQLITE_CORRUPT"))
 
 
-def _inspect(file: str) -> str:
-    """Check `file` before anything writes to it: "new" (initialize) or "store". Read-only."""
+def _is_read_only(exc: sqlite3.Error) -> bool:
+    return _errorname(exc).startswith("SQLITE_READONLY")
+
+
+_TRANSIENT: Final = (
+    "SQLITE_BUSY",
+    "SQLITE_LOCKED",
+    "SQLITE_IOERR",
+    "SQLITE_FULL",
+    "SQLITE_NOMEM",
+    "SQLITE_INTERRUPT",
+    "SQLITE_PROTOCOL",
+)
+"""SQLite errors a later attempt can get past (another writer's lock, a full disk freed):
+a commit failing with one is LIVENESS. Every other error (corruption, a read-only file,
+anything unknown) is TERMINAL: `edit_with_retry` must not retry what fails again."""
+
+
+def _is_transient(exc: sqlite3.Error) -> bool:
+    return _errorname(exc).startswith(_TRANSIENT)
+
+
+def _read_only_error(file: str, exc: sqlite3.Error) -> StoreError:
+    return StoreError(
+        f"{file} is read-only here ({exc}): SQLiteStore writes to its file and creates"
+        f" {os.path.basename(file)}-wal and -shm beside it; open a writable copy"
+    )
+
+
+def _inspect(file: str) -> int:
+    """Check `file` before anything writes to it: its format version, 0 if new. Read-only."""
     try:
         size = os.path.getsize(file)
     except FileNotFoundError:
-        return "new"
+        return 0
     except OSError as exc:
         raise StoreError(f"cannot open store {file}: {exc}") from exc
     if size == 0:
-        return "new"
+        return 0
     try:
         with open(file, "rb") as f:
             header = f.read(len(_SQLITE_HEADER))
@@ -187,16 +259,18 @@ def _inspect(file: str) -> str:
             raise CorruptStoreError(
                 f"{file} is not a usable SQLite database ({exc}); the file was left untouched"
             ) from exc
+        if _is_read_only(exc):
+            raise _read_only_error(file, exc) from exc
         raise StoreError(f"cannot read store {file}: {exc}") from exc
     finally:
         conn.close()
 
 
-def _validate(conn: sqlite3.Connection, file: str) -> str:
-    """ "new" for a database without any schema, "store" for ours; raises otherwise."""
+def _validate(conn: sqlite3.Connection, file: str) -> int:
+    """0 for a database without any schema, our format version for ours; raises otherwise."""
     names = [row[0] for row in conn.execute("SELECT name FROM sqlite_master")]
     if not names:
-        return "new"
+        return 0
     tables = frozenset(
         row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
     )
@@ -229,13 +303,21 @@ def _validate(conn: sqlite3.Connection, file: str) -> str:
         raise CorruptStoreError(
             f"{file}: invalid store format version {version}; the file was left untouched"
         )
-    missing = _TABLES - tables
+    missing = (_TABLES if version >= 2 else _TABLES_1) - tables
     if missing:
         raise CorruptStoreError(
             f"{file}: cellweave store is damaged: missing tables {sorted(missing)};"
             " the file was left untouched"
         )
-    return "store"
+    return version
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    """Roll back if a transaction is open; a damaged file may refuse even that, and the
+    error that made us roll back is the one to report."""
+    if conn.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
 
 
 class SQLiteStore(StoreBase):
@@ -254,21 +336,31 @@ class SQLiteStore(StoreBase):
         poll_interval: float = 0.05,
     ) -> None:
         super().__init__()
-        mode = str(synchronous).upper()
-        if mode not in _SYNCHRONOUS:
-            raise InvalidArgumentError(
-                f"SQLiteStore: synchronous must be one of {', '.join(_SYNCHRONOUS)},"
-                f" got {synchronous!r}"
+        where = "SQLiteStore()"
+        if not isinstance(path, (str, os.PathLike)):
+            raise bad_arg(path, where=where, name="path", accepts="a file path (str or Path)")
+        modes = f"one of {', '.join(map(repr, _SYNCHRONOUS))}"
+        if not isinstance(synchronous, str):
+            raise bad_arg(synchronous, where=where, name="synchronous", accepts=modes)
+        if synchronous.upper() not in _SYNCHRONOUS:
+            raise bad_arg(synchronous, where=where, name="synchronous", accepts=modes, kind="value")
+        mode = synchronous.upper()
+        seconds = "a finite number of seconds >= 0"
+        if isinstance(poll_interval, bool) or not isinstance(poll_interval, (int, float)):
+            raise bad_arg(poll_interval, where=where, name="poll_interval", accepts=seconds)
+        if not math.isfinite(poll_interval) or poll_interval < 0:
+            raise bad_arg(
+                poll_interval, where=where, name="poll_interval", accepts=seconds, kind="value"
             )
-        if not (isinstance(poll_interval, (int, float)) and math.isfinite(poll_interval)) or (
-            poll_interval < 0
-        ):
-            raise InvalidArgumentError(
-                f"SQLiteStore: poll_interval must be a finite number >= 0, got {poll_interval!r}"
-            )
+        if not isinstance(os.fspath(path), str):
+            raise bad_arg(path, where=where, name="path", accepts="a file path (str or Path)")
         if os.fspath(path) in ("", ":memory:"):
-            raise InvalidArgumentError(
-                f"SQLiteStore needs a file path, got {os.fspath(path)!r} (use MemoryStore)"
+            raise bad_arg(
+                path,
+                where=where,
+                name="path",
+                accepts="a file path (for memory, use MemoryStore)",
+                kind="value",
             )
         self.path = pathlib.Path(path)
         self.synchronous = mode
@@ -286,6 +378,8 @@ class SQLiteStore(StoreBase):
         self._poller: threading.Thread | None = None
         self._stop = threading.Event()
         self._session_keys: dict[str, str] = {}
+        self._resolved: dict[str, _Resolved] = {}
+        """Per session key: which of its commits have a verdict (see `_resolution`)."""
 
         _inspect(self._file)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -304,11 +398,14 @@ class SQLiteStore(StoreBase):
                 )
             self._init_schema(self._wconn)
             self._rconn = self._open_connection()
-            # data_version before max(seq): a commit landing in between is both
-            # counted as seen and noticed by the next poll(), never lost.
-            self._data_version = self._rconn.execute("PRAGMA data_version").fetchone()[0]
-            self._delivered: int = self._max_seq(self._rconn)
-            """Every seq up to here was fanned out to this store's sessions (or predates it)."""
+            try:
+                # data_version before max(seq): a commit landing in between is both
+                # counted as seen and noticed by the next poll(), never lost.
+                self._data_version = self._rconn.execute("PRAGMA data_version").fetchone()[0]
+                self._delivered: int = self._max_seq(self._rconn)
+                """Every seq up to here was fanned out to this store's sessions (or predates it)."""
+            except sqlite3.Error as exc:
+                raise self._wrap(exc, "cannot read the store") from exc
         except BaseException:
             for conn in (self._wconn, self._rconn):
                 if conn is not None:
@@ -340,14 +437,19 @@ class SQLiteStore(StoreBase):
             conn.execute(f"PRAGMA busy_timeout = {int(_BUSY_TIMEOUT_S * 1000)}")
             conn.execute("PRAGMA foreign_keys = ON")
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
-        except BaseException:
+        except BaseException as exc:
             conn.close()
+            if isinstance(exc, sqlite3.Error):
+                raise self._wrap(exc, "cannot open the store") from exc
             raise
         return conn
 
     def _wrap(self, exc: sqlite3.Error, what: str) -> StoreError:
+        """The cellweave error for a `sqlite3` error: none of those reaches a caller raw."""
         if _is_corruption(exc):
-            return CorruptStoreError(f"{self._file}: {what}: {exc}")
+            return CorruptStoreError(f"{self._file}: {what}: the file is damaged ({exc})")
+        if _is_read_only(exc):
+            return _read_only_error(self._file, exc)
         return StoreError(f"{self._file}: {what}: {exc}")
 
     def _init_schema(self, conn: sqlite3.Connection) -> None:
@@ -356,16 +458,25 @@ class SQLiteStore(StoreBase):
             try:
                 # Again, under the write lock: another process may have
                 # initialized (or claimed) the file since `_inspect`.
-                if _validate(conn, self._file) == "new":
-                    for stmt in _SCHEMA:
+                version = _validate(conn, self._file)
+                if version == 0:
+                    for stmt in (*_SCHEMA, *_UPGRADE_TO_2):
                         conn.execute(stmt)
                     conn.executemany(
                         "INSERT INTO meta (key, value) VALUES (?, ?)",
                         [("format", FORMAT), ("version", str(VERSION))],
                     )
+                elif version < 2:
+                    for stmt in _UPGRADE_TO_2:
+                        conn.execute(stmt)
+                    conn.execute("UPDATE meta SET value = ? WHERE key = 'version'", (str(VERSION),))
+                else:
+                    # A write that changes nothing: a file this process may read but not
+                    # write is refused here, at open, rather than failing every commit.
+                    conn.execute("UPDATE meta SET value = value WHERE key = 'format'")
                 conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                _rollback(conn)
                 raise
         except sqlite3.Error as exc:
             raise self._wrap(exc, "cannot initialize the store") from exc
@@ -403,7 +514,10 @@ class SQLiteStore(StoreBase):
     def seq(self) -> int:
         """The highest accepted sequence number in the file (any writer).  O(1)."""
         with self._read_lock:
-            return self._max_seq(self._reader_conn())
+            try:
+                return self._max_seq(self._reader_conn())
+            except sqlite3.Error as exc:
+                raise self._wrap(exc, "cannot read the last seq") from exc
 
     # ------------------------------------------------------------------ sessions
     def connect(self, listener: SessionListener, session_id: str | None = None) -> str:
@@ -429,11 +543,14 @@ class SQLiteStore(StoreBase):
     # ------------------------------------------------------------------ reads
     def _read(self, key: DocKey) -> DocState:
         with self._read_lock:
-            row = (
-                self._reader_conn()
-                .execute(f"SELECT seq, value FROM head WHERE {_KEY_MATCH}", _k(key))
-                .fetchone()
-            )
+            try:
+                row = (
+                    self._reader_conn()
+                    .execute(f"SELECT seq, value FROM head WHERE {_KEY_MATCH}", _k(key))
+                    .fetchone()
+                )
+            except sqlite3.Error as exc:
+                raise self._wrap(exc, f"cannot read {key}") from exc
         if row is None:
             return NO_STATE
         return DocState(int(row[0]), self._decode(row[1], key))
@@ -443,6 +560,13 @@ class SQLiteStore(StoreBase):
     def _revisions_since(
         conn: sqlite3.Connection, session_id: str, session_key: str, key: DocKey, seq: int
     ) -> list[Revision]:
+        floor = conn.execute(
+            f"SELECT seq FROM revision_floor WHERE {_KEY_MATCH}", _k(key)
+        ).fetchone()
+        if floor is not None and seq < floor[0]:
+            # The revisions after this basis were pruned: assume the worst (a write
+            # at the document root), as MemoryStore does. Over-approximating is allowed.
+            return [Revision(int(floor[0]), "", -1, ((),))]
         rows = conn.execute(
             "SELECT r.seq, c.session_id, c.local_seq, r.paths FROM revision r"
             " JOIN commit_log c ON c.seq = r.seq"
@@ -457,21 +581,20 @@ class SQLiteStore(StoreBase):
             out.append(Revision(int(rseq), own, int(local_seq), tuple(tuple(p) for p in decoded)))
         return out
 
-    @staticmethod
-    def _resolution(
-        conn: sqlite3.Connection, session_key: str, local_seq: int
-    ) -> int | bool | None:
-        row = conn.execute(
-            "SELECT seq FROM commit_log WHERE session_id = ? AND local_seq = ?",
-            (session_key, local_seq),
-        ).fetchone()
-        if row is not None:
-            return int(row[0])
-        row = conn.execute(
-            "SELECT 1 FROM rejection WHERE session_id = ? AND local_seq = ?",
-            (session_key, local_seq),
-        ).fetchone()
-        return None if row is not None else False
+    def _resolution(self, session_key: str, local_seq: int) -> int | bool | None:
+        # Only this store object evaluates commits of its session keys, so its memory
+        # knows every verdict they got (the file need not keep a row per commit).
+        resolved = self._resolved.get(session_key)
+        if resolved is None or not resolved.resolved(local_seq):
+            return False
+        return None if local_seq in resolved.rejected else True
+
+    def _resolve(self, session_key: str, local_seq: int, *, rejected: bool) -> None:
+        """Remember a verdict (once it is durable). Under `_write_lock`."""
+        resolved = self._resolved.get(session_key)
+        if resolved is None:
+            resolved = self._resolved[session_key] = _Resolved()
+        resolved.add(local_seq, rejected=rejected)
 
     @staticmethod
     def _ever_written(conn: sqlite3.Connection, key: DocKey) -> bool:
@@ -529,15 +652,21 @@ class SQLiteStore(StoreBase):
             if verdict.error is None and verdict.seq is not None:
                 self._broadcast(request.session_id, verdict.seq, verdict.docs)
 
-    def _unevaluated(self, request: CommitRequest, cause: BaseException) -> LivenessError:
+    def _unevaluated(
+        self, request: CommitRequest, cause: BaseException
+    ) -> LivenessError | TerminalCommitError:
+        """The rejection of a commit whose evaluation failed: LIVENESS when a later
+        attempt can succeed (the store closed, a lock or I/O error), TERMINAL when it
+        fails again (a damaged or read-only file, data the file cannot hold)."""
+        transient = self.closed or self._wconn is None
         if isinstance(cause, sqlite3.Error):
+            transient = transient or _is_transient(cause)
             wrapped = self._wrap(cause, "commit failed")
             wrapped.__cause__ = cause
             cause = wrapped
         reason = "the store is closed" if self._wconn is None else f"{cause}"
-        err = LivenessError(
-            f"commit {request.session_id}#{request.local_seq} was not applied: {reason}"
-        )
+        message = f"commit {request.session_id}#{request.local_seq} was not applied: {reason}"
+        err = LivenessError(message) if transient else TerminalCommitError(message)
         err.__cause__ = cause
         return err
 
@@ -558,9 +687,7 @@ class SQLiteStore(StoreBase):
                     revisions_since=functools.partial(
                         self._revisions_since, conn, request.session_id, session_key
                     ),
-                    resolution=lambda _sid, local_seq: self._resolution(
-                        conn, session_key, local_seq
-                    ),
+                    resolution=lambda _sid, local_seq: self._resolution(session_key, local_seq),
                     ever_written=functools.partial(self._ever_written, conn),
                 )
                 docs: dict[DocKey, Value] = {}
@@ -579,10 +706,6 @@ class SQLiteStore(StoreBase):
                             f" applies: {exc}"
                         )
                 if error is not None:
-                    conn.execute(
-                        "INSERT OR IGNORE INTO rejection (session_id, local_seq) VALUES (?, ?)",
-                        (session_key, request.local_seq),
-                    )
                     verdict = Verdict(None, error=error)
                 else:
                     seq = top + 1
@@ -590,10 +713,10 @@ class SQLiteStore(StoreBase):
                     verdict = Verdict(seq, docs)
                 conn.execute("COMMIT")
             except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
+                _rollback(conn)
                 raise
             # Durable from here on.
+            self._resolve(session_key, request.local_seq, rejected=verdict.seq is None)
             self._deliver(behind)
             self._delivered = max(self._delivered, top, verdict.seq or 0)
             return verdict
@@ -633,21 +756,52 @@ class SQLiteStore(StoreBase):
                 f"INSERT OR IGNORE INTO claimed ({_KEY_COLS}, seq) VALUES (?, ?, ?, ?, ?, ?)",
                 (*_k(key), seq),
             )
+        for key in docs:
+            SQLiteStore._prune(conn, _k(key), seq)
+
+    @staticmethod
+    def _prune(conn: sqlite3.Connection, k: tuple[str, str, str, str, str], seq: int) -> None:
+        """Keep a document's newest `REVISIONS_KEPT` revisions once it has more than twice
+        that many (as `MemoryStore` does), and the commit_log rows nothing names any more.
+
+        `seq` is the revision just written. Seqs are unique, so a document whose oldest
+        kept revision is fewer than 2 * REVISIONS_KEPT seqs back cannot have too many:
+        one index lookup decides the usual case (a document written at every commit
+        counts its revisions only when it must be pruned). Otherwise the count walks at
+        most 2 * REVISIONS_KEPT index entries; deletes happen once per REVISIONS_KEPT
+        commits of the document, so the amortized cost per commit is O(1) rows.
+        """
+        oldest = conn.execute(f"SELECT MIN(seq) FROM revision WHERE {_KEY_MATCH}", k).fetchone()
+        if oldest[0] is None or seq - int(oldest[0]) < 2 * REVISIONS_KEPT:
+            return
+        newest_first = f"SELECT seq FROM revision WHERE {_KEY_MATCH} ORDER BY seq DESC"
+        if conn.execute(f"{newest_first} LIMIT 1 OFFSET ?", (*k, 2 * REVISIONS_KEPT)).fetchone():
+            floor = conn.execute(f"{newest_first} LIMIT 1 OFFSET ?", (*k, REVISIONS_KEPT))
+            cutoff = int(floor.fetchone()[0])
+            pruned = [
+                (int(row[0]),) * 4
+                for row in conn.execute(
+                    f"SELECT seq FROM revision WHERE {_KEY_MATCH} AND seq <= ?", (*k, cutoff)
+                )
+            ]
+            conn.execute(f"DELETE FROM revision WHERE {_KEY_MATCH} AND seq <= ?", (*k, cutoff))
+            conn.execute(
+                f"INSERT INTO revision_floor ({_KEY_COLS}, seq) VALUES (?, ?, ?, ?, ?, ?)"
+                f" ON CONFLICT ({_KEY_COLS}) DO UPDATE SET seq = excluded.seq",
+                (*k, cutoff),
+            )
+            # A commit that wrote several documents keeps its row while another names it.
+            conn.executemany(
+                "DELETE FROM commit_log WHERE seq = ?"
+                " AND NOT EXISTS (SELECT 1 FROM revision WHERE seq = ?)"
+                " AND NOT EXISTS (SELECT 1 FROM head WHERE seq = ?)"
+                " AND NOT EXISTS (SELECT 1 FROM claimed WHERE seq = ?)",
+                pruned,
+            )
 
     def _record_rejection(self, request: CommitRequest) -> None:
         with self._write_lock:
-            conn = self._writer_conn()
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                conn.execute(
-                    "INSERT OR IGNORE INTO rejection (session_id, local_seq) VALUES (?, ?)",
-                    (self._session_key(request.session_id), request.local_seq),
-                )
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
+            self._resolve(self._session_key(request.session_id), request.local_seq, rejected=True)
 
     # ------------------------------------------------------------------ foreign commits
     def _changes_after(self, conn: sqlite3.Connection, after: int) -> tuple[int, list[_Change]]:
@@ -691,7 +845,10 @@ class SQLiteStore(StoreBase):
         with self._read_lock:
             if self._rconn is None:
                 return 0
-            version = self._rconn.execute("PRAGMA data_version").fetchone()[0]
+            try:
+                version = self._rconn.execute("PRAGMA data_version").fetchone()[0]
+            except sqlite3.Error as exc:
+                raise self._wrap(exc, "poll failed") from exc
             if version == self._data_version:
                 return 0
             self._data_version = version
@@ -700,11 +857,18 @@ class SQLiteStore(StoreBase):
             conn = self._rconn
             if conn is None:
                 return 0
-            conn.execute("BEGIN")
             try:
-                top, changes = self._changes_after(conn, self._delivered)
-            finally:
-                conn.execute("COMMIT")
+                conn.execute("BEGIN")
+                try:
+                    top, changes = self._changes_after(conn, self._delivered)
+                finally:
+                    _rollback(conn)  # a read-only snapshot: nothing to commit
+            except BaseException as exc:
+                # Not delivered: the next poll retries from the same place.
+                self._data_version = -1
+                if isinstance(exc, sqlite3.Error):
+                    raise self._wrap(exc, "poll failed") from exc
+                raise
             self._deliver(changes)
             self._delivered = max(self._delivered, top)
         return len(changes)
@@ -770,17 +934,37 @@ class SQLiteStore(StoreBase):
                 top, count = conn.execute(
                     "SELECT COALESCE(MAX(seq), 0), COUNT(*) FROM commit_log"
                 ).fetchone()
-                assert top == count, f"commit_log seqs have gaps: max {top}, {count} rows"
+                assert count <= top, f"commit_log has {count} rows, more than its max seq {top}"
                 assert self._delivered <= top, (self._delivered, top)
             finally:
                 conn.execute("COMMIT")
+        with self._write_lock:
+            for session_key, resolved in self._resolved.items():
+                assert all(s > resolved.low for s in resolved.above), session_key
+                assert all(resolved.resolved(s) for s in resolved.rejected), session_key
 
     @staticmethod
     def _checks() -> Iterator[tuple[str, str]]:
         match = " AND ".join(f"r.{c} = h.{c}" for c in _KEY_COLS.split(", "))
+        floor = " AND ".join(f"r.{c} = f.{c}" for c in _KEY_COLS.split(", "))
         yield (
             "SELECT COUNT(*) FROM rejection x JOIN commit_log c USING (session_id, local_seq)",
             "a commit is recorded as both accepted and rejected",
+        )
+        yield (
+            f"SELECT COUNT(*) FROM revision r JOIN revision_floor f ON {floor}"
+            " WHERE r.seq <= f.seq",
+            "a revision at or below its document's floor was kept",
+        )
+        yield (
+            "SELECT COUNT(*) FROM revision_floor f WHERE"
+            f" (SELECT COUNT(*) FROM revision r WHERE {floor}) < {REVISIONS_KEPT}",
+            f"a pruned document keeps fewer than {REVISIONS_KEPT} revisions",
+        )
+        yield (
+            f"SELECT COUNT(*) FROM revision r WHERE (SELECT COUNT(*) FROM revision q WHERE"
+            f" {match.replace('h.', 'q.')}) > {2 * REVISIONS_KEPT}",
+            f"a document keeps more than {2 * REVISIONS_KEPT} revisions",
         )
         yield (
             "SELECT COUNT(*) FROM head h WHERE h.seq IS NOT"

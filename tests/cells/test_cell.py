@@ -256,7 +256,8 @@ def _cycle() -> list[Any]:
         (object(), "object"),
         ({3: "three"}, "int"),
         (_cycle(), "list"),
-        ({"/": {"fake": 1}}, "dict"),
+        (float("nan"), "float nan"),
+        ("lone \ud800", "surrogate"),
         (-(2**70), "int"),
     ],
 )

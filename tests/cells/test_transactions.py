@@ -234,7 +234,8 @@ def _cycle() -> dict[str, Any]:
         (object(), "object"),
         ({1: "x"}, "int"),
         (_cycle(), "dict"),
-        ({"/": "reserved"}, "dict"),
+        (float("inf"), "float inf"),
+        ({"k\udfff": 1}, "surrogate"),
         (2**64, "int"),
     ],
 )
