@@ -8,6 +8,11 @@ What it is not: scheduling (see `scheduler`) or patterns (see `runner`);
 nothing here imports them.
 """
 
+from ._access import INTERNAL_PREFIX as INTERNAL_PREFIX
+from ._access import Authority as Authority
+from ._access import internal_id as internal_id
+from ._access import is_internal as is_internal
+from ._access import reaches as reaches
 from ._address import DocKey as DocKey
 from ._address import Identity as Identity
 from ._address import Link as Link
@@ -58,6 +63,7 @@ from .errors import InternalError as InternalError
 from .errors import InvalidArgumentError as InvalidArgumentError
 from .errors import InvalidValueError as InvalidValueError
 from .errors import LinkCycleError as LinkCycleError
+from .errors import OwnershipError as OwnershipError
 from .errors import PreconditionFailedError as PreconditionFailedError
 from .errors import StoreError as StoreError
 from .errors import TransactionAborted as TransactionAborted
@@ -66,11 +72,13 @@ from .stores import MemoryStore as MemoryStore
 from .stores import SQLiteStore as SQLiteStore
 
 __all__ = [
+    "INTERNAL_PREFIX",
     "MAX_DEPTH",
     "MAX_HOPS",
     "MISSING",
     "RETRYABLE",
     "ArgumentTypeError",
+    "Authority",
     "Cell",
     "CellHost",
     "CellweaveError",
@@ -91,6 +99,7 @@ __all__ = [
     "MemoryStore",
     "Notification",
     "Outcome",
+    "OwnershipError",
     "Path",
     "Pending",
     "PreconditionFailedError",
@@ -116,7 +125,10 @@ __all__ = [
     "encode_json",
     "entity_id",
     "get_path",
+    "internal_id",
+    "is_internal",
     "normalize",
+    "reaches",
     "read_value",
     "resolve",
     "same_value",

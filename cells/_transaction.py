@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 import msgspec
 
+from ._access import INTERNAL_PREFIX, Authority, refusal
 from ._address import DocKey, Identity, Link, Path, check_path
 from ._args import bad_arg, check_callable
 from ._codec import describe
@@ -131,6 +132,12 @@ class Transaction:
     """One unit of reads and writes against a replica, for one resolution identity.
 
     Create with `Replica.edit(identity)` (or `rt.edit()`), never directly.
+
+    It touches only the documents its identity resolves to (see `cells._access`):
+    a first access to any other document (another principal's or session's
+    instance, or the runtime's internal bookkeeping) raises `OwnershipError`
+    before anything is read or staged. A transaction opened with the replica's
+    `Authority` reaches every document.
     """
 
     __slots__ = (
@@ -144,6 +151,7 @@ class Transaction:
         "_replica",
         "_settle_callbacks",
         "_site",
+        "_system",
         "_values",
         "identity",
         "result",
@@ -151,9 +159,21 @@ class Transaction:
         "status",
     )
 
-    def __init__(self, replica: Replica, identity: Identity, *, source: object = None) -> None:
+    def __init__(
+        self,
+        replica: Replica,
+        identity: Identity,
+        *,
+        source: object = None,
+        authority: Authority | None = None,
+    ) -> None:
         self._replica = replica
         self.identity = identity
+        self._system = False
+        """Opened with the replica's `Authority`: reaches every document."""
+        if authority is not None:
+            replica._check_authority(authority)
+            self._system = True
         self.source = source
         """Who runs this transaction (a scheduler node); its own commit never invalidates it."""
         self.status: Status = "open"
@@ -202,9 +222,30 @@ class Transaction:
         if self.status != "open":
             raise TransactionError(f"cannot {what}: the transaction is {self.status}")
 
+    def _guard(self, key: DocKey, what: str) -> None:
+        """Refuse, before anything is staged, a document this identity does not reach.
+
+        Called at each document's first access only (later ones find it in `_docs`,
+        already checked), so a transaction pays it once per document. `reaches`
+        inlined: this sits on the first read of every document of every node run.
+        """
+        if self._system:
+            return
+        scope = key.scope
+        identity = self.identity
+        if key.id.startswith(INTERNAL_PREFIX) or (
+            scope != "space"
+            and (
+                key.principal != identity.principal
+                or (scope == "session" and key.session != identity.session)
+            )
+        ):
+            raise refusal(identity, key, what)
+
     def _access(self, key: DocKey) -> TxDoc:
         td = self._docs.get(key)
         if td is None:
+            self._guard(key, "write")
             replica = self._replica
             rec = replica._docs.get(key)
             if rec is None:
@@ -239,6 +280,7 @@ class Transaction:
                 raise _bad_key(key, "read")
             # First access is this read: the state seen now is the basis (what
             # `_access` and the first-read branch below would do, in one step).
+            self._guard(key, "read")
             replica = self._replica
             rec = replica._docs.get(key)
             if rec is None:
@@ -300,6 +342,7 @@ class Transaction:
             return get_path(td.working, path)
         if type(key) is not DocKey:
             raise _bad_key(key, "peek")
+        self._guard(key, "read")
         rec = self._replica._docs.get(key)
         if rec is None:
             rec = self._replica._record(key)
@@ -445,11 +488,30 @@ class Transaction:
     def delete(self, key: DocKey, path: Path = ()) -> None:
         self.write(key, path, MISSING)
 
-    def create_only(self, key: DocKey) -> None:
-        """Make the commit fail PERMANENT if `key` exists or ever existed in the store."""
+    def write_internal(self, authority: Authority, key: DocKey, path: Path, value: Any) -> None:
+        """`write`, reaching any document: for the runtime's own bookkeeping staged in a
+        transaction that otherwise acts for an identity (an event's receipt in its
+        handler's transaction). `authority` must be the replica's."""
+        self._replica._check_authority(authority)
+        system, self._system = self._system, True
+        try:
+            self.write(key, path, value)
+        finally:
+            self._system = system
+
+    def create_only(self, key: DocKey, *, authority: Authority | None = None) -> None:
+        """Make the commit fail PERMANENT if `key` exists or ever existed in the store.
+
+        Marking a document this identity does not reach raises `OwnershipError` (the
+        verdict would tell whether it exists), unless `authority` is the replica's.
+        """
         self._require_open(f"mark {key} create-only")
         if type(key) is not DocKey:
             raise _bad_key(key, "create_only")
+        if authority is not None:
+            self._replica._check_authority(authority)
+        elif key not in self._docs:
+            self._guard(key, "mark create-only")
         if self._create_only is None:
             self._create_only = set()
         self._create_only.add(key)

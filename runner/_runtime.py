@@ -174,7 +174,10 @@ class Runtime:
             raise CellweaveError(f"Runtime: on_navigate must be callable, got {on_navigate!r}")
         self.store: StoreBase = store if store is not None else MemoryStore()
         self.replica = Replica(self.store)
-        self.scheduler = Scheduler(self.replica, clock=clock)
+        # The capability for the runtime's own bookkeeping (page records, receipts):
+        # claimed before any user code can see the replica, and never handed out.
+        self._authority = self.replica.claim_authority()
+        self.scheduler = Scheduler(self.replica, clock=clock, authority=self._authority)
         self._host = _Host(self.scheduler)
         self.runner = Runner(self)
         self.on_navigate = on_navigate

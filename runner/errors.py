@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from cells import CellweaveError
+from cells import OwnershipError as OwnershipError  # one class: cells raises it too
 
 
 class PatternError(CellweaveError, TypeError):
@@ -29,10 +30,6 @@ class PatternCycleError(CellweaveError, RecursionError):
     def __init__(self, message: str, *, chain: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.chain = chain
-
-
-class OwnershipError(CellweaveError, PermissionError):
-    """Acting on another principal's page, or without an identity."""
 
 
 class PageError(CellweaveError, RuntimeError):
