@@ -226,19 +226,22 @@ class Transaction:
         """Refuse, before anything is staged, a document this identity does not reach.
 
         Called at each document's first access only (later ones find it in `_docs`,
-        already checked), so a transaction pays it once per document. `reaches`
-        inlined: this sits on the first read of every document of every node run.
+        already checked), so a transaction pays it once per document: for the usual
+        space-scoped document, one attribute, one comparison and one `startswith`
+        (`reaches`, inlined: this sits on the first access of every document of every
+        node run; `read` inlines it once more).
         """
         if self._system:
             return
-        scope = key.scope
+        if key.scope == "space":
+            if key.id.startswith(INTERNAL_PREFIX):
+                raise refusal(self.identity, key, what)
+            return
         identity = self.identity
-        if key.id.startswith(INTERNAL_PREFIX) or (
-            scope != "space"
-            and (
-                key.principal != identity.principal
-                or (scope == "session" and key.session != identity.session)
-            )
+        if (
+            key.principal != identity.principal
+            or (key.scope == "session" and key.session != identity.session)
+            or key.id.startswith(INTERNAL_PREFIX)
         ):
             raise refusal(identity, key, what)
 
@@ -280,7 +283,8 @@ class Transaction:
                 raise _bad_key(key, "read")
             # First access is this read: the state seen now is the basis (what
             # `_access` and the first-read branch below would do, in one step).
-            self._guard(key, "read")
+            if key.scope != "space" or key.id.startswith(INTERNAL_PREFIX):
+                self._guard(key, "read")  # (the usual space-scoped case, inlined)
             replica = self._replica
             rec = replica._docs.get(key)
             if rec is None:

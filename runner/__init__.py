@@ -45,6 +45,7 @@ from ._builder import pattern as pattern
 from ._runtime import Runtime as Runtime
 from ._runtime import Session as Session
 from ._sent import Sent as Sent
+from .errors import ArgumentError as ArgumentError
 from .errors import OwnershipError as OwnershipError
 from .errors import PageError as PageError
 from .errors import PatternCycleError as PatternCycleError
@@ -53,6 +54,7 @@ from .errors import PatternLoadError as PatternLoadError
 from .errors import ResumeError as ResumeError
 
 __all__ = [
+    "ArgumentError",
     "Binding",
     "Handler",
     "Lift",

@@ -415,7 +415,7 @@ def _navigate_after_commit(
             f"{label}: navigate_to needs a cell or a pattern instance, got {target!r}"
         )
     key = docs.root(link).key(tx.identity)
-    pending = runner.pending.add(key, f"navigation from {label}")
+    pending = runner.pending.add(key, f"navigation from {label}", tx.identity)
     runner.trace.record("pending", key, launch=f"navigation from {label}")
     reg.group.add(lambda: runner.pending.cancel_key(key, runner._cancel_pending))
     identity = tx.identity

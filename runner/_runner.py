@@ -291,7 +291,7 @@ class Runner:
     ) -> PendingStart:
         identity = tx.identity
         key = result.key(identity)
-        pending = self.pending.add(key, launch)
+        pending = self.pending.add(key, launch, identity)
         self.trace.record("pending", key, launch=launch)
 
         def settled(_tx: Transaction, res: CommitResult) -> None:
@@ -348,20 +348,18 @@ class Runner:
         from ._instantiate import instantiate
 
         identity = tx.identity
-        if not reg.identities:
-            # The first instance never leaves on its own (only a join is undone), so the
-            # registration's own group serves it: no extra group or cleanup per run.
-            group = reg.group
-        else:
-            group = CancelGroup(f"{reg.key}#{reg.generation} as {_who(identity)}")
-            reg.group.add(lambda: self._drop_instance(reg, identity, group))
+        # Every instance has a group of its own, the first one too: a session's stop of a
+        # run other principals also launched ends its own instances only (`let_go`), and
+        # its principal may have installed the first.
+        group = CancelGroup(f"{reg.key}#{reg.generation} as {_who(identity)}")
+        reg.group.add(lambda: self._drop_instance(reg, identity, group))
         reg.identities[identity] = group
         instantiate(self, reg, pattern, result, tx, group)
 
     def _drop_instance(self, reg: Registration, identity: Identity, group: CancelGroup) -> None:
         # The identity leaves first: its cleanups then see which identities still hold a
-        # child they share (`release_for`). A joined instance's drop runs before the first
-        # instance's cleanups (the group runs newest first), so the first releases last.
+        # child they share (`release_for`). A later instance's drop runs before an earlier
+        # one's (the registration's group runs newest first), so the first releases last.
         if reg.identities.get(identity) is group:
             del reg.identities[identity]
         group.cancel()
@@ -461,14 +459,23 @@ class Runner:
         if reg is not None and self.registrations.get(pending.key) is reg:
             self.registrations.end(pending.key, token=reg)
 
-    def stop(self, key: Key, *, generation: int | None = None, why: str = "stop") -> None:
-        """The authoritative end (see the module docstring)."""
+    def stop(
+        self,
+        key: Key,
+        *,
+        generation: int | None = None,
+        why: str = "stop",
+        principal: str | None = None,
+    ) -> None:
+        """The authoritative end (see the module docstring). A session's stop passes its
+        `principal`: the tombstones it leaves reach only that principal's start attempts
+        (another principal's start through a link to `key` is not its to end)."""
         if generation is not None:
             reg = self.registrations.get(key)
             if reg is None or reg.generation != generation:
                 self.trace.record("decline", key, reason="stale generation", op="stop")
                 return
-        if self.attempts.tombstone_undiscovered(key):
+        if self.attempts.tombstone_undiscovered(key, principal):
             self.trace.record("tombstone", key, reason="unresolved start attempts")
         self.stop_result(key, why=why)
 
@@ -504,6 +511,48 @@ class Runner:
         self.trace.record("release", key, reason=why)
         return True
 
+    def holders(self, key: Key) -> set[str | None]:
+        """Who launched or started what a stop or release of `key` would end: the
+        principals its registration runs for, else those of its pending starts and start
+        attempts in flight (None: the runtime's own internal work). O(instances)."""
+        reg = self.registrations.get(key)
+        if reg is not None:
+            return {identity.principal for identity in reg.identities}
+        return self.pending.principals(key) | self.attempts.principals(key)
+
+    def declines_release(self, key: Key, token: Registration | None, why: str) -> bool:
+        """Whether a release of `key` with `token` declines for the reasons a release
+        does when a registration is there (a replacement, a lifetime, a start in flight)."""
+        reg = self.registrations.get(key)
+        if token is not None and reg is not None and token is not reg:
+            self.trace.record("decline", key, reason="token mismatch", op=why)
+            return True
+        if key in self.lifetimes:
+            self.trace.record("decline", key, reason="independent lifetime", op=why)
+            return True
+        if self.attempts.in_flight(key):
+            self.trace.record("decline", key, reason="start in flight", op=why)
+            return True
+        return False
+
+    def let_go(self, key: Key, principal: str, *, why: str, lifetime: bool = False) -> None:
+        """End `principal`'s instances of the registration under `key` and leave the
+        others' running: a session's stop of a run other principals launched too ends
+        only its own part. With `lifetime`, the independent lifetime goes as well (the
+        page that claimed it closed; the others' launches hold the run now, and end it as
+        they end). When no instance is left, this is a full stop. O(instances)."""
+        reg = self.registrations.get(key)
+        if lifetime:
+            self.lifetimes.discard(key)
+        if reg is None:
+            return
+        for identity, group in list(reg.identities.items()):
+            if identity.principal == principal:
+                self._drop_instance(reg, identity, group)
+        self.trace.record("let-go", key, principal=principal, reason=why)
+        if not reg.identities and self.registrations.get(key) is reg:
+            self.stop_result(key, why=f"{why}: its last instance left")
+
     def stop_if_current(self, key: Key, reg: Registration, why: str) -> None:
         """Deferred ownership after installation: stop only the exact registration."""
         if self.registrations.get(key) is reg:
@@ -530,7 +579,7 @@ class Runner:
 
         `on_claim(key)` runs when this start claims a lifetime for the result `key`.
         """
-        attempt = self.attempts.begin(label)
+        attempt = self.attempts.begin(label, identity)
         attempt.on_claim = on_claim
         self.attempts.track(attempt, docs.root(link).key(identity))
         result: Pending[bool] = Pending(self.replica.mailbox)

@@ -13,6 +13,14 @@ class PatternError(CellweaveError, TypeError):
     """
 
 
+class ArgumentError(PatternError):
+    """A `Runtime` or `Session` call got an argument it does not accept.
+
+    The message names the call, the argument, what it accepts and what it got. A
+    `PatternError` (so a `TypeError`) because most are a wrong type.
+    """
+
+
 class PatternLoadError(CellweaveError, ImportError):
     """A pattern identity (`module:qualname`) could not be loaded."""
 

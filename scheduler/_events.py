@@ -9,11 +9,12 @@ to date (an ephemeral preflight effect demands them for one settle).
 Each handling marks a *receipt* document create-only; the receipt's id
 derives from the durable event id, so a second delivery of the same event
 (on this runtime or another sharing the store) loses with PERMANENT and is
-not retried. A caller-given event id is scoped to the identity that sends it
-(another identity's same id is another event), and a receipt is an internal
-document: no identity's transaction can read or pre-create it. A stale-basis rejection is retried with capped exponential
-backoff inside `RETRY_WINDOW`; then the event fails with
-`CommitConvergenceError`. Every other failure drops the event at once.
+not retried. A caller-given event id is scoped to the principal that sends
+it (another principal's same id is another event), and a receipt is an
+internal document: no identity's transaction can read or pre-create it. A
+stale-basis rejection is retried with capped exponential backoff inside
+`RETRY_WINDOW`; then the event fails with `CommitConvergenceError`. Every
+other failure drops the event at once.
 
 Lineage: an event sent from a transaction (its *origin*) waits until the
 origin commits; if the origin fails, its queued descendants are dropped and
