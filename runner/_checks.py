@@ -103,17 +103,21 @@ def own_cell(identity: Identity, cell: Cell, call: str) -> DocKey:
     return key
 
 
-def may_end(holders: set[str | None], identity: Identity, key: DocKey, call: str) -> None:
-    """Refuse a stop or release of `key` acting for `identity` unless everything it would
-    end was launched or opened by `identity`'s principal (`holders`, from
-    `Runner.holders`). An empty set is nothing to end: allowed (a no-op)."""
-    others = sorted(
-        repr(p) if p is not None else "the runtime" for p in holders - {identity.principal}
-    )
-    if not others:
+def may_end(
+    holders: set[str | None], identity: Identity, key: DocKey, call: str, *, registered: bool
+) -> None:
+    """Refuse a stop or release of `key` acting for `identity` unless its principal
+    launched or opened some of what it would end (`holders`, from `Runner.holders`;
+    an empty set is nothing to end: allowed, a no-op). A registration other principals
+    also run is allowed (the caller ends only this principal's instances); pending
+    starts or start attempts of other principals with nothing registered are refused
+    (nothing there tells one principal's part from another's)."""
+    me = identity.principal
+    others = sorted(repr(p) if p is not None else "the runtime" for p in holders - {me})
+    if not others or (registered and me in holders):
         return
-    if identity.principal in holders:
-        why = f"it also runs for {', '.join(others)}, which {identity.principal!r} did not launch"
+    if me in holders:
+        why = f"it is also being started by {', '.join(others)}, which {me!r} did not launch"
     else:
-        why = f"it was launched or opened by {', '.join(others)}, not {identity.principal!r}"
+        why = f"it was launched or opened by {', '.join(others)}, not {me!r}"
     raise OwnershipError(f"{call}: cannot end {key}: {why}")

@@ -550,7 +550,8 @@ class Runtime:
                 )
         if not operator:
             holders = self.runner.holders(key)
-            check.may_end(holders, identity, key, "session.release")
+            registered = key in self.runner.registrations
+            check.may_end(holders, identity, key, "session.release", registered=registered)
             if holders - {identity.principal}:
                 # Shared with other principals' launches: her release lets go of her part
                 # only, and declines as a release does (a replacement, a lifetime).
