@@ -22,10 +22,16 @@ up to date first (starting a set-up result, computing the path to a list
 element's handler). Handlers run as the identity that sent the event.
 `inspect()` and the lifecycle trace show what runs and why.
 
-What it is not: scheduling (see `scheduler`) or storage (see `cells`); access
-control on data or events (the page owner rules guard only the page
-lifecycle); several processes sharing the work of one store (no page leases
-yet).
+The principal boundary: a `Session` is what a service hands to code acting
+for one user. Its transactions touch only what its identity resolves to (the
+check is `cells`'); its `stop` and `release` end only what its principal
+launched or opened (`OwnershipError` otherwise, whatever generation is
+named); every call checks its arguments (`ArgumentError`). Page records and
+event receipts are internal documents only the runtime's `Authority` reaches.
+
+What it is not: scheduling (see `scheduler`) or storage (see `cells`); a
+sandbox for code that holds the `Runtime` itself; several processes sharing
+the work of one store (no page leases yet).
 """
 
 from ._builder import Binding as Binding
