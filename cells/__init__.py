@@ -3,8 +3,9 @@
 What it is: values and their equality, deterministic ids, scoped addresses,
 links, the replica (confirmed state plus pending local commits), transactions
 with read logs and basis checks, bound to what their identity resolves to
-(`reaches`; internal documents need the replica's `Authority`), the one change channel (value-bearing
-notifications), settle outcomes, and the stores (`MemoryStore`, `SQLiteStore`).
+(`reaches`; internal documents need the replica's `Authority`), the one
+change channel (value-bearing notifications), settle outcomes, and the stores
+(`MemoryStore`, `SQLiteStore`).
 What it is not: scheduling (see `scheduler`) or patterns (see `runner`);
 nothing here imports them.
 """
