@@ -229,7 +229,8 @@ class Transaction:
         already checked), so a transaction pays it once per document: for the usual
         space-scoped document, one attribute, one comparison and one `startswith`
         (`reaches`, inlined: this sits on the first access of every document of every
-        node run; `read` inlines it once more).
+        node run). `read`, `peek` and `_access` inline that usual case and call this
+        only for a scoped or internal key.
         """
         if self._system:
             return
@@ -248,7 +249,8 @@ class Transaction:
     def _access(self, key: DocKey) -> TxDoc:
         td = self._docs.get(key)
         if td is None:
-            self._guard(key, "write")
+            if key.scope != "space" or key.id.startswith(INTERNAL_PREFIX):
+                self._guard(key, "write")  # (the usual space-scoped case, inlined)
             replica = self._replica
             rec = replica._docs.get(key)
             if rec is None:
@@ -346,7 +348,8 @@ class Transaction:
             return get_path(td.working, path)
         if type(key) is not DocKey:
             raise _bad_key(key, "peek")
-        self._guard(key, "read")
+        if key.scope != "space" or key.id.startswith(INTERNAL_PREFIX):
+            self._guard(key, "read")  # (the usual space-scoped case, inlined)
         rec = self._replica._docs.get(key)
         if rec is None:
             rec = self._replica._record(key)
