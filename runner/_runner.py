@@ -95,6 +95,9 @@ class Runner:
         self.attempts = Attempts()
         self.pending = PendingStarts()
         self.lifetimes: set[Key] = set()
+        self.claimants: dict[Key, set[str | None]] = {}
+        """Whose starts claimed each lifetime (principals; None: the runtime's own), so
+        a session letting go of a shared run gives up only its own principal's claim."""
         self._declined: dict[Key, Registration] = {}
         """Releases that declined only because a start was in flight (DESIGN §4.3 item 4)."""
         self._idle_waiters: list[Callable[[], None]] = []
@@ -448,6 +451,7 @@ class Runner:
     def _on_end(self, reg: Registration) -> None:
         # No orphaned lifetime: the record goes whenever its registration goes.
         self.lifetimes.discard(reg.key)
+        self.claimants.pop(reg.key, None)
         # Its observers complete: the run producing what they observe ended.
         self.scheduler.end_observations(reg.key)
         if self._declined.get(reg.key) is reg:
@@ -535,15 +539,20 @@ class Runner:
             return True
         return False
 
-    def let_go(self, key: Key, principal: str, *, why: str, lifetime: bool = False) -> None:
-        """End `principal`'s instances of the registration under `key` and leave the
-        others' running: a session's stop of a run other principals launched too ends
-        only its own part. With `lifetime`, the independent lifetime goes as well (the
-        page that claimed it closed; the others' launches hold the run now, and end it as
-        they end). When no instance is left, this is a full stop. O(instances)."""
+    def let_go(self, key: Key, principal: str, *, why: str) -> None:
+        """End `principal`'s instances of the registration under `key` and its claim on
+        the independent lifetime, and leave the others' running: a session's stop of a
+        run other principals launched too ends only its own part. The lifetime stays
+        while another principal's start claimed it too; otherwise the others' launches
+        hold the run now, and end it as they end. When no instance is left, this is a
+        full stop. O(instances)."""
         reg = self.registrations.get(key)
-        if lifetime:
-            self.lifetimes.discard(key)
+        claimants = self.claimants.get(key)
+        if claimants is not None:
+            claimants.discard(principal)
+            if not claimants:
+                del self.claimants[key]
+                self.lifetimes.discard(key)
         if reg is None:
             return
         for identity, group in list(reg.identities.items()):
@@ -562,6 +571,7 @@ class Runner:
         self.attempts.invalidate_all()
         self.pending.cancel_all(self._cancel_pending)
         self.lifetimes.clear()
+        self.claimants.clear()
         self._declined.clear()
         ended = self.registrations.end_all()
         self.trace.record("stop-all", "*", ended=len(ended))
@@ -635,7 +645,11 @@ class Runner:
         )
         if claimed:
             assert target is not None
+            if target not in self.lifetimes:
+                self.claimants.pop(target, None)  # claims of a lifetime since dropped
             self.lifetimes.add(target)
+            claimant = attempt.identity.principal if attempt.identity is not None else None
+            self.claimants.setdefault(target, set()).add(claimant)
             self.trace.record("claim", target, attempt=attempt.number)
             if attempt.on_claim is not None:
                 attempt.on_claim(target)
@@ -777,6 +791,7 @@ class Runner:
         self.pending._check()
         self.trace._check()
         assert self.lifetimes <= self.registrations.keys(), self.lifetimes
+        assert self.claimants.keys() <= self.registrations.keys(), self.claimants
         for key, reg in self._declined.items():
             assert self.registrations.get(key) is reg, (key, reg)
         for reg in self.registrations:

@@ -722,3 +722,53 @@ def test_bad_values_name_the_argument() -> None:
         rt.get_cell("x", scope="global")  # type: ignore[arg-type]
     with pytest.raises(InvalidValueError, match="not a JSON-like value"):
         rt.get_cell(object())
+
+
+def test_letting_go_gives_up_only_the_own_principals_claim_on_the_lifetime() -> None:
+    async def main() -> None:
+        w = await world()
+        async with w.rt:
+            key = w.rt.key(w.space_run)  # alice launched it (run): no lifetime of its own
+            assert key not in w.rt.lifetimes()
+            assert await w.bob.start(w.space_run) is True  # bob joins it and claims one
+            assert key in w.rt.lifetimes()
+            w.alice.stop(w.space_run)  # alice's part goes; bob's claim keeps the lifetime
+            assert key in w.rt.lifetimes()
+            reg = w.rt.registration(w.space_run)
+            assert reg is not None and ["bob"] == [i.principal for i in reg.identities]
+            w.rt._check()
+
+    arun(main)
+
+
+def test_a_page_on_a_run_another_principal_launched_closes_without_ending_it() -> None:
+    async def main() -> None:
+        w = await world()
+        async with w.rt:
+            key = w.rt.key(w.space_run)
+            assert await w.bob.open_page(w.space_run) is True
+            assert key in w.rt.lifetimes()
+            w.bob.stop(w.space_run)  # his page closes; alice's run goes on, as launched
+            assert [] == w.bob.pages()
+            reg = w.rt.registration(w.space_run)
+            assert reg is not None and ["alice"] == [i.principal for i in reg.identities]
+            assert key not in w.rt.lifetimes()  # bob's claim went with his page
+            w.alice.release(w.space_run)  # so her launch-scoped end ends it again
+            assert w.rt.registration(w.space_run) is None
+            w.rt._check()
+
+    arun(main)
+
+
+def test_a_session_that_started_a_run_and_stops_it_leaves_no_lifetime_behind() -> None:
+    async def main() -> None:
+        w = await world()
+        async with w.rt:
+            assert await w.bob.start(w.space_run) is True  # joins alice's run, claims a lifetime
+            w.bob.stop(w.space_run)
+            assert w.rt.key(w.space_run) not in w.rt.lifetimes()
+            w.alice.release(w.space_run)  # not declined for a lifetime bob gave up
+            assert w.rt.registration(w.space_run) is None
+            w.rt._check()
+
+    arun(main)
