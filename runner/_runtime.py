@@ -617,9 +617,10 @@ class Runtime:
         `await` it for the handling's outcome — "done", "dropped" (not handled here,
         e.g. a duplicate), or the handling's error raised (`HandlerError`, the
         handler's exception its cause). `event_id` makes delivery idempotent: the
-        same id on the same stream is handled at most once, by any runtime sharing
-        the store (a duplicate delivery loses its receipt and never undoes the
-        winner's work).
+        same id from the same principal on the same stream is handled at most once,
+        by any runtime sharing the store (a duplicate delivery loses its receipt and
+        never undoes the winner's work); another principal's event with the same id
+        is another event.
         """
         return self._send(self.identity, stream, event, event_id)
 

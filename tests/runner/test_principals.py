@@ -643,6 +643,10 @@ def _bad_calls(rt: Runtime, s: Session, cell: Cell) -> dict[str, tuple[Callable[
         "start(None)": (lambda: rt.start(None), "cell must be a Cell"),  # type: ignore[arg-type]
         "open_page(1)": (lambda: rt.open_page(1), "cell must be a Cell"),  # type: ignore[arg-type]
         "session open_page(1)": (lambda: s.open_page(1), "cell must be a Cell"),  # type: ignore[arg-type]
+        "open_page(follow='yes')": (
+            lambda: s.open_page(cell, follow="yes"),  # type: ignore[arg-type]
+            "follow must be True or False",
+        ),
         "key(None)": (lambda: rt.key(None), "cell must be a Cell"),  # type: ignore[arg-type]
         "registration('x')": (
             lambda: rt.registration("x"),  # type: ignore[arg-type]
