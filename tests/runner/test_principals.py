@@ -300,6 +300,8 @@ def test_the_authority_is_claimed_once_and_cannot_be_forged() -> None:
     system.write(DocKey("s", "of:x", "user", "bob"), ("value",), 2)
     tx.write_internal(authority, internal, ("value",), 3)
     assert 3 == tx.read(internal, ("value",))
+    system.abort("done")
+    tx.abort("done")
 
 
 def test_reaches_is_the_rule() -> None:
