@@ -498,7 +498,9 @@ class Transaction:
     def write_internal(self, authority: Authority, key: DocKey, path: Path, value: Any) -> None:
         """`write`, reaching any document: for the runtime's own bookkeeping staged in a
         transaction that otherwise acts for an identity (an event's receipt in its
-        handler's transaction). `authority` must be the replica's."""
+        handler's transaction). `authority` must be the replica's. Stage it after the
+        identity's own code is done with the transaction: like every document it
+        touched, this one is not checked again at later accesses in it."""
         self._replica._check_authority(authority)
         system, self._system = self._system, True
         try:

@@ -12,13 +12,16 @@ The principal boundary, as the calls apply it:
   instance that I resolves to: a `Cell` made for another principal (or
   session) of a user- (session-) scoped document is refused, never silently
   re-pointed at I's own instance.
-- A stop or release acting for I may end only what I's principal launched
-  or opened: the registration's instances all run for that principal (or,
-  with nothing registered, its pending starts and starts in flight were
-  all scheduled by it). Anything that also runs for another principal is
-  refused, whatever generation is named: generations are fences, not secrets.
-  The runtime's own identity is one identity among others here; the runtime's
-  holder has `stop_all()` and `close()` for everything.
+- A session's stop or release acting for I may end only what I's principal
+  launched or opened. A registration none of whose instances runs for that
+  principal is refused, and so is, with nothing registered, a key whose
+  pending starts or starts in flight another principal scheduled; this is
+  decided before any generation is looked at (generations are fences, not
+  secrets). A registration that runs for that principal and others loses only
+  that principal's instances (`Runner.let_go`); one that runs for that
+  principal alone ends as the runtime's own stop or release would end it.
+- The runtime's own calls (`rt.stop`, `rt.release`, `rt.stop_all`) are the
+  operator's and may end any run; pages stay their principal's for everyone.
 
 Not here: the transaction-level check (every read and write of a transaction
 acting for an identity, `cells._access`), or page records (`_pages`).
