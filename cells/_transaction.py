@@ -42,6 +42,12 @@ from .errors import (
     TransactionError,
 )
 
+# The inlined first-access checks below spell "starts with INTERNAL_PREFIX" as a
+# chained comparison of constants, about half the cost of `str.startswith` (they run
+# at the first access of every document of every node run, and at every `peek`).
+if INTERNAL_PREFIX != "cw:":  # pragma: no cover - a guard for whoever changes it
+    raise ImportError("cells._transaction spells INTERNAL_PREFIX as 'cw:'; update both")
+
 if TYPE_CHECKING:
     from ._replica import Layer, Replica
 
@@ -227,10 +233,10 @@ class Transaction:
 
         Called at each document's first access only (later ones find it in `_docs`,
         already checked), so a transaction pays it once per document: for the usual
-        space-scoped document, one attribute, one comparison and one `startswith`
-        (`reaches`, inlined: this sits on the first access of every document of every
-        node run). `read`, `peek` and `_access` inline that usual case and call this
-        only for a scoped or internal key.
+        space-scoped document, one attribute and three string comparisons (`reaches`,
+        inlined: this sits on the first access of every document of every node run).
+        `read`, `peek` and `_access` inline that usual case and call this only for a
+        scoped or internal key.
         """
         if self._system:
             return
@@ -249,7 +255,7 @@ class Transaction:
     def _access(self, key: DocKey) -> TxDoc:
         td = self._docs.get(key)
         if td is None:
-            if key.scope != "space" or key.id.startswith(INTERNAL_PREFIX):
+            if key.scope != "space" or "cw:" <= key.id < "cw;":
                 self._guard(key, "write")  # (the usual space-scoped case, inlined)
             replica = self._replica
             rec = replica._docs.get(key)
@@ -285,7 +291,7 @@ class Transaction:
                 raise _bad_key(key, "read")
             # First access is this read: the state seen now is the basis (what
             # `_access` and the first-read branch below would do, in one step).
-            if key.scope != "space" or key.id.startswith(INTERNAL_PREFIX):
+            if key.scope != "space" or "cw:" <= key.id < "cw;":
                 self._guard(key, "read")  # (the usual space-scoped case, inlined)
             replica = self._replica
             rec = replica._docs.get(key)
@@ -348,7 +354,7 @@ class Transaction:
             return get_path(td.working, path)
         if type(key) is not DocKey:
             raise _bad_key(key, "peek")
-        if key.scope != "space" or key.id.startswith(INTERNAL_PREFIX):
+        if key.scope != "space" or "cw:" <= key.id < "cw;":
             self._guard(key, "read")  # (the usual space-scoped case, inlined)
         rec = self._replica._docs.get(key)
         if rec is None:
