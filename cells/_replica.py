@@ -231,7 +231,10 @@ class Replica:
             raise bad_arg(identity, where="Replica.edit()", name="identity", accepts="an Identity")
         if self.closed:
             raise TransactionError(f"replica {self.session_id} is closed")
-        tx = Transaction(self, identity, source=source, authority=authority)
+        if authority is None:  # (the usual case: one keyword fewer to pass on)
+            tx = Transaction(self, identity, source=source)
+        else:
+            tx = Transaction(self, identity, source=source, authority=authority)
         # The opening site: the first frame outside cellweave's packages (inlined: a
         # helper call would cost as much as the walk).
         frame: FrameType | None = sys._getframe(1)
@@ -259,11 +262,13 @@ class Replica:
         self._authority = Authority()
         return self._authority
 
-    def _check_authority(self, authority: object) -> None:
+    def _check_authority(self, authority: object) -> bool:
+        """True if `authority` is this replica's; `OwnershipError` otherwise."""
         if authority is None or authority is not self._authority:
             raise OwnershipError(
                 f"replica {self.session_id}: {authority!r} is not this replica's authority"
             )
+        return True
 
     def subscribe(self, fn: Callable[[Notification], None]) -> Callable[[], None]:
         """Receive every notification; returns a function that unsubscribes."""

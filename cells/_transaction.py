@@ -175,11 +175,8 @@ class Transaction:
     ) -> None:
         self._replica = replica
         self.identity = identity
-        self._system = False
+        self._system = authority is not None and replica._check_authority(authority)
         """Opened with the replica's `Authority`: reaches every document."""
-        if authority is not None:
-            replica._check_authority(authority)
-            self._system = True
         self.source = source
         """Who runs this transaction (a scheduler node); its own commit never invalidates it."""
         self.status: Status = "open"
