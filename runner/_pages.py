@@ -468,7 +468,7 @@ class Pages:
         ]
         if not stale:
             return 0
-        tx = self.rt.replica.edit(identity)
+        tx = self.rt.replica.edit(identity, authority=self.rt._authority)  # internal document
         for pid in stale:
             tx.read(key, (docs.VALUE, pid), log=False)
             tx.write(key, (docs.VALUE, pid), MISSING)
