@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cells import CellweaveError
+from cells import ArgumentTypeError, CellweaveError
 from cells import OwnershipError as OwnershipError  # one class: cells raises it too
 
 
@@ -13,11 +13,12 @@ class PatternError(CellweaveError, TypeError):
     """
 
 
-class ArgumentError(PatternError):
+class ArgumentError(PatternError, ArgumentTypeError):
     """A `Runtime` or `Session` call got an argument it does not accept.
 
     The message names the call, the argument, what it accepts and what it got. A
-    `PatternError` (so a `TypeError`) because most are a wrong type.
+    `PatternError` and a `cells.ArgumentTypeError` (so a `TypeError`, and an
+    `InvalidArgumentError` / `ValueError`): code catching any of them catches it.
     """
 
 

@@ -20,6 +20,7 @@ from pattern_defs import Child, Counter, Parent
 from support import arun, parent_result, turns
 
 from cells import (
+    ArgumentTypeError,
     Authority,
     Cell,
     DocKey,
@@ -701,6 +702,7 @@ def test_every_public_call_checks_its_arguments() -> None:
                 with pytest.raises(ArgumentError, match=match) as info:
                     call()
                 assert isinstance(info.value, TypeError), name
+                assert isinstance(info.value, ArgumentTypeError), name  # cells' kind too
 
     arun(main)
 
