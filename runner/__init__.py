@@ -45,6 +45,9 @@ from ._builder import pattern as pattern
 from ._runtime import Runtime as Runtime
 from ._runtime import Session as Session
 from ._sent import Sent as Sent
+from ._state import state as state
+from ._when import unless as unless
+from ._when import when as when
 from .errors import OwnershipError as OwnershipError
 from .errors import PageError as PageError
 from .errors import PatternCycleError as PatternCycleError
@@ -76,4 +79,7 @@ __all__ = [
     "load_pattern",
     "navigate_to",
     "pattern",
+    "state",
+    "unless",
+    "when",
 ]

@@ -60,6 +60,7 @@ from ._registrations import Key, Registration
 from ._runner import Runner
 from ._send import Sends
 from ._sent import Sent
+from ._state import describe as describe_state
 from .errors import OwnershipError, PatternError, ResumeError
 
 
@@ -346,7 +347,8 @@ class Runtime:
         what: str,
     ) -> Cell:
         link = self._check_run(identity, tx, pattern, argument, result, what)
-        self.runner.stage_setup(tx, pattern, dict(argument), link, f"rt.{what}")
+        checked = pattern.prepare(argument, f"rt.{what}")  # raises before anything is written
+        self.runner.stage_setup(tx, pattern, checked, link, f"rt.{what}")
         if what == "setup":
             self.runner.switch_on_commit(tx, pattern, link)
         return result
@@ -690,6 +692,7 @@ class Runtime:
                     "pattern": reg.pattern,
                     "launch": reg.launch,
                     "depth": len(reg.chain),
+                    "state": describe_state(runner, reg),
                 }
                 for reg in runner.registrations
             ],
