@@ -129,7 +129,12 @@ def _fail(where: str, param: str, exc: Exception, value: Any) -> PatternError:
     path = f"{param}{m.group('path') or ''}"
     if isinstance(exc, msgspec.ValidationError):
         msg = msg[:1].lower() + msg[1:]
-    return PatternError(f"{where}: parameter {param!r} at {path}: {msg} (value {value!r})")
+    return PatternError(f"{where}: parameter {param!r} at {path}: {msg} (value {_short(value)})")
+
+
+def _short(value: Any, limit: int = 120) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 5]}...{text[-1]}"
 
 
 def convert(
@@ -169,6 +174,8 @@ def prepare(
 
 
 def _type_name(tp: Any) -> str:
+    if typing.get_origin(tp) is not None:
+        return repr(tp).replace("typing.", "")
     return getattr(tp, "__name__", None) or repr(tp)
 
 
