@@ -206,3 +206,23 @@ def test_a_child_can_be_the_branch_of_one_when_only() -> None:
     body.__qualname__ = "twice_a_branch"
     with pytest.raises(PatternError, match="already a branch of another when"):
         pattern(body).graph  # noqa: B018
+
+
+def test_a_send_computes_the_way_to_a_handler_in_a_branch_child() -> None:
+    from typed_defs import Editor
+
+    async def main() -> None:
+        async with Runtime() as rt:
+            show = rt.get_cell("show")
+            text = rt.get_cell("text")
+            res = rt.get_cell("ed")
+            tx = rt.edit()
+            show.with_tx(tx).set(True)
+            text.with_tx(tx).set("old")
+            rt.run(tx, Editor, {"show": show, "text": text}, res)
+            assert (await tx.commit()).ok
+            # No pass ran yet: the send computes the when node, which launches the child.
+            assert "done" == await rt.send(res.key("note", "edit"), {"text": "new"})
+            assert "new" == await text.pull()
+
+    arun(main)

@@ -127,3 +127,18 @@ def Values(flag, v):  # type: ignore[no-untyped-def]
 def Expander(name: str = "x"):  # type: ignore[no-untyped-def]
     open_ = state(False, name="open")
     return {"open": open_, "toggle": toggle(flag=open_), "detail": when(open_, Detail(name=name))}
+
+
+@handler
+def set_text(event, text):  # type: ignore[no-untyped-def]
+    text.set(event["text"])
+
+
+@pattern
+def Note(text):  # type: ignore[no-untyped-def]
+    return {"text": text, "edit": set_text(text=text)}
+
+
+@pattern
+def Editor(show, text):  # type: ignore[no-untyped-def]
+    return {"note": when(show, Note(text=text))}
