@@ -52,6 +52,11 @@ def bind_event_check(
     group.add(unbind)
 
 
+def plain_event(event: Any) -> Any:
+    """A `msgspec.Struct` event as plain data (what a stream carries); else `event`."""
+    return msgspec.to_builtins(event) if isinstance(event, msgspec.Struct) else event
+
+
 def check_event(runner: Runner, target: Cell, event: Any) -> Any:
     """`event` checked against the type of the handler bound at `target` and as plain
     data; unchanged when that handler is untyped (or not bound here)."""

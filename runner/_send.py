@@ -31,7 +31,7 @@ from cells import Cell, CellweaveError, Identity, Link, Pending, normalize, reso
 
 from . import _docs as docs
 from ._builder import LIST_KINDS, Pattern, find_pattern
-from ._checks import check_event
+from ._checks import check_event, plain_event
 from ._registrations import Key
 from ._runner import MAX_NESTING
 from .errors import PatternLoadError
@@ -52,6 +52,7 @@ class Sends:
         self, identity: Identity, stream: Cell, event: Any, event_id: str | None, sent: Sent
     ) -> None:
         """Queue (or park) the event; `sent` is the handle that hears how it ends."""
+        event = plain_event(event)
         rt = self.rt
         sch = rt.scheduler
         for attempt in ("as it is", "computed"):

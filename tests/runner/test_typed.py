@@ -255,3 +255,16 @@ def test_two_runtimes_agree_on_a_typed_result() -> None:
             assert {"count": 7, "title": "Counter"} == await again.pull()
 
     arun(main)
+
+
+def test_a_struct_event_to_a_run_set_up_but_not_started_is_delivered() -> None:
+    async def main() -> None:
+        async with Runtime() as rt:
+            res = rt.get_cell("r")
+            tx = rt.edit()
+            rt.setup(tx, Todo, {"items": []}, res)
+            assert (await tx.commit()).ok
+            assert "done" == await rt.send(res.key("add"), AddItem("parked"))
+            assert 1 == (await res.pull())["total"]
+
+    arun(main)
