@@ -419,7 +419,7 @@ class Pattern:
     def signature(self) -> types.Signature:
         """The parameters' resolved types and defaults, and the result's type."""
         if self._signature is None:
-            self._signature = types.signature(self.fn, f"pattern {self.identity}")
+            self._signature = types.signature(self.fn, f"pattern {self.identity}", opaque=(Ref,))
         return self._signature
 
     def prepare(self, argument: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -455,12 +455,24 @@ class Pattern:
             fn = self._functions[n.target]
             key = names.get(f"n{n.index}", getattr(fn, "__name__", n.target))
             first = types.signature(fn, "handler").first()
-            events[key] = types.schema_of(first.type) if first and first.annotated else None
-        return {
-            "argument": msgspec.json.schema(sig.argument_struct(name)),
-            "result": types.schema_of(sig.result),
-            "events": events,
-        }
+            try:
+                events[key] = types.schema_of(first.type) if first and first.annotated else None
+            except (TypeError, ValueError) as exc:
+                raise PatternError(
+                    f"pattern {self.identity}: the event annotation of handler {key} is not a"
+                    f" type msgspec can check: {exc}".replace("\n", " ")
+                ) from exc
+        try:
+            return {
+                "argument": msgspec.json.schema(sig.argument_struct(name)),
+                "result": types.schema_of(sig.result),
+                "events": events,
+            }
+        except (TypeError, ValueError) as exc:
+            raise PatternError(
+                f"pattern {self.identity}: an annotation is not a type msgspec can check:"
+                f" {exc}".replace("\n", " ")
+            ) from exc
 
     def _argument(self, kwargs: Mapping[str, Any], where: str) -> None:
         unknown = [k for k in kwargs if k not in self.params]

@@ -332,7 +332,9 @@ def _handler(
     label = _label(pattern, spec)
     rt = runner.rt
     chain = (*reg.chain, reg.key)
-    convert = event_converter(fn, label)
+    convert = event_converter(
+        fn, f"{getattr(fn, '__qualname__', spec.target)} in pattern {pattern.identity}"
+    )
 
     def run(tx: Transaction, payload: Any) -> Any:
         # A parameter bound to a reference is the cell it ends at: `count.set(...)` in

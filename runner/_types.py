@@ -17,7 +17,9 @@ Rules
 - A value holding a cell (a link) anywhere is not checked when staged: what a
   link points to may not be loaded yet. The run checks it when its target is
   loaded (`check_node`), and reports a mismatch in `rt.errors()`.
-- Unannotated parameters are `Any`: nothing is checked, as before.
+- Unannotated parameters are `Any`: nothing is checked, as before. So are
+  parameters annotated `Any`, `Ref` or `Cell` (annotations for a type checker,
+  describing the handle a body or handler holds, not the value).
 
 Not here: where a check is called (the builder, the runtime, instantiation).
 """
@@ -34,7 +36,7 @@ from typing import Any, Final
 
 import msgspec
 
-from cells import Link, Linkable
+from cells import Cell, Link, Linkable
 
 from .errors import PatternError
 
@@ -83,7 +85,9 @@ class Signature:
         return self._struct
 
 
-def signature(fn: Callable[..., Any], what: str, *, skip: int = 0) -> Signature:
+def signature(
+    fn: Callable[..., Any], what: str, *, skip: int = 0, opaque: tuple[type, ...] = ()
+) -> Signature:
     """The parameters of `fn` after the first `skip`, with resolved annotations."""
     try:
         hints = typing.get_type_hints(fn, include_extras=True)
@@ -97,11 +101,19 @@ def signature(fn: Callable[..., Any], what: str, *, skip: int = 0) -> Signature:
     for i, p in enumerate(inspect.signature(fn).parameters.values()):
         if i < skip:
             continue
-        annotated = p.name in hints
+        annotated = p.name in hints and not untyped(hints[p.name], opaque)
         typed = typed or annotated
-        params.append(Param(p.name, hints.get(p.name, Any), p.default, annotated))
+        params.append(Param(p.name, hints[p.name] if annotated else Any, p.default, annotated))
     result = hints.get("return", NO_DEFAULT)
+    if result is not NO_DEFAULT and untyped(result, opaque):
+        result = NO_DEFAULT
     return Signature(tuple(params), result, typed or result is not NO_DEFAULT)
+
+
+def untyped(tp: Any, opaque: tuple[type, ...] = ()) -> bool:
+    """Whether an annotation says nothing about the value: `Any`, or a handle type
+    (`Ref`, `Cell`: what a body or a handler holds, for a type checker's sake)."""
+    return tp is Any or (isinstance(tp, type) and issubclass(tp, (Cell, *opaque)))
 
 
 def has_link(value: Any, opaque: tuple[type, ...] = ()) -> bool:
@@ -201,7 +213,7 @@ def event_converter(fn: Callable[..., Any], label: str) -> Callable[[Any], Any] 
         raise PatternError(
             f"handler {label}: its annotations cannot be resolved: {type(exc).__name__}: {exc}"
         ) from exc
-    if not params or params[0] not in hints:
+    if not params or params[0] not in hints or untyped(hints[params[0]]):
         return None
     name = params[0]
     tp = hints[name]

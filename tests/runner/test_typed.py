@@ -142,7 +142,7 @@ def test_a_typed_event_is_converted_and_a_bad_one_raises_at_the_send() -> None:
             assert "done" == await rt.send(res.key("add"), {"title": "y"})
             with pytest.raises(PatternError) as info:
                 rt.send(res.key("add"), {"name": "z"})
-            assert str(info.value).startswith("event for handler Todo.n1 handler typed_defs:add:")
+            assert str(info.value).startswith("event for handler add in pattern typed_defs:Todo:")
             assert str(info.value).endswith(
                 "parameter 'event' at event: object missing required field `title`"
                 " (value {'name': 'z'})"
@@ -268,3 +268,14 @@ def test_a_struct_event_to_a_run_set_up_but_not_started_is_delivered() -> None:
             assert 1 == (await res.pull())["total"]
 
     arun(main)
+
+
+def test_annotations_for_a_type_checker_ref_cell_any_check_nothing() -> None:
+    from typed_defs import Plain, note_add
+
+    from runner._types import event_converter
+
+    assert Plain.signature.typed is False  # (name: Ref, notes: Ref) -> Any
+    assert Plain.graph.schema is None
+    assert {"name": 1, "notes": []} == Plain.prepare({"name": 1, "notes": []}, "t")
+    assert None is event_converter(note_add.fn, "note_add")  # (event: Any, notes: Cell)

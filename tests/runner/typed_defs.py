@@ -8,7 +8,8 @@ from typing import Annotated, Any, Literal, Optional, TypedDict
 
 import msgspec
 
-from runner import handler, lift, pattern, state, unless, when
+from cells import Cell
+from runner import Ref, handler, lift, pattern, state, unless, when
 
 CALLS: dict[str, int] = {}
 
@@ -142,3 +143,14 @@ def Note(text):  # type: ignore[no-untyped-def]
 @pattern
 def Editor(show, text):  # type: ignore[no-untyped-def]
     return {"note": when(show, Note(text=text))}
+
+
+@handler
+def note_add(event: Any, notes: Cell) -> None:
+    notes.push(event)
+
+
+@pattern
+def Plain(name: Ref, notes: Ref) -> Any:
+    """Annotated for a type checker only: the handles, not the values."""
+    return {"name": name, "add": note_add(notes=notes)}
