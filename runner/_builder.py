@@ -9,10 +9,18 @@ Inside the body nothing computes: calls record *nodes* —
 - `Child(field=...)`: a nested pattern;
 - `some_handler(field=...)`: an event handler bound to a stream;
 - `navigate_to(ref)`: open a result as a page;
+- `state(initial)`: a cell the run owns (`_state.py`);
+- `when(cond, then, otherwise)` / `unless`: a conditional value or child; a
+  pattern called as a branch becomes a "branch" node (`_when.py`);
 
 — and each call returns a `Ref` to the node's output, an *internal* cell of
 the pattern. `ref["field"]` reaches into a reference. The body returns the
 result: a dict (or any JSON-like tree) of refs and plain values.
+
+Annotated parameters, a handler's annotated event and the return annotation
+make a pattern *typed* (`_types.py`): `Pattern.prepare` fills defaults and
+checks an argument, `Pattern.schema()` describes it, and the graph carries
+that schema.
 
 The graph (`PatternGraph`) is plain data, serializable to JSON: bindings are
 `{"$binding": {"cell": "argument" | "internal", "name": ..., "path": [...]}}`

@@ -279,3 +279,26 @@ def test_annotations_for_a_type_checker_ref_cell_any_check_nothing() -> None:
     assert Plain.graph.schema is None
     assert {"name": 1, "notes": []} == Plain.prepare({"name": 1, "notes": []}, "t")
     assert None is event_converter(note_add.fn, "note_add")  # (event: Any, notes: Cell)
+
+
+def test_a_typed_list_op_reports_the_element_that_does_not_fit() -> None:
+    from typed_defs import Titles
+
+    async def main() -> None:
+        async with Runtime() as rt:
+            items = rt.get_cell("items")
+            res = rt.get_cell("r")
+            tx = rt.edit()
+            items.with_tx(tx).set([{"title": "a"}, {"name": "b"}])
+            rt.run(tx, Titles, {"items": items}, res)
+            assert (await tx.commit()).ok
+            assert ["a", None] == await res.key("titles").pull()  # the list goes on
+            await rt.idle()
+            messages = [e.message for e in rt.errors() if e.source == "TypedTitle argument check"]
+            assert 1 == len(messages)
+            assert messages[0].endswith(
+                "parameter 'element' at element: object missing required field `title`"
+                " (value {'name': 'b'})"
+            )
+
+    arun(main)

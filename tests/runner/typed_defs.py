@@ -154,3 +154,17 @@ def note_add(event: Any, notes: Cell) -> None:
 def Plain(name: Ref, notes: Ref) -> Any:
     """Annotated for a type checker only: the handles, not the values."""
     return {"name": name, "add": note_add(notes=notes)}
+
+
+def title_of(element: Any) -> Any:
+    return None if element is None else element.get("title")
+
+
+@pattern
+def TypedTitle(element: Item):  # type: ignore[no-untyped-def]
+    return lift(title_of)(element)
+
+
+@pattern
+def Titles(items):  # type: ignore[no-untyped-def]
+    return {"titles": items.map(TypedTitle)}
