@@ -5,8 +5,9 @@ What it is: the pattern builder (`@pattern`, `lift`, `handler`, `navigate_to`,
 children, and the list builtins `.map`, `.filter`, `.flat_map` on a `Ref`),
 which traces pattern functions into serializable graphs with stable identities
 (`load_pattern`); typed parameters, results and handler events (annotations
-checked with msgspec, defaults filled, `Pattern.schema()` as JSON Schema); and the `Runtime` facade, with `Session` views acting for
-other (principal, session) identities. A runtime sets up, runs, starts, stops
+checked with msgspec, defaults filled, `Pattern.schema()` as JSON Schema); and
+the `Runtime` facade, with `Session` views acting for other (principal,
+session) identities. A runtime sets up, runs, starts, stops
 and releases pattern runs (nested children, computed children, what handlers
 launch, one child per list element, its result narrowed to the scope of the
 element or of what controls the list's cardinality), keeps one registration per running
