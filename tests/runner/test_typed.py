@@ -17,7 +17,7 @@ from support import arun
 from typed_defs import AddItem, Counter, Item, Todo, Wrapper
 
 from cells import MemoryStore
-from runner import PatternError, Runtime, handler, pattern
+from runner import PatternError, PatternGraph, Runtime, handler, pattern
 from runner import _docs as docs
 
 
@@ -201,6 +201,7 @@ def test_schema_describes_argument_result_and_events_and_the_stored_graph_has_it
             )
             tx.abort("test")
             assert schema == graph["schema"]
+            assert Todo.graph == PatternGraph.from_json(graph)  # the schema round-trips
 
     arun(main)
 
