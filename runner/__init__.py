@@ -1,10 +1,13 @@
 """runner: patterns, the Runtime, and who may end each child run.
 
-What it is: the pattern builder (`@pattern`, `lift`, `handler`, `navigate_to`
-and the list builtins `.map`, `.filter`, `.flat_map` on a `Ref`), which traces
-pattern functions into serializable graphs with stable identities
-(`load_pattern`); and the `Runtime` facade, with `Session` views acting for
-other (principal, session) identities. A runtime sets up, runs, starts, stops
+What it is: the pattern builder (`@pattern`, `lift`, `handler`, `navigate_to`,
+`state` for a cell the run owns, `when` / `unless` for conditional values and
+children, and the list builtins `.map`, `.filter`, `.flat_map` on a `Ref`),
+which traces pattern functions into serializable graphs with stable identities
+(`load_pattern`); typed parameters, results and handler events (annotations
+checked with msgspec, defaults filled, `Pattern.schema()` as JSON Schema); and
+the `Runtime` facade, with `Session` views acting for other (principal,
+session) identities. A runtime sets up, runs, starts, stops
 and releases pattern runs (nested children, computed children, what handlers
 launch, one child per list element, its result narrowed to the scope of the
 element or of what controls the list's cardinality), keeps one registration per running
@@ -51,6 +54,9 @@ from ._builder import pattern as pattern
 from ._runtime import Runtime as Runtime
 from ._runtime import Session as Session
 from ._sent import Sent as Sent
+from ._state import state as state
+from ._when import unless as unless
+from ._when import when as when
 from .errors import ArgumentError as ArgumentError
 from .errors import OwnershipError as OwnershipError
 from .errors import PageError as PageError
@@ -84,4 +90,7 @@ __all__ = [
     "load_pattern",
     "navigate_to",
     "pattern",
+    "state",
+    "unless",
+    "when",
 ]

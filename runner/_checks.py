@@ -1,126 +1,101 @@
-"""Argument checks and the principal boundary of the public `Runtime` / `Session` calls.
+"""Type checks a run makes once it runs: linked arguments and events of typed handlers.
 
-Every public call checks its arguments before it does anything and raises a
-cellweave error naming the call, the argument, what it accepts and what it
-got (`ArgumentError` for a wrong type, `OwnershipError` for something that
-belongs to another identity). Without these a wrong type surfaced as an
-`AttributeError` deep inside, or was ignored (`stop(cell, generation="1")`).
+- A typed pattern's run gets one effect node that reads each annotated
+  parameter holding a link, follows it (so it reads what the link points to as
+  loaded now, and runs again when that changes) and checks it against the
+  parameter's type. A mismatch makes the node fail: it is reported in
+  `rt.errors()` (and `inspect()["failing"]`) naming the pattern, the parameter,
+  the path and the type, and nothing else stops; the run computes on.
+- A typed handler's stream is recorded here, so `rt.send` checks an event
+  before queueing it (a bad event raises `PatternError` at the send and is
+  never queued) and stores it as plain data.
 
-The principal boundary, as the calls apply it:
-
-- A cell handed to a call acting for identity I must name a document
-  instance that I resolves to: a `Cell` made for another principal (or
-  session) of a user- (session-) scoped document is refused, never silently
-  re-pointed at I's own instance.
-- A session's stop or release acting for I may end only what I's principal
-  launched or opened. A registration none of whose instances runs for that
-  principal is refused, and so is, with nothing registered, a key whose
-  pending starts or starts in flight another principal scheduled; this is
-  decided before any generation is looked at (generations are fences, not
-  secrets). A registration that runs for that principal and others loses only
-  that principal's instances (`Runner.let_go`); one that runs for that
-  principal alone ends as the runtime's own stop or release would end it.
-- The runtime's own calls (`rt.stop`, `rt.release`, `rt.stop_all`) are the
-  operator's and may end any run; pages stay their principal's for everyone.
-
-Not here: the transaction-level check (every read and write of a transaction
-acting for an identity, `cells._access`), or page records (`_pages`).
+Invariants
+- A stream is in `_STREAMS[runner]` exactly while its handler is bound (the
+  registration's cancel group removes it).
 """
 
 from __future__ import annotations
 
-from cells import Cell, DocKey, Identity, OwnershipError, Transaction
+import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from cells import MISSING, Cell, DocKey, Identity, Link, Transaction, read_value
 
 from . import _docs as docs
-from .errors import ArgumentError
+from . import _types as types
+from ._builder import Pattern
+from ._cancel import CancelGroup
+
+if TYPE_CHECKING:
+    from ._runner import Runner
+
+_STREAMS: weakref.WeakKeyDictionary[Runner, dict[DocKey, Callable[[Any], Any]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
-def check_cell(value: object, call: str, arg: str = "cell") -> Cell:
-    if not isinstance(value, Cell):
-        raise ArgumentError(
-            f"{call}: {arg} must be a Cell (rt.get_cell(...) or a result), got"
-            f" {type(value).__name__} {value!r}"
-        )
-    return value
-
-
-def check_tx(value: object, call: str, *, optional: bool = False) -> Transaction | None:
-    if value is None and optional:
-        return None
-    if not isinstance(value, Transaction):
-        accepts = "a Transaction (rt.edit()) or None" if optional else "a Transaction (rt.edit())"
-        raise ArgumentError(f"{call}: tx must be {accepts}, got {type(value).__name__} {value!r}")
-    return value
-
-
-def check_bool(value: object, call: str, arg: str) -> bool:
-    if type(value) is not bool:
-        raise ArgumentError(f"{call}: {arg} must be True or False, got {value!r}")
-    return value
-
-
-def check_optional_str(value: object, call: str, arg: str) -> str | None:
-    if value is not None and (type(value) is not str or not value):
-        raise ArgumentError(f"{call}: {arg} must be a non-empty str or None, got {value!r}")
-    return value
-
-
-def check_generation(value: object, call: str) -> int | None:
-    # bool is an int subclass: True would otherwise fence on generation 1.
-    if value is not None and type(value) is not int:
-        raise ArgumentError(
-            f"{call}: generation must be an int (a Registration's .generation) or None,"
-            f" got {type(value).__name__} {value!r}"
-        )
-    return value
-
-
-def check_name(value: object, what: str) -> str:
-    """A principal or session name: a non-str is a wrong argument; an empty one is a
-    missing identity, refused as such (DESIGN §4.3 item 5)."""
-    if not isinstance(value, str):
-        raise ArgumentError(
-            f"Runtime: {what} must be a non-empty str, got {type(value).__name__} {value!r}"
-        )
-    if not value:
-        raise OwnershipError(f"Runtime: {what} must be a non-empty str, got {value!r}")
-    return value
-
-
-def owner(key: DocKey) -> str:
-    return repr(key.principal) if key.scope == "user" else f"{key.principal!r}/{key.session!r}"
-
-
-def own_cell(identity: Identity, cell: Cell, call: str) -> DocKey:
-    """The registration key `cell` names for `identity`; `OwnershipError` if the cell was
-    made for another identity whose instance of it `identity` does not reach. O(1)."""
-    root = docs.root(cell.link())
-    key = root.key(identity)
-    if cell.identity != identity:
-        theirs = root.key(cell.identity)
-        if theirs != key:
-            me = owner(key) if key.scope != "space" else repr(identity.principal)
-            raise OwnershipError(
-                f"{call}: cannot act on {theirs}: it belongs to {owner(theirs)}, not {me}"
-            )
-    return key
-
-
-def may_end(
-    holders: set[str | None], identity: Identity, key: DocKey, call: str, *, registered: bool
+def bind_event_check(
+    runner: Runner, stream: DocKey, convert: Callable[[Any], Any], group: CancelGroup
 ) -> None:
-    """Refuse a stop or release of `key` acting for `identity` unless its principal
-    launched or opened some of what it would end (`holders`, from `Runner.holders`;
-    an empty set is nothing to end: allowed, a no-op). A registration other principals
-    also run is allowed (the caller ends only this principal's instances); pending
-    starts or start attempts of other principals with nothing registered are refused
-    (nothing there tells one principal's part from another's)."""
-    me = identity.principal
-    others = sorted(repr(p) if p is not None else "the runtime" for p in holders - {me})
-    if not others or (registered and me in holders):
+    """Record the converter of a typed handler's stream while the handler is bound."""
+    streams = _STREAMS.setdefault(runner, {})
+    streams[stream] = convert
+
+    def unbind() -> None:
+        if streams.get(stream) is convert:
+            del streams[stream]
+
+    group.add(unbind)
+
+
+def plain_event(event: Any) -> Any:
+    """A `msgspec.Struct` event as plain data (what a stream carries); else `event`."""
+    return msgspec.to_builtins(event) if isinstance(event, msgspec.Struct) else event
+
+
+def check_event(runner: Runner, target: Cell, event: Any) -> Any:
+    """`event` checked against the type of the handler bound at `target` and as plain
+    data; unchanged when that handler is untyped (or not bound here)."""
+    streams = _STREAMS.get(runner)
+    if not streams:
+        return event
+    convert = streams.get(target.link().key(target.identity))
+    if convert is None:
+        return event
+    return msgspec.to_builtins(convert(event))
+
+
+def check_node(
+    runner: Runner,
+    pattern: Pattern,
+    result: Link,
+    identity: Identity,
+    group: CancelGroup,
+) -> None:
+    """Register the argument-check effect of a typed pattern's run (nothing if untyped)."""
+    sig = pattern.signature
+    typed = [p.name for p in sig.params.values() if p.annotated]
+    if not typed:
         return
-    if me in holders:
-        why = f"it is also being started by {', '.join(others)}, which {me!r} did not launch"
-    else:
-        why = f"it was launched or opened by {', '.join(others)}, not {me!r}"
-    raise OwnershipError(f"{call}: cannot end {key}: {why}")
+    arg = docs.argument_link(result)
+    arg_key = arg.key(identity)
+    where = f"the argument of pattern {pattern.identity} (run {result.id[:12]})"
+
+    def run(tx: Transaction) -> None:
+        for name in typed:
+            raw = tx.read(arg_key, (docs.VALUE, name))
+            if raw is MISSING or not types.has_link(raw):
+                continue  # plain values were checked when the argument was staged
+            value = read_value(tx, arg.child(name))
+            if value is MISSING:
+                continue  # the target is not loaded (or absent): checked when it is
+            types.check_loaded(sig, name, value, where)
+
+    node = runner.scheduler.register(
+        run, identity=identity, kind="effect", label=f"{pattern.__qualname__} argument check"
+    )
+    group.add(lambda: runner.scheduler.remove(node))

@@ -69,6 +69,7 @@ from ._builder import Pattern, find_pattern
 from ._cancel import CancelGroup
 from ._ownership import Attempts, PendingStart, PendingStarts, StartAttempt
 from ._registrations import Key, Registration, Registrations
+from ._state import stage_state
 from ._trace import LifecycleTrace
 from .errors import PatternCycleError, PatternError, PatternLoadError
 
@@ -130,6 +131,8 @@ class Runner:
                 stream = docs.internal_link(result, node.index).key(identity)
                 if tx.peek(stream, (docs.VALUE,)) is MISSING:
                     tx.write(stream, (docs.VALUE,), None)
+            elif node.kind == "state":
+                stage_state(tx, node, result)
         plink = docs.pattern_link(result.space, pattern.identity)
         pkey = plink.key(identity)
         if tx.peek(pkey, (docs.VALUE, "identity")) != pattern.identity:

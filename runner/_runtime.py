@@ -53,7 +53,7 @@ from cells import (
 from cells._address import check_scope
 from scheduler import CallbackError, Clock, ErrorRecord, Scheduler
 
-from . import _checks as check
+from . import _boundary as check
 from . import _docs as docs
 from ._builder import Pattern
 from ._pages import Pages
@@ -61,6 +61,7 @@ from ._registrations import Key, Registration
 from ._runner import Runner
 from ._send import Sends
 from ._sent import Sent
+from ._state import describe as describe_state
 from .errors import ArgumentError, OwnershipError, PatternError, ResumeError
 
 
@@ -372,7 +373,8 @@ class Runtime:
         what: str,
     ) -> Cell:
         link = self._check_run(identity, tx, pattern, argument, result, what)
-        self.runner.stage_setup(tx, pattern, dict(argument), link, f"rt.{what}")
+        checked = pattern.prepare(argument, f"rt.{what}")  # raises before anything is written
+        self.runner.stage_setup(tx, pattern, checked, link, f"rt.{what}")
         if what == "setup":
             self.runner.switch_on_commit(tx, pattern, link)
         return result
@@ -456,7 +458,7 @@ class Runtime:
         self, identity: Identity, cell: Cell, generation: int | None, *, operator: bool
     ) -> Pending[None]:
         """`operator`: the runtime's own call (`rt.stop`), which may end any run; a
-        session's stop ends only what its principal launched or opened (`_checks`)."""
+        session's stop ends only what its principal launched or opened (`_boundary`)."""
         self._require_open()
         # Arguments and the principal boundary first, whatever `generation` says: a
         # guessed generation must not reach what is not this identity's to end.
@@ -792,6 +794,7 @@ class Runtime:
                     "pattern": reg.pattern,
                     "launch": reg.launch,
                     "depth": len(reg.chain),
+                    "state": describe_state(runner, reg),
                 }
                 for reg in runner.registrations
             ],
