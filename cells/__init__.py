@@ -2,12 +2,19 @@
 
 What it is: values and their equality, deterministic ids, scoped addresses,
 links, the replica (confirmed state plus pending local commits), transactions
-with read logs and basis checks, the one change channel (value-bearing
-notifications), settle outcomes, and the stores (`MemoryStore`, `SQLiteStore`).
+with read logs and basis checks, bound to what their identity resolves to
+(`reaches`; internal documents need the replica's `Authority`), the one
+change channel (value-bearing notifications), settle outcomes, and the stores
+(`MemoryStore`, `SQLiteStore`).
 What it is not: scheduling (see `scheduler`) or patterns (see `runner`);
 nothing here imports them.
 """
 
+from ._access import INTERNAL_PREFIX as INTERNAL_PREFIX
+from ._access import Authority as Authority
+from ._access import internal_id as internal_id
+from ._access import is_internal as is_internal
+from ._access import reaches as reaches
 from ._address import DocKey as DocKey
 from ._address import Identity as Identity
 from ._address import Link as Link
@@ -59,6 +66,7 @@ from .errors import InternalError as InternalError
 from .errors import InvalidArgumentError as InvalidArgumentError
 from .errors import InvalidValueError as InvalidValueError
 from .errors import LinkCycleError as LinkCycleError
+from .errors import OwnershipError as OwnershipError
 from .errors import PreconditionFailedError as PreconditionFailedError
 from .errors import StoreError as StoreError
 from .errors import TransactionAborted as TransactionAborted
@@ -67,11 +75,13 @@ from .stores import MemoryStore as MemoryStore
 from .stores import SQLiteStore as SQLiteStore
 
 __all__ = [
+    "INTERNAL_PREFIX",
     "MAX_DEPTH",
     "MAX_HOPS",
     "MISSING",
     "RETRYABLE",
     "ArgumentTypeError",
+    "Authority",
     "Cell",
     "CellHost",
     "CellweaveError",
@@ -92,6 +102,7 @@ __all__ = [
     "MemoryStore",
     "Notification",
     "Outcome",
+    "OwnershipError",
     "Path",
     "Pending",
     "PreconditionFailedError",
@@ -117,8 +128,11 @@ __all__ = [
     "encode_json",
     "entity_id",
     "get_path",
+    "internal_id",
+    "is_internal",
     "mimebundle",
     "normalize",
+    "reaches",
     "read_value",
     "resolve",
     "same_value",

@@ -26,7 +26,7 @@ from ._replica import Replica
 from ._store import StoreBase
 from ._transaction import Transaction
 from ._values import MISSING, Value, thaw
-from .errors import CellweaveError, InvalidArgumentError, InvalidValueError
+from .errors import CellweaveError, InvalidArgumentError, InvalidValueError, OwnershipError
 
 if TYPE_CHECKING:
     from ._address import Scope
@@ -154,7 +154,7 @@ class Cell:
         if tx._replica is not self._replica:  # (the usual case, same replica, is one compare)
             check_same_store(self, tx._replica, f"{self!r}.with_tx()")
         if tx.identity != self._identity:
-            raise CellweaveError(
+            raise OwnershipError(
                 f"{self!r} belongs to identity {self._identity!r}; the transaction acts for"
                 f" {tx.identity!r}"
             )

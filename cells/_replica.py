@@ -32,6 +32,7 @@ from typing import Any, Literal
 import attrs
 import msgspec
 
+from ._access import Authority
 from ._address import DocKey, Identity, Path
 from ._args import bad_arg, check_arg, check_callable
 from ._outcome import CommitResult, Outcome
@@ -42,6 +43,7 @@ from ._values import MISSING, Value, get_path, same_value, set_path
 from .errors import (
     InconsistentBasisError,
     InvalidValueError,
+    OwnershipError,
     TransactionError,
 )
 
@@ -208,6 +210,8 @@ class Replica:
         self._batch_depth = 0
         self.session_id = store.connect(self, session_id)
         self.closed = False
+        self._authority: Authority | None = None
+        """Handed out once (`claim_authority`); None until then."""
 
     def __repr__(self) -> str:
         return (
@@ -215,14 +219,22 @@ class Replica:
         )
 
     # ------------------------------------------------------------------ public
-    def edit(self, identity: Identity, *, source: object = None) -> Transaction:
-        """Open a transaction acting for `identity`; it remembers the user's line that
-        opened it (named if it is dropped with staged writes, see `Transaction`)."""
+    def edit(
+        self, identity: Identity, *, source: object = None, authority: Authority | None = None
+    ) -> Transaction:
+        """Open a transaction acting for `identity`: it touches only the documents that
+        identity resolves to (`OwnershipError` otherwise); with this replica's
+        `authority` it reaches every document (the runtime's own bookkeeping). It
+        remembers the user's line that opened it (named if it is dropped with staged
+        writes, see `Transaction`)."""
         if type(identity) is not Identity:
             raise bad_arg(identity, where="Replica.edit()", name="identity", accepts="an Identity")
         if self.closed:
             raise TransactionError(f"replica {self.session_id} is closed")
-        tx = Transaction(self, identity, source=source)
+        if authority is None:  # (the usual case: one keyword fewer to pass on)
+            tx = Transaction(self, identity, source=source)
+        else:
+            tx = Transaction(self, identity, source=source, authority=authority)
         # The opening site: the first frame outside cellweave's packages (inlined: a
         # helper call would cost as much as the walk).
         frame: FrameType | None = sys._getframe(1)
@@ -237,6 +249,26 @@ class Replica:
         if self.closed:
             raise TransactionError(f"replica {self.session_id} is closed")
         return Transaction(self, identity, source=source)
+
+    def claim_authority(self) -> Authority:
+        """The capability to reach every document, handed out once: whoever runs this
+        replica (a `Runtime`, as it starts) claims it and keeps it from user code.
+        A second claim raises `OwnershipError`."""
+        if self._authority is not None:
+            raise OwnershipError(
+                f"replica {self.session_id}: its authority was already claimed (a Runtime"
+                " claims it as it starts; open transactions through the runtime)"
+            )
+        self._authority = Authority()
+        return self._authority
+
+    def _check_authority(self, authority: object) -> bool:
+        """True if `authority` is this replica's; `OwnershipError` otherwise."""
+        if authority is None or authority is not self._authority:
+            raise OwnershipError(
+                f"replica {self.session_id}: {authority!r} is not this replica's authority"
+            )
+        return True
 
     def subscribe(self, fn: Callable[[Notification], None]) -> Callable[[], None]:
         """Receive every notification; returns a function that unsubscribes."""

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 import msgspec
 
+from ._access import INTERNAL_PREFIX, Authority, refusal
 from ._address import DocKey, Identity, Link, Path, check_path
 from ._args import bad_arg, check_callable
 from ._codec import describe
@@ -40,6 +41,12 @@ from .errors import (
     TransactionAborted,
     TransactionError,
 )
+
+# The inlined first-access checks below spell "starts with INTERNAL_PREFIX" as a
+# chained comparison of constants, about half the cost of `str.startswith` (they run
+# at the first access of every document of every node run, and at every `peek`).
+if INTERNAL_PREFIX != "cw:":  # pragma: no cover - a guard for whoever changes it
+    raise ImportError("cells._transaction spells INTERNAL_PREFIX as 'cw:'; update both")
 
 if TYPE_CHECKING:
     from ._replica import Layer, Replica
@@ -131,6 +138,12 @@ class Transaction:
     """One unit of reads and writes against a replica, for one resolution identity.
 
     Create with `Replica.edit(identity)` (or `rt.edit()`), never directly.
+
+    It touches only the documents its identity resolves to (see `cells._access`):
+    a first access to any other document (another principal's or session's
+    instance, or the runtime's internal bookkeeping) raises `OwnershipError`
+    before anything is read or staged. A transaction opened with the replica's
+    `Authority` reaches every document.
     """
 
     __slots__ = (
@@ -144,6 +157,7 @@ class Transaction:
         "_replica",
         "_settle_callbacks",
         "_site",
+        "_system",
         "_values",
         "identity",
         "result",
@@ -151,9 +165,18 @@ class Transaction:
         "status",
     )
 
-    def __init__(self, replica: Replica, identity: Identity, *, source: object = None) -> None:
+    def __init__(
+        self,
+        replica: Replica,
+        identity: Identity,
+        *,
+        source: object = None,
+        authority: Authority | None = None,
+    ) -> None:
         self._replica = replica
         self.identity = identity
+        self._system = authority is not None and replica._check_authority(authority)
+        """Opened with the replica's `Authority`: reaches every document."""
         self.source = source
         """Who runs this transaction (a scheduler node); its own commit never invalidates it."""
         self.status: Status = "open"
@@ -202,9 +225,35 @@ class Transaction:
         if self.status != "open":
             raise TransactionError(f"cannot {what}: the transaction is {self.status}")
 
+    def _guard(self, key: DocKey, what: str) -> None:
+        """Refuse, before anything is staged, a document this identity does not reach.
+
+        Called at each document's first access only (later ones find it in `_docs`,
+        already checked), so a transaction pays it once per document: for the usual
+        space-scoped document, one attribute and three string comparisons (`reaches`,
+        inlined: this sits on the first access of every document of every node run).
+        `read`, `peek` and `_access` inline that usual case and call this only for a
+        scoped or internal key.
+        """
+        if self._system:
+            return
+        if key.scope == "space":
+            if key.id.startswith(INTERNAL_PREFIX):
+                raise refusal(self.identity, key, what)
+            return
+        identity = self.identity
+        if (
+            key.principal != identity.principal
+            or (key.scope == "session" and key.session != identity.session)
+            or key.id.startswith(INTERNAL_PREFIX)
+        ):
+            raise refusal(identity, key, what)
+
     def _access(self, key: DocKey) -> TxDoc:
         td = self._docs.get(key)
         if td is None:
+            if key.scope != "space" or "cw:" <= key.id < "cw;":
+                self._guard(key, "write")  # (the usual space-scoped case, inlined)
             replica = self._replica
             rec = replica._docs.get(key)
             if rec is None:
@@ -239,6 +288,8 @@ class Transaction:
                 raise _bad_key(key, "read")
             # First access is this read: the state seen now is the basis (what
             # `_access` and the first-read branch below would do, in one step).
+            if key.scope != "space" or "cw:" <= key.id < "cw;":
+                self._guard(key, "read")  # (the usual space-scoped case, inlined)
             replica = self._replica
             rec = replica._docs.get(key)
             if rec is None:
@@ -300,6 +351,8 @@ class Transaction:
             return get_path(td.working, path)
         if type(key) is not DocKey:
             raise _bad_key(key, "peek")
+        if key.scope != "space" or "cw:" <= key.id < "cw;":
+            self._guard(key, "read")  # (the usual space-scoped case, inlined)
         rec = self._replica._docs.get(key)
         if rec is None:
             rec = self._replica._record(key)
@@ -445,11 +498,32 @@ class Transaction:
     def delete(self, key: DocKey, path: Path = ()) -> None:
         self.write(key, path, MISSING)
 
-    def create_only(self, key: DocKey) -> None:
-        """Make the commit fail PERMANENT if `key` exists or ever existed in the store."""
+    def write_internal(self, authority: Authority, key: DocKey, path: Path, value: Any) -> None:
+        """`write`, reaching any document: for the runtime's own bookkeeping staged in a
+        transaction that otherwise acts for an identity (an event's receipt in its
+        handler's transaction). `authority` must be the replica's. Stage it after the
+        identity's own code is done with the transaction: like every document it
+        touched, this one is not checked again at later accesses in it."""
+        self._replica._check_authority(authority)
+        system, self._system = self._system, True
+        try:
+            self.write(key, path, value)
+        finally:
+            self._system = system
+
+    def create_only(self, key: DocKey, *, authority: Authority | None = None) -> None:
+        """Make the commit fail PERMANENT if `key` exists or ever existed in the store.
+
+        Marking a document this identity does not reach raises `OwnershipError` (the
+        verdict would tell whether it exists), unless `authority` is the replica's.
+        """
         self._require_open(f"mark {key} create-only")
         if type(key) is not DocKey:
             raise _bad_key(key, "create_only")
+        if authority is not None:
+            self._replica._check_authority(authority)
+        elif key not in self._docs:
+            self._guard(key, "mark create-only")
         if self._create_only is None:
             self._create_only = set()
         self._create_only.add(key)

@@ -134,3 +134,12 @@ class TransactionAborted(CommitRejected):
     def __init__(self, message: str, *, reason: object = None):
         super().__init__(message)
         self.reason = reason
+
+
+class OwnershipError(CellweaveError, PermissionError):
+    """An identity acted on what is not its own: another principal's (or session's)
+    scoped document, the runtime's internal documents, another principal's run or
+    page; or an action was attempted without an identity.
+
+    `runner.OwnershipError` is this same class.
+    """

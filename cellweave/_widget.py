@@ -78,7 +78,7 @@ def view(cell: Cell, *, session: Session | None = None, runtime: Runtime | None 
     the first loop that delivers one."""
     if not isinstance(cell, Cell):
         raise WidgetError(f"cellweave.view: expected a Cell, got {cell!r}")
-    rt = runtime or (session.runtime if session is not None else Runtime.of(cell))
+    rt = runtime or Runtime.of(cell)
     if rt is None:
         raise WidgetError(
             f"cellweave.view({cell!r}): this cell was made without a runtime; use a cell from"

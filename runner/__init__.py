@@ -1,10 +1,13 @@
 """runner: patterns, the Runtime, and who may end each child run.
 
-What it is: the pattern builder (`@pattern`, `lift`, `handler`, `navigate_to`
-and the list builtins `.map`, `.filter`, `.flat_map` on a `Ref`), which traces
-pattern functions into serializable graphs with stable identities
-(`load_pattern`); and the `Runtime` facade, with `Session` views acting for
-other (principal, session) identities. A runtime sets up, runs, starts, stops
+What it is: the pattern builder (`@pattern`, `lift`, `handler`, `navigate_to`,
+`state` for a cell the run owns, `when` / `unless` for conditional values and
+children, and the list builtins `.map`, `.filter`, `.flat_map` on a `Ref`),
+which traces pattern functions into serializable graphs with stable identities
+(`load_pattern`); typed parameters, results and handler events (annotations
+checked with msgspec, defaults filled, `Pattern.schema()` as JSON Schema); and
+the `Runtime` facade, with `Session` views acting for other (principal,
+session) identities. A runtime sets up, runs, starts, stops
 and releases pattern runs (nested children, computed children, what handlers
 launch, one child per list element, its result narrowed to the scope of the
 element or of what controls the list's cardinality), keeps one registration per running
@@ -22,10 +25,16 @@ up to date first (starting a set-up result, computing the path to a list
 element's handler). Handlers run as the identity that sent the event.
 `inspect()` and the lifecycle trace show what runs and why.
 
-What it is not: scheduling (see `scheduler`) or storage (see `cells`); access
-control on data or events (the page owner rules guard only the page
-lifecycle); several processes sharing the work of one store (no page leases
-yet).
+The principal boundary: a `Session` is what a service hands to code acting
+for one user. Its transactions touch only what its identity resolves to (the
+check is `cells`'); its `stop` and `release` end only what its principal
+launched or opened (`OwnershipError` otherwise, whatever generation is
+named); every call checks its arguments (`ArgumentError`). Page records and
+event receipts are internal documents only the runtime's `Authority` reaches.
+
+What it is not: scheduling (see `scheduler`) or storage (see `cells`); a
+sandbox for code that holds the `Runtime` itself; several processes sharing
+the work of one store (no page leases yet).
 """
 
 from ._builder import Binding as Binding
@@ -45,6 +54,10 @@ from ._builder import pattern as pattern
 from ._runtime import Runtime as Runtime
 from ._runtime import Session as Session
 from ._sent import Sent as Sent
+from ._state import state as state
+from ._when import unless as unless
+from ._when import when as when
+from .errors import ArgumentError as ArgumentError
 from .errors import OwnershipError as OwnershipError
 from .errors import PageError as PageError
 from .errors import PatternCycleError as PatternCycleError
@@ -53,6 +66,7 @@ from .errors import PatternLoadError as PatternLoadError
 from .errors import ResumeError as ResumeError
 
 __all__ = [
+    "ArgumentError",
     "Binding",
     "Handler",
     "Lift",
@@ -76,4 +90,7 @@ __all__ = [
     "load_pattern",
     "navigate_to",
     "pattern",
+    "state",
+    "unless",
+    "when",
 ]

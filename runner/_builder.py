@@ -9,10 +9,18 @@ Inside the body nothing computes: calls record *nodes* —
 - `Child(field=...)`: a nested pattern;
 - `some_handler(field=...)`: an event handler bound to a stream;
 - `navigate_to(ref)`: open a result as a page;
+- `state(initial)`: a cell the run owns (`_state.py`);
+- `when(cond, then, otherwise)` / `unless`: a conditional value or child; a
+  pattern called as a branch becomes a "branch" node (`_when.py`);
 
 — and each call returns a `Ref` to the node's output, an *internal* cell of
 the pattern. `ref["field"]` reaches into a reference. The body returns the
 result: a dict (or any JSON-like tree) of refs and plain values.
+
+Annotated parameters, a handler's annotated event and the return annotation
+make a pattern *typed* (`_types.py`): `Pattern.prepare` fills defaults and
+checks an argument, `Pattern.schema()` describes it, and the graph carries
+that schema.
 
 The graph (`PatternGraph`) is plain data, serializable to JSON: bindings are
 `{"$binding": {"cell": "argument" | "internal", "name": ..., "path": [...]}}`
@@ -42,10 +50,13 @@ import msgspec
 from cells import InvalidValueError as _InvalidValueError
 from cells import Linkable, mimebundle, normalize
 
+from . import _types as types
 from .errors import PatternError, PatternLoadError
 
 BindingCell: TypeAlias = Literal["argument", "internal"]
-NodeKind: TypeAlias = Literal["lift", "pattern", "handler", "navigate", "map", "filter", "flat_map"]
+NodeKind: TypeAlias = Literal[
+    "lift", "pattern", "handler", "navigate", "map", "filter", "flat_map", "state", "when", "branch"
+]
 LIST_KINDS: Final = ("map", "filter", "flat_map")
 
 
@@ -157,9 +168,17 @@ class PatternGraph(msgspec.Struct, frozen=True):
     nodes: tuple[NodeSpec, ...]
     result: Any
     """A JSON-like tree of plain values and `Binding`s: what the result cell holds."""
+    schema: Any = None
+    """A typed pattern's `Pattern.schema()` (None for an unannotated one)."""
 
     def to_json(self) -> dict[str, Any]:
         """The graph as JSON-like data (bindings as `{"$binding": ...}` objects)."""
+        out = self._json()
+        if self.schema is not None:
+            out["schema"] = self.schema
+        return out
+
+    def _json(self) -> dict[str, Any]:
         return {
             "identity": self.identity,
             "params": list(self.params),
@@ -185,6 +204,7 @@ class PatternGraph(msgspec.Struct, frozen=True):
                 for n in data["nodes"]
             ),
             _tree_from_json(data["result"]),
+            data.get("schema"),
         )
 
     def bindings(self) -> Iterator[tuple[str, Binding]]:
@@ -344,6 +364,7 @@ class Pattern:
         self._graph: PatternGraph | None = None
         self._functions: dict[str, Callable[..., Any]] = {}
         self._tracing = False
+        self._signature: types.Signature | None = None
         _DEFINED[self.identity] = self
         self.__doc__ = fn.__doc__
         self.__name__ = getattr(fn, "__name__", "pattern")
@@ -398,7 +419,72 @@ class Pattern:
             self._tracing = False
         self._graph = PatternGraph(self.identity, self.params, tuple(trace.nodes), result)
         self._functions = trace.functions
+        if self.signature.typed or any(
+            types.event_converter(self._functions[n.target], n.target) is not None
+            for n in self._graph.nodes
+            if n.kind == "handler"
+        ):
+            self._graph = msgspec.structs.replace(self._graph, schema=self._schema(self._graph))
         self._graph._check()
+
+    @property
+    def signature(self) -> types.Signature:
+        """The parameters' resolved types and defaults, and the result's type."""
+        if self._signature is None:
+            self._signature = types.signature(self.fn, f"pattern {self.identity}", opaque=(Ref,))
+        return self._signature
+
+    def prepare(self, argument: Mapping[str, Any], where: str) -> dict[str, Any]:
+        """`argument` with defaults filled and each value checked against its parameter's
+        type (a value holding a cell is checked when the run loads it). Raises
+        `PatternError` naming the pattern, the parameter, the path and the type."""
+        self._argument(argument, where)
+        return types.prepare(
+            self.signature, argument, f"{where}: pattern {self.identity}", (Binding,)
+        )
+
+    def schema(self) -> dict[str, Any]:
+        """JSON Schema (msgspec's) of the argument, the result and each handler's event.
+
+        `{"argument": ..., "result": ... | None, "events": {name: ...}}`; a handler
+        is named by the result field that exposes its stream (else by its function).
+        An unannotated place has the schema `{}` (argument fields) or None."""
+        graph = self.graph
+        return graph.schema if graph.schema is not None else self._schema(graph)
+
+    def _schema(self, graph: PatternGraph) -> dict[str, Any]:
+        sig = self.signature
+        name = self.__qualname__.replace(".", "_").replace("<", "").replace(">", "")
+        names: dict[str, str] = {}
+        if type(graph.result) is dict:
+            for key, b in graph.result.items():
+                if type(b) is Binding and b.cell == "internal" and not b.path:
+                    names.setdefault(b.name, key)
+        events: dict[str, Any] = {}
+        for n in graph.nodes:
+            if n.kind != "handler":
+                continue
+            fn = self._functions[n.target]
+            key = names.get(f"n{n.index}", getattr(fn, "__name__", n.target))
+            first = types.signature(fn, "handler").first()
+            try:
+                events[key] = types.schema_of(first.type) if first and first.annotated else None
+            except (TypeError, ValueError) as exc:
+                raise PatternError(
+                    f"pattern {self.identity}: the event annotation of handler {key} is not a"
+                    f" type msgspec can check: {exc}".replace("\n", " ")
+                ) from exc
+        try:
+            return {
+                "argument": msgspec.json.schema(sig.argument_struct(name)),
+                "result": types.schema_of(sig.result),
+                "events": events,
+            }
+        except (TypeError, ValueError) as exc:
+            raise PatternError(
+                f"pattern {self.identity}: an annotation is not a type msgspec can check:"
+                f" {exc}".replace("\n", " ")
+            ) from exc
 
     def _argument(self, kwargs: Mapping[str, Any], where: str) -> None:
         unknown = [k for k in kwargs if k not in self.params]
@@ -411,12 +497,11 @@ class Pattern:
     def __call__(self, **kwargs: Any) -> Any:
         trace = _current.get()
         if trace is None:
-            self._argument(kwargs, "calling a pattern")
-            return PatternInstance(self, dict(kwargs))
+            return PatternInstance(self, self.prepare(kwargs, "calling a pattern"))
         where = f"{self.identity} nested in {trace.pattern.identity}"
         self._argument(kwargs, where)
         inputs = {k: _bind(v, trace, f"{where}: argument {k!r}") for k, v in kwargs.items()}
-        return trace.add("pattern", self.identity, inputs)
+        return trace.add("pattern", self.identity, self.prepare(inputs, where))
 
 
 class PatternInstance:

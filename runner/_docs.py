@@ -35,7 +35,16 @@ from __future__ import annotations
 import functools
 from typing import Any, Final
 
-from cells import MAX_HOPS, MISSING, Link, LinkCycleError, Transaction, entity_id, resolve
+from cells import (
+    MAX_HOPS,
+    MISSING,
+    Link,
+    LinkCycleError,
+    Transaction,
+    entity_id,
+    internal_id,
+    resolve,
+)
 
 from ._builder import Binding
 
@@ -78,8 +87,11 @@ def pattern_link(space: str, identity: str) -> Link:
 
 
 def pages_link(space: str) -> Link:
-    """One pages document per principal (user scope: each principal has its own)."""
-    return Link(space, entity_id(PAGES_CAUSE), "user")
+    """One pages document per principal (user scope: each principal has its own).
+
+    An internal document: no identity's transaction reaches it, the principal's own
+    included (page records are written only with the runtime's authority)."""
+    return Link(space, internal_id(PAGES_CAUSE), "user")
 
 
 def page_id(target: Link) -> str:

@@ -59,7 +59,9 @@ from scheduler import Node, QueuedEvent
 from . import _docs as docs
 from ._builder import LIST_KINDS, Navigate, NodeSpec, Pattern, PatternInstance, find_pattern
 from ._cancel import CancelGroup
+from ._checks import bind_event_check, check_node
 from ._registrations import Registration
+from ._types import event_converter
 from .errors import PatternError
 
 if TYPE_CHECKING:
@@ -96,6 +98,8 @@ def instantiate(
     instance's cancel group); handlers only for the registration's first instance."""
     identity = tx.identity
     first = len(reg.identities) == 1
+    if pattern.signature.typed:
+        check_node(runner, pattern, result, identity, group)
     for spec in pattern.graph.nodes:
         if spec.kind == "lift":
             _lift(runner, reg, pattern, spec, result, identity, group)
@@ -106,6 +110,12 @@ def instantiate(
                 _handler(runner, reg, pattern, spec, result, identity)
         elif spec.kind == "navigate":
             _navigate(runner, reg, pattern, spec, result, identity, group)
+        elif spec.kind == "when":
+            from ._when import instantiate_when
+
+            instantiate_when(runner, reg, pattern, spec, result, identity, group)
+        elif spec.kind in ("state", "branch"):
+            pass  # a cell the setup wrote / a child a `when` node launches
         elif spec.kind in LIST_KINDS:
             from ._lists import Coordinator
 
@@ -337,6 +347,9 @@ def _handler(
     label = _label(pattern, spec)
     rt = runner.rt
     chain = (*reg.chain, reg.key)
+    convert = event_converter(
+        fn, f"{getattr(fn, '__qualname__', spec.target)} in pattern {pattern.identity}"
+    )
 
     def run(tx: Transaction, payload: Any) -> Any:
         # A parameter bound to a reference is the cell it ends at: `count.set(...)` in
@@ -349,7 +362,7 @@ def _handler(
             )
             for name, tree in bound.items()
         }
-        return fn(payload, **kwargs)
+        return fn(payload if convert is None else convert(payload), **kwargs)
 
     def on_result(tx: Transaction, ev: QueuedEvent, returned: Any) -> None:
         _handler_result(runner, reg, tx, ev, returned, stream, chain, label)
@@ -359,6 +372,8 @@ def _handler(
         stream_cell, run, reads=_declared(bound, identity), label=label, on_result=on_result
     )
     reg.group.add(lambda: runner.scheduler.remove_handler(handler))
+    if convert is not None:
+        bind_event_check(runner, stream.key(identity), convert, reg.group)
     _track(reg, spec.index, handler, reg.group)
 
 
@@ -431,7 +446,7 @@ def _navigate_after_commit(
             f"{label}: navigate_to needs a cell or a pattern instance, got {target!r}"
         )
     key = docs.root(link).key(tx.identity)
-    pending = runner.pending.add(key, f"navigation from {label}")
+    pending = runner.pending.add(key, f"navigation from {label}", tx.identity)
     runner.trace.record("pending", key, launch=f"navigation from {label}")
     reg.group.add(lambda: runner.pending.cancel_key(key, runner._cancel_pending))
     identity = tx.identity

@@ -25,18 +25,31 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterator
 
+from cells import Identity
+
 from ._registrations import Key, Registration
 
 
 class StartAttempt:
-    __slots__ = ("epoch", "generations", "label", "number", "on_claim", "target", "tombstones")
+    __slots__ = (
+        "epoch",
+        "generations",
+        "identity",
+        "label",
+        "number",
+        "on_claim",
+        "target",
+        "tombstones",
+    )
 
     _numbers = itertools.count(1)
 
-    def __init__(self, epoch: int, label: str) -> None:
+    def __init__(self, epoch: int, label: str, identity: Identity | None = None) -> None:
         self.number = next(StartAttempt._numbers)
         self.epoch = epoch
         self.label = label
+        self.identity = identity
+        """Who started it: a session's stop reaches only its own principal's attempts."""
         self.generations: dict[Key, int] = {}
         self.tombstones: set[Key] = set()
         self.target: Key | None = None
@@ -58,8 +71,8 @@ class Attempts:
     def __len__(self) -> int:
         return len(self.active)
 
-    def begin(self, label: str) -> StartAttempt:
-        attempt = StartAttempt(self.epoch, label)
+    def begin(self, label: str, identity: Identity | None = None) -> StartAttempt:
+        attempt = StartAttempt(self.epoch, label, identity)
         self.active.add(attempt)
         return attempt
 
@@ -73,11 +86,20 @@ class Attempts:
     def in_flight(self, key: Key) -> bool:
         return bool(self.by_key.get(key))
 
-    def tombstone_undiscovered(self, key: Key) -> int:
+    def principals(self, key: Key) -> set[str | None]:
+        """The principals of the attempts that discovered `key` (None: the runtime's own)."""
+        return {a.identity.principal if a.identity else None for a in self.by_key.get(key, ())}
+
+    def tombstone_undiscovered(self, key: Key, principal: str | None = None) -> int:
         """A stop of `key`: every active attempt that has not discovered it yet gets a
-        tombstone, so it stops the moment it resolves a link to `key`."""
+        tombstone, so it stops the moment it resolves a link to `key`. A session's stop
+        (`principal`) reaches only the attempts its own principal started."""
         n = 0
         for attempt in self.active:
+            if principal is not None and (
+                attempt.identity is None or attempt.identity.principal != principal
+            ):
+                continue
             if key not in attempt.generations:
                 attempt.tombstones.add(key)
                 n += 1
@@ -134,11 +156,13 @@ class Attempts:
 class PendingStart:
     """A start scheduled now that installs only after a transaction commits."""
 
-    __slots__ = ("cancelled", "installed", "key", "label", "settled")
+    __slots__ = ("cancelled", "identity", "installed", "key", "label", "settled")
 
-    def __init__(self, key: Key, label: str) -> None:
+    def __init__(self, key: Key, label: str, identity: Identity | None = None) -> None:
         self.key = key
         self.label = label
+        self.identity = identity
+        """Whose launch scheduled it (a session may stop only its own principal's)."""
         self.cancelled = False
         self.settled = False
         self.installed: Registration | None = None
@@ -162,8 +186,8 @@ class PendingStarts:
     def keys(self) -> frozenset[Key]:
         return frozenset(self._by_key)
 
-    def add(self, key: Key, label: str) -> PendingStart:
-        pending = PendingStart(key, label)
+    def add(self, key: Key, label: str, identity: Identity | None = None) -> PendingStart:
+        pending = PendingStart(key, label, identity)
         self._by_key.setdefault(key, []).append(pending)
         return pending
 
@@ -186,6 +210,10 @@ class PendingStarts:
             pending.settled = True
             on_cancel(pending)
         return len(starts)
+
+    def principals(self, key: Key) -> set[str | None]:
+        """The principals whose launches hold pending starts for `key`."""
+        return {p.identity.principal if p.identity else None for p in self._by_key.get(key, ())}
 
     def cancel_all(self, on_cancel: Callable[[PendingStart], None]) -> int:
         return sum(self.cancel_key(key, on_cancel) for key in list(self._by_key))

@@ -137,7 +137,8 @@ class Pages:
         it while `wanted()` says it is still the page's newest intent; `done` sees only
         the final outcome, so a caller never acts on a first failure that a retry then
         overturns (nor on one no retry was wanted for: it sees that failure)."""
-        tx = self.rt.replica.edit(identity)
+        # The records are internal documents: only the runtime's authority reaches them.
+        tx = self.rt.replica.edit(identity, authority=self.rt._authority)
         tx.write(self._doc(identity), (docs.VALUE, pid), record)
 
         def settled(p: Pending[CommitResult]) -> None:
@@ -467,7 +468,7 @@ class Pages:
         ]
         if not stale:
             return 0
-        tx = self.rt.replica.edit(identity)
+        tx = self.rt.replica.edit(identity, authority=self.rt._authority)  # internal document
         for pid in stale:
             tx.read(key, (docs.VALUE, pid), log=False)
             tx.write(key, (docs.VALUE, pid), MISSING)

@@ -12,10 +12,10 @@ A registration runs for one or more resolution identities: its *instances*.
 A space-scoped result that two principals demand on one serving runtime is
 one registration (one key, one token, one stop) whose nodes run once per
 demanding identity, each with that identity, so each reads and writes its own
-instances of user- and session-scoped documents. Each joined instance has a
-cancel group of its own inside the registration's, so a join that fails can
-be undone without touching the other identities' instances; the first
-instance, which is never undone alone, uses the registration's own group.
+instances of user- and session-scoped documents. Each instance has a cancel
+group of its own inside the registration's, so a join that fails, or one
+principal's stop of a run others launched too, ends that identity's instance
+without touching the other identities' ones.
 
 Invariants (checked by `_check`)
 - at most one registration per key, and it is the one stored under its key;
@@ -174,7 +174,7 @@ class Registrations:
             assert reg.key == key, (key, reg)
             assert not reg.ended and not reg.group.cancelled, reg
             reg.group._check()
-            for i, (identity, group) in enumerate(reg.identities.items()):
+            for identity, group in reg.identities.items():
                 assert not group.cancelled, (reg, identity)
-                assert (group is reg.group) == (i == 0), (reg, identity)
+                assert group is not reg.group, (reg, identity)
                 group._check()

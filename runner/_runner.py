@@ -69,6 +69,7 @@ from ._builder import Pattern, find_pattern
 from ._cancel import CancelGroup
 from ._ownership import Attempts, PendingStart, PendingStarts, StartAttempt
 from ._registrations import Key, Registration, Registrations
+from ._state import stage_state
 from ._trace import LifecycleTrace
 from .errors import PatternCycleError, PatternError, PatternLoadError
 
@@ -95,6 +96,9 @@ class Runner:
         self.attempts = Attempts()
         self.pending = PendingStarts()
         self.lifetimes: set[Key] = set()
+        self.claimants: dict[Key, set[str | None]] = {}
+        """Whose starts claimed each lifetime (principals; None: the runtime's own), so
+        a session letting go of a shared run gives up only its own principal's claim."""
         self._declined: dict[Key, Registration] = {}
         """Releases that declined only because a start was in flight (DESIGN §4.3 item 4)."""
         self._idle_waiters: list[Callable[[], None]] = []
@@ -127,6 +131,8 @@ class Runner:
                 stream = docs.internal_link(result, node.index).key(identity)
                 if tx.peek(stream, (docs.VALUE,)) is MISSING:
                     tx.write(stream, (docs.VALUE,), None)
+            elif node.kind == "state":
+                stage_state(tx, node, result)
         plink = docs.pattern_link(result.space, pattern.identity)
         pkey = plink.key(identity)
         if tx.peek(pkey, (docs.VALUE, "identity")) != pattern.identity:
@@ -291,7 +297,7 @@ class Runner:
     ) -> PendingStart:
         identity = tx.identity
         key = result.key(identity)
-        pending = self.pending.add(key, launch)
+        pending = self.pending.add(key, launch, identity)
         self.trace.record("pending", key, launch=launch)
 
         def settled(_tx: Transaction, res: CommitResult) -> None:
@@ -348,20 +354,20 @@ class Runner:
         from ._instantiate import instantiate
 
         identity = tx.identity
-        if not reg.identities:
-            # The first instance never leaves on its own (only a join is undone), so the
-            # registration's own group serves it: no extra group or cleanup per run.
-            group = reg.group
-        else:
-            group = CancelGroup(f"{reg.key}#{reg.generation} as {_who(identity)}")
-            reg.group.add(lambda: self._drop_instance(reg, identity, group))
+        # Every instance has a group of its own, the first one too: a session's stop of a
+        # run other principals also launched ends its own instances only (`let_go`), and
+        # its principal may have installed the first.
+        # (Labelled by identity only: the registration's own group names the key, and
+        # formatting a key for every run costs a microsecond the churn benchmark sees.)
+        group = CancelGroup(_who(identity))
+        reg.group.add(lambda: self._drop_instance(reg, identity, group))
         reg.identities[identity] = group
         instantiate(self, reg, pattern, result, tx, group)
 
     def _drop_instance(self, reg: Registration, identity: Identity, group: CancelGroup) -> None:
         # The identity leaves first: its cleanups then see which identities still hold a
-        # child they share (`release_for`). A joined instance's drop runs before the first
-        # instance's cleanups (the group runs newest first), so the first releases last.
+        # child they share (`release_for`). A later instance's drop runs before an earlier
+        # one's (the registration's group runs newest first), so the first releases last.
         if reg.identities.get(identity) is group:
             del reg.identities[identity]
         group.cancel()
@@ -450,6 +456,7 @@ class Runner:
     def _on_end(self, reg: Registration) -> None:
         # No orphaned lifetime: the record goes whenever its registration goes.
         self.lifetimes.discard(reg.key)
+        self.claimants.pop(reg.key, None)
         # Its observers complete: the run producing what they observe ended.
         self.scheduler.end_observations(reg.key)
         if self._declined.get(reg.key) is reg:
@@ -461,14 +468,23 @@ class Runner:
         if reg is not None and self.registrations.get(pending.key) is reg:
             self.registrations.end(pending.key, token=reg)
 
-    def stop(self, key: Key, *, generation: int | None = None, why: str = "stop") -> None:
-        """The authoritative end (see the module docstring)."""
+    def stop(
+        self,
+        key: Key,
+        *,
+        generation: int | None = None,
+        why: str = "stop",
+        principal: str | None = None,
+    ) -> None:
+        """The authoritative end (see the module docstring). A session's stop passes its
+        `principal`: the tombstones it leaves reach only that principal's start attempts
+        (another principal's start through a link to `key` is not its to end)."""
         if generation is not None:
             reg = self.registrations.get(key)
             if reg is None or reg.generation != generation:
                 self.trace.record("decline", key, reason="stale generation", op="stop")
                 return
-        if self.attempts.tombstone_undiscovered(key):
+        if self.attempts.tombstone_undiscovered(key, principal):
             self.trace.record("tombstone", key, reason="unresolved start attempts")
         self.stop_result(key, why=why)
 
@@ -504,6 +520,53 @@ class Runner:
         self.trace.record("release", key, reason=why)
         return True
 
+    def holders(self, key: Key) -> set[str | None]:
+        """Who launched or started what a stop or release of `key` would end: the
+        principals its registration runs for, else those of its pending starts and start
+        attempts in flight (None: the runtime's own internal work). O(instances)."""
+        reg = self.registrations.get(key)
+        if reg is not None:
+            return {identity.principal for identity in reg.identities}
+        return self.pending.principals(key) | self.attempts.principals(key)
+
+    def declines_release(self, key: Key, token: Registration | None, why: str) -> bool:
+        """Whether a release of `key` with `token` declines for the reasons a release
+        does when a registration is there (a replacement, a lifetime, a start in flight)."""
+        reg = self.registrations.get(key)
+        if token is not None and reg is not None and token is not reg:
+            self.trace.record("decline", key, reason="token mismatch", op=why)
+            return True
+        if key in self.lifetimes:
+            self.trace.record("decline", key, reason="independent lifetime", op=why)
+            return True
+        if self.attempts.in_flight(key):
+            self.trace.record("decline", key, reason="start in flight", op=why)
+            return True
+        return False
+
+    def let_go(self, key: Key, principal: str, *, why: str) -> None:
+        """End `principal`'s instances of the registration under `key` and its claim on
+        the independent lifetime, and leave the others' running: a session's stop of a
+        run other principals launched too ends only its own part. The lifetime stays
+        while another principal's start claimed it too; otherwise the others' launches
+        hold the run now, and end it as they end. When no instance is left, this is a
+        full stop. O(instances)."""
+        reg = self.registrations.get(key)
+        claimants = self.claimants.get(key)
+        if claimants is not None:
+            claimants.discard(principal)
+            if not claimants:
+                del self.claimants[key]
+                self.lifetimes.discard(key)
+        if reg is None:
+            return
+        for identity, group in list(reg.identities.items()):
+            if identity.principal == principal:
+                self._drop_instance(reg, identity, group)
+        self.trace.record("let-go", key, principal=principal, reason=why)
+        if not reg.identities and self.registrations.get(key) is reg:
+            self.stop_result(key, why=f"{why}: its last instance left")
+
     def stop_if_current(self, key: Key, reg: Registration, why: str) -> None:
         """Deferred ownership after installation: stop only the exact registration."""
         if self.registrations.get(key) is reg:
@@ -513,6 +576,7 @@ class Runner:
         self.attempts.invalidate_all()
         self.pending.cancel_all(self._cancel_pending)
         self.lifetimes.clear()
+        self.claimants.clear()
         self._declined.clear()
         ended = self.registrations.end_all()
         self.trace.record("stop-all", "*", ended=len(ended))
@@ -530,7 +594,7 @@ class Runner:
 
         `on_claim(key)` runs when this start claims a lifetime for the result `key`.
         """
-        attempt = self.attempts.begin(label)
+        attempt = self.attempts.begin(label, identity)
         attempt.on_claim = on_claim
         self.attempts.track(attempt, docs.root(link).key(identity))
         result: Pending[bool] = Pending(self.replica.mailbox)
@@ -586,7 +650,11 @@ class Runner:
         )
         if claimed:
             assert target is not None
+            if target not in self.lifetimes:
+                self.claimants.pop(target, None)  # claims of a lifetime since dropped
             self.lifetimes.add(target)
+            claimant = attempt.identity.principal if attempt.identity is not None else None
+            self.claimants.setdefault(target, set()).add(claimant)
             self.trace.record("claim", target, attempt=attempt.number)
             if attempt.on_claim is not None:
                 attempt.on_claim(target)
@@ -728,6 +796,7 @@ class Runner:
         self.pending._check()
         self.trace._check()
         assert self.lifetimes <= self.registrations.keys(), self.lifetimes
+        assert self.claimants.keys() <= self.registrations.keys(), self.claimants
         for key, reg in self._declined.items():
             assert self.registrations.get(key) is reg, (key, reg)
         for reg in self.registrations:

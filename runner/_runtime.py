@@ -54,6 +54,7 @@ from cells import (
 from cells._address import check_scope
 from scheduler import CallbackError, Clock, ErrorRecord, Scheduler
 
+from . import _boundary as check
 from . import _docs as docs
 from ._builder import Pattern, load_pattern
 from ._pages import Pages
@@ -61,7 +62,8 @@ from ._registrations import Key, Registration
 from ._runner import Runner
 from ._send import Sends
 from ._sent import Sent
-from .errors import OwnershipError, PatternError, ResumeError
+from ._state import describe as describe_state
+from .errors import ArgumentError, OwnershipError, PatternError, ResumeError
 
 
 class Inspection(dict[str, Any]):
@@ -98,78 +100,80 @@ class _Host:
         return docs.resolve_to_result(tx, link)
 
 
-def _check_name(value: object, what: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise OwnershipError(f"Runtime: {what} must be a non-empty str, got {value!r}")
-    return value
+_check_name = check.check_name
 
 
 class Session:
     """A view of a runtime acting for one resolution identity (principal, session).
 
     Cells it returns resolve that identity's instances of user- and
-    session-scoped documents; runs, starts, stops and pages act for it.
+    session-scoped documents; runs, starts, stops and pages act for it. It is
+    what a service hands to code acting for one user: its transactions touch
+    only what the identity resolves to, it ends only what the identity's
+    principal launched or opened, and it does not expose the runtime.
     """
 
+    __slots__ = ("_runtime", "identity")
+
     def __init__(self, runtime: Runtime, identity: Identity) -> None:
-        self.runtime = runtime
+        self._runtime = runtime
         self.identity = identity
 
     def __repr__(self) -> str:
-        return f"<Session {self.identity.principal}/{self.identity.session} of {self.runtime!r}>"
+        return f"<Session {self.identity.principal}/{self.identity.session} of {self._runtime!r}>"
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         """Notebook display: who this session acts for, and its principal's pages."""
-        pages = [repr(c) for c in self.pages()] if not self.runtime.closed else []
+        pages = [repr(c) for c in self.pages()] if not self._runtime.closed else []
         ident = self.identity
         return mimebundle(
             repr(self), {"principal": ident.principal, "session": ident.session, "pages": pages}
         )
 
     def edit(self, *, commit_gated: bool = False) -> Transaction:
-        return self.runtime._edit(self.identity, commit_gated)
+        return self._runtime._edit(self.identity, commit_gated)
 
     def cell(self, cell: Cell) -> Cell:
         """`cell`'s place as this session sees it: the same address, resolving
         user- and session-scoped documents for this session's identity."""
         if not isinstance(cell, Cell):
             raise PatternError(f"session.cell: expected a Cell, got {cell!r}")
-        check_same_store(cell, self.runtime.replica, "session.cell")
+        check_same_store(cell, self._runtime.replica, "session.cell")
         if cell.identity == self.identity and cell.tx is None:
             return cell
-        return Cell(self.runtime.replica, self.identity, cell.link(), host=self.runtime._host)
+        return Cell(self._runtime.replica, self.identity, cell.link(), host=self._runtime._host)
 
     def get_cell(
         self, cause: Any, *, scope: Scope = "space", tx: Transaction | None = None
     ) -> Cell:
-        return self.runtime._get_cell(self.identity, cause, scope, tx)
+        return self._runtime._get_cell(self.identity, cause, scope, tx)
 
     def setup(self, tx: Transaction, pattern: Pattern, argument: Any, result: Cell) -> Cell:
-        return self.runtime._setup(self.identity, tx, pattern, argument, result, "setup")
+        return self._runtime._setup(self.identity, tx, pattern, argument, result, "setup")
 
     def run(self, tx: Transaction, pattern: Pattern, argument: Any, result: Cell) -> Cell:
-        return self.runtime._run(self.identity, tx, pattern, argument, result)
+        return self._runtime._run(self.identity, tx, pattern, argument, result)
 
     def start(self, cell: Cell) -> asyncio.Future[bool]:
-        return self.runtime._start(self.identity, cell)
+        return self._runtime._start(self.identity, cell)
 
     def stop(self, cell: Cell, *, generation: int | None = None) -> Pending[None]:
-        return self.runtime._stop(self.identity, cell, generation)
+        return self._runtime._stop(self.identity, cell, generation, operator=False)
 
     def release(self, cell: Cell, token: Registration | None = None) -> None:
-        self.runtime._release(self.identity, cell, token)
+        self._runtime._release(self.identity, cell, token, operator=False)
 
     def send(self, stream: Cell, event: Any, *, event_id: str | None = None) -> Sent:
-        return self.runtime._send(self.identity, stream, event, event_id)
+        return self._runtime._send(self.identity, stream, event, event_id)
 
     def pages(self) -> list[Cell]:
-        return self.runtime._pages(self.identity, self.identity.principal)
+        return self._runtime._pages(self.identity, self.identity.principal)
 
     def run_cell(self, key: str) -> Cell:
         """The result cell of the run `inspect()` names by `key`, as this session sees
         it (to stop or release it from an inspector). A run this session's principal
         has no instance of is refused like a missing one, with `OwnershipError`."""
-        rt = self.runtime
+        rt = self._runtime
         rt._require_open()
         if not isinstance(key, str):
             raise PatternError(f"session.run_cell: key must be a str from inspect(), got {key!r}")
@@ -186,7 +190,7 @@ class Session:
         instance of that principal (each with its parent and what keeps it alive),
         its pages, the pending starts and lifetimes of those runs, and the recent
         lifecycle trace of them."""
-        rt = self.runtime
+        rt = self._runtime
         rt._require_open()
         principal = self.identity.principal
         regs = [
@@ -210,13 +214,13 @@ class Session:
         }
 
     def open_page(self, cell: Cell, *, follow: bool = False) -> asyncio.Future[bool]:
-        if not isinstance(cell, Cell):
-            return self.runtime.open_page(cell, follow=follow)  # (its error names the value)
-        check_same_store(cell, self.runtime.replica, "session.open_page")
-        return self.runtime.open_page(self.cell(cell), follow=follow)
+        check.check_cell(cell, "session.open_page")
+        check_same_store(cell, self._runtime.replica, "session.open_page")
+        check.own_cell(self.identity, cell, "session.open_page")
+        return self._runtime.open_page(self.cell(cell), follow=follow)
 
     async def resume(self) -> list[Cell]:
-        return await self.runtime._resume(self.identity)
+        return await self._runtime._resume(self.identity)
 
 
 class Runtime:
@@ -239,15 +243,30 @@ class Runtime:
         clock: Clock | None = None,
         on_navigate: Callable[[Cell], None] | None = None,
     ) -> None:
-        self.space = _check_name(space, "space")
+        if store is not None and not isinstance(store, StoreBase):
+            raise ArgumentError(
+                f"Runtime: store must be a store (MemoryStore(), SQLiteStore(path)) or None,"
+                f" got {type(store).__name__} {store!r}"
+            )
+        if not isinstance(space, str) or not space:
+            raise ArgumentError(f"Runtime: space must be a non-empty str, got {space!r}")
+        self.space = space
         self.identity = Identity(
             _check_name(principal, "principal"), _check_name(session, "session")
         )
+        if clock is not None and not callable(getattr(clock, "now", None)):
+            raise ArgumentError(
+                f"Runtime: clock must have a now() method (a scheduler Clock) or be None,"
+                f" got {clock!r}"
+            )
         if on_navigate is not None and not callable(on_navigate):
-            raise CellweaveError(f"Runtime: on_navigate must be callable, got {on_navigate!r}")
+            raise ArgumentError(f"Runtime: on_navigate must be callable, got {on_navigate!r}")
         self.store: StoreBase = store if store is not None else MemoryStore()
         self.replica = Replica(self.store)
-        self.scheduler = Scheduler(self.replica, clock=clock)
+        # The capability for the runtime's own bookkeeping (page records, receipts):
+        # claimed before any user code can see the replica, and never handed out.
+        self._authority = self.replica.claim_authority()
+        self.scheduler = Scheduler(self.replica, clock=clock, authority=self._authority)
         self._host = _Host(self, self.scheduler)
         self.runner = Runner(self)
         self.on_navigate = on_navigate
@@ -338,6 +357,7 @@ class Runtime:
     # -- transactions and cells
     def _edit(self, identity: Identity, commit_gated: bool) -> Transaction:
         self._require_open()
+        check.check_bool(commit_gated, "rt.edit", "commit_gated")
         tx = self.replica.edit(identity)
         if commit_gated:
             tx.meta["commit_gated"] = True
@@ -353,6 +373,7 @@ class Runtime:
     ) -> Cell:
         self._require_open()
         check_scope(scope, where=f"get_cell({cause!r})")
+        check.check_tx(tx, f"rt.get_cell({cause!r})", optional=True)
         link = Link(self.space, entity_id(cause), scope)
         cell = Cell(self.replica, identity, link, host=self._host)
         return cell.with_tx(tx) if tx is not None else cell
@@ -379,19 +400,20 @@ class Runtime:
         what: str,
     ) -> Link:
         self._require_open()
-        if not isinstance(tx, Transaction):
-            raise PatternError(f"rt.{what}: tx must be a Transaction (rt.edit()), got {tx!r}")
+        check.check_tx(tx, f"rt.{what}")
         if not isinstance(pattern, Pattern):
-            raise PatternError(f"rt.{what}: {pattern!r} is not a @pattern")
+            raise ArgumentError(
+                f"rt.{what}: pattern must be a @pattern, {pattern!r} is not a @pattern"
+            )
         if not isinstance(argument, Mapping):
-            raise PatternError(
+            raise ArgumentError(
                 f"rt.{what}({pattern.identity}): the argument must be a dict of values or"
                 f" cells, got {type(argument).__name__}"
             )
         pattern._argument(argument, f"rt.{what}")
         self._check_own(tx, argument, result, f"rt.{what}({pattern.identity})")
         if not isinstance(result, Cell):
-            raise PatternError(
+            raise ArgumentError(
                 f"rt.{what}({pattern.identity}): the result must be a Cell, got {result!r}"
             )
         link = result.link()
@@ -405,6 +427,10 @@ class Runtime:
                 f"rt.{what}({pattern.identity}): the transaction acts for {tx.identity!r} and"
                 f" the result cell for {result.identity!r}; both must be {identity!r}"
             )
+        for name, value in argument.items():
+            if isinstance(value, Cell):
+                # Stored as a link, it would silently name `identity`'s own instance.
+                check.own_cell(identity, value, f"rt.{what}({pattern.identity}): argument {name!r}")
         return link
 
     def _check_own(self, tx: Transaction, argument: Any, result: Any, where: str) -> None:
@@ -437,7 +463,8 @@ class Runtime:
         what: str,
     ) -> Cell:
         link = self._check_run(identity, tx, pattern, argument, result, what)
-        self.runner.stage_setup(tx, pattern, dict(argument), link, f"rt.{what}")
+        checked = pattern.prepare(argument, f"rt.{what}")  # raises before anything is written
+        self.runner.stage_setup(tx, pattern, checked, link, f"rt.{what}")
         if what == "setup":
             self.runner.switch_on_commit(tx, pattern, link)
         return result
@@ -485,8 +512,10 @@ class Runtime:
     def _start(self, identity: Identity, cell: Cell) -> asyncio.Future[bool]:
         self._require_open()
         if not isinstance(cell, Cell):
-            raise PatternError(f"rt.start: expected a Cell, got {cell!r}")
+            check.check_cell(cell, "rt.start")
         check_same_store(cell, self.replica, "rt.start")
+        if cell.identity != identity:
+            check.own_cell(identity, cell, "rt.start")
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -511,15 +540,29 @@ class Runtime:
     def key(self, cell: Cell) -> Key:
         """The registration key of the result `cell` names (its whole document instance)."""
         self._require_open()
-        if not isinstance(cell, Cell):
-            raise PatternError(f"rt.key: expected a Cell, got {cell!r}")
+        check.check_cell(cell, "rt.key")
         check_same_store(cell, self.replica, "rt.key")
         return docs.root(cell.link()).key(cell.identity)
 
-    def _stop(self, identity: Identity, cell: Cell, generation: int | None) -> Pending[None]:
+    def _stop(
+        self, identity: Identity, cell: Cell, generation: int | None, *, operator: bool
+    ) -> Pending[None]:
+        """`operator`: the runtime's own call (`rt.stop`), which may end any run; a
+        session's stop ends only what its principal launched or opened (`_boundary`)."""
         self._require_open()
+        # Arguments and the principal boundary first, whatever `generation` says: a
+        # guessed generation must not reach what is not this identity's to end.
+        # (Checks inlined where they pass: stop and start are what churn costs.)
+        if generation is not None and type(generation) is not int:
+            check.check_generation(generation, "rt.stop")
+        if not isinstance(cell, Cell):
+            check.check_cell(cell, "rt.stop")
+        check_same_store(cell, self.replica, "rt.stop")
+        if operator or cell.identity == identity:
+            key = docs.root(cell.link()).key(cell.identity)
+        else:
+            key = check.own_cell(identity, cell, "session.stop")
         own, other = self._pages_book.find(cell, identity)
-        key = self.key(cell)
         if own is None and other is not None:
             raise OwnershipError(
                 f"cannot stop page {cell!r}: it belongs to {other!r}, not {identity.principal!r}"
@@ -535,15 +578,44 @@ class Runtime:
                     return _DONE
             # Decision before cleanup: the stop is recorded before anything is cancelled,
             # so a restart never resumes a page someone stopped.
-            stop_result, durable = self._pages_book.stop(own, identity)
-            if not stop_result:
+            last_page, durable = self._pages_book.stop(own, identity)
+            shared = key in self.runner.registrations and bool(
+                self.runner.holders(key) - {identity.principal}
+            )
+            if not operator and (not last_page or shared):
+                # The page was hers to close; the run it showed is also held by another
+                # principal's page or launch, which is not hers to end: only her
+                # instances and her claim on its lifetime go. (With nothing registered
+                # yet, her stop reaches the starts in flight as a page stop always did.)
+                self.runner.let_go(key, identity.principal, why="page stop")
+                return durable
+            if not last_page:
                 return durable  # another principal's page still holds the shared result
-        elif other is None and generation is None:
-            # Not a page this runtime opened or resumed; the store may still record it
-            # open (another runtime opened it): that record is removed too.
-            durable = self._pages_book.stop_recorded(cell, identity) or _DONE
-        self.runner.stop(key, generation=generation)
+        else:
+            if not operator:
+                holders = self.runner.holders(key)
+                registered = key in self.runner.registrations
+                check.may_end(holders, identity, key, "session.stop", registered=registered)
+                if holders - {identity.principal}:
+                    # Shared with other principals' launches: her stop ends her part only.
+                    if generation is None or self._generation_is(key, generation):
+                        self.runner.let_go(key, identity.principal, why="session.stop")
+                    return _DONE
+            if other is None and generation is None:
+                # Not a page this runtime opened or resumed; the store may still record it
+                # open (another runtime opened it): that record is removed too.
+                durable = self._pages_book.stop_recorded(cell, identity) or _DONE
+        self.runner.stop(
+            key, generation=generation, principal=None if operator else identity.principal
+        )
         return durable
+
+    def _generation_is(self, key: Key, generation: int) -> bool:
+        reg = self.runner.registrations.get(key)
+        if reg is not None and reg.generation == generation:
+            return True
+        self.runner.trace.record("decline", key, reason="stale generation", op="stop")
+        return False
 
     def stop(self, cell: Cell, *, generation: int | None = None) -> Pending[None]:
         """The authoritative end of the result `cell` names (see the ownership rules).
@@ -556,18 +628,45 @@ class Runtime:
         opened is found there, and closed too).
         The local work ends before this returns either way; ignoring the result is fine.
         """
-        return self._stop(self.identity, cell, generation)
+        return self._stop(self.identity, cell, generation, operator=True)
 
-    def _release(self, identity: Identity, cell: Cell, token: Registration | None) -> None:
+    def _release(
+        self, identity: Identity, cell: Cell, token: Registration | None, *, operator: bool
+    ) -> None:
         self._require_open()
-        if token is not None and not isinstance(token, Registration):
-            raise PatternError(f"rt.release: token must be a Registration or None, got {token!r}")
-        self.runner.release(self.key(cell), token, why="rt.release")
+        check.check_cell(cell, "rt.release")
+        check_same_store(cell, self.replica, "rt.release")
+        if operator or cell.identity == identity:
+            key = docs.root(cell.link()).key(cell.identity)
+        else:
+            key = check.own_cell(identity, cell, "session.release")
+        if token is not None:
+            if not isinstance(token, Registration):
+                raise ArgumentError(
+                    f"rt.release: token must be a Registration (rt.registration(cell)) or None,"
+                    f" got {type(token).__name__} {token!r}"
+                )
+            if token.key != key:
+                raise ArgumentError(
+                    f"rt.release: token {token!r} is the registration of {token.key}, not of"
+                    f" {key} (the result {cell!r} names)"
+                )
+        if not operator:
+            holders = self.runner.holders(key)
+            registered = key in self.runner.registrations
+            check.may_end(holders, identity, key, "session.release", registered=registered)
+            if holders - {identity.principal}:
+                # Shared with other principals' launches: her release lets go of her part
+                # only, and declines as a release does (a replacement, a lifetime).
+                if not self.runner.declines_release(key, token, "session.release"):
+                    self.runner.let_go(key, identity.principal, why="session.release")
+                return
+        self.runner.release(key, token, why="rt.release")
 
     def release(self, cell: Cell, token: Registration | None = None) -> None:
         """The launch-scoped end: ends only the registration `token` names (any, if None),
         and declines for a result with an independent lifetime or a start in flight."""
-        self._release(self.identity, cell, token)
+        self._release(self.identity, cell, token, operator=True)
 
     def stop_all(self) -> None:
         """End every registration, pending start and lifetime; invalidate every start."""
@@ -577,6 +676,7 @@ class Runtime:
     def registration(self, cell: Cell) -> Registration | None:
         """The current registration (token) of the result, or None."""
         self._require_open()
+        check.check_cell(cell, "rt.registration")
         return self.runner.registrations.get(self.key(cell))
 
     def registrations(self) -> frozenset[Key]:
@@ -594,9 +694,10 @@ class Runtime:
     # -- events
     def _send(self, identity: Identity, stream: Cell, event: Any, event_id: str | None) -> Sent:
         self._require_open()
-        if not isinstance(stream, Cell):
-            raise PatternError(f"rt.send: expected a stream Cell, got {stream!r}")
+        check.check_cell(stream, "rt.send", "stream")
         check_same_store(stream, self.replica, "rt.send")
+        check.own_cell(identity, stream, "rt.send")
+        check.check_optional_str(event_id, "rt.send", "event_id")
         if stream.identity != identity:
             stream = Cell(self.replica, identity, stream.link(), host=self._host)
         sent = Sent(self.idle, lambda: self._closed)
@@ -619,9 +720,10 @@ class Runtime:
         `await` it for the handling's outcome — "done", "dropped" (not handled here,
         e.g. a duplicate), or the handling's error raised (`HandlerError`, the
         handler's exception its cause). `event_id` makes delivery idempotent: the
-        same id on the same stream is handled at most once, by any runtime sharing
-        the store (a duplicate delivery loses its receipt and never undoes the
-        winner's work).
+        same id from the same principal on the same stream is handled at most once,
+        by any runtime sharing the store (a duplicate delivery loses its receipt and
+        never undoes the winner's work); another principal's event with the same id
+        is another event.
         """
         return self._send(self.identity, stream, event, event_id)
 
@@ -656,9 +758,9 @@ class Runtime:
         now; with `follow=True` the page follows the slot instead (it runs what the
         slot holds when it starts, and again at each resume)."""
         self._require_open()
-        if not isinstance(cell, Cell):
-            raise PatternError(f"rt.open_page: expected a Cell, got {cell!r}")
+        check.check_cell(cell, "rt.open_page")
         check_same_store(cell, self.replica, "rt.open_page")
+        check.check_bool(follow, "rt.open_page", "follow")
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -672,6 +774,7 @@ class Runtime:
 
     def _pages(self, identity: Identity, principal: str | None) -> list[Cell]:
         self._require_open()
+        check.check_optional_str(principal, "rt.pages", "principal")
         if principal is not None and principal != identity.principal:
             raise OwnershipError(
                 f"cannot list the pages of {principal!r}: this runtime acts for"
@@ -781,6 +884,7 @@ class Runtime:
                 "launch": reg.launch,
                 "depth": len(reg.chain),
                 "parent": str(reg.chain[-1]) if reg.chain else None,
+                "state": describe_state(self.runner, reg),
                 "principals": sorted({i.principal for i in reg.identities}),
                 # What keeps it running: its launch (a parent's node, or a run call),
                 # an independent lifetime (a start), a page (a lifetime someone opened).

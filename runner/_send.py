@@ -31,6 +31,7 @@ from cells import Cell, CellweaveError, Identity, Link, Pending, normalize, reso
 
 from . import _docs as docs
 from ._builder import LIST_KINDS, Pattern, find_pattern
+from ._checks import check_event, plain_event
 from ._registrations import Key
 from ._runner import MAX_NESTING
 from .errors import PatternLoadError
@@ -51,6 +52,7 @@ class Sends:
         self, identity: Identity, stream: Cell, event: Any, event_id: str | None, sent: Sent
     ) -> None:
         """Queue (or park) the event; `sent` is the handle that hears how it ends."""
+        event = plain_event(event)
         rt = self.rt
         sch = rt.scheduler
         for attempt in ("as it is", "computed"):
@@ -60,6 +62,7 @@ class Sends:
                 sch.pull_now(stream)
             target = self._place(stream)
             if sch.has_handler(target) or sch.had_handler(target):
+                event = check_event(rt.runner, target, event)  # a bad event is never queued
                 sent._bind(
                     sch.send(
                         target, event, event_id=event_id, actor=identity, on_settle=sent._settled

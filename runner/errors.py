@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
-from cells import CellweaveError
+from cells import ArgumentTypeError, CellweaveError
+from cells import OwnershipError as OwnershipError  # one class: cells raises it too
 
 
 class PatternError(CellweaveError, TypeError):
     """A pattern, lift or handler was defined or called in a way that cannot work.
 
     The message names the pattern, the parameter or node, and the value.
+    """
+
+
+class ArgumentError(PatternError, ArgumentTypeError):
+    """A `Runtime` or `Session` call got an argument it does not accept.
+
+    The message names the call, the argument, what it accepts and what it got. A
+    `PatternError` and a `cells.ArgumentTypeError` (so a `TypeError`, and an
+    `InvalidArgumentError` / `ValueError`): code catching any of them catches it.
     """
 
 
@@ -29,10 +39,6 @@ class PatternCycleError(CellweaveError, RecursionError):
     def __init__(self, message: str, *, chain: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.chain = chain
-
-
-class OwnershipError(CellweaveError, PermissionError):
-    """Acting on another principal's page, or without an identity."""
 
 
 class PageError(CellweaveError, RuntimeError):

@@ -9,9 +9,12 @@ to date (an ephemeral preflight effect demands them for one settle).
 Each handling marks a *receipt* document create-only; the receipt's id
 derives from the durable event id, so a second delivery of the same event
 (on this runtime or another sharing the store) loses with PERMANENT and is
-not retried. A stale-basis rejection is retried with capped exponential
-backoff inside `RETRY_WINDOW`; then the event fails with
-`CommitConvergenceError`. Every other failure drops the event at once.
+not retried. A caller-given event id is scoped to the principal that sends
+it (another principal's same id is another event), and a receipt is an
+internal document: no identity's transaction can read or pre-create it. A
+stale-basis rejection is retried with capped exponential backoff inside
+`RETRY_WINDOW`; then the event fails with `CommitConvergenceError`. Every
+other failure drops the event at once.
 
 Lineage: an event sent from a transaction (its *origin*) waits until the
 origin commits; if the origin fails, its queued descendants are dropped and
@@ -39,7 +42,7 @@ from cells import (
     Identity,
     Path,
     Transaction,
-    entity_id,
+    internal_id,
 )
 
 RETRY_WINDOW: Final = 30.0
@@ -99,9 +102,12 @@ class QueuedEvent:
         return f"<Event {self.id[:12]} #{self.seq} {self.status} -> {self.handler.label!r}>"
 
     def receipt_key(self) -> DocKey:
+        """An internal document (no identity's transaction reaches it): its id derives
+        from the event id, which a caller-given `event_id` makes per sending identity,
+        and from the stream's instance, each coordinate a list element of its own."""
         key, path = self.handler.stream
-        cause = {"receipt": self.id, "stream": [key.space, key.id, key.scope, list(path)]}
-        return DocKey(key.space, entity_id(cause))
+        stream = [key.space, key.id, key.scope, key.principal, key.session, list(path)]
+        return DocKey(key.space, internal_id({"receipt": self.id, "stream": stream}))
 
 
 @attrs.define(eq=False)

@@ -40,6 +40,7 @@ from reactivex.disposable import Disposable
 
 from cells import (
     MISSING,
+    Authority,
     Cell,
     CellweaveError,
     CommitResult,
@@ -115,8 +116,13 @@ class Statistics:
 class Scheduler:
     """Nodes and transactions over one replica. Knows nothing of patterns."""
 
-    def __init__(self, replica: Replica, *, clock: Clock | None = None) -> None:
+    def __init__(
+        self, replica: Replica, *, clock: Clock | None = None, authority: Authority | None = None
+    ) -> None:
         self.replica = replica
+        # Stages event receipts (internal documents) in handlers' transactions. Whoever
+        # built the replica may pass the authority it claimed; otherwise it is ours.
+        self._authority = authority if authority is not None else replica.claim_authority()
         self.clock: Clock = clock or SystemClock()
         self.index = ReaderIndex()
         self.graph = Graph(self.index)
@@ -968,15 +974,26 @@ class Scheduler:
                     f"no handler is bound to stream {stream!r}; cannot send {payload!r}"
                 )
         value = normalize(payload, where=f"event for {stream!r}")
-        if event_id is None:
-            ev_id = self.events.mint_id()
-        else:
-            cause = {"ingress": event_id, "stream": [key[0].space, key[0].id, key[0].scope_key]}
-            ev_id = "ev:" + entity_id(cause)
         if origin is None:
             origin = self._current_tx
         if actor is None and origin is not None and origin.meta.get("event") is not None:
             actor = origin.identity  # a handler's follow-up keeps its actor (multi-hop)
+        if event_id is None:
+            ev_id = self.events.mint_id()
+        else:
+            # Scoped to the sending principal, each coordinate its own list element: one
+            # principal's id never drops another's event, and no two identities' names run
+            # together (("alice:x", "y") is not ("alice", "x:y")). Per principal, not per
+            # session: a redelivery from the same principal's other session or runtime is
+            # still the same invocation.
+            who = actor or handler.identity
+            doc = key[0]
+            cause = {
+                "ingress": event_id,
+                "stream": [doc.space, doc.id, doc.scope, doc.principal, doc.session],
+                "by": who.principal,
+            }
+            ev_id = "ev:" + entity_id(cause)
         ev = QueuedEvent(
             ev_id,
             self.events.next_seq(),
@@ -1062,13 +1079,13 @@ class Scheduler:
         tx = self.replica.edit(ev.actor or handler.identity, source=handler)
         tx.meta["event"] = ev
         receipt = ev.receipt_key()
-        tx.create_only(receipt)
+        tx.create_only(receipt, authority=self._authority)
         previous_tx, self._current_tx = self._current_tx, tx
         try:
             handler.runs += 1
             returned = handler.fn(tx, thaw(ev.payload))
             if tx.is_open:
-                tx.write(receipt, ("value",), {"event": ev.id})
+                tx.write_internal(self._authority, receipt, ("value",), {"event": ev.id})
                 if handler.on_result is not None:
                     handler.on_result(tx, ev, returned)
         except Exception as exc:

@@ -228,8 +228,9 @@ def test_resume_drops_the_closed_records_an_older_version_kept() -> None:
         async with Runtime(store) as rt:
             page = await _open(rt, "open one")
             closed = rt.get_cell("closed one")
-            # What a stop used to leave behind: the record, marked closed, forever.
-            tx = rt.replica.edit(rt.identity)
+            # What a stop used to leave behind: the record, marked closed, forever. (The
+            # records are internal documents: only the runtime's authority writes them.)
+            tx = rt.replica.edit(rt.identity, authority=rt._authority)
             record = {"target": closed.link(), "open": False, "session": "local", "via": "stop"}
             pages_doc = docs.pages_link(rt.space).key(rt.identity)
             tx.write(pages_doc, (docs.VALUE, docs.page_id(closed.link())), record)
