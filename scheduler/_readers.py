@@ -4,7 +4,8 @@ A node's read set comes from its last run's transaction log, compacted per
 document and applied as a delta (only documents whose paths changed are
 touched). A change triggers a reader when the value it read actually changed:
 deep readers on any value change at or below their path, shallow readers on
-a change of key set, length, kind or link identity, and both when the
+a change of key set, length, kind or link identity (a scalar replaced by
+another of the same type is no change for them), and both when the
 reachability of their path changes (a parent appeared, vanished or moved).
 
 Invariants (checked by `_check`)
@@ -39,6 +40,10 @@ def walk(value: object, path: Path) -> tuple[bool, object, int]:
 
 
 def shallow_equal(a: object, b: object) -> bool:
+    """Does a shallow read see the same thing in `a` and `b`: the same key set, length,
+    kind or link? Two scalars of one type are alike whatever their values: a list
+    coordinator reads each inline scalar's position shallowly to see it become a link or
+    a container, and a new value for the scalar must not re-run it (issue 14)."""
     if a is b:
         return True
     if a is MISSING or b is MISSING:
@@ -50,7 +55,7 @@ def shallow_equal(a: object, b: object) -> bool:
         return bool(a.keys() == b.keys())  # type: ignore[attr-defined]
     if ta is list and tb is list:
         return len(a) == len(b)  # type: ignore[arg-type]
-    return value_equal(a, b)
+    return ta is tb and ta is not dict and ta is not list
 
 
 class _Unreachable:
@@ -96,10 +101,12 @@ def changed_at(before: object, after: object, path: Path, *, shallow: bool) -> b
         b, a = nb, na
     if b is a:
         return False
+    if shallow:
+        return not shallow_equal(b, a)
     t = type(b)
     if t is type(a) and (t is int or t is str):
         return bool(b != a)  # what value_equal decides for two ints or two strs
-    return not (shallow_equal(b, a) if shallow else same_value(b, a))
+    return not same_value(b, a)
 
 
 def changed_at_reference(before: object, after: object, path: Path, *, shallow: bool) -> bool:
@@ -426,7 +433,7 @@ class ReaderIndex:
                         if b is a:
                             continue
                         t = type(b)
-                        if t is type(a) and (t is int or t is str):
+                        if not shallow and t is type(a) and (t is int or t is str):
                             if b != a:
                                 hit = True
                                 break
