@@ -343,9 +343,9 @@ class ReaderIndex:
                     for p in paths:
                         trie.add(node, p, table is shallow)
         if trie is not None:
-            paths = change.paths
-            if paths is not None:
-                return self._match_along(trie, before, after, paths)
+            written = change.paths
+            if written is not None:
+                return self._match_along(trie, before, after, written)
             return self._match_trie(trie, before, after)
         hits: list[Node] = []
         if deep:
