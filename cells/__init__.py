@@ -34,6 +34,7 @@ from ._codec import describe_id as describe_id
 from ._codec import encode_json as encode_json
 from ._codec import entity_id as entity_id
 from ._links import MAX_HOPS as MAX_HOPS
+from ._links import Materializer as Materializer
 from ._links import read_value as read_value
 from ._links import resolve as resolve
 from ._outcome import RETRYABLE as RETRYABLE
@@ -98,6 +99,7 @@ __all__ = [
     "LinkCycleError",
     "Linkable",
     "LoadGate",
+    "Materializer",
     "MemoryStore",
     "Notification",
     "Outcome",
