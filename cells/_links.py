@@ -284,6 +284,9 @@ class Materializer:
         self._root: _Memo | None = None
         self._taken: list[tuple[DocKey, Path, bool]] = []
         """Log entries the running refresh took out (its reads, kept in the kept log)."""
+        self._links = True
+        """The last read found links to follow (or a hop), or none was made: keep the
+        next one."""
         self._flat = False
         """The kept value is a list of dicts that hold no container (a mapped list of
         records, the usual view): `thaw` then copies it in C."""
@@ -314,6 +317,14 @@ class Materializer:
             # logs (a repeated read logs nothing). Read plainly, keep nothing.
             self._forget()
             return read_value(tx, link)
+        if root is None and not self._links:
+            # The usual sink (a scalar, or a container without links): the plain read,
+            # nothing to keep. A value with links inside is kept from its next read on.
+            value = read_value(tx, link)
+            t = type(value)
+            if (t is dict or t is list) and len(log) > 1:
+                self._links = True
+            return value
         if root is not None and root.link == link and root.valid:
             self._taken = []
             try:
@@ -330,6 +341,7 @@ class Materializer:
         self._forget()
         root = _Memo(link, None, ())
         value = self._compute(tx, root, _NO_ACTIVE)
+        self._links = bool(root.kids)
         if root.kids:
             self._root = root
             self._flat = type(value) is list and all(map(_flat_dict, value))

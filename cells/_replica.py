@@ -662,7 +662,8 @@ class Replica:
                 layers.append(Layer(seq, ops))
             if visible_change:
                 # A shadow write (equal to a still-pending value) changes nothing now.
-                changes.append(Change(key, rec.visible, after, tuple(p for p, _ in ops)))
+                paths = (ops[0][0],) if len(ops) == 1 else tuple([op[0] for op in ops])
+                changes.append(Change(key, rec.visible, after, paths))
                 rec.visible = after
                 rec.version += 1
             for path, value in ops:
