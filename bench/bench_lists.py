@@ -4,8 +4,9 @@ The workload is `Board`, defined here: `{"out": items.map(Card)}`, where
 `items` is a list of links to task cells (`{"title": ..., "body": ...}`)
 and `Card(element)` is three lifts that do about 20 us of Python together
 (`words`, `score`, `label`), so one element is one registration and three
-scheduler nodes. One more row keeps the tasks inline in the list document
-(dict elements, keyed by position) to show an edit inside one big document.
+scheduler nodes. Two more list shapes keep the tasks inline in the list
+document: dict elements (keyed by position), and plain title strings mapped
+by `Line` (the same three lifts over the title, with an empty body).
 
 Groups
 ------
@@ -17,33 +18,44 @@ Groups
     `SQLiteStore` on the same file) starts the existing result, `await
     rt.start(res)`, and pulls `out` in full. Baseline: the same cards
     computed by plain Python (the three functions called per task).
-``lists edit`` / ``lists insert`` / ``lists remove`` / ``lists reverse``
-    One op is one list change followed by a pull of what it affects:
-    `items.key(i, "title").set(...)` (a UI edit, a path write through the
-    element's link) then a pull of card i's label; a new task linked at the
-    front (`items.insert(0, link)`), then a pull of card 0; the middle element
-    removed (`items.remove(i)`), then a pull of the card now in its place; the
-    whole list of links reversed, then a pull of card 0. The insert and remove
-    groups also make the same change by writing the whole new list
-    (`items.set([...])`, what a client without the incremental calls does).
-    The edit group also runs the same edit against a reaktiv computed list
-    (a `Signal` holding the list, a `Computed` mapping every task to its
-    card) and against plain Python recomputing every card (the baseline).
+``lists edit``
+    One op is one element's title edited (a path write: through the element's
+    link, into its inline dict, or of the inline string itself), then a pull of
+    that card's label, for each list shape at each N. Peers doing the same
+    edit: the idiomatic reaktiv UI (a `Signal` per task, a `Computed` per
+    card, an `Effect` per card that shows it; the group's baseline at the
+    largest N), a naive reaktiv design (the whole list in one `Signal`, every
+    card in one `Computed`: the same work as recomputing everything), and
+    plain Python recomputing every card.
+``lists sink``
+    One op is one element edited, then the pass that re-delivers the whole
+    mapped list to a plain `sink` on `out` (what a view without patches
+    does), for each list shape at each N.
+``lists insert`` / ``lists remove`` / ``lists reverse``
+    One op is one list change followed by a pull of what it affects: a new
+    task linked at the front (`items.insert(0, link)`), then a pull of card
+    0; the middle element removed (`items.remove(i)`), then a pull of the card
+    now in its place; the whole list of links reversed, then a pull of card 0.
+    The insert and remove groups also make the same change by writing the
+    whole new list (`items.set([...])`, what a client without the incremental
+    calls does).
 
-The change groups reuse one set-up world per N for all their samples (built
-once per process, untimed, on the first sample that needs it): a fresh
-10,000-element setup costs about half a minute, and building one per sample
-would make the run take many minutes. Every sample changes different
-elements (new titles, new tasks), so no sample repeats a no-op.
+The change groups reuse one set-up world per N and list shape for all their
+samples (built once per process, untimed, on the first sample that needs
+it): a fresh 10,000-element setup costs about half a minute, and building
+one per sample would make the run take many minutes. Every sample changes
+different elements (new titles, new tasks), so no sample repeats a no-op.
 
 Counted work beside the times (deltas over the timed region): scheduler
 computations and effect runs, commits sent by the scheduler, calls of the
 element functions (`calls`: three per computed card), coordinator
-reconciles, registrations, and the reader index's path comparisons (how many
-read paths a change was matched against: the part that grows with N when
-every element reads one big document). Each change row asserts them exactly, and every
-row checks the values it pulled against the same cards computed in plain
-Python.
+reconciles, registrations, the reader index's path comparisons (how many
+read paths a change was matched against), and for the sink its deliveries.
+The reaktiv rows count the same things on their side: element-function
+calls, `Computed` runs and `Effect` runs, counted by the functions
+themselves. Each change row asserts its counts exactly, and every row checks
+the values it pulled (or was delivered) against the same cards computed in
+plain Python.
 
 Sizes: ``BENCH_LIST_SIZES`` (default ``100,1000,10000``); for example
 ``BENCH_LIST_SIZES=100,1000`` leaves out the 10,000-element rows, which take
