@@ -9,7 +9,7 @@ it never hangs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import weakref
 from typing import Any, Final
 
 from ._address import DocKey, Link, Path
@@ -265,13 +265,14 @@ class Materializer:
     writing (a sink): the materialized value of every link followed is kept, and the
     next read re-reads only the links whose documents changed since.
 
-    It hears the replica's changes itself (one subscription, made once the value
-    holds a link, ended by `close`). A read whose root document did not change and
-    whose changed links read the same places as before costs O(changed links ·
-    their size), plus one C-level copy of the kept read log (the reader's transaction
-    logs every read the whole value depends on, as `read_value` would, so the
-    scheduler's read set stays exact); it returns the previous value object itself
-    when nothing in it changed. Anything else (the root changed, a link now reads
+    It hears the replica's changes itself (one subscription per replica, shared
+    by every materializer on it; `close` takes this one's links out of it). A
+    read whose root document did not change and whose changed links read the
+    same places as before costs O(changed links · their size), plus one C-level
+    copy of the kept read log (the reader's transaction logs every read the whole
+    value depends on, as `read_value` would, so the scheduler's read set stays
+    exact); it returns the previous value object itself when nothing in it
+    changed. Anything else (the root changed, a link now reads
     elsewhere, the transaction read before) reads the whole value as `read_value`
     does and keeps it anew.
 
@@ -290,8 +291,8 @@ class Materializer:
         self._flat = False
         """The kept value is a list of dicts that hold no container (a mapped list of
         records, the usual view): `thaw` then copies it in C."""
-        self._by_key: dict[DocKey, set[_Memo]] = {}
-        self._unsubscribe: Callable[[], None] | None = None
+        self._by_key: dict[DocKey, set[_Memo]] | None = None
+        """The replica's shared index of kept links by document (`_hub`), once used."""
 
     def thaw(self, value: Value) -> Value:
         """`thaw(value)` (a deep copy a user may change), for a value this materializer
@@ -303,11 +304,8 @@ class Materializer:
         return thaw(value)
 
     def close(self) -> None:
-        if self._unsubscribe is not None:
-            self._unsubscribe()
-            self._unsubscribe = None
-        self._root = None
-        self._by_key.clear()
+        """Forget the kept value (its links leave the replica's index). Idempotent."""
+        self._forget()
 
     def read(self, tx: Transaction, link: Link) -> Value:
         log = tx._log
@@ -345,46 +343,36 @@ class Materializer:
         if root.kids:
             self._root = root
             self._flat = type(value) is list and all(map(_flat_dict, value))
+            if self._by_key is None:
+                self._by_key = _hub(self._replica).by_key
             self._index(root)
-            if self._unsubscribe is None:
-                self._unsubscribe = self._replica.subscribe(self._on_notification)
         return value
 
     # -- keeping
     def _forget(self) -> None:
-        self._root = None
-        self._by_key.clear()
+        root, self._root = self._root, None
+        if root is not None:
+            self._unindex(root)
 
     def _index(self, memo: _Memo) -> None:
+        by_key = self._by_key
+        assert by_key is not None
         for key in memo.keys:
-            self._by_key.setdefault(key, set()).add(memo)
+            by_key.setdefault(key, set()).add(memo)
         for kid in memo.kids.values():
             self._index(kid)
 
     def _unindex(self, memo: _Memo) -> None:
+        by_key = self._by_key
+        assert by_key is not None
         for key in memo.keys:
-            memos = self._by_key.get(key)
+            memos = by_key.get(key)
             if memos is not None:
                 memos.discard(memo)
                 if not memos:
-                    del self._by_key[key]
+                    del by_key[key]
         for kid in memo.kids.values():
             self._unindex(kid)
-
-    def _on_notification(self, nf: Any) -> None:
-        by_key = self._by_key
-        if not by_key:
-            return
-        for change in nf.changes:
-            memos = by_key.get(change.key)
-            if not memos:
-                continue
-            for memo in memos:
-                memo.valid = False
-                child, parent = memo, memo.parent
-                while parent is not None and child not in parent.dirty:
-                    parent.dirty.add(child)
-                    child, parent = parent, parent.parent
 
     # -- reading
     def _compute(
@@ -505,6 +493,47 @@ class Materializer:
         memo.out = out
         log.extend(memo.log)
         return out
+
+
+class _Hub:
+    """One replica's kept links by document, shared by every `Materializer` on it: one
+    subscription per replica, not one per sink (a notification then costs one lookup
+    per changed document, however many sinks keep values).
+
+    It holds no reference to the replica (the replica holds it, through its
+    subscription), so it lives exactly as long as the replica."""
+
+    __slots__ = ("by_key",)
+
+    def __init__(self) -> None:
+        self.by_key: dict[DocKey, set[_Memo]] = {}
+
+    def on_notification(self, nf: Any) -> None:
+        by_key = self.by_key
+        if not by_key:
+            return
+        for change in nf.changes:
+            memos = by_key.get(change.key)
+            if not memos:
+                continue
+            for memo in memos:
+                # The link reads again; each ancestor learns it has a dirty kid.
+                memo.valid = False
+                child, parent = memo, memo.parent
+                while parent is not None and child not in parent.dirty:
+                    parent.dirty.add(child)
+                    child, parent = parent, parent.parent
+
+
+_HUBS: weakref.WeakKeyDictionary[Any, _Hub] = weakref.WeakKeyDictionary()
+
+
+def _hub(replica: Any) -> _Hub:
+    hub = _HUBS.get(replica)
+    if hub is None:
+        hub = _HUBS[replica] = _Hub()
+        replica.subscribe(hub.on_notification)
+    return hub
 
 
 _LEAVES: Final = frozenset({str, int, float, bool, type(None), Link})

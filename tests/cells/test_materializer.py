@@ -155,3 +155,22 @@ def test_a_read_in_a_used_transaction_reads_plainly(w: World) -> None:
     tx.read(w.cell("label 0").doc_key)
     assert read_value(w.sp.edit(), link) == w.materializer.read(tx, link)
     tx.abort()
+
+
+def test_materializers_on_one_replica_share_one_subscription(w: World) -> None:
+    link = _board(w, 3)
+    w.read(link)  # the fixture's materializer keeps the board
+    before = len(w.replica._subscribers)
+    others = [Materializer(w.replica) for _ in range(3)]
+    for m in others:
+        tx = w.sp.edit()
+        m.read(tx, link)
+        tx.abort()
+    assert before == len(w.replica._subscribers)
+    others[0].close()  # its links leave the index; the others still hear changes
+    w.put("label 1", "changed")
+    for m in others[1:]:
+        tx = w.sp.edit()
+        assert {"label": "changed", "n": 1} == m.read(tx, link)[1]
+        tx.abort()
+    assert {"label": "changed", "n": 1} == w.read(link)[1]
