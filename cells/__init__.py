@@ -10,6 +10,8 @@ What it is not: scheduling (see `scheduler`) or patterns (see `runner`);
 nothing here imports them.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from ._access import INTERNAL_PREFIX as INTERNAL_PREFIX
 from ._access import Authority as Authority
 from ._access import internal_id as internal_id
@@ -74,6 +76,9 @@ from .errors import TransactionError as TransactionError
 from .stores import MemoryStore as MemoryStore
 from .stores import SQLiteStore as SQLiteStore
 
+if TYPE_CHECKING:
+    from .stores import PostgresStore as PostgresStore
+
 __all__ = [
     "INTERNAL_PREFIX",
     "MAX_DEPTH",
@@ -106,6 +111,7 @@ __all__ = [
     "OwnershipError",
     "Path",
     "Pending",
+    "PostgresStore",
     "PreconditionFailedError",
     "Replica",
     "SQLiteStore",
@@ -139,3 +145,12 @@ __all__ = [
     "set_path",
     "value_equal",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # PostgresStore needs psycopg (the extra `cellweave[postgres]`): imported on first use.
+    if name == "PostgresStore":
+        from .stores.postgres import PostgresStore
+
+        return PostgresStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
