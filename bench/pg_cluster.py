@@ -101,7 +101,6 @@ class Cluster:
                 "listen_addresses": "''",
                 "unix_socket_directories": f"'{self.socket_dir}'",
                 "fsync": "off",
-                "synchronous_commit": "off",
                 "full_page_writes": "off",
                 "max_connections": "200",
             }

@@ -140,12 +140,34 @@ def _sqlstate(exc: BaseException) -> str:
     return str(getattr(exc, "sqlstate", None) or "")
 
 
+def _refusal(exc: BaseException) -> str | None:
+    """Why the server refused a connection attempt (libpq reports these as a FATAL
+    message without a SQLSTATE), or None if it did not answer or did not refuse."""
+    state = _sqlstate(exc)
+    if state.startswith("28"):
+        return "authentication failed"
+    if state == "3D000":
+        return "no such database"
+    text = str(exc)
+    if state or "FATAL:" not in text:
+        return None
+    if "database" in text and "does not exist" in text:
+        return "no such database"
+    if any(w in text for w in ("authentication", "role ", "pg_hba", "password")):
+        return "authentication failed"
+    return "the server refused the connection"
+
+
 def _is_transient(exc: BaseException) -> bool:
-    if isinstance(exc, (psycopg_pool.PoolTimeout, psycopg.OperationalError)):
-        # OperationalError without a SQLSTATE: the connection failed or broke.
-        state = _sqlstate(exc)
-        return not state or state.startswith(_TRANSIENT_CLASSES)
-    return _sqlstate(exc).startswith(_TRANSIENT_CLASSES)
+    """Can a later attempt get past `exc`? (A refused login or a missing database cannot.)"""
+    if isinstance(exc, psycopg_pool.PoolTimeout):
+        return True
+    if _refusal(exc) in ("authentication failed", "no such database"):
+        return False
+    state = _sqlstate(exc)
+    if isinstance(exc, psycopg.OperationalError) and not state:
+        return True  # the connection failed or broke
+    return state.startswith(_TRANSIENT_CLASSES)
 
 
 def describe_dsn(dsn: str) -> str:
@@ -293,10 +315,9 @@ class PostgresStore(StoreBase):
                 f"{self._where}: {what}: no connection to the server within"
                 f" {self.connect_timeout:g} s (is it running and reachable?): {detail}"
             )
-        if state.startswith("28"):
-            return StoreError(f"{self._where}: {what}: authentication failed: {detail}")
-        if state == "3D000":
-            return StoreError(f"{self._where}: {what}: no such database: {detail}")
+        refusal = _refusal(exc)
+        if refusal is not None:
+            return StoreError(f"{self._where}: {what}: {refusal}: {detail}")
         if isinstance(exc, psycopg.OperationalError) and not state:
             return StoreError(f"{self._where}: {what}: the server is unreachable: {detail}")
         code = f" [SQLSTATE {state}]" if state else ""
