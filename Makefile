@@ -16,7 +16,7 @@ BENCH_ARGS ?=
 # Extra arguments for `make crash-trials`, e.g. CRASH_ARGS="--trials 20 --seed 7".
 CRASH_ARGS ?=
 
-.PHONY: venv test demo bench soak crash-trials clean
+.PHONY: venv system test demo bench soak crash-trials clean
 
 venv: $(STAMP)
 
@@ -30,9 +30,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -e '.[test,bench]'
 	touch $(STAMP)
 
+# What the tests need from the machine, installed with apt when missing: Debian's
+# postgresql for PostgresStore's throwaway test server (its initdb and pg_ctl).
+system:
+	@bash tools/system-deps.sh
+
 # Each line stops make on a nonzero exit, so the first failure fails the target.
 # pytest's exit 5 (no tests collected) fails it too: an empty suite is not a pass.
-test: venv
+test: venv system
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
 	$(BIN)/mypy --strict cells scheduler runner bench
