@@ -72,15 +72,11 @@ import pathlib
 import queue
 import sqlite3
 import threading
-import uuid
 from collections.abc import Iterator
 from typing import Final
 
-import msgspec
-
-from .._address import SCOPES, DocKey, Path
+from .._address import DocKey, Path
 from .._args import bad_arg
-from .._codec import decode_json, encode_json
 from .._store import (
     NO_STATE,
     CommitRequest,
@@ -94,7 +90,6 @@ from .._store import (
 )
 from .._values import MISSING, Value, set_path
 from ..errors import (
-    CellweaveError,
     CommitRejected,
     ConflictError,
     CorruptStoreError,
@@ -103,7 +98,18 @@ from ..errors import (
     StoreError,
     TerminalCommitError,
 )
-from .memory import REVISIONS_KEPT, _Resolved
+from ._sql import (
+    KEY_COLUMNS,
+    SessionVerdicts,
+    decode_value,
+    encode_paths,
+    encode_value,
+    key_from_row,
+    key_params,
+    pruned_revision,
+    revisions_from_rows,
+)
+from .memory import REVISIONS_KEPT
 
 FORMAT: Final = "cellweave-store"
 VERSION: Final = 2
@@ -119,7 +125,7 @@ _SYNCHRONOUS: Final = ("OFF", "NORMAL", "FULL", "EXTRA")
 _NO_ORIGIN: Final = ""
 """`_broadcast` origin for foreign commits: `connect` never hands out an empty session id."""
 
-_KEY_COLS: Final = "space, doc_id, scope, principal, session"
+_KEY_COLS: Final = ", ".join(KEY_COLUMNS)
 _KEY_MATCH: Final = "space = ? AND doc_id = ? AND scope = ? AND principal = ? AND session = ?"
 _R_KEY_MATCH: Final = (
     "r.space = ? AND r.doc_id = ? AND r.scope = ? AND r.principal = ? AND r.session = ?"
@@ -185,8 +191,7 @@ _Change = tuple[int, dict[DocKey, Value]]
 _Item = tuple[SessionListener, CommitRequest] | None
 
 
-def _k(key: DocKey) -> tuple[str, str, str, str, str]:
-    return (key.space, key.id, key.scope, key.principal, key.session)
+_k = key_params
 
 
 def _errorname(exc: sqlite3.Error) -> str:
@@ -377,9 +382,8 @@ class SQLiteStore(StoreBase):
         self._writer: threading.Thread | None = None
         self._poller: threading.Thread | None = None
         self._stop = threading.Event()
-        self._session_keys: dict[str, str] = {}
-        self._resolved: dict[str, _Resolved] = {}
-        """Per session key: which of its commits have a verdict (see `_resolution`)."""
+        self._sessions = SessionVerdicts()
+        """Per session: its key in the file, and which of its commits have a verdict."""
 
         _inspect(self._file)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -496,19 +500,10 @@ class SQLiteStore(StoreBase):
         return self._rconn
 
     def _decode(self, raw: str | None, key: DocKey) -> Value:
-        if raw is None:
-            return MISSING
-        try:
-            return decode_json(raw)
-        except (msgspec.MsgspecError, CellweaveError, KeyError, TypeError, ValueError) as exc:
-            raise CorruptStoreError(
-                f"{self._file}: the stored value of {key} is unreadable: {exc}"
-            ) from exc
+        return decode_value(self._file, raw, key)
 
     def _key_of(self, space: str, doc_id: str, scope: str, principal: str, session: str) -> DocKey:
-        if scope not in SCOPES:
-            raise CorruptStoreError(f"{self._file}: document {space}/{doc_id} has scope {scope!r}")
-        return DocKey(space, doc_id, scope, principal, session)
+        return key_from_row(self._file, space, doc_id, scope, principal, session)
 
     @property
     def seq(self) -> int:
@@ -525,7 +520,7 @@ class SQLiteStore(StoreBase):
         with self._lock:
             # Session ids repeat across processes (and on reconnect); what the file
             # records is qualified per connection, so resolutions never mix.
-            self._session_keys[sid] = f"{sid}@{uuid.uuid4().hex}"
+            self._sessions.new_key(sid)
             if self.poll_interval > 0 and self._poller is None and not self.closed:
                 self._poller = threading.Thread(
                     target=self._poll_loop, name=f"cellweave-sqlite-poll {self._file}", daemon=True
@@ -534,11 +529,7 @@ class SQLiteStore(StoreBase):
         return sid
 
     def _session_key(self, session_id: str) -> str:
-        with self._lock:
-            key = self._session_keys.get(session_id)
-            if key is None:  # submitted without connect(): still unique to this store object
-                key = self._session_keys[session_id] = f"{session_id}@{uuid.uuid4().hex}"
-            return key
+        return self._sessions.key(session_id)
 
     # ------------------------------------------------------------------ reads
     def _read(self, key: DocKey) -> DocState:
@@ -564,37 +555,23 @@ class SQLiteStore(StoreBase):
             f"SELECT seq FROM revision_floor WHERE {_KEY_MATCH}", _k(key)
         ).fetchone()
         if floor is not None and seq < floor[0]:
-            # The revisions after this basis were pruned: assume the worst (a write
-            # at the document root), as MemoryStore does. Over-approximating is allowed.
-            return [Revision(int(floor[0]), "", -1, ((),))]
+            return [pruned_revision(int(floor[0]))]
         rows = conn.execute(
             "SELECT r.seq, c.session_id, c.local_seq, r.paths FROM revision r"
             " JOIN commit_log c ON c.seq = r.seq"
             f" WHERE {_R_KEY_MATCH} AND r.seq > ? ORDER BY r.seq",
             (*_k(key), seq),
         ).fetchall()
-        out = []
-        for rseq, sess, local_seq, paths in rows:
-            # Only the request's own session may match `request.session_id`.
-            own = session_id if sess == session_key else sess
-            decoded: list[list[str | int]] = msgspec.json.decode(paths)
-            out.append(Revision(int(rseq), own, int(local_seq), tuple(tuple(p) for p in decoded)))
-        return out
+        return revisions_from_rows(rows, session_id, session_key)
 
     def _resolution(self, session_key: str, local_seq: int) -> int | bool | None:
         # Only this store object evaluates commits of its session keys, so its memory
         # knows every verdict they got (the file need not keep a row per commit).
-        resolved = self._resolved.get(session_key)
-        if resolved is None or not resolved.resolved(local_seq):
-            return False
-        return None if local_seq in resolved.rejected else True
+        return self._sessions.resolution(session_key, local_seq)
 
     def _resolve(self, session_key: str, local_seq: int, *, rejected: bool) -> None:
         """Remember a verdict (once it is durable). Under `_write_lock`."""
-        resolved = self._resolved.get(session_key)
-        if resolved is None:
-            resolved = self._resolved[session_key] = _Resolved()
-        resolved.add(local_seq, rejected=rejected)
+        self._sessions.resolve(session_key, local_seq, rejected=rejected)
 
     @staticmethod
     def _ever_written(conn: sqlite3.Connection, key: DocKey) -> bool:
@@ -742,9 +719,9 @@ class SQLiteStore(StoreBase):
             k = _k(key)
             conn.execute(
                 f"INSERT INTO revision ({_KEY_COLS}, seq, paths) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (*k, seq, msgspec.json.encode([list(p) for p in paths[key]]).decode()),
+                (*k, seq, encode_paths(paths[key])),
             )
-            stored = None if value is MISSING else encode_json(value).decode()
+            stored = encode_value(value)
             conn.execute(
                 f"INSERT INTO head ({_KEY_COLS}, seq, value) VALUES (?, ?, ?, ?, ?, ?, ?)"
                 f" ON CONFLICT ({_KEY_COLS}) DO UPDATE SET seq = excluded.seq,"
@@ -939,9 +916,7 @@ class SQLiteStore(StoreBase):
             finally:
                 conn.execute("COMMIT")
         with self._write_lock:
-            for session_key, resolved in self._resolved.items():
-                assert all(s > resolved.low for s in resolved.above), session_key
-                assert all(resolved.resolved(s) for s in resolved.rejected), session_key
+            self._sessions.check()
 
     @staticmethod
     def _checks() -> Iterator[tuple[str, str]]:
