@@ -9,6 +9,9 @@
   turns stored revisions back into `Revision`s for `validate_commit`, naming the
   request's own session by its in-process id. A read older than its document's
   history floor meets `pruned_revision` (a write at the root: conflict).
+- `WriterStore`: the writer thread both run (a FIFO queue of commits evaluated one
+  at a time off the caller's thread, `flush`, a gate's accept evaluated in order, every
+  evaluation failure answered as a rejection, and the closing sequence).
 - `SessionVerdicts`: which commits of each session have a verdict. A session is
   recorded under a key unique to one store object (`<session id>@<uuid>`), so only
   that object ever evaluates its commits and its memory answers dependency checks
@@ -17,6 +20,8 @@
 
 from __future__ import annotations
 
+import abc
+import queue
 import threading
 import uuid
 from collections.abc import Iterable
@@ -26,9 +31,15 @@ import msgspec
 
 from .._address import SCOPES, DocKey, Path
 from .._codec import decode_json, encode_json
-from .._store import Revision
+from .._store import CommitRequest, Revision, SessionListener, StoreBase, Verdict
 from .._values import MISSING, Value
-from ..errors import CellweaveError, CorruptStoreError
+from ..errors import (
+    CellweaveError,
+    CorruptStoreError,
+    LivenessError,
+    StoreError,
+    TerminalCommitError,
+)
 from .memory import _Resolved
 
 KEY_COLUMNS: Final = ("space", "doc_id", "scope", "principal", "session")
@@ -127,3 +138,109 @@ class SessionVerdicts:
         for session_key, resolved in self.resolved.items():
             assert all(s > resolved.low for s in resolved.above), session_key
             assert all(resolved.resolved(s) for s in resolved.rejected), session_key
+
+
+_Item = tuple[SessionListener, CommitRequest] | None
+
+
+class WriterStore(StoreBase):
+    """A store whose commits one writer thread per store object evaluates, in FIFO order.
+
+    `_submit_evaluation` queues; the thread evaluates (`_evaluate`), then posts the
+    verdict and the fan-out under `_write_lock`. A test gate's `accept()` evaluates on
+    the caller's thread instead, after the queue drained (per-session FIFO), under the
+    same lock, which also serializes every fan-out (each mailbox hears commits in seq
+    order). A backend names its thread (`_writer_name`), says how it reports being
+    closed (`_closed_message`) and classifies evaluation failures (`_unevaluated`).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._write_lock = threading.RLock()
+        self._cond = threading.Condition()  # guards the queue, `_queued` and closing
+        self._queue: queue.SimpleQueue[_Item] = queue.SimpleQueue()
+        self._queued = 0
+        self._writer: threading.Thread | None = None
+
+    @abc.abstractmethod
+    def _writer_name(self) -> str: ...
+
+    @abc.abstractmethod
+    def _closed_message(self) -> str: ...
+
+    @abc.abstractmethod
+    def _unevaluated(
+        self, request: CommitRequest, cause: BaseException
+    ) -> LivenessError | TerminalCommitError:
+        """The rejection of a commit whose evaluation raised `cause`."""
+
+    def _submit_evaluation(self, listener: SessionListener, request: CommitRequest) -> None:
+        with self._cond:
+            if self.closed:  # re-checked under the lock: nothing may queue behind close()'s stop
+                raise StoreError(self._closed_message())
+            if self._writer is None:
+                self._writer = threading.Thread(target=self._writer_loop, name=self._writer_name())
+                self._writer.daemon = True
+                self._writer.start()
+            self._queued += 1
+            self._queue.put((listener, request))
+
+    def _writer_loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            try:
+                self._evaluate_and_answer(*item)
+            finally:
+                with self._cond:
+                    self._queued -= 1
+                    self._cond.notify_all()
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Block until every commit queued so far has its verdict posted. False on timeout."""
+        if threading.current_thread() is self._writer:
+            return True
+        with self._cond:
+            return self._cond.wait_for(lambda: self._queued == 0, timeout)
+
+    def _evaluate_and_answer(self, listener: SessionListener, request: CommitRequest) -> None:
+        # A gate's accept() runs here on the caller's thread: commits queued before
+        # it (from the same session, too) must be decided first, as in MemoryStore.
+        self.flush()
+        with self._write_lock:
+            try:
+                verdict = self._evaluate(request)
+                self.commits_evaluated += 1
+            except Exception as exc:  # the submitter hears of every failure, never only a log
+                verdict = Verdict(None, error=self._unevaluated(request, exc))
+            self._answer(listener, request, verdict)
+            if verdict.error is None and verdict.seq is not None:
+                self._broadcast(request.session_id, verdict.seq, verdict.docs)
+
+    def _start_closing(self) -> tuple[bool, threading.Thread | None]:
+        """Mark closed and queue the writer's stop behind every queued commit (they are all
+        evaluated). Returns (False, None) if already closed, else (True, the writer)."""
+        with self._cond:
+            if self.closed:
+                return False, None
+            StoreBase.close(self)
+            writer = self._writer
+            if writer is not None:
+                self._queue.put(None)
+            return True, writer
+
+    def _fail_held(self, closed: StoreError) -> None:
+        """After the writer stopped: answer commits a verdict gate still holds with a
+        LIVENESS rejection (cause: `closed`), and fail held loads."""
+        gate = self._verdict_gate
+        if gate is not None:
+            held, gate._held = gate._held, []
+            gate.active = False
+            self._verdict_gate = None
+            for h in held:
+                self._answer(
+                    h.listener, h.request, Verdict(None, error=self._unevaluated(h.request, closed))
+                )
+        for load_gate in list(self._load_gates):
+            load_gate.fail()

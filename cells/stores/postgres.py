@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import functools
 import math
-import queue
 import re
 import threading
 import time
@@ -68,7 +67,6 @@ from .._store import (
     DocState,
     Revision,
     SessionListener,
-    StoreBase,
     Verdict,
     revision_path,
     validate_commit,
@@ -86,6 +84,7 @@ from ..errors import (
 from ._sql import (
     KEY_COLUMNS,
     SessionVerdicts,
+    WriterStore,
     decode_value,
     encode_paths,
     encode_value,
@@ -114,7 +113,6 @@ failures and deadlocks, insufficient resources, operator intervention (a shuttin
 or restarting server), lock timeouts, system errors."""
 
 _Change = tuple[int, dict[DocKey, Value]]
-_Item = tuple[SessionListener, CommitRequest] | None
 _Conn = psycopg.Connection[tuple[Any, ...]]
 
 
@@ -183,7 +181,7 @@ def describe_dsn(dsn: str) -> str:
     return f"postgresql://{host}:{port}/{db}{user}"
 
 
-class PostgresStore(StoreBase):
+class PostgresStore(WriterStore):
     """A durable store in a PostgreSQL database, shared by any number of processes.
 
     `PostgresStore(dsn, schema="cellweave", poll_interval=1.0, pool_size=4,
@@ -252,11 +250,6 @@ class PostgresStore(StoreBase):
         self.last_poll_error: BaseException | None = None
         """The last error the listening thread hit (it keeps going; `poll()` raises directly)."""
 
-        self._write_lock = threading.RLock()
-        self._cond = threading.Condition()
-        self._queue: queue.SimpleQueue[_Item] = queue.SimpleQueue()
-        self._queued = 0
-        self._writer: threading.Thread | None = None
         self._listener_thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._sessions = SessionVerdicts()
@@ -451,50 +444,11 @@ class PostgresStore(StoreBase):
         return bool(row and row[0])
 
     # ------------------------------------------------------------------ commits
-    def _submit_evaluation(self, listener: SessionListener, request: CommitRequest) -> None:
-        with self._cond:
-            if self.closed:
-                raise StoreError(f"{self._where} is closed")
-            if self._writer is None:
-                self._writer = threading.Thread(
-                    target=self._writer_loop, name=f"cellweave-pg-writer {self.schema}", daemon=True
-                )
-                self._writer.start()
-            self._queued += 1
-            self._queue.put((listener, request))
+    def _writer_name(self) -> str:
+        return f"cellweave-pg-writer {self.schema}"
 
-    def _writer_loop(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            try:
-                self._evaluate_and_answer(*item)
-            finally:
-                with self._cond:
-                    self._queued -= 1
-                    self._cond.notify_all()
-
-    def flush(self, timeout: float | None = None) -> bool:
-        """Block until every commit queued so far has its verdict posted. False on timeout."""
-        if threading.current_thread() is self._writer:
-            return True
-        with self._cond:
-            return self._cond.wait_for(lambda: self._queued == 0, timeout)
-
-    def _evaluate_and_answer(self, listener: SessionListener, request: CommitRequest) -> None:
-        # A gate's accept() runs here on the caller's thread: commits queued before it
-        # must be decided first.
-        self.flush()
-        with self._write_lock:
-            try:
-                verdict = self._evaluate(request)
-                self.commits_evaluated += 1
-            except Exception as exc:  # the submitter hears of every failure
-                verdict = Verdict(None, error=self._unevaluated(request, exc))
-            self._answer(listener, request, verdict)
-            if verdict.error is None and verdict.seq is not None:
-                self._broadcast(request.session_id, verdict.seq, verdict.docs)
+    def _closed_message(self) -> str:
+        return f"{self._where} is closed"
 
     def _unevaluated(
         self, request: CommitRequest, cause: BaseException
@@ -732,13 +686,9 @@ class PostgresStore(StoreBase):
     # ------------------------------------------------------------------ closing
     def close(self) -> None:
         """Answer queued commits, fail held ones, stop threads, close every connection."""
-        with self._cond:
-            if self.closed:
-                return
-            super().close()
-            writer = self._writer
-            if writer is not None:
-                self._queue.put(None)
+        closing, writer = self._start_closing()
+        if not closing:
+            return
         with self._lock:
             listening = self._listener_thread
         self._stop.set()
@@ -746,18 +696,7 @@ class PostgresStore(StoreBase):
         for thread in (writer, listening):
             if thread is not None and thread is not me:
                 thread.join()
-        gate = self._verdict_gate
-        if gate is not None:
-            held, gate._held = gate._held, []
-            gate.active = False
-            self._verdict_gate = None
-            closed = StoreError(f"{self._where} was closed")
-            for h in held:
-                self._answer(
-                    h.listener, h.request, Verdict(None, error=self._unevaluated(h.request, closed))
-                )
-        for load_gate in list(self._load_gates):
-            load_gate.fail()
+        self._fail_held(StoreError(f"{self._where} was closed"))
         with self._write_lock:
             if self._wconn is not None:
                 self._wconn.close()

@@ -69,7 +69,6 @@ import functools
 import math
 import os
 import pathlib
-import queue
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -83,7 +82,6 @@ from .._store import (
     DocState,
     Revision,
     SessionListener,
-    StoreBase,
     Verdict,
     revision_path,
     validate_commit,
@@ -101,6 +99,7 @@ from ..errors import (
 from ._sql import (
     KEY_COLUMNS,
     SessionVerdicts,
+    WriterStore,
     decode_value,
     encode_paths,
     encode_value,
@@ -188,7 +187,6 @@ _TABLES_1: Final = frozenset({"meta", "commit_log", "rejection", "revision", "he
 _TABLES: Final = _TABLES_1 | {"revision_floor"}
 
 _Change = tuple[int, dict[DocKey, Value]]
-_Item = tuple[SessionListener, CommitRequest] | None
 
 
 _k = key_params
@@ -325,7 +323,7 @@ def _rollback(conn: sqlite3.Connection) -> None:
             conn.execute("ROLLBACK")
 
 
-class SQLiteStore(StoreBase):
+class SQLiteStore(WriterStore):
     """A durable store in one SQLite file; several store objects and processes may share it.
 
     `SQLiteStore(path, synchronous="FULL", poll_interval=0.05)`. `poll_interval`
@@ -374,12 +372,7 @@ class SQLiteStore(StoreBase):
         """The last error the polling thread hit (it keeps polling; `poll()` raises directly)."""
         self._file = os.path.abspath(self.path)
 
-        self._write_lock = threading.RLock()
         self._read_lock = threading.RLock()
-        self._cond = threading.Condition()  # guards the queue, `_queued` and closing
-        self._queue: queue.SimpleQueue[_Item] = queue.SimpleQueue()
-        self._queued = 0
-        self._writer: threading.Thread | None = None
         self._poller: threading.Thread | None = None
         self._stop = threading.Event()
         self._sessions = SessionVerdicts()
@@ -583,51 +576,11 @@ class SQLiteStore(StoreBase):
         return bool(row[0])
 
     # ------------------------------------------------------------------ commits
-    def _submit_evaluation(self, listener: SessionListener, request: CommitRequest) -> None:
-        with self._cond:
-            if self.closed:  # re-checked under the lock: nothing may queue behind close()'s stop
-                raise StoreError(f"SQLiteStore {self._file} is closed")
-            if self._writer is None:
-                self._writer = threading.Thread(
-                    target=self._writer_loop, name=f"cellweave-sqlite-writer {self._file}"
-                )
-                self._writer.daemon = True
-                self._writer.start()
-            self._queued += 1
-            self._queue.put((listener, request))
+    def _writer_name(self) -> str:
+        return f"cellweave-sqlite-writer {self._file}"
 
-    def _writer_loop(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            try:
-                self._evaluate_and_answer(*item)
-            finally:
-                with self._cond:
-                    self._queued -= 1
-                    self._cond.notify_all()
-
-    def flush(self, timeout: float | None = None) -> bool:
-        """Block until every commit queued so far has its verdict posted. False on timeout."""
-        if threading.current_thread() is self._writer:
-            return True
-        with self._cond:
-            return self._cond.wait_for(lambda: self._queued == 0, timeout)
-
-    def _evaluate_and_answer(self, listener: SessionListener, request: CommitRequest) -> None:
-        # A gate's accept() runs here on the caller's thread: commits queued before
-        # it (from the same session, too) must be decided first, as in MemoryStore.
-        self.flush()
-        with self._write_lock:
-            try:
-                verdict = self._evaluate(request)
-                self.commits_evaluated += 1
-            except Exception as exc:  # the submitter hears of every failure, never only a log
-                verdict = Verdict(None, error=self._unevaluated(request, exc))
-            self._answer(listener, request, verdict)
-            if verdict.error is None and verdict.seq is not None:
-                self._broadcast(request.session_id, verdict.seq, verdict.docs)
+    def _closed_message(self) -> str:
+        return f"SQLiteStore {self._file} is closed"
 
     def _unevaluated(
         self, request: CommitRequest, cause: BaseException
@@ -864,13 +817,9 @@ class SQLiteStore(StoreBase):
     # ------------------------------------------------------------------ closing
     def close(self) -> None:
         """Answer queued commits (durably), fail held ones, stop threads, close the file."""
-        with self._cond:
-            if self.closed:
-                return
-            super().close()
-            writer = self._writer
-            if writer is not None:
-                self._queue.put(None)  # behind every queued commit: they are all evaluated
+        closing, writer = self._start_closing()
+        if not closing:
+            return
         with self._lock:
             poller = self._poller
         self._stop.set()
@@ -878,18 +827,7 @@ class SQLiteStore(StoreBase):
         for thread in (writer, poller):
             if thread is not None and thread is not me:
                 thread.join()
-        gate = self._verdict_gate
-        if gate is not None:
-            held, gate._held = gate._held, []
-            gate.active = False
-            self._verdict_gate = None
-            closed = StoreError(f"SQLiteStore {self._file} was closed")
-            for h in held:
-                self._answer(
-                    h.listener, h.request, Verdict(None, error=self._unevaluated(h.request, closed))
-                )
-        for load_gate in list(self._load_gates):
-            load_gate.fail()
+        self._fail_held(StoreError(f"SQLiteStore {self._file} was closed"))
         with self._write_lock:
             if self._wconn is not None:
                 self._wconn.close()
