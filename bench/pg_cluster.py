@@ -144,9 +144,12 @@ class Cluster:
                 f" {done.stdout[-1000:]}{done.stderr[-1000:]}{log}"
             )
 
-    def restart(self) -> None:
-        """Stop the server (closing every connection) and start it again."""
-        self.stop_server()
+    def restart(self, *, crash: bool = True) -> None:
+        """Stop the server (closing every connection) and start it again.
+
+        `crash=True` stops it as a crash would (`-m immediate`: no checkpoint, WAL
+        recovery at the next start); False shuts it down cleanly."""
+        self.stop_server(crash=crash)
         self._start()
 
     def _start(self) -> None:
@@ -154,9 +157,11 @@ class Cluster:
         self._run("pg_ctl", "-D", self.data, "-l", log, "-w", "-t", "60", "start")
         self._running = True
 
-    def stop_server(self) -> None:
+    def stop_server(self, *, crash: bool = True) -> None:
+        """Stop the server, as a crash would by default (see `restart`)."""
         if self._running:
-            self._run("pg_ctl", "-D", self.data, "-m", "immediate", "-w", "stop")
+            mode = "immediate" if crash else "fast"
+            self._run("pg_ctl", "-D", self.data, "-m", mode, "-w", "stop")
             self._running = False
 
     def stop(self) -> None:

@@ -11,6 +11,8 @@ missing database and a schema of a newer version are all real.
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -277,6 +279,64 @@ def test_a_lost_notification_delays_delivery_by_at_most_one_poll(stores: Make, d
     assert cell.get() == "caught up by seq"
     store.close()
     assert not store._listener_thread or not store._listener_thread.is_alive()
+
+
+CRASHER = r"""
+import sys
+from cells import PostgresStore, Space
+
+store = PostgresStore(sys.argv[1], poll_interval=0)
+space = Space(store, "crash")
+i = 0
+while True:  # commit until killed; the parent kills right after an acknowledgement
+    result = space.cell(f"doc-{i}").set({"i": i, "pad": "x" * 500}).wait(30)
+    if not result.ok:
+        print("FAIL", result, flush=True)
+        sys.exit(1)
+    print(f"ACK {result.seq} {i}", flush=True)
+    i += 1
+"""
+
+
+def test_acknowledged_commits_survive_kill_9_of_the_writer_and_a_server_crash() -> None:
+    server = Cluster()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", CRASHER, server.dsn],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=REPO,
+            bufsize=0,
+        )
+        acked: dict[int, int] = {}
+        try:
+            lines = sqlite_store.Lines(proc)
+            while len(acked) < 20:
+                word, seq, i = lines.next().split()
+                assert word == "ACK"
+                acked[int(i)] = int(seq)
+            os.kill(proc.pid, signal.SIGKILL)  # in the middle of the next commit
+            server.restart(crash=True)  # and the server dies too, without a checkpoint
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(WAIT)
+            assert proc.stdout is not None and proc.stderr is not None
+            proc.stdout.close()
+            stderr = proc.stderr.read()
+            proc.stderr.close()
+        assert proc.returncode == -signal.SIGKILL, stderr
+
+        with PostgresStore(server.dsn, poll_interval=0) as store:
+            space = Space(store, "crash")
+            for i, seq in acked.items():
+                key = space.cell(f"doc-{i}").doc_key
+                assert {"value": {"i": i, "pad": "x" * 500}} == store.read_durable(key)
+                assert seq == store._read(key).seq
+            assert store.seq >= 20
+            store._check()
+    finally:
+        server.stop()
 
 
 # --------------------------------------------------------------------------- failures
