@@ -71,13 +71,23 @@ def _server_user() -> pwd.struct_passwd | None:
     raise ClusterError("running as root, and neither a `postgres` nor a `nobody` user exists")
 
 
+def _base_dir(user: pwd.struct_passwd | None) -> str | None:
+    """Where the cluster's directory goes: the usual temporary directory, but /tmp when
+    the server runs as another user (it must reach the directory) or when the usual one
+    is so deep that the socket path would pass the unix limit (about 107 bytes)."""
+    usual = tempfile.gettempdir()
+    if os.path.isdir("/tmp") and (user is not None or len(usual) > 60):
+        return "/tmp"
+    return None
+
+
 class Cluster:
     """One running throwaway server. `dsn` connects to its `postgres` database."""
 
     def __init__(self, bindir: str | None = None) -> None:
         self.bindir = bindir or find_bindir()
         self.user = _server_user()
-        self.directory = tempfile.mkdtemp(prefix="cellweave-pg-")
+        self.directory = tempfile.mkdtemp(prefix="cellweave-pg-", dir=_base_dir(self.user))
         self.data = os.path.join(self.directory, "data")
         self.socket_dir = self.directory
         self.superuser = "cellweave"
