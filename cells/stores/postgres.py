@@ -251,6 +251,8 @@ class PostgresStore(WriterStore):
         """The last error the listening thread hit (it keeps going; `poll()` raises directly)."""
 
         self._listener_thread: threading.Thread | None = None
+        self._listening = threading.Event()
+        """Set once the listening thread LISTENs and has polled after that (tests wait on it)."""
         self._stop = threading.Event()
         self._sessions = SessionVerdicts()
         self._wconn: _Conn | None = None
@@ -668,6 +670,7 @@ class PostgresStore(WriterStore):
                             autocommit=True,
                             connect_timeout=max(1, math.ceil(self.connect_timeout)),
                         )
+                        self._listening.clear()
                         conn.execute(f"LISTEN {self._channel}")
                         next_poll = 0.0  # notifications may have been missed meanwhile
                     wait = max(0.0, min(0.1, next_poll - time.monotonic()))
@@ -675,6 +678,7 @@ class PostgresStore(WriterStore):
                     if woken or time.monotonic() >= next_poll:
                         next_poll = time.monotonic() + self.poll_interval
                         self.poll()
+                        self._listening.set()
                 except Exception as exc:  # keep going: the server may come back
                     self.last_poll_error = exc
                     if self._stop.wait(min(self.poll_interval, 0.5)):

@@ -258,7 +258,8 @@ def test_a_notification_wakes_the_listener_long_before_its_poll_interval(
     cell = space.cell("doc")
     assert MISSING is cell.get()
     notes = sqlite_store.record(space)
-    time.sleep(0.5)  # not race control: lets the first poll pass, so only LISTEN remains
+    # LISTENing, and the one poll after LISTEN is done: only a notification can deliver now.
+    assert store._listening.wait(WAIT)
     assert Space(stores(db), "t").cell("doc").set("hi").wait(WAIT).ok
     _wait_for(space, notes)
     assert [n.kind for n in notes] == ["integrate"]
