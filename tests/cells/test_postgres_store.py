@@ -39,7 +39,7 @@ from cells import (
     StoreError,
     value_equal,
 )
-from cells.errors import InvalidArgumentError, LivenessError
+from cells.errors import InvalidArgumentError, LivenessError, TerminalCommitError
 from cells.stores.memory import REVISIONS_KEPT
 from cells.stores.postgres import VERSION
 
@@ -377,6 +377,28 @@ def test_a_stopped_server_fails_commits_as_liveness_and_reads_as_store_errors() 
         store.close()
     finally:
         with_server.stop()
+
+
+def test_what_the_database_refuses_settles_terminal_and_raises_store_errors(
+    stores: Make, db: str
+) -> None:
+    """PostgreSQL text cannot hold NUL, which a document id may: no raw psycopg error."""
+    store = stores(db)
+    space = Space(store, "n")
+    key = DocKey("n", "a\x00b")
+    tx = space.edit()
+    with pytest.raises(StoreError, match="cannot read"):
+        tx.write(key, ("value",), 1)  # staging loads the document
+    tx = space.edit()
+    tx.create_only(key)  # loads nothing: the store meets the key in the commit
+    result = tx.commit().wait(WAIT)
+    assert Outcome.TERMINAL is result.outcome
+    assert isinstance(result.error, TerminalCommitError)
+    assert isinstance(result.error.__cause__, StoreError)
+    assert "NUL" in str(result.error)
+    with pytest.raises(StoreError, match="cannot read"):
+        store.read_durable(key)
+    assert space.cell("fine").set(1).wait(WAIT).ok  # the store goes on
 
 
 def test_an_unreachable_server_is_a_store_error(tmp_path: FsPath) -> None:
