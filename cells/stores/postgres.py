@@ -247,6 +247,8 @@ class PostgresStore(WriterStore):
         self.server = describe_dsn(dsn)
         self._where = f"PostgresStore {self.server} schema {schema}"
         self._channel = f"cellweave_{schema}"
+        self._s = f'"{schema}"'
+        """The schema as an SQL identifier (quoted: a name like `user` is a keyword)."""
         self.last_poll_error: BaseException | None = None
         """The last error the listening thread hit (it keeps going; `poll()` raises directly)."""
 
@@ -319,15 +321,17 @@ class PostgresStore(WriterStore):
         return StoreError(f"{self._where}: {what}: {detail}{code}")
 
     def _init_schema(self, conn: _Conn) -> None:
-        s = self.schema
+        s = self._s
         with conn.transaction():
             # Two processes opening a fresh database at once: one creates, the other waits.
-            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"cellweave:{s}",))
+            conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"cellweave:{self.schema}",)
+            )
             tables = {
                 str(row[0])
                 for row in conn.execute(
                     "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
-                    (s,),
+                    (self.schema,),
                 )
             }
             if not tables:
@@ -340,8 +344,9 @@ class PostgresStore(WriterStore):
                 )
                 return
             not_ours = (
-                f"{self._where}: schema {s} is not a cellweave store (no {FORMAT!r} format"
-                f" marker; it has tables {', '.join(sorted(tables)[:8])}); it was left untouched"
+                f"{self._where}: schema {self.schema} is not a cellweave store (no"
+                f" {FORMAT!r} format marker; it has tables {', '.join(sorted(tables)[:8])});"
+                " it was left untouched"
             )
             if "meta" not in tables:
                 raise CorruptStoreError(not_ours)
@@ -377,7 +382,7 @@ class PostgresStore(WriterStore):
                 )
 
     def _max_seq(self, conn: _Conn) -> int:
-        row = conn.execute(f"SELECT seq FROM {self.schema}.counter WHERE id = 1").fetchone()
+        row = conn.execute(f"SELECT seq FROM {self._s}.counter WHERE id = 1").fetchone()
         if row is None:
             raise CorruptStoreError(f"{self._where}: the counter row is missing")
         return int(row[0])
@@ -412,7 +417,7 @@ class PostgresStore(WriterStore):
         try:
             with self._pool.connection() as conn:
                 row = conn.execute(
-                    f"SELECT seq, value FROM {self.schema}.head WHERE {_MATCH}", key_params(key)
+                    f"SELECT seq, value FROM {self._s}.head WHERE {_MATCH}", key_params(key)
                 ).fetchone()
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
             raise self._wrap(exc, f"cannot read {key}") from exc
@@ -424,7 +429,7 @@ class PostgresStore(WriterStore):
     def _revisions_since(
         self, conn: _Conn, session_id: str, session_key: str, key: DocKey, seq: int
     ) -> list[Revision]:
-        s = self.schema
+        s = self._s
         k = key_params(key)
         floor = conn.execute(f"SELECT seq FROM {s}.revision_floor WHERE {_MATCH}", k).fetchone()
         if floor is not None and seq < floor[0]:
@@ -437,7 +442,7 @@ class PostgresStore(WriterStore):
         return revisions_from_rows(rows, session_id, session_key)
 
     def _ever_written(self, conn: _Conn, key: DocKey) -> bool:
-        s = self.schema
+        s = self._s
         row = conn.execute(
             f"SELECT EXISTS (SELECT 1 FROM {s}.head WHERE {_MATCH})"
             f" OR EXISTS (SELECT 1 FROM {s}.claimed WHERE {_MATCH})",
@@ -483,7 +488,7 @@ class PostgresStore(WriterStore):
 
     def _evaluate(self, request: CommitRequest) -> Verdict:
         """Validate and apply `request` in one transaction; returns after COMMIT."""
-        s = self.schema
+        s = self._s
         with self._write_lock:
             conn = self._writer_conn()
             session_key = self._sessions.key(request.session_id)
@@ -531,16 +536,14 @@ class PostgresStore(WriterStore):
             return verdict
 
     def _lock_counter(self, conn: _Conn) -> int:
-        row = conn.execute(
-            f"SELECT seq FROM {self.schema}.counter WHERE id = 1 FOR UPDATE"
-        ).fetchone()
+        row = conn.execute(f"SELECT seq FROM {self._s}.counter WHERE id = 1 FOR UPDATE").fetchone()
         if row is None:
             raise CorruptStoreError(f"{self._where}: the counter row is missing")
         return int(row[0])
 
     def _head(self, conn: _Conn, key: DocKey) -> Value:
         row = conn.execute(
-            f"SELECT value FROM {self.schema}.head WHERE {_MATCH}", key_params(key)
+            f"SELECT value FROM {self._s}.head WHERE {_MATCH}", key_params(key)
         ).fetchone()
         return MISSING if row is None else self._decode(row[0], key)
 
@@ -553,7 +556,7 @@ class PostgresStore(WriterStore):
         docs: dict[DocKey, Value],
         paths: dict[DocKey, list[Path]],
     ) -> None:
-        s = self.schema
+        s = self._s
         for key, value in docs.items():
             k = key_params(key)
             conn.execute(
@@ -578,7 +581,7 @@ class PostgresStore(WriterStore):
     def _prune(self, conn: _Conn, k: tuple[str, ...], seq: int) -> None:
         """Keep a document's newest `REVISIONS_KEPT` revisions once it has more than twice
         that many. One index lookup decides the usual case (see SQLiteStore._prune)."""
-        s = self.schema
+        s = self._s
         oldest = conn.execute(f"SELECT MIN(seq) FROM {s}.revision WHERE {_MATCH}", k).fetchone()
         if oldest is None or oldest[0] is None or seq - int(oldest[0]) < 2 * REVISIONS_KEPT:
             return
@@ -610,8 +613,8 @@ class PostgresStore(WriterStore):
                 return []  # nobody to tell; a later session loads fresh state
         cols = ", ".join(f"r.{c}" for c in KEY_COLUMNS)
         rows = conn.execute(
-            f"SELECT r.seq, {cols}, h.value FROM {self.schema}.revision r"
-            f" JOIN {self.schema}.head h USING ({_COLS})"
+            f"SELECT r.seq, {cols}, h.value FROM {self._s}.revision r"
+            f" JOIN {self._s}.head h USING ({_COLS})"
             " WHERE r.seq > %s AND r.seq <= %s AND h.seq = r.seq ORDER BY r.seq",
             (after, top),
         ).fetchall()
@@ -671,7 +674,7 @@ class PostgresStore(WriterStore):
                             connect_timeout=max(1, math.ceil(self.connect_timeout)),
                         )
                         self._listening.clear()
-                        conn.execute(f"LISTEN {self._channel}")
+                        conn.execute(f'LISTEN "{self._channel}"')
                         next_poll = 0.0  # notifications may have been missed meanwhile
                     wait = max(0.0, min(0.1, next_poll - time.monotonic()))
                     woken = any(True for _ in conn.notifies(timeout=wait, stop_after=1))
@@ -712,7 +715,7 @@ class PostgresStore(WriterStore):
         self.close()
         try:
             with psycopg.connect(self.dsn, autocommit=True) as conn:
-                conn.execute(f"DROP SCHEMA IF EXISTS {self.schema} CASCADE")
+                conn.execute(f"DROP SCHEMA IF EXISTS {self._s} CASCADE")
         except psycopg.Error as exc:
             raise self._wrap(exc, "cannot drop the schema") from exc
 
@@ -730,7 +733,7 @@ class PostgresStore(WriterStore):
             self._sessions.check()
 
     def _checks(self) -> Iterator[tuple[str, str]]:
-        s = self.schema
+        s = self._s
         match = " AND ".join(f"r.{c} = h.{c}" for c in KEY_COLUMNS)
         floor = " AND ".join(f"r.{c} = f.{c}" for c in KEY_COLUMNS)
         yield (

@@ -83,7 +83,7 @@ def stores(cluster: Cluster) -> Iterator[Make]:
         store.close()
     with psycopg.connect(cluster.dsn, autocommit=True) as conn:
         for schema in {s.schema for s in opened}:
-            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 @pytest.fixture
@@ -441,6 +441,15 @@ def test_a_schema_that_is_not_a_store_is_refused_untouched(
     with pytest.raises(CorruptStoreError, match="not a cellweave store"):
         stores(db)
     assert 0 == rows(cluster, db, "customers")
+
+
+def test_a_schema_named_like_a_keyword_works(stores: Make, cluster: Cluster) -> None:
+    with psycopg.connect(cluster.dsn, autocommit=True) as conn:
+        conn.execute('DROP SCHEMA IF EXISTS "user" CASCADE')
+    a, b = stores("user"), stores("user")
+    assert Space(a, "k").cell("x").set(1).wait(WAIT).ok
+    assert b.poll() == 0  # nobody connected to b: nothing to deliver
+    assert {"value": 1} == b.read_durable(DocKey("k", "x"))
 
 
 def test_bad_arguments_are_refused(cluster: Cluster) -> None:
