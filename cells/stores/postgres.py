@@ -282,6 +282,10 @@ class PostgresStore(WriterStore):
             max_size=pool_size,
             kwargs={"autocommit": True, "connect_timeout": timeout},
             timeout=self.connect_timeout,
+            # The pool retries a lost connection with a doubling delay; giving up soon
+            # keeps that delay short, and the next read asks for a fresh connection at
+            # once, so a server back after an outage is used within about a second.
+            reconnect_timeout=max(1.0, 2 * self.connect_timeout),
             check=psycopg_pool.ConnectionPool.check_connection,
             name=f"cellweave-{schema}",
             open=False,

@@ -349,6 +349,12 @@ def test_a_stopped_server_fails_commits_as_liveness_and_reads_as_store_errors() 
         store = PostgresStore(with_server.dsn, poll_interval=0, connect_timeout=2)
         space = Space(store, "f")
         assert space.cell("x").set(1).wait(WAIT).ok
+        # Another store LISTENing: its connection dies with the server.
+        watcher = PostgresStore(with_server.dsn, poll_interval=0.2, connect_timeout=2)
+        watching = Space(watcher, "f")
+        assert MISSING is watching.cell("y").get()
+        notes = sqlite_store.record(watching)
+        assert watcher._listening.wait(WAIT)
         with_server.stop_server()
 
         result = space.cell("x").set(2).wait(WAIT)
@@ -373,7 +379,14 @@ def test_a_stopped_server_fails_commits_as_liveness_and_reads_as_store_errors() 
         again = space.cell("y").set(3).wait(WAIT)
         assert again.ok, again
         assert {"value": 1} == store.read_durable(DocKey("f", "x"))
+        # The watcher listens again and catches up by seq: the commit reaches it.
+        _wait_for(watching, notes)
+        assert [n.kind for n in notes] == ["integrate"]
+        assert 3 == watching.cell("y").get()
         store._check()
+        watcher._check()
+        watching.replica.close()
+        watcher.close()
         store.close()
     finally:
         with_server.stop()
