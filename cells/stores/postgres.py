@@ -76,6 +76,7 @@ from ..errors import (
     CommitRejected,
     ConflictError,
     CorruptStoreError,
+    InvalidArgumentError,
     InvalidValueError,
     LivenessError,
     StoreError,
@@ -223,6 +224,14 @@ class PostgresStore(WriterStore):
                 raise bad_arg(number, where=where, name=name, accepts=seconds)
             if not math.isfinite(number) or number < 0:
                 raise bad_arg(number, where=where, name=name, accepts=seconds, kind="value")
+        if connect_timeout == 0:
+            raise bad_arg(
+                connect_timeout,
+                where=where,
+                name="connect_timeout",
+                accepts="a finite number of seconds > 0",
+                kind="value",
+            )
         if isinstance(pool_size, bool) or not isinstance(pool_size, int):
             raise bad_arg(pool_size, where=where, name="pool_size", accepts="an int >= 1")
         if pool_size < 1:
@@ -232,12 +241,10 @@ class PostgresStore(WriterStore):
         try:
             _conninfo.conninfo_to_dict(dsn)
         except psycopg.Error as exc:
-            raise bad_arg(
-                dsn,
-                where=where,
-                name="dsn",
-                accepts=f"a libpq connection string ({exc})",
-                kind="value",
+            # Not `bad_arg`: it would show the string, and a DSN may hold a password.
+            raise InvalidArgumentError(
+                f"{where}: dsn must be a libpq connection string or URI; this one is not"
+                f" ({str(exc).strip()})"
             ) from None
 
         self.dsn = dsn

@@ -474,5 +474,8 @@ def test_bad_arguments_are_refused(cluster: Cluster) -> None:
         PostgresStore(cluster.dsn, poll_interval=-1)
     with pytest.raises(InvalidArgumentError, match="pool_size"):
         PostgresStore(cluster.dsn, pool_size=0)
-    with pytest.raises(InvalidArgumentError, match="dsn"):
-        PostgresStore("host='unterminated")
+    with pytest.raises(InvalidArgumentError, match="dsn") as info:
+        PostgresStore("password=hunter2 host='unterminated")
+    assert "hunter2" not in str(info.value)
+    with pytest.raises(InvalidArgumentError, match="connect_timeout"):
+        PostgresStore(cluster.dsn, connect_timeout=0)
