@@ -346,7 +346,12 @@ class PostgresStore(WriterStore):
                 )
             }
             if not tables:
-                conn.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
+                # An administrator may have made the schema for a user who may not create one.
+                exists = conn.execute(
+                    "SELECT 1 FROM pg_namespace WHERE nspname = %s", (self.schema,)
+                ).fetchone()
+                if exists is None:
+                    conn.execute(f"CREATE SCHEMA {s}")
                 for stmt in _schema_sql(s):
                     conn.execute(stmt)
                 conn.execute(
