@@ -31,7 +31,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # What the tests need from the machine, installed with apt when missing: Debian's
-# chromium for the browser tests (Playwright drives it; nothing is downloaded).
+# chromium for the browser tests (Playwright drives it; nothing is downloaded), and
+# postgresql for PostgresStore's throwaway test server (its initdb and pg_ctl).
 system:
 	@bash tools/system-deps.sh
 

@@ -4,8 +4,9 @@ The workload is `Board`, defined here: `{"out": items.map(Card)}`, where
 `items` is a list of links to task cells (`{"title": ..., "body": ...}`)
 and `Card(element)` is three lifts that do about 20 us of Python together
 (`words`, `score`, `label`), so one element is one registration and three
-scheduler nodes. One more row keeps the tasks inline in the list document
-(dict elements, keyed by position) to show an edit inside one big document.
+scheduler nodes. Two more list shapes keep the tasks inline in the list
+document: dict elements (keyed by position), and plain title strings mapped
+by `Line` (the same three lifts over the title, with an empty body).
 
 Groups
 ------
@@ -17,33 +18,44 @@ Groups
     `SQLiteStore` on the same file) starts the existing result, `await
     rt.start(res)`, and pulls `out` in full. Baseline: the same cards
     computed by plain Python (the three functions called per task).
-``lists edit`` / ``lists insert`` / ``lists remove`` / ``lists reverse``
-    One op is one list change followed by a pull of what it affects:
-    `items.key(i, "title").set(...)` (a UI edit, a path write through the
-    element's link) then a pull of card i's label; a new task linked at the
-    front (`items.insert(0, link)`), then a pull of card 0; the middle element
-    removed (`items.remove(i)`), then a pull of the card now in its place; the
-    whole list of links reversed, then a pull of card 0. The insert and remove
-    groups also make the same change by writing the whole new list
-    (`items.set([...])`, what a client without the incremental calls does).
-    The edit group also runs the same edit against a reaktiv computed list
-    (a `Signal` holding the list, a `Computed` mapping every task to its
-    card) and against plain Python recomputing every card (the baseline).
+``lists edit``
+    One op is one element's title edited (a path write: through the element's
+    link, into its inline dict, or of the inline string itself), then a pull of
+    that card's label, for each list shape at each N. Peers doing the same
+    edit: the idiomatic reaktiv UI (a `Signal` per task, a `Computed` per
+    card, an `Effect` per card that shows it; the group's baseline at the
+    largest N), a naive reaktiv design (the whole list in one `Signal`, every
+    card in one `Computed`: the same work as recomputing everything), and
+    plain Python recomputing every card.
+``lists sink``
+    One op is one element edited, then the pass that re-delivers the whole
+    mapped list to a plain `sink` on `out` (what a view without patches
+    does), for each list shape at each N.
+``lists insert`` / ``lists remove`` / ``lists reverse``
+    One op is one list change followed by a pull of what it affects: a new
+    task linked at the front (`items.insert(0, link)`), then a pull of card
+    0; the middle element removed (`items.remove(i)`), then a pull of the card
+    now in its place; the whole list of links reversed, then a pull of card 0.
+    The insert and remove groups also make the same change by writing the
+    whole new list (`items.set([...])`, what a client without the incremental
+    calls does).
 
-The change groups reuse one set-up world per N for all their samples (built
-once per process, untimed, on the first sample that needs it): a fresh
-10,000-element setup costs about half a minute, and building one per sample
-would make the run take many minutes. Every sample changes different
-elements (new titles, new tasks), so no sample repeats a no-op.
+The change groups reuse one set-up world per N and list shape for all their
+samples (built once per process, untimed, on the first sample that needs
+it): a fresh 10,000-element setup costs about half a minute, and building
+one per sample would make the run take many minutes. Every sample changes
+different elements (new titles, new tasks), so no sample repeats a no-op.
 
 Counted work beside the times (deltas over the timed region): scheduler
 computations and effect runs, commits sent by the scheduler, calls of the
 element functions (`calls`: three per computed card), coordinator
-reconciles, registrations, and the reader index's path comparisons (how many
-read paths a change was matched against: the part that grows with N when
-every element reads one big document). Each change row asserts them exactly, and every
-row checks the values it pulled against the same cards computed in plain
-Python.
+reconciles, registrations, the reader index's path comparisons (how many
+read paths a change was matched against), and for the sink its deliveries.
+The reaktiv rows count the same things on their side: element-function
+calls, `Computed` runs and `Effect` runs, counted by the functions
+themselves. Each change row asserts its counts exactly, and every row checks
+the values it pulled (or was delivered) against the same cards computed in
+plain Python.
 
 Sizes: ``BENCH_LIST_SIZES`` (default ``100,1000,10000``); for example
 ``BENCH_LIST_SIZES=100,1000`` leaves out the 10,000-element rows, which take
@@ -146,8 +158,27 @@ def Board(items):  # type: ignore[no-untyped-def]
     return {"out": items.map(Card)}
 
 
-def task(i: int, title: str | None = None) -> dict[str, Any]:
-    return {"title": title or f"task {i}", "body": f"write the report for item {i} and send it"}
+@pattern
+def Line(element):  # type: ignore[no-untyped-def]
+    """`Card` of an inline scalar (the element is the title; the body is empty)."""
+    n = lift(words)(element, "")
+    s = lift(score)(element, "")
+    return {"label": lift(label)(element, n, s), "score": s}
+
+
+@pattern
+def LineBoard(items):  # type: ignore[no-untyped-def]
+    return {"out": items.map(Line)}
+
+
+LINKS, DICTS, SCALARS = "links", "inline dicts", "inline scalars"
+"""How the list holds its tasks: links to task cells, inline dicts, inline title strings."""
+
+
+def task(i: int, title: str | None = None, body: str | None = None) -> dict[str, Any]:
+    if body is None:
+        body = f"write the report for item {i} and send it"
+    return {"title": title or f"task {i}", "body": body}
 
 
 # ---------------------------------------------------------------------------- harness glue
@@ -160,9 +191,10 @@ class _World:
     (links mode) and the task's current value, so the expected cards are known.
     """
 
-    def __init__(self, n: int, *, links: bool = True, store: StoreBase | None = None) -> None:
+    def __init__(self, n: int, *, kind: str = LINKS, store: StoreBase | None = None) -> None:
         self.n = n
-        self.links = links
+        self.kind = kind
+        self.links = kind == LINKS
         self.store: StoreBase = store if store is not None else MemoryStore()
         self.loop = asyncio.new_event_loop()
         self.rt = Runtime(self.store, space="bench")
@@ -173,6 +205,8 @@ class _World:
         self.made = 0
         Board.graph  # noqa: B018  traced before any timed region
         Card.graph  # noqa: B018
+        LineBoard.graph  # noqa: B018
+        Line.graph  # noqa: B018
 
     def drive(self, main: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
         return self.loop.run_until_complete(main())
@@ -185,20 +219,27 @@ class _World:
     async def write_tasks(self) -> None:
         tx = self.rt.edit()
         for i in range(self.n):
-            self.tasks.append(task(i))
+            self.tasks.append(task(i, body="" if self.kind == SCALARS else None))
             if self.links:
                 c = self.rt.get_cell(("task", i))
                 c.with_tx(tx).set(self.tasks[-1])
                 self.cells.append(c)
         self.made = self.n
-        value: list[Any] = [c.link() for c in self.cells] if self.links else list(self.tasks)
+        value: list[Any]
+        if self.links:
+            value = [c.link() for c in self.cells]
+        elif self.kind == SCALARS:
+            value = [t["title"] for t in self.tasks]
+        else:
+            value = list(self.tasks)
         self.items.with_tx(tx).set(value)
         if not (await tx.commit()).ok:
             raise BenchError(f"writing {self.n} tasks: the commit failed")
 
     async def run_board(self) -> None:
         tx = self.rt.edit()
-        self.rt.run(tx, Board, {"items": self.items}, self.res)
+        board = LineBoard if self.kind == SCALARS else Board
+        self.rt.run(tx, board, {"items": self.items}, self.res)
         if not (await tx.commit()).ok:
             raise BenchError(f"rt.run of a {self.n}-element board: the commit failed")
 
@@ -234,13 +275,26 @@ class _World:
         start = self.now()
         return lambda: {k: v - start[k] for k, v in self.now().items()}
 
+    async def edit(self, i: int, title: str) -> None:
+        """One UI edit of element i's title: a path write into the list (through the
+        element's link, into its inline dict, or of the inline scalar itself)."""
+        if self.kind == SCALARS:
+            await self.items.key(i).set(title)
+        else:
+            await self.items.key(i, "title").set(title)
+        self.tasks[i] = {**self.tasks[i], "title": title}
+
 
 _leftovers: list[_World] = []
-_shared: dict[tuple[int, bool], _World] = {}
+_shared: dict[tuple[int, str], _World] = {}
+_cancels: list[Callable[[], None]] = []
+"""Sinks a row installed on a shared world, cancelled before the next row's setup."""
 _templates: dict[str, Any] = {}
 
 
 def _clean_up() -> None:
+    while _cancels:
+        _cancels.pop()()
     while _leftovers:
         _leftovers.pop().close()
 
@@ -268,12 +322,12 @@ def _fresh(n: int, **kw: Any) -> _World:
     return world
 
 
-def _built(n: int, *, links: bool = True) -> _World:
+def _built(n: int, *, kind: str = LINKS) -> _World:
     """The shared, set-up and fully computed world of `n` elements (built once per process)."""
     _clean_up()
-    world = _shared.get((n, links))
+    world = _shared.get((n, kind))
     if world is None:
-        world = _shared[(n, links)] = _World(n, links=links)
+        world = _shared[(n, kind)] = _World(n, kind=kind)
 
         async def build() -> None:
             await world.write_tasks()
@@ -417,12 +471,12 @@ def cold_resume_sqlite() -> Run:
 # ---------------------------------------------------------------------------- edit
 
 
-def _edit_bench(n: int, links: bool) -> None:
-    kind = "links" if links else "inline dicts"
+def _edit_bench(n: int, kind: str) -> None:
+    what = "scalar write" if kind == SCALARS else "path write"
 
-    @bench(group="lists edit", name=f"cellweave path write N={n} ({kind})", ops=EDITS)
+    @bench(group="lists edit", name=f"cellweave {what} N={n} ({kind})", ops=EDITS)
     def edit() -> Run:
-        world = _built(n, links=links)
+        world = _built(n, kind=kind)
         step = max(1, n // EDITS)
         positions = [(k * step + world.made) % n for k in range(EDITS)]
         world.made += 1
@@ -430,9 +484,8 @@ def _edit_bench(n: int, links: bool) -> None:
 
         async def main() -> None:
             for i, title in zip(positions, titles, strict=True):
-                await world.items.key(i, "title").set(title)
+                await world.edit(i, title)
                 got = await world.res.key("out", i, "label").pull()
-                world.tasks[i] = {**world.tasks[i], "title": title}
                 if got != expected(world.tasks[i])["label"]:
                     raise BenchError(f"edit of {i}: pulled {got!r}")
 
@@ -441,7 +494,7 @@ def _edit_bench(n: int, links: bool) -> None:
             world.drive(main)
             counts = counted()
             _expect(
-                f"edit at N={n}",
+                f"edit at N={n} ({kind})",
                 counts,
                 calls=NODES_PER_CARD * EDITS,
                 computations=NODES_PER_CARD * EDITS,
@@ -453,20 +506,85 @@ def _edit_bench(n: int, links: bool) -> None:
         return run
 
 
-for _n in SIZES:
-    _edit_bench(_n, True)
-_edit_bench(BIG, False)
+for _kind in (LINKS, DICTS, SCALARS):
+    for _n in SIZES:
+        _edit_bench(_n, _kind)
 
 
 def _peer_benches(n: int) -> None:
-    @bench(group="lists edit", name=f"reaktiv computed list N={n}", ops=EDITS)
+    @bench(
+        group="lists edit",
+        name=f"reaktiv idiomatic (Signal, Computed, Effect per card) N={n}",
+        ops=EDITS,
+        baseline=(n == BIG),
+    )
+    def edit_reaktiv_idiomatic() -> Run:
+        """What a reaktiv UI does: a Signal per task, a Computed per card, an Effect per
+        card that shows it (here: stores it in `shown`). Effects run synchronously on
+        `set`, so each edit computes and shows exactly the edited card."""
+        runs = [0]
+        fired = [0]
+        signals = [reaktiv.Signal(task(i)) for i in range(n)]
+        shown: list[Any] = [None] * n
+
+        def view(i: int) -> tuple[Any, Any]:
+            signal = signals[i]
+
+            def compute() -> dict[str, Any]:
+                runs[0] += 1
+                return card(signal())
+
+            computed = reaktiv.Computed(compute)
+
+            def show() -> None:
+                fired[0] += 1
+                shown[i] = computed()
+
+            return computed, reaktiv.Effect(show)
+
+        views = [view(i) for i in range(n)]  # kept alive: effects are weakly held
+        made = [0]
+
+        def run() -> Counts:
+            made[0] += 1
+            start = (CALLS[0], runs[0], fired[0])
+            for k in range(EDITS):
+                i = (k * (n // EDITS) + made[0]) % n
+                new = {**signals[i](), "title": f"edited {made[0]} at {i}"}
+                signals[i].set(new)
+                if shown[i] != expected(new):
+                    raise BenchError(f"reaktiv idiomatic: card {i} not shown")
+            counts = {
+                "calls": CALLS[0] - start[0],
+                "computations": runs[0] - start[1],
+                "effects": fired[0] - start[2],
+            }
+            _expect(
+                f"reaktiv idiomatic at N={n}",
+                counts,
+                calls=NODES_PER_CARD * EDITS,
+                computations=EDITS,
+                effects=EDITS,
+            )
+            assert len(views) == n
+            return counts
+
+        return run
+
+    @bench(group="lists edit", name=f"reaktiv naive: whole list in one Computed N={n}", ops=EDITS)
     def edit_reaktiv() -> Run:
         tasks = reaktiv.Signal([task(i) for i in range(n)])
-        cards = reaktiv.Computed(lambda: [card(t) for t in tasks()])
+        runs = [0]
+
+        def compute() -> list[dict[str, Any]]:
+            runs[0] += 1
+            return [card(t) for t in tasks()]
+
+        cards = reaktiv.Computed(compute)
         cards()
 
         def run() -> Counts:
-            before = CALLS[0]
+            before = (CALLS[0], runs[0])
             for k in range(EDITS):
                 i = k * (n // EDITS)
                 new = list(tasks())  # reaktiv compares by identity: a new list
@@ -474,16 +592,11 @@ def _peer_benches(n: int) -> None:
                 tasks.set(new)
                 if cards()[i] != expected(new[i]):
                     raise BenchError("reaktiv: wrong card")
-            return {"calls": CALLS[0] - before}
+            return {"calls": CALLS[0] - before[0], "computations": runs[0] - before[1]}
 
         return run
 
-    @bench(
-        group="lists edit",
-        name=f"plain Python recompute all N={n}",
-        ops=EDITS,
-        baseline=(n == BIG),
-    )
+    @bench(group="lists edit", name=f"plain Python recompute all N={n}", ops=EDITS)
     def edit_plain() -> Run:
         tasks = [task(i) for i in range(n)]
         cards = [card(t) for t in tasks]
@@ -502,6 +615,61 @@ def _peer_benches(n: int) -> None:
 
 for _n in SIZES:
     _peer_benches(_n)
+
+
+# ---------------------------------------------------------------------------- sink
+
+SINK_EDITS = 3
+"""Edits per sample in the sink group (each re-delivers the whole list)."""
+
+
+def _sink_bench(n: int, kind: str) -> None:
+    @bench(
+        group="lists sink",
+        name=f"cellweave whole-list sink, one edit N={n} ({kind})",
+        ops=SINK_EDITS,
+    )
+    def sink() -> Run:
+        """A plain `sink` on the whole mapped list (what a view without patches does):
+        one element edited, then the pass that re-delivers the list. The sink is
+        installed untimed (its first delivery materializes every card)."""
+        world = _built(n, kind=kind)
+        got: list[Any] = []
+        _cancels.append(world.res.key("out").sink(got.append))
+        world.drive(world.rt.idle)
+        world.made += 1
+        positions = [(world.made * 7919 + k * (n // SINK_EDITS)) % n for k in range(SINK_EDITS)]
+        titles = [f"sunk {world.made} at {i}" for i in positions]
+
+        async def main() -> None:
+            for i, title in zip(positions, titles, strict=True):
+                await world.edit(i, title)
+                await world.rt.idle()
+                if got[-1][i] != expected(world.tasks[i]):
+                    raise BenchError(f"sink at N={n} ({kind}): card {i} not delivered")
+
+        def run() -> Counts:
+            del got[:]
+            counted = world.counter()
+            world.drive(main)
+            counts = {**counted(), "deliveries": len(got)}
+            _expect(
+                f"sink at N={n} ({kind})",
+                counts,
+                calls=NODES_PER_CARD * SINK_EDITS,
+                computations=NODES_PER_CARD * SINK_EDITS,
+                effects=SINK_EDITS,
+                reconciles=0,
+                deliveries=SINK_EDITS,
+            )
+            return counts
+
+        return run
+
+
+for _kind in (LINKS, DICTS, SCALARS):
+    for _n in SIZES:
+        _sink_bench(_n, _kind)
 
 
 # ---------------------------------------------------------------------------- insert, remove
@@ -644,7 +812,7 @@ def profile(n: int = BIG, *, links: bool = True, top: int = 25) -> None:
     import pstats
     import time
 
-    world = _built(n, links=links)
+    world = _built(n, kind=LINKS if links else DICTS)
     cells = [world.rt.get_cell(("task", "profiled", k)) for k in range(CHANGES)]
 
     async def write_tasks() -> None:

@@ -10,6 +10,8 @@ What it is not: scheduling (see `scheduler`) or patterns (see `runner`);
 nothing here imports them.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from ._access import INTERNAL_PREFIX as INTERNAL_PREFIX
 from ._access import Authority as Authority
 from ._access import internal_id as internal_id
@@ -35,6 +37,7 @@ from ._codec import encode_json as encode_json
 from ._codec import entity_id as entity_id
 from ._display import mimebundle as mimebundle
 from ._links import MAX_HOPS as MAX_HOPS
+from ._links import Materializer as Materializer
 from ._links import read_value as read_value
 from ._links import resolve as resolve
 from ._outcome import RETRYABLE as RETRYABLE
@@ -74,6 +77,9 @@ from .errors import TransactionError as TransactionError
 from .stores import MemoryStore as MemoryStore
 from .stores import SQLiteStore as SQLiteStore
 
+if TYPE_CHECKING:
+    from .stores import PostgresStore as PostgresStore
+
 __all__ = [
     "INTERNAL_PREFIX",
     "MAX_DEPTH",
@@ -99,12 +105,14 @@ __all__ = [
     "LinkCycleError",
     "Linkable",
     "LoadGate",
+    "Materializer",
     "MemoryStore",
     "Notification",
     "Outcome",
     "OwnershipError",
     "Path",
     "Pending",
+    "PostgresStore",
     "PreconditionFailedError",
     "Replica",
     "SQLiteStore",
@@ -139,3 +147,12 @@ __all__ = [
     "set_path",
     "value_equal",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # PostgresStore needs psycopg (the extra `cellweave[postgres]`): imported on first use.
+    if name == "PostgresStore":
+        from .stores.postgres import PostgresStore
+
+        return PostgresStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

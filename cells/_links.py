@@ -9,12 +9,13 @@ it never hangs.
 
 from __future__ import annotations
 
-from typing import Final
+import weakref
+from typing import Any, Final
 
 from ._address import DocKey, Link, Path
 from ._codec import describe
 from ._transaction import Transaction
-from ._values import MISSING, Value
+from ._values import MISSING, Value, same_value, thaw
 from .errors import LinkCycleError
 
 MAX_HOPS: Final = 100
@@ -53,8 +54,11 @@ def resolve(tx: Transaction, link: Link, *, follow_last: bool = True) -> Link:
     return _resolve(tx, link, follow_last)[0]
 
 
-def _resolve(tx: Transaction, link: Link, follow_last: bool) -> tuple[Link, DocKey]:
-    """`resolve`, also returning the final place's document for `tx.identity`."""
+def _resolve(
+    tx: Transaction, link: Link, follow_last: bool, hops: list[DocKey] | None = None
+) -> tuple[Link, DocKey]:
+    """`resolve`, also returning the final place's document for `tx.identity` (and
+    adding every document a hop went through to `hops`)."""
     identity = tx.identity
     key = DocKey(link.space, link.id) if link.scope == "space" else link.key(identity)
     root = tx.peek(key, _VALUE_PATH)
@@ -79,6 +83,8 @@ def _resolve(tx: Transaction, link: Link, follow_last: bool) -> tuple[Link, DocK
         if at == len(current.path) and not follow_last:
             return current, key
         tx.read(key, (VALUE, *current.path[:at]), shallow=True)
+        if hops is not None:
+            hops.append(key)
         marker = (key, current.path[:at])
         if marker in seen:
             names = tuple(map(str, chain))
@@ -218,3 +224,349 @@ def _materialize(
                 items[i] = None if m is MISSING else m
         return value if items is None else items
     return value
+
+
+# --------------------------------------------------------------------------- kept values
+
+
+class _Memo:
+    """One followed link of a `Materializer`'s value: what it read, and what it made.
+
+    `raw` is the value found at the link's target (never copied: stored values are
+    never mutated), `out` its materialized value, `log` every read entry the link's
+    whole subtree logged, in order (its own resolution and target read first, then
+    each kid's `log`), `kids` the memo of each link inside `raw` by its path there.
+    `valid` goes False when a document the link's own reads saw changes; `dirty`
+    holds the kids that are invalid or have invalid descendants.
+    """
+
+    __slots__ = ("at", "dirty", "keys", "kids", "link", "log", "out", "parent", "raw", "valid")
+
+    def __init__(self, link: Link, parent: _Memo | None, at: Path) -> None:
+        self.link = link
+        self.parent = parent
+        self.at = at
+        """Where the link sits in its parent's `raw`."""
+        self.raw: Value = MISSING
+        self.out: Value = MISSING
+        self.log: list[tuple[DocKey, Path, bool]] = []
+        self.kids: dict[Path, _Memo] = {}
+        self.dirty: set[_Memo] = set()
+        self.keys: tuple[DocKey, ...] = ()
+        self.valid = True
+
+
+class _Fallback(Exception):
+    """An incremental re-read met something it does not handle: read it all again."""
+
+
+class Materializer:
+    """`read_value` for one reader that reads the same link again and again without
+    writing (a sink): the materialized value of every link followed is kept, and the
+    next read re-reads only the links whose documents changed since.
+
+    It hears the replica's changes itself (one subscription per replica, shared
+    by every materializer on it; `close` takes this one's links out of it). A
+    read whose root document did not change and whose changed links read the
+    same places as before costs O(changed links · their size), plus one C-level
+    copy of the kept read log (the reader's transaction logs every read the whole
+    value depends on, as `read_value` would, so the scheduler's read set stays
+    exact); it returns the previous value object itself when nothing in it
+    changed. Anything else (the root changed, a link now reads
+    elsewhere, the transaction read before) reads the whole value as `read_value`
+    does and keeps it anew.
+
+    Invariant: the concatenation of the kept logs is a complete read log of the
+    kept value (what `read_value` would log in a fresh transaction).
+    """
+
+    def __init__(self, replica: Any) -> None:
+        self._replica = replica
+        self._root: _Memo | None = None
+        self._taken: list[tuple[DocKey, Path, bool]] = []
+        """Log entries the running refresh took out (its reads, kept in the kept log)."""
+        self._links = True
+        """The last read found links to follow (or a hop), or none was made: keep the
+        next one."""
+        self._flat = False
+        """The kept value is a list of dicts that hold no container (a mapped list of
+        records, the usual view): `thaw` then copies it in C."""
+        self._by_key: dict[DocKey, set[_Memo]] | None = None
+        """The replica's shared index of kept links by document (`_hub`), once used."""
+
+    def thaw(self, value: Value) -> Value:
+        """`thaw(value)` (a deep copy a user may change), for a value this materializer
+        returned: a kept list of flat dicts is copied with one C-level call per element
+        instead of a walk over every field.  O(size)."""
+        root = self._root
+        if self._flat and root is not None and value is root.out:
+            return list(map(dict.copy, value))
+        return thaw(value)
+
+    def close(self) -> None:
+        """Forget the kept value (its links leave the replica's index). Idempotent."""
+        self._forget()
+
+    def read(self, tx: Transaction, link: Link) -> Value:
+        log = tx._log
+        root = self._root
+        if tx._docs or log or tx._values is not None:
+            # Not a fresh transaction: its reads so far would hide entries from the kept
+            # logs (a repeated read logs nothing). Read plainly, keep nothing.
+            self._forget()
+            return read_value(tx, link)
+        if root is None and not self._links:
+            # The usual sink (a scalar, or a container without links): the plain read,
+            # nothing to keep. A value with links inside is kept from its next read on.
+            value = read_value(tx, link)
+            t = type(value)
+            if (t is dict or t is list) and len(log) > 1:
+                self._links = True
+            return value
+        if root is not None and root.link == link and root.valid:
+            self._taken = []
+            try:
+                return self._refresh(tx, root)
+            except _Fallback:
+                # Reads this transaction made would not be logged again: put back what
+                # the refresh took out of the log (each read of the value as it is now).
+                log.extend(self._taken)
+            except BaseException:
+                self._forget()
+                raise
+            self._forget()
+            return read_value(tx, link)
+        self._forget()
+        root = _Memo(link, None, ())
+        value = self._compute(tx, root, _NO_ACTIVE)
+        self._links = bool(root.kids)
+        if root.kids:
+            self._root = root
+            self._flat = type(value) is list and all(map(_flat_dict, value))
+            if self._by_key is None:
+                self._by_key = _hub(self._replica).by_key
+            self._index(root)
+        return value
+
+    # -- keeping
+    def _forget(self) -> None:
+        root, self._root = self._root, None
+        if root is not None:
+            self._unindex(root)
+
+    def _index(self, memo: _Memo) -> None:
+        by_key = self._by_key
+        assert by_key is not None
+        for key in memo.keys:
+            by_key.setdefault(key, set()).add(memo)
+        for kid in memo.kids.values():
+            self._index(kid)
+
+    def _unindex(self, memo: _Memo) -> None:
+        by_key = self._by_key
+        assert by_key is not None
+        for key in memo.keys:
+            memos = by_key.get(key)
+            if memos is not None:
+                memos.discard(memo)
+                if not memos:
+                    del by_key[key]
+        for kid in memo.kids.values():
+            self._unindex(kid)
+
+    # -- reading
+    def _compute(
+        self, tx: Transaction, memo: _Memo, active: frozenset[tuple[object, Path]]
+    ) -> Value:
+        """Read `memo.link` as `_read` does, keeping what it read and made."""
+        log = tx._log
+        start = len(log)
+        hops: list[DocKey] = []
+        final, key = _resolve(tx, memo.link, True, hops)
+        path = final.path
+        marker = (key, path)
+        if active and marker in active:
+            raise LinkCycleError(f"the value at {final} contains a link back to itself")
+        raw = tx.read(key, (VALUE, *path) if path else _VALUE_PATH)
+        memo.raw = raw
+        # From what was read, not from the log: a read this transaction made before
+        # logs nothing, and a change there must still reach this link.
+        hops.append(key)
+        memo.keys = tuple(dict.fromkeys(hops))
+        memo.kids = {}
+        memo.dirty = set()
+        memo.valid = True
+        inner = active | {marker}
+        memo.out = self._walk(tx, memo, raw, (), inner)
+        memo.log = log[start:]
+        return memo.out
+
+    def _walk(
+        self,
+        tx: Transaction,
+        memo: _Memo,
+        value: Value,
+        at: Path,
+        active: frozenset[tuple[object, Path]],
+    ) -> Value:
+        """`_materialize`, with a kid memo for each link met (by its path in `raw`)."""
+        t = type(value)
+        if t is Link:
+            kid = _Memo(value, memo, at)
+            memo.kids[at] = kid
+            return self._compute(tx, kid, active)
+        if t is dict:
+            out = None
+            for k, v in value.items():
+                m = (
+                    self._walk(tx, memo, v, (*at, k), active)
+                    if type(v) in (dict, list, Link)
+                    else v
+                )
+                if m is not v and out is None:
+                    out = dict(value)
+                if out is not None:
+                    if m is MISSING:
+                        del out[k]
+                    else:
+                        out[k] = m
+            return value if out is None else out
+        if t is list:
+            items = None
+            for i, v in enumerate(value):
+                m = (
+                    self._walk(tx, memo, v, (*at, i), active)
+                    if type(v) in (dict, list, Link)
+                    else v
+                )
+                if m is not v and items is None:
+                    items = list(value)
+                if items is not None:
+                    items[i] = None if m is MISSING else m
+            return value if items is None else items
+        return value
+
+    def _refresh(self, tx: Transaction, memo: _Memo) -> Value:
+        """Re-read a kept, still valid link: only its dirty kids; log what it depends on.
+
+        Raises `_Fallback` when a kid now reads other places than it did."""
+        log = tx._log
+        if not memo.dirty:
+            log.extend(memo.log)
+            return memo.out
+        # Its own reads (resolution and target) again, first in the log as before.
+        start = len(log)
+        final, key = _resolve(tx, memo.link, True)
+        path = final.path
+        raw = tx.read(key, (VALUE, *path) if path else _VALUE_PATH)
+        head = len(log) - start
+        if raw is not memo.raw or log[start:] != memo.log[:head]:
+            raise _Fallback
+        self._taken += log[start:]
+        del log[start:]  # logged again below, with the kids, from the kept log
+        out = memo.out
+        dirty, memo.dirty = memo.dirty, set()
+        # Any order: each kid's fresh log is checked against its kept one, then dropped
+        # (the kept log, in order, is what the transaction logs). O(dirty kids).
+        for kid in dirty:
+            at = kid.at
+            before = kid.out
+            if kid.valid:
+                mark = len(log)
+                self._refresh(tx, kid)
+                self._taken += log[mark:]
+                del log[mark:]  # unchanged: the kept log has it
+            else:
+                self._unindex(kid)
+                mark = len(log)
+                old_log = kid.log
+                self._compute(tx, kid, _NO_ACTIVE)
+                if log[mark:] != old_log:
+                    raise _Fallback
+                self._taken += log[mark:]
+                del log[mark:]
+                self._index(kid)
+            if kid.out is not before and not same_value(kid.out, before):
+                out = _replaced(out, memo.raw, at, kid.out)
+                if memo is self._root and not (len(at) == 1 and _flat_dict(kid.out)):
+                    self._flat = False
+        memo.out = out
+        log.extend(memo.log)
+        return out
+
+
+class _Hub:
+    """One replica's kept links by document, shared by every `Materializer` on it: one
+    subscription per replica, not one per sink (a notification then costs one lookup
+    per changed document, however many sinks keep values).
+
+    It holds no reference to the replica (the replica holds it, through its
+    subscription), so it lives exactly as long as the replica."""
+
+    __slots__ = ("by_key",)
+
+    def __init__(self) -> None:
+        self.by_key: dict[DocKey, set[_Memo]] = {}
+
+    def on_notification(self, nf: Any) -> None:
+        by_key = self.by_key
+        if not by_key:
+            return
+        for change in nf.changes:
+            memos = by_key.get(change.key)
+            if not memos:
+                continue
+            for memo in memos:
+                # The link reads again; each ancestor learns it has a dirty kid.
+                memo.valid = False
+                child, parent = memo, memo.parent
+                while parent is not None and child not in parent.dirty:
+                    parent.dirty.add(child)
+                    child, parent = parent, parent.parent
+
+
+_HUBS: weakref.WeakKeyDictionary[Any, _Hub] = weakref.WeakKeyDictionary()
+
+
+def _hub(replica: Any) -> _Hub:
+    hub = _HUBS.get(replica)
+    if hub is None:
+        hub = _HUBS[replica] = _Hub()
+        replica.subscribe(hub.on_notification)
+    return hub
+
+
+_LEAVES: Final = frozenset({str, int, float, bool, type(None), Link})
+
+
+def _flat_dict(value: Value) -> bool:
+    """A dict holding no container (what `dict.copy` copies deeply enough)."""
+    return type(value) is dict and _LEAVES.issuperset(map(type, value.values()))
+
+
+def _replaced(out: Value, raw: Value, at: Path, new: Value) -> Value:
+    """`out` (the materialized `raw`) with the link at `at` in `raw` now reading as
+    `new`, copied along `at` only. A dict level is rebuilt in `raw`'s key order, so the
+    result equals what materializing `raw` again would make."""
+    elem = at[0]
+    if type(raw) is list:
+        items = list(out)
+        assert type(elem) is int
+        if len(at) == 1:
+            items[elem] = None if new is MISSING else new
+        else:
+            items[elem] = _replaced(items[elem], raw[elem], at[1:], new)
+        return items
+    assert type(raw) is dict and type(out) is dict and type(elem) is str
+    if len(at) > 1:
+        copy = dict(out)
+        copy[elem] = _replaced(out[elem], raw[elem], at[1:], new)
+        return copy
+    rebuilt: dict[str, Value] = {}
+    for k in raw:
+        if k == elem:
+            if new is not MISSING:
+                rebuilt[k] = new
+        elif k in out:
+            rebuilt[k] = out[k]
+    return rebuilt

@@ -53,12 +53,18 @@ NotificationKind = Literal["commit", "revert", "integrate", "load"]
 class Change(msgspec.Struct, frozen=True, gc=False):
     """One document's visible value before and after a change.
 
-    `gc=False`: it holds a key and two values, which never refer back to it.
+    `paths`, when known (a local commit), are the full-document paths written: the
+    two values differ only at or below them (writes copy only along their path), so
+    a reader index can look for readers there alone. None means unknown (a fold of
+    layers, a foreign commit): compare everywhere.
+
+    `gc=False`: it holds a key, two values and paths, which never refer back to it.
     """
 
     key: DocKey
     before: Value
     after: Value
+    paths: tuple[Path, ...] | None = None
 
 
 class Notification(msgspec.Struct, frozen=True):
@@ -552,7 +558,7 @@ class Replica:
                         rec.layers = collections.deque((*layers, Layer(seq, ((path, new),))))
                     else:
                         layers.append(Layer(seq, ((path, new),)))
-                    change = Change(wkey, visible, working)
+                    change = Change(wkey, visible, working, (path,))
                     rec.visible = working
                     rec.version += 1
                     ((rpath, shallow),) = rpaths
@@ -656,7 +662,8 @@ class Replica:
                 layers.append(Layer(seq, ops))
             if visible_change:
                 # A shadow write (equal to a still-pending value) changes nothing now.
-                changes.append(Change(key, rec.visible, after))
+                paths = (ops[0][0],) if len(ops) == 1 else tuple([op[0] for op in ops])
+                changes.append(Change(key, rec.visible, after, paths))
                 rec.visible = after
                 rec.version += 1
             for path, value in ops:

@@ -83,7 +83,8 @@ class ListMachine(RuleBasedStateMachine):
         self.items.with_tx(tx).set([0, self.cells[1].link()])
         rt.run(tx, AllThree, {"items": self.items}, self.res)
         self._wait(tx.commit())
-        self.cancel = self.res.sink(lambda _v: None)  # everything stays live
+        self.sunk: list[Any] = []
+        self.cancel = self.res.sink(self.sunk.append)  # everything stays live
         self._settle()
 
     # ------------------------------------------------------------------ driving
@@ -251,6 +252,12 @@ class ListMachine(RuleBasedStateMachine):
             self.pages |= self.rt.lifetimes()
 
     # ------------------------------------------------------------------ checks
+    @rule()
+    def quiescent(self) -> None:
+        """Everything settles, mid-run too: the outputs, the registrations and the
+        sink's kept value (re-read only where it changed) are checked then."""
+        self.check_quiescent()
+
     @invariant()
     def structures_hold(self) -> None:
         self.rt._check()
@@ -278,6 +285,8 @@ class ListMachine(RuleBasedStateMachine):
         values = [None if v is MISSING else v for v in values]
         got = self._wait(self.res.pull())
         assert reference(values) == {k: got[k] for k in OUTPUTS}, (items, values, got)
+        # The sink's kept, partly re-read value is what a full read gives.
+        assert got == self.sunk[-1], (got, self.sunk[-1])
         expected = {rt.key(self.res)}
         for _name, (index, kind) in OUTPUTS.items():
             container = docs.internal_link(self.res.link(), index)

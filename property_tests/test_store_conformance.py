@@ -9,8 +9,10 @@ TERMINAL or LIVENESS; sync a document, hold its loads and release or fail them; 
 or end a commit batch on a replica (`Replica.begin_batch`: its requests reach the store
 together when it ends, or at a pump or sync); pump a replica; poll (two store objects
 on one file); settle. Each backend runs it through a
-subclass: `TestMemoryStore`, `TestSQLiteStore` (both replicas on one `SQLiteStore`) and
-`TestSQLiteStorePair` (one `SQLiteStore` object per replica, same file).
+subclass: `TestMemoryStore`, `TestSQLiteStore` (both replicas on one `SQLiteStore`),
+`TestSQLiteStorePair` (one `SQLiteStore` object per replica, same file), and the same two
+on `PostgresStore` against a throwaway server (`TestPostgresStore`, `TestPostgresStorePair`:
+a fresh schema per example).
 
 The model of durable state is the fold, in seq order, of the writes of every commit
 whose result said OK. It is learned only from results (`CommitResult.seq`) and from the
@@ -59,16 +61,19 @@ a run that did so skips those two checks and keeps all the others.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import shutil
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import attrs
+import psycopg
 import pytest
 from hypothesis import event, settings
 from hypothesis import strategies as st
@@ -81,6 +86,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+from bench.pg_cluster import Cluster
 from cells import (
     MISSING,
     CommitResult,
@@ -91,6 +97,7 @@ from cells import (
     Notification,
     Outcome,
     Pending,
+    PostgresStore,
     Replica,
     SQLiteStore,
     StoreBase,
@@ -248,6 +255,60 @@ def sqlite_store() -> StoreSetup:
 def sqlite_store_pair() -> StoreSetup:
     """Two SQLiteStore objects on one file; changes cross between them only by `poll()`."""
     return _sqlite_stores(2)
+
+
+_cluster: list[Cluster] = []
+
+
+def _postgres_dsn() -> str:
+    """The throwaway server shared by every PostgresStore example (started on first use)."""
+    if not _cluster:
+        server = Cluster()
+        _cluster.append(server)
+        atexit.register(server.stop)
+    return _cluster[0].dsn
+
+
+def _postgres_stores(objects: int) -> StoreSetup:
+    dsn = _postgres_dsn()
+    schema = f"conformance_{uuid.uuid4().hex}"
+    stores: list[PostgresStore] = []
+
+    def drop() -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+    try:
+        for _ in range(objects):
+            stores.append(PostgresStore(dsn, schema=schema, poll_interval=0))
+    except BaseException:
+        for store in stores:
+            store.close()
+        drop()
+        raise
+
+    def poll() -> None:
+        for store in stores:
+            store.poll()
+
+    def cleanup() -> None:
+        try:
+            for store in stores:
+                store.close()
+        finally:
+            drop()
+
+    return StoreSetup([*stores], poll=poll if objects > 1 else lambda: None, cleanup=cleanup)
+
+
+def postgres_store() -> StoreSetup:
+    """One PostgresStore object; both replicas are in-process sessions of it."""
+    return _postgres_stores(1)
+
+
+def postgres_store_pair() -> StoreSetup:
+    """Two PostgresStore objects on one schema; changes cross between them only by `poll()`."""
+    return _postgres_stores(2)
 
 
 # --------------------------------------------------------------------------- model records
@@ -972,6 +1033,19 @@ class SQLiteStorePairMachine(StoreConformanceMachine):
         self.setup.poll()
 
 
+class PostgresStoreMachine(StoreConformanceMachine):
+    make_stores = staticmethod(postgres_store)
+
+
+class PostgresStorePairMachine(StoreConformanceMachine):
+    make_stores = staticmethod(postgres_store_pair)
+
+    @rule()
+    def poll(self) -> None:
+        """Let each store object pick up the commits the other one wrote to the schema."""
+        self.setup.poll()
+
+
 def _more_examples(test_case: Any, factor: int) -> None:
     """Run `factor` times the profile's examples (capped, so `nightly` stays as it is).
 
@@ -991,3 +1065,5 @@ TestSQLiteStorePair = SQLiteStorePairMachine.TestCase
 _more_examples(TestMemoryStore, 10)
 _more_examples(TestSQLiteStore, 3)
 _more_examples(TestSQLiteStorePair, 3)
+TestPostgresStore = PostgresStoreMachine.TestCase
+TestPostgresStorePair = PostgresStorePairMachine.TestCase

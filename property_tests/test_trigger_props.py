@@ -107,6 +107,10 @@ def test_the_reader_trie_matches_exactly_the_readers_the_rule_triggers(
             got = index.match(Change(key, doc_before, after))
             assert len(got) == len(set(got))
             assert want == set(got)
+            # A local commit's change says where it wrote: the trie then walks only there.
+            along = index.match(Change(key, doc_before, after, (("value", *wpath),)))
+            assert len(along) == len(set(along))
+            assert want == set(along)
             index._check(nodes)
             # Change the read sets (the trie, once made, is kept in step) and match again.
             for node, reads in zip(nodes[::2], readers[::2], strict=False):

@@ -465,17 +465,23 @@ class Coordinator:
                 tx.read(list_key, base)
                 self._reconcile_middle(tx, state, previous, items, middle, container)
                 return
-        if not any(type(x) is dict or type(x) is list for x in items):
-            # Links and scalars only: one deep read sees exactly what matters (a link
-            # re-pointed, a scalar changed, the length), while an edit made *through* a
-            # link changes another document and re-runs only that element's child.
+        kinds = set(map(type, items))
+        if kinds <= {Link} or (self.kind == "filter" and not kinds & {dict, list}):
+            # Links only (or a filter's links and scalars, whose values its output holds):
+            # one deep read sees exactly what matters (a link re-pointed, a scalar
+            # changed, the length), while an edit made *through* a link changes another
+            # document and re-runs only that element's child.
             tx.read(list_key, base)
         else:
-            # Inline containers: an edit inside one must not re-run the coordinator, so
-            # read the identity of every other position shallowly and skip those.
+            # Inline values: an edit inside one must not re-run the coordinator, so skip
+            # inline containers and read every other position shallowly (a link, or a
+            # scalar's kind: a new value of an inline scalar re-runs only its child). A
+            # filter's output holds its elements, so it reads a scalar deeply.
+            deep = self.kind == "filter"
             for i, x in enumerate(items):
-                if type(x) is not dict and type(x) is not list:
-                    tx.read(list_key, (*base, i), shallow=True)
+                t = type(x)
+                if t is not dict and t is not list:
+                    tx.read(list_key, (*base, i), shallow=not deep or t is Link)
         if state.place != place:
             if state.place is not None:
                 # Re-pointed at another list document: an inline element's argument is

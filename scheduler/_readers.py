@@ -4,7 +4,8 @@ A node's read set comes from its last run's transaction log, compacted per
 document and applied as a delta (only documents whose paths changed are
 touched). A change triggers a reader when the value it read actually changed:
 deep readers on any value change at or below their path, shallow readers on
-a change of key set, length, kind or link identity, and both when the
+a change of key set, length, kind or link identity (a scalar replaced by
+another of the same type is no change for them), and both when the
 reachability of their path changes (a parent appeared, vanished or moved).
 
 Invariants (checked by `_check`)
@@ -39,6 +40,10 @@ def walk(value: object, path: Path) -> tuple[bool, object, int]:
 
 
 def shallow_equal(a: object, b: object) -> bool:
+    """Does a shallow read see the same thing in `a` and `b`: the same key set, length,
+    kind or link? Two scalars of one type are alike whatever their values: a list
+    coordinator reads each inline scalar's position shallowly to see it become a link or
+    a container, and a new value for the scalar must not re-run it (issue 14)."""
     if a is b:
         return True
     if a is MISSING or b is MISSING:
@@ -50,7 +55,7 @@ def shallow_equal(a: object, b: object) -> bool:
         return bool(a.keys() == b.keys())  # type: ignore[attr-defined]
     if ta is list and tb is list:
         return len(a) == len(b)  # type: ignore[arg-type]
-    return value_equal(a, b)
+    return ta is tb and ta is not dict and ta is not list
 
 
 class _Unreachable:
@@ -96,10 +101,12 @@ def changed_at(before: object, after: object, path: Path, *, shallow: bool) -> b
         b, a = nb, na
     if b is a:
         return False
+    if shallow:
+        return not shallow_equal(b, a)
     t = type(b)
     if t is type(a) and (t is int or t is str):
         return bool(b != a)  # what value_equal decides for two ints or two strs
-    return not (shallow_equal(b, a) if shallow else same_value(b, a))
+    return not same_value(b, a)
 
 
 def changed_at_reference(before: object, after: object, path: Path, *, shallow: bool) -> bool:
@@ -336,6 +343,9 @@ class ReaderIndex:
                     for p in paths:
                         trie.add(node, p, table is shallow)
         if trie is not None:
+            written = change.paths
+            if written is not None:
+                return self._match_along(trie, before, after, written)
             return self._match_trie(trie, before, after)
         hits: list[Node] = []
         if deep:
@@ -348,14 +358,74 @@ class ReaderIndex:
             hits.extend(self._matching(readers, before, after, True))
         return hits
 
+    def _match_along(
+        self, trie: _Trie, before: object, after: object, paths: tuple[Path, ...]
+    ) -> list[Node]:
+        """`_match_trie` for a change whose written paths are known: the values differ
+        only at or below them, so only the trie levels on each path are compared, and
+        the subtree under each path's end is walked as `_match_trie` walks it. An edit
+        of element i of a big list document costs O(len(path)) levels plus the readers
+        at and below `[..., i]`, with no scan of the list."""
+        hits: dict[Node, None] = {}
+        comparisons = 0
+        done: set[int] = set()  # ancestor levels already compared (several paths)
+        below: list[tuple[_Trie, object, object]] = []
+        for path in paths:
+            t: _Trie | None = trie
+            b, a = before, after
+            for elem in path:
+                assert t is not None
+                if b is a:
+                    t = None  # nothing at or below here changed after all
+                    break
+                if id(t) not in done:
+                    done.add(id(t))
+                    comparisons += self._compare_level(t, b, a, hits)
+                child = t.children.get(elem)
+                if child is None:
+                    t = None
+                    break
+                nb = _step(b, elem)
+                na = _step(a, elem)
+                if nb is _UNREACHABLE or na is _UNREACHABLE:
+                    if nb is not na:  # the path breaks on one side only: changed
+                        comparisons += child.everyone(hits)
+                    t = None
+                    break
+                t, b, a = child, nb, na
+            if t is not None:
+                below.append((t, b, a))
+        self.comparisons += comparisons
+        if below:
+            return self._match_trie_from(below, hits)
+        return list(hits)
+
+    @staticmethod
+    def _compare_level(t: _Trie, b: object, a: object, hits: dict[Node, None]) -> int:
+        """The readers whose path ends at trie level `t` (values `b` / `a`, `b is not a`):
+        add those whose value changed to `hits`; returns how many were compared."""
+        count = 0
+        if t.deep:
+            count += len(t.deep)
+            if _value_changed(b, a):
+                hits.update(t.deep)
+        if t.shallow:
+            count += len(t.shallow)
+            if not shallow_equal(b, a):
+                hits.update(t.shallow)
+        return count
+
     def _match_trie(self, trie: _Trie, before: object, after: object) -> list[Node]:
         """`changed_at` for every reader of the document at once, walking the trie and
         both values together. O(readers whose path leads into a changed part + the
         trie levels walked there); a list level with many read elements finds its
         changed elements with one C-level identity scan."""
-        hits: dict[Node, None] = {}
+        return self._match_trie_from([(trie, before, after)], {})
+
+    def _match_trie_from(
+        self, stack: list[tuple[_Trie, object, object]], hits: dict[Node, None]
+    ) -> list[Node]:
         comparisons = 0
-        stack: list[tuple[_Trie, object, object]] = [(trie, before, after)]
         while stack:
             t, b, a = stack.pop()
             if b is a:
@@ -426,7 +496,7 @@ class ReaderIndex:
                         if b is a:
                             continue
                         t = type(b)
-                        if t is type(a) and (t is int or t is str):
+                        if not shallow and t is type(a) and (t is int or t is str):
                             if b != a:
                                 hit = True
                                 break

@@ -48,6 +48,7 @@ from cells import (
     Identity,
     InvalidArgumentError,
     Link,
+    Materializer,
     Notification,
     Outcome,
     Path,
@@ -731,21 +732,30 @@ class Scheduler:
         """An effect: `fn(value)` now and after every settled change; returns cancel."""
         last: list[Any] = [_UNSET]
         link = cell.link()
+        # Keeps the materialized value between runs: after a one-element edit of a long
+        # mapped list, only that element's links are read again (issue 14).
+        materializer = Materializer(self.replica)
 
         def run(tx: Transaction) -> None:
-            value = read_value(tx, link)
+            value = materializer.read(tx, link)
             before = last[0]
             if value is before or (before is not _UNSET and same_value(value, before)):
                 return
             last[0] = value
             t = type(value)
-            fn(thaw(value) if t is dict or t is list else value)  # `thaw` copies containers only
+            # (`thaw` copies containers only.)
+            fn(materializer.thaw(value) if t is dict or t is list else value)
 
         node = self.register(
             run, identity=cell.identity, kind="effect", label=f"sink {link}", reads=_declared(cell)
         )
         self.settle()
-        return lambda: self.remove(node)
+
+        def cancel() -> None:
+            self.remove(node)
+            materializer.close()
+
+        return cancel
 
     def derive(
         self,

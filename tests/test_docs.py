@@ -23,12 +23,16 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import nbformat
+import psycopg
 import pytest
 from nbclient import NotebookClient
+
+from bench import pg_cluster
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOCK = re.compile(r"```(\w*)\n(.*?)```", re.S)
@@ -40,6 +44,7 @@ PAGES = [
     "howto/notebooks.md",
     "howto/inspector.md",
     "howto/pages.md",
+    "howto/postgres.md",
     "howto/web-shell.md",
     "howto/widget.md",
     "reference/runner.md",
@@ -85,6 +90,23 @@ def run_page(path: Path) -> list[tuple[str, str]]:
     finally:
         loop.close()
     return checks
+
+
+@pytest.fixture(scope="module", autouse=True)
+def postgres_server() -> Iterator[None]:
+    """A throwaway PostgreSQL server for howto/postgres.md, named by `CELLWEAVE_DSN`
+    (the page reads it; the REPL and the kernel inherit it)."""
+    with pg_cluster.cluster() as server, pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CELLWEAVE_DSN", server.dsn)
+        yield
+
+
+@pytest.fixture(autouse=True)
+def fresh_postgres_schema() -> Iterator[None]:
+    """Each run of the page starts on an empty store."""
+    yield
+    with psycopg.connect(os.environ["CELLWEAVE_DSN"], autocommit=True) as conn:
+        conn.execute("DROP SCHEMA IF EXISTS cellweave CASCADE")
 
 
 def _environment() -> dict[str, str]:

@@ -69,32 +69,25 @@ import functools
 import math
 import os
 import pathlib
-import queue
 import sqlite3
 import threading
-import uuid
 from collections.abc import Iterator
 from typing import Final
 
-import msgspec
-
-from .._address import SCOPES, DocKey, Path
+from .._address import DocKey, Path
 from .._args import bad_arg
-from .._codec import decode_json, encode_json
 from .._store import (
     NO_STATE,
     CommitRequest,
     DocState,
     Revision,
     SessionListener,
-    StoreBase,
     Verdict,
     revision_path,
     validate_commit,
 )
 from .._values import MISSING, Value, set_path
 from ..errors import (
-    CellweaveError,
     CommitRejected,
     ConflictError,
     CorruptStoreError,
@@ -103,7 +96,19 @@ from ..errors import (
     StoreError,
     TerminalCommitError,
 )
-from .memory import REVISIONS_KEPT, _Resolved
+from ._sql import (
+    KEY_COLUMNS,
+    SessionVerdicts,
+    WriterStore,
+    decode_value,
+    encode_paths,
+    encode_value,
+    key_from_row,
+    key_params,
+    pruned_revision,
+    revisions_from_rows,
+)
+from .memory import REVISIONS_KEPT
 
 FORMAT: Final = "cellweave-store"
 VERSION: Final = 2
@@ -119,7 +124,7 @@ _SYNCHRONOUS: Final = ("OFF", "NORMAL", "FULL", "EXTRA")
 _NO_ORIGIN: Final = ""
 """`_broadcast` origin for foreign commits: `connect` never hands out an empty session id."""
 
-_KEY_COLS: Final = "space, doc_id, scope, principal, session"
+_KEY_COLS: Final = ", ".join(KEY_COLUMNS)
 _KEY_MATCH: Final = "space = ? AND doc_id = ? AND scope = ? AND principal = ? AND session = ?"
 _R_KEY_MATCH: Final = (
     "r.space = ? AND r.doc_id = ? AND r.scope = ? AND r.principal = ? AND r.session = ?"
@@ -182,11 +187,9 @@ _TABLES_1: Final = frozenset({"meta", "commit_log", "rejection", "revision", "he
 _TABLES: Final = _TABLES_1 | {"revision_floor"}
 
 _Change = tuple[int, dict[DocKey, Value]]
-_Item = tuple[SessionListener, CommitRequest] | None
 
 
-def _k(key: DocKey) -> tuple[str, str, str, str, str]:
-    return (key.space, key.id, key.scope, key.principal, key.session)
+_k = key_params
 
 
 def _errorname(exc: sqlite3.Error) -> str:
@@ -320,7 +323,7 @@ def _rollback(conn: sqlite3.Connection) -> None:
             conn.execute("ROLLBACK")
 
 
-class SQLiteStore(StoreBase):
+class SQLiteStore(WriterStore):
     """A durable store in one SQLite file; several store objects and processes may share it.
 
     `SQLiteStore(path, synchronous="FULL", poll_interval=0.05)`. `poll_interval`
@@ -369,17 +372,11 @@ class SQLiteStore(StoreBase):
         """The last error the polling thread hit (it keeps polling; `poll()` raises directly)."""
         self._file = os.path.abspath(self.path)
 
-        self._write_lock = threading.RLock()
         self._read_lock = threading.RLock()
-        self._cond = threading.Condition()  # guards the queue, `_queued` and closing
-        self._queue: queue.SimpleQueue[_Item] = queue.SimpleQueue()
-        self._queued = 0
-        self._writer: threading.Thread | None = None
         self._poller: threading.Thread | None = None
         self._stop = threading.Event()
-        self._session_keys: dict[str, str] = {}
-        self._resolved: dict[str, _Resolved] = {}
-        """Per session key: which of its commits have a verdict (see `_resolution`)."""
+        self._sessions = SessionVerdicts()
+        """Per session: its key in the file, and which of its commits have a verdict."""
 
         _inspect(self._file)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -496,19 +493,10 @@ class SQLiteStore(StoreBase):
         return self._rconn
 
     def _decode(self, raw: str | None, key: DocKey) -> Value:
-        if raw is None:
-            return MISSING
-        try:
-            return decode_json(raw)
-        except (msgspec.MsgspecError, CellweaveError, KeyError, TypeError, ValueError) as exc:
-            raise CorruptStoreError(
-                f"{self._file}: the stored value of {key} is unreadable: {exc}"
-            ) from exc
+        return decode_value(self._file, raw, key)
 
     def _key_of(self, space: str, doc_id: str, scope: str, principal: str, session: str) -> DocKey:
-        if scope not in SCOPES:
-            raise CorruptStoreError(f"{self._file}: document {space}/{doc_id} has scope {scope!r}")
-        return DocKey(space, doc_id, scope, principal, session)
+        return key_from_row(self._file, space, doc_id, scope, principal, session)
 
     @property
     def seq(self) -> int:
@@ -525,7 +513,7 @@ class SQLiteStore(StoreBase):
         with self._lock:
             # Session ids repeat across processes (and on reconnect); what the file
             # records is qualified per connection, so resolutions never mix.
-            self._session_keys[sid] = f"{sid}@{uuid.uuid4().hex}"
+            self._sessions.new_key(sid)
             if self.poll_interval > 0 and self._poller is None and not self.closed:
                 self._poller = threading.Thread(
                     target=self._poll_loop, name=f"cellweave-sqlite-poll {self._file}", daemon=True
@@ -534,11 +522,7 @@ class SQLiteStore(StoreBase):
         return sid
 
     def _session_key(self, session_id: str) -> str:
-        with self._lock:
-            key = self._session_keys.get(session_id)
-            if key is None:  # submitted without connect(): still unique to this store object
-                key = self._session_keys[session_id] = f"{session_id}@{uuid.uuid4().hex}"
-            return key
+        return self._sessions.key(session_id)
 
     # ------------------------------------------------------------------ reads
     def _read(self, key: DocKey) -> DocState:
@@ -564,37 +548,23 @@ class SQLiteStore(StoreBase):
             f"SELECT seq FROM revision_floor WHERE {_KEY_MATCH}", _k(key)
         ).fetchone()
         if floor is not None and seq < floor[0]:
-            # The revisions after this basis were pruned: assume the worst (a write
-            # at the document root), as MemoryStore does. Over-approximating is allowed.
-            return [Revision(int(floor[0]), "", -1, ((),))]
+            return [pruned_revision(int(floor[0]))]
         rows = conn.execute(
             "SELECT r.seq, c.session_id, c.local_seq, r.paths FROM revision r"
             " JOIN commit_log c ON c.seq = r.seq"
             f" WHERE {_R_KEY_MATCH} AND r.seq > ? ORDER BY r.seq",
             (*_k(key), seq),
         ).fetchall()
-        out = []
-        for rseq, sess, local_seq, paths in rows:
-            # Only the request's own session may match `request.session_id`.
-            own = session_id if sess == session_key else sess
-            decoded: list[list[str | int]] = msgspec.json.decode(paths)
-            out.append(Revision(int(rseq), own, int(local_seq), tuple(tuple(p) for p in decoded)))
-        return out
+        return revisions_from_rows(rows, session_id, session_key)
 
     def _resolution(self, session_key: str, local_seq: int) -> int | bool | None:
         # Only this store object evaluates commits of its session keys, so its memory
         # knows every verdict they got (the file need not keep a row per commit).
-        resolved = self._resolved.get(session_key)
-        if resolved is None or not resolved.resolved(local_seq):
-            return False
-        return None if local_seq in resolved.rejected else True
+        return self._sessions.resolution(session_key, local_seq)
 
     def _resolve(self, session_key: str, local_seq: int, *, rejected: bool) -> None:
         """Remember a verdict (once it is durable). Under `_write_lock`."""
-        resolved = self._resolved.get(session_key)
-        if resolved is None:
-            resolved = self._resolved[session_key] = _Resolved()
-        resolved.add(local_seq, rejected=rejected)
+        self._sessions.resolve(session_key, local_seq, rejected=rejected)
 
     @staticmethod
     def _ever_written(conn: sqlite3.Connection, key: DocKey) -> bool:
@@ -606,51 +576,11 @@ class SQLiteStore(StoreBase):
         return bool(row[0])
 
     # ------------------------------------------------------------------ commits
-    def _submit_evaluation(self, listener: SessionListener, request: CommitRequest) -> None:
-        with self._cond:
-            if self.closed:  # re-checked under the lock: nothing may queue behind close()'s stop
-                raise StoreError(f"SQLiteStore {self._file} is closed")
-            if self._writer is None:
-                self._writer = threading.Thread(
-                    target=self._writer_loop, name=f"cellweave-sqlite-writer {self._file}"
-                )
-                self._writer.daemon = True
-                self._writer.start()
-            self._queued += 1
-            self._queue.put((listener, request))
+    def _writer_name(self) -> str:
+        return f"cellweave-sqlite-writer {self._file}"
 
-    def _writer_loop(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            try:
-                self._evaluate_and_answer(*item)
-            finally:
-                with self._cond:
-                    self._queued -= 1
-                    self._cond.notify_all()
-
-    def flush(self, timeout: float | None = None) -> bool:
-        """Block until every commit queued so far has its verdict posted. False on timeout."""
-        if threading.current_thread() is self._writer:
-            return True
-        with self._cond:
-            return self._cond.wait_for(lambda: self._queued == 0, timeout)
-
-    def _evaluate_and_answer(self, listener: SessionListener, request: CommitRequest) -> None:
-        # A gate's accept() runs here on the caller's thread: commits queued before
-        # it (from the same session, too) must be decided first, as in MemoryStore.
-        self.flush()
-        with self._write_lock:
-            try:
-                verdict = self._evaluate(request)
-                self.commits_evaluated += 1
-            except Exception as exc:  # the submitter hears of every failure, never only a log
-                verdict = Verdict(None, error=self._unevaluated(request, exc))
-            self._answer(listener, request, verdict)
-            if verdict.error is None and verdict.seq is not None:
-                self._broadcast(request.session_id, verdict.seq, verdict.docs)
+    def _closed_message(self) -> str:
+        return f"SQLiteStore {self._file} is closed"
 
     def _unevaluated(
         self, request: CommitRequest, cause: BaseException
@@ -742,9 +672,9 @@ class SQLiteStore(StoreBase):
             k = _k(key)
             conn.execute(
                 f"INSERT INTO revision ({_KEY_COLS}, seq, paths) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (*k, seq, msgspec.json.encode([list(p) for p in paths[key]]).decode()),
+                (*k, seq, encode_paths(paths[key])),
             )
-            stored = None if value is MISSING else encode_json(value).decode()
+            stored = encode_value(value)
             conn.execute(
                 f"INSERT INTO head ({_KEY_COLS}, seq, value) VALUES (?, ?, ?, ?, ?, ?, ?)"
                 f" ON CONFLICT ({_KEY_COLS}) DO UPDATE SET seq = excluded.seq,"
@@ -887,13 +817,9 @@ class SQLiteStore(StoreBase):
     # ------------------------------------------------------------------ closing
     def close(self) -> None:
         """Answer queued commits (durably), fail held ones, stop threads, close the file."""
-        with self._cond:
-            if self.closed:
-                return
-            super().close()
-            writer = self._writer
-            if writer is not None:
-                self._queue.put(None)  # behind every queued commit: they are all evaluated
+        closing, writer = self._start_closing()
+        if not closing:
+            return
         with self._lock:
             poller = self._poller
         self._stop.set()
@@ -901,18 +827,7 @@ class SQLiteStore(StoreBase):
         for thread in (writer, poller):
             if thread is not None and thread is not me:
                 thread.join()
-        gate = self._verdict_gate
-        if gate is not None:
-            held, gate._held = gate._held, []
-            gate.active = False
-            self._verdict_gate = None
-            closed = StoreError(f"SQLiteStore {self._file} was closed")
-            for h in held:
-                self._answer(
-                    h.listener, h.request, Verdict(None, error=self._unevaluated(h.request, closed))
-                )
-        for load_gate in list(self._load_gates):
-            load_gate.fail()
+        self._fail_held(StoreError(f"SQLiteStore {self._file} was closed"))
         with self._write_lock:
             if self._wconn is not None:
                 self._wconn.close()
@@ -939,9 +854,7 @@ class SQLiteStore(StoreBase):
             finally:
                 conn.execute("COMMIT")
         with self._write_lock:
-            for session_key, resolved in self._resolved.items():
-                assert all(s > resolved.low for s in resolved.above), session_key
-                assert all(resolved.resolved(s) for s in resolved.rejected), session_key
+            self._sessions.check()
 
     @staticmethod
     def _checks() -> Iterator[tuple[str, str]]:

@@ -148,6 +148,66 @@ def test_an_edit_inside_an_element_runs_only_that_element() -> None:
     arun(main)
 
 
+def test_a_new_value_of_an_inline_scalar_runs_only_its_element_in_map_and_flat_map() -> None:
+    # The coordinator reads an inline scalar's position only for its kind (issue 14):
+    # a new value re-runs that element's child, never the coordinator's walk.
+    async def main() -> None:
+        async with Runtime() as rt:
+            for pat, fn, expect in (
+                (Mapped, "double", lambda xs: [2 * x for x in xs]),
+                (Flattened, "repeat", lambda xs: [y for x in xs for y in [x] * x]),
+            ):
+                values = list(range(1, 41))
+                items, res = await run_list(rt, pat, values, name=fn)
+                assert expect(values) == await res.key("out").pull()
+                reconciles = {c: c.reconciles for c in rt.runner.coordinators}
+                before = CALLS[fn]
+                items.key(17).set(3)
+                values[17] = 3
+                assert expect(values) == await res.key("out").pull()
+                assert 1 == CALLS[fn] - before
+                if pat is Mapped:  # flat_map's runs again to rebuild its output
+                    assert reconciles == {c: c.reconciles for c in rt.runner.coordinators}
+
+    arun(main)
+
+
+def test_an_inline_scalar_replaced_by_a_link_becomes_a_linked_element() -> None:
+    # Same length, one position changes kind: the coordinator must key it anew.
+    async def main() -> None:
+        async with Runtime() as rt:
+            e = rt.get_cell("e")
+            e.set(10)
+            items, res = await run_list(rt, Mapped, [1, 2, 3])
+            assert [2, 4, 6] == await res.key("out").pull()
+            reconciles = coordinator(rt).reconciles
+            items.key(1).set(e.link())
+            assert [2, 20, 6] == await res.key("out").pull()
+            assert reconciles + 1 == coordinator(rt).reconciles
+            expected = {
+                child_link("map", coordinator(rt).container, k).key(rt.identity)
+                for k in element_keys([1, e.link(), 3])
+            }
+            assert expected <= rt.registrations()
+            e.set(11)  # the element now follows its cell
+            assert [2, 22, 6] == await res.key("out").pull()
+
+    arun(main)
+
+
+def test_a_filter_over_inline_scalars_shows_their_new_values() -> None:
+    # A filter's output holds the elements themselves: a new value whose verdict is
+    # unchanged must still reach the output.
+    async def main() -> None:
+        async with Runtime() as rt:
+            items, res = await run_list(rt, Filtered, [2, 3, 4])
+            assert [2, 4] == await res.key("out").pull()
+            items.key(0).set(6)  # still even
+            assert [6, 4] == await res.key("out").pull()
+
+    arun(main)
+
+
 def test_reversing_a_list_of_links_runs_no_child_with_index_free_ops() -> None:
     async def main() -> None:
         async with Runtime() as rt:

@@ -908,6 +908,32 @@ def test_wake_timer_is_rearmed_on_a_new_event_loop() -> None:
     sch.close()
 
 
+def test_shallow_read_of_a_scalar_sees_its_kind_not_its_value(env: Env) -> None:
+    # What a list coordinator relies on: an inline scalar's new value does not re-run a
+    # shallow reader of its position; becoming a link or a container does.
+    src = env.source("src", {"items": ["a", "b"]})
+    out = env.sp.cell("out")
+
+    def kind(tx: Transaction) -> None:
+        value = tx.read(src.doc_key, ("value", "items", 0), shallow=True)
+        tx.write(out.doc_key, ("value",), type(value).__name__)
+
+    node = env.sch.register(
+        kind, identity=env.sp.identity, outputs=[(out.doc_key, ("value",))], label="kind"
+    )
+    seen: list[Any] = []
+    env.sch.sink(out, seen.append)
+    src.key("items", 0).set("c")  # another str
+    env.sch.settle()
+    assert node.runs == 1
+    src.key("items", 0).set(out.link())  # a link now
+    env.sch.settle()
+    src.key("items", 0).set({"x": 1})  # a container
+    env.sch.settle()
+    assert node.runs == 3
+    assert seen == ["str", "Link", "dict"]
+
+
 def test_shallow_read_gets_an_edge_from_a_writer_two_levels_down(env: Env) -> None:
     # A declared output ("value", "k", "sub") creates key "k" under ("value",): a
     # shallow reader of ("value",) must be fed by that writer (demand and order).

@@ -1,0 +1,41 @@
+"""The reader index: which readers of a document a change triggers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cells import Change, DocKey, Identity, set_path
+from scheduler._node import Node
+from scheduler._readers import TRIE_READERS, ReaderIndex, compact_reads
+
+KEY = DocKey("sp", "doc", "space", "p", "s")
+
+
+def _reader(index: ReaderIndex, name: str, *reads: tuple[Any, bool]) -> Node:
+    node = Node(lambda _tx: None, "computation", 0, Identity("p", "s"), (), name)
+    index.apply(node, compact_reads((KEY, path, shallow) for path, shallow in reads))
+    return node
+
+
+def test_a_change_with_written_paths_compares_only_the_readers_on_those_paths() -> None:
+    # A well-read list document (one reader per element's title, plus readers of the
+    # whole list and of its length): an edit of element 7's title, with its written
+    # path known, triggers the element's reader and the deep reader of the list, and
+    # compares only the readers on that path, not one per element.
+    n = 4 * TRIE_READERS
+    index = ReaderIndex()
+    elements = [_reader(index, f"title {i}", (("value", i, "title"), False)) for i in range(n)]
+    whole = _reader(index, "whole", (("value",), False))
+    length = _reader(index, "length", (("value",), True))
+    before = {"value": [{"title": f"t{i}"} for i in range(n)]}
+    path = ("value", 7, "title")
+    after = set_path(before, path, "edited")
+    index.match(Change(KEY, before, before))  # builds the trie
+    start = index.comparisons
+    got = index.match(Change(KEY, before, after, (path,)))
+    assert {elements[7], whole} == set(got)
+    assert length not in got
+    assert 3 == index.comparisons - start  # the two list readers and element 7's
+    # Without the paths, the same readers (found by a scan of the list).
+    assert set(got) == set(index.match(Change(KEY, before, after)))
+    index._check([*elements, whole, length])
