@@ -308,7 +308,6 @@ class Connection:
 
     async def _op_inspect_run(self, msg: Mapping[str, Any]) -> dict[str, Any]:
         key = wire.field(msg, "key", str)
-        self.session.run_cell(key)  # refuses a run this principal may not see
         return {"run": self.shell.rt.inspect_run(key, principal=self.principal)}
 
     async def _op_end(self, msg: Mapping[str, Any]) -> dict[str, Any]:
@@ -316,16 +315,18 @@ class Connection:
         how = wire.field(msg, "how", str)
         if how not in ("stop", "release"):
             raise ProtocolError(f"'how' must be 'stop' or 'release', got {how!r}")
-        cell = self.session.run_cell(key)
-        before = self.shell.rt.registration(cell)
+        cell = self.session.run_cell(key)  # refuses a run this principal did not launch
         if how == "stop":
             await self.session.stop(cell)
         else:
             self.session.release(cell)
-        after = self.shell.rt.registration(cell)
         self.shell.pages_changed(self.principal)
-        # The runtime's answer: a release may decline (a lifetime, a start in flight).
-        ended = before is not None and after is not before
+        # The runtime's answer, for this principal: a stop ends this principal's part
+        # (a run others launched too keeps running for them); a release may decline
+        # (a lifetime or a page holds the run, or a start is in flight).
+        ended = all(
+            r["key"] != key or not r["mine"] for r in self.session.inspect()["registrations"]
+        )
         return {"ended": ended, "how": how}
 
 

@@ -171,44 +171,45 @@ class Session:
 
     def run_cell(self, key: str) -> Cell:
         """The result cell of the run `inspect()` names by `key`, as this session sees
-        it (to stop or release it from an inspector). A run this session's principal
-        has no instance of is refused like a missing one, with `OwnershipError`."""
+        it (to stop or release it from an inspector). A run with no instance of this
+        session's principal is refused like a missing one, with `OwnershipError`."""
         rt = self._runtime
         rt._require_open()
         if not isinstance(key, str):
             raise PatternError(f"session.run_cell: key must be a str from inspect(), got {key!r}")
         principal = self.identity.principal
-        reg = next((r for r in rt.runner.registrations if str(r.key) == key), None)
-        if reg is None or all(i.principal != principal for i in reg.identities):
-            raise OwnershipError(f"session.run_cell: no run {key!r} that {principal!r} may see")
+        reg = rt._visible_runs(principal).get(key)
+        if reg is None or not _has_instance(reg, principal):
+            raise OwnershipError(
+                f"session.run_cell: no run {key!r} that {principal!r} launched or opened"
+            )
         k = reg.key
         link = Link(k.space, k.id, k.scope)
         return Cell(rt.replica, self.identity, link, host=rt._host)
 
     def inspect(self) -> dict[str, Any]:
         """What this session's principal may see of the runtime: the runs with an
-        instance of that principal (each with its parent and what keeps it alive),
-        its pages, the pending starts and lifetimes of those runs, and the recent
-        lifecycle trace of them."""
+        instance of that principal, and the runs they descend from (so the tree has
+        its roots; `mine` is False on those), each with its parent and what keeps it
+        alive; its pages, the pending starts of its principal, the lifetimes of
+        those runs and the recent lifecycle trace of them."""
         rt = self._runtime
         rt._require_open()
         principal = self.identity.principal
-        regs = [
-            r
-            for r in rt.runner.registrations
-            if any(i.principal == principal for i in r.identities)
-        ]
-        keys = {str(r.key) for r in regs}
+        visible = rt._visible_runs(principal)
         pending = rt.runner.pending.keys()
         pages = self.pages()
+        entries = rt._run_entries(visible.values(), pages)
+        for entry, reg in zip(entries, visible.values(), strict=True):
+            entry["mine"] = _has_instance(reg, principal)
         trace = rt.runner.trace.snapshot()
-        trace["entries"] = [e for e in trace["entries"] if str(e.get("key")) in keys]
+        trace["entries"] = [e for e in trace["entries"] if str(e.get("key")) in visible]
         return {
             "identity": {"principal": principal, "session": self.identity.session},
-            "registrations": rt._run_entries(regs, pages),
+            "registrations": entries,
             # (PendingStarts iterates its starts; `keys()` gives their keys.)
             "pending_starts": sorted(str(k) for k in pending if k.principal in ("", principal)),
-            "lifetimes": sorted(k for k in map(str, rt.runner.lifetimes) if k in keys),
+            "lifetimes": sorted(k for k in map(str, rt.runner.lifetimes) if k in visible),
             "pages": [str(c.link()) for c in pages],
             "trace": trace,
         }
@@ -221,6 +222,10 @@ class Session:
 
     async def resume(self) -> list[Cell]:
         return await self._runtime._resume(self.identity)
+
+
+def _has_instance(reg: Registration, principal: str) -> bool:
+    return any(i.principal == principal for i in reg.identities)
 
 
 class Runtime:
@@ -897,18 +902,31 @@ class Runtime:
             for reg in regs
         ]
 
+    def _visible_runs(self, principal: str) -> dict[str, Registration]:
+        """The runs `principal` may inspect, by key: those with an instance of theirs
+        and the runs each descends from. O(registrations + depth per run)."""
+        regs = {r.key: r for r in self.runner.registrations}
+        keep: set[Key] = set()
+        for reg in regs.values():
+            if _has_instance(reg, principal):
+                keep.add(reg.key)
+                keep.update(k for k in reg.chain if k in regs)
+        return {str(r.key): r for r in regs.values() if r.key in keep}
+
     def inspect_run(self, key: str, *, principal: str | None = None) -> dict[str, Any]:
         """The pattern graph of the run registered under `key` (as `inspect()` names
         it): each node's index, kind, target and inputs, and how often its scheduler
-        nodes (or handler) ran here. With `principal`, only a run with an instance of
-        that principal is shown; others raise `OwnershipError` as a missing one does."""
+        nodes (or handler) ran here. With `principal`, only a run that principal's
+        `session.inspect()` shows is given; others raise `OwnershipError` as a
+        missing one does."""
         self._require_open()
         if not isinstance(key, str):
             raise PatternError(f"rt.inspect_run: key must be a str from inspect(), got {key!r}")
-        reg = next((r for r in self.runner.registrations if str(r.key) == key), None)
-        if reg is None or (
-            principal is not None and all(i.principal != principal for i in reg.identities)
-        ):
+        if principal is None:
+            reg = next((r for r in self.runner.registrations if str(r.key) == key), None)
+        else:
+            reg = self._visible_runs(principal).get(key)
+        if reg is None:
             raise OwnershipError(f"rt.inspect_run: no run {key!r} that {principal!r} may inspect")
         graph = load_pattern(reg.pattern).graph.to_json()
         for node in graph["nodes"]:

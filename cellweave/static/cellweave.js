@@ -311,7 +311,7 @@ export class Shell {
       case "ok":
         if (msg.inspect) this.drawInspector(msg.inspect);
         else if (msg.run) this.drawGraph(msg.run);
-        else if (msg.how) this.note(msg.ended ? `${msg.how}: ended` : `${msg.how}: declined (the run keeps running)`);
+        else if (msg.how) this.note(msg.ended ? `${msg.how}: ended` : `${msg.how}: declined (the run keeps running for you)`);
         else this.note("");
         break;
       case "error":
@@ -360,8 +360,10 @@ export class Shell {
             h("td", {}, r.principals.join(", ")),
             h("td", {},
               h("button", { class: "cw-graph", onclick: () => this.ask({ op: "inspect_run", key: r.key }) }, "graph"),
-              h("button", { class: "cw-stop", onclick: end("stop") }, "stop"),
-              h("button", { class: "cw-release", onclick: end("release") }, "release"),
+              ...(r.mine
+                ? [h("button", { class: "cw-stop", onclick: end("stop") }, "stop"),
+                   h("button", { class: "cw-release", onclick: end("release") }, "release")]
+                : [h("span", { class: "cw-context", title: "launched by another identity" }, "(not yours)")]),
             ),
           ),
         );
