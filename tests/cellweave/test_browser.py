@@ -92,7 +92,7 @@ def test_two_principals_do_not_see_each_others_pages(browser: Browser, tmp_path:
         expect(alice.locator(".cw-tab", has_text="Milk")).to_be_visible()
         # Bob shares the space-scoped board (he sees the task) but not alice's page.
         expect(bob.locator(".cw-table tbody tr", has_text="Milk")).to_be_visible()
-        expect(bob.locator(".cw-tab")).to_have_count(1)
+        expect(bob.locator(".cw-page")).to_have_count(0)
 
 
 def test_a_bad_token_is_refused(browser: Browser, tmp_path: Any) -> None:
@@ -127,7 +127,9 @@ def test_the_inspector_shows_the_tree_and_stop_versus_release(
         expect(page.locator(".cw-nodes tbody tr", has_text="card_line")).to_be_visible()
         shot(page, "shell-inspector")
         card.locator("button.cw-release").click()
-        expect(page.locator(".cw-status")).to_have_text("release: declined (the run keeps running)")
+        expect(page.locator(".cw-status")).to_have_text(
+            "release: declined (the run keeps running for you)"
+        )
         card.locator("button.cw-stop").click()
         expect(page.locator(".cw-status")).to_have_text("stop: ended")
         expect(page.locator(".cw-tab", has_text="Milk")).to_have_count(0)
