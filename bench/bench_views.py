@@ -90,10 +90,30 @@ async ([i, title, watch]) => {
 """
 
 
+@functools.cache
+def _browser() -> Any:
+    """One playwright and one chromium for the whole run (Playwright's sync API
+    allows one per thread), closed at exit."""
+    from playwright.sync_api import sync_playwright
+
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        raise RuntimeError("bench views: chromium is missing (make test installs it)")
+    stack = contextlib.ExitStack()
+    p = stack.enter_context(sync_playwright())
+    browser = p.chromium.launch(
+        executable_path=chromium,
+        headless=True,
+        args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+    )
+    stack.callback(browser.close)
+    atexit.register(stack.close)
+    return browser
+
+
 @contextlib.contextmanager
 def _served(full: bool) -> Iterator[Any]:
     import uvicorn
-    from playwright.sync_api import sync_playwright
 
     from cellweave._shell import make_app, serving
 
@@ -110,37 +130,28 @@ def _served(full: bool) -> Iterator[Any]:
             raise RuntimeError("bench: the web shell did not start")
         time.sleep(0.05)
     port = server.servers[0].sockets[0].getsockname()[1]
-    chromium = shutil.which("chromium")
-    if chromium is None:
-        raise RuntimeError("bench views: chromium is missing (make test installs it)")
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=chromium,
-            headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+    page = _browser().new_page()
+    page.set_default_timeout(120_000)
+    page.goto(f"http://127.0.0.1:{port}/?token={token}")
+    page.wait_for_selector(f"[data-ptr='/rows/{N - 1}/title']")
+    if full:
+        # Re-watch the root asking for whole values on every change.
+        page.evaluate(
+            """() => {
+              const s = window.cellweave;
+              s.send({op: "unwatch", watch: s.watchId});
+              s.watchId += 1;
+              s.send({op: "watch", watch: s.watchId, cell: "root", full: true});
+            }"""
         )
-        page = browser.new_page()
-        page.set_default_timeout(120_000)
-        page.goto(f"http://127.0.0.1:{port}/?token={token}")
+        page.wait_for_function("() => document.body.getAttribute('data-seen') === 'snapshot'")
         page.wait_for_selector(f"[data-ptr='/rows/{N - 1}/title']")
-        if full:
-            # Re-watch the root asking for whole values on every change.
-            page.evaluate(
-                """() => {
-                  const s = window.cellweave;
-                  s.send({op: "unwatch", watch: s.watchId});
-                  s.watchId += 1;
-                  s.send({op: "watch", watch: s.watchId, cell: "root", full: true});
-                }"""
-            )
-            page.wait_for_function("() => document.body.getAttribute('data-seen') === 'snapshot'")
-            page.wait_for_selector(f"[data-ptr='/rows/{N - 1}/title']")
-        try:
-            yield page
-        finally:
-            browser.close()
-            server.should_exit = True
-            thread.join(30)
+    try:
+        yield page
+    finally:
+        page.close()
+        server.should_exit = True
+        thread.join(30)
 
 
 def _edits(page: Any, start: int) -> Counts:
