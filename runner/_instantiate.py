@@ -37,6 +37,7 @@ instance that lets go of it.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -44,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 from cells import (
     MISSING,
     Cell,
+    CellweaveError,
     CommitResult,
     DocKey,
     Identity,
@@ -168,6 +170,8 @@ def _lift(
     def run(tx: Transaction) -> Any:
         args = [materialize(tx, a) for a in args_tree]
         kwargs = {k: materialize(tx, v) for k, v in kwargs_tree.items()}
+        if is_async:
+            need_loop(label)
         value = fn(*args, **kwargs)
         if is_async:
             # The scheduler awaits it in a task, then commits `tx` (whose basis is what
@@ -227,6 +231,18 @@ def _lift(
     # install nothing of their own, so a token narrowed to one run would never match.
     group.add(lambda: runner.release_for(reg, out, identity, None, why=f"teardown of {label}"))
     group.add(lambda: let_go({}))
+
+
+def need_loop(label: str) -> None:
+    """An async function runs only on a running event loop: fail before calling it
+    (a coroutine made and never awaited would be lost, and warn)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        raise CellweaveError(
+            f"{label} is async: it runs only while an event loop runs (await rt.idle(),"
+            " pull() or a send's handle instead of settle())"
+        ) from None
 
 
 def _holds_instances(value: Any) -> bool:

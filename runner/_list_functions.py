@@ -29,7 +29,7 @@ from scheduler import Node
 
 from . import _docs as docs
 from ._builder import PatternInstance
-from ._instantiate import materialize
+from ._instantiate import materialize, need_loop
 from .errors import PatternError
 
 if TYPE_CHECKING:
@@ -107,6 +107,8 @@ class ElementFunctions:
 
         def run(tx: Transaction) -> Any:
             value = materialize(tx, record.element)
+            if self.is_async:
+                need_loop(label)
             returned = fn(value) if record.index is None else fn(value, record.index)
             if self.is_async:
                 return later(tx, returned)

@@ -346,3 +346,124 @@ def test_stopping_the_run_cancels_its_handlers_coroutine_and_drops_the_event() -
             assert not rt.scheduler.work
 
     arun(main)
+
+
+# --------------------------------------------------------------------------- edges
+
+
+async def held_child(value: Any) -> Any:
+    await gate(("child", value)).wait()
+    return Slow(value=value)
+
+
+@pattern
+def AsyncChild(value):  # type: ignore[no-untyped-def]
+    return {"child": lift(held_child)(value)}
+
+
+@pattern
+def AsyncMapped(items):  # type: ignore[no-untyped-def]
+    return {"out": items.map(held_double)}
+
+
+def test_an_async_lift_run_without_an_event_loop_fails_saying_so() -> None:
+    rt = Runtime()
+    try:
+        source, res = rt.get_cell("value"), rt.get_cell("res")
+        tx = rt.edit()
+        source.with_tx(tx).set(3)
+        rt.run(tx, Slow, {"value": source}, res)
+        tx.commit()
+        res.key("double").sink(lambda _v: None)  # settles synchronously, outside a loop
+        failure = rt.scheduler.failure(res.key("double"))
+        assert failure is not None
+        assert "is async: it runs only while an event loop runs" in str(failure)
+        assert [] == STARTED  # the function was never called (no coroutine left behind)
+    finally:
+        rt.close()
+
+
+def test_an_async_lift_returning_a_pattern_instance_fails_naming_the_rule() -> None:
+    async def main() -> None:
+        async with opened() as rt:
+            source = rt.get_cell("value")
+            res = rt.get_cell("res")
+            tx = rt.edit()
+            source.with_tx(tx).set(1)
+            rt.run(tx, AsyncChild, {"value": source}, res)
+            assert (await tx.commit()).ok
+            gate(("child", 1)).set()
+            with pytest.raises(NodeError, match="an async lift returns values"):
+                await res.key("child").pull()
+            assert 1 == len(rt.registrations())  # nothing was launched
+
+    arun(main)
+
+
+def test_an_async_function_list_op_computes_each_element_when_its_coroutine_ends() -> None:
+    async def main() -> None:
+        async with opened() as rt:
+            items = rt.get_cell("items")
+            res = rt.get_cell("res")
+            tx = rt.edit()
+            items.with_tx(tx).set([1, 2])
+            rt.run(tx, AsyncMapped, {"items": items}, res)
+            assert (await tx.commit()).ok
+            outs: list[Any] = []
+            res.key("out").sink(outs.append)
+            await turns()
+            assert [1, 2] == sorted(STARTED)
+            gate(2).set()
+            await turns()
+            assert [None, 4] == res.key("out").get()  # element 2 landed, 1 still runs
+            gate(1).set()
+            await rt.idle()
+            assert [2, 4] == res.key("out").get()
+
+    arun(main)
+
+
+RUNTIMES: list[Runtime] = []
+
+
+@handler
+async def relay(event, stream):  # type: ignore[no-untyped-def]
+    RUNTIMES[-1].send(stream, {"n": event["n"]})
+    await gate(("relay", event["n"])).wait()
+    if event.get("boom"):
+        raise RuntimeError("relay blew up")
+
+
+@pattern
+def Relay(other):  # type: ignore[no-untyped-def]
+    now = add_now(other=other)
+    return {"now": now, "relay": relay(stream=now)}
+
+
+def test_events_an_async_handler_sends_wait_for_its_commit_and_drop_if_it_fails() -> None:
+    async def main() -> None:
+        async with opened() as rt:
+            RUNTIMES.append(rt)
+            other = rt.get_cell("other")
+            res = rt.get_cell("relay")
+            tx = rt.edit()
+            other.with_tx(tx).set(0)
+            rt.run(tx, Relay, {"other": other}, res)
+            assert (await tx.commit()).ok
+            await res.pull()
+            failed = rt.send(res.key("relay"), {"n": 1, "boom": True})
+            rt.settle()
+            await turns()
+            assert 0 == other.get()  # the relayed event waits for its origin's commit
+            gate(("relay", 1)).set()
+            with pytest.raises(HandlerError, match="relay blew up"):
+                await failed
+            await rt.idle()
+            assert 0 == other.get()  # its origin failed: the relayed event was dropped
+            ok = rt.send(res.key("relay"), {"n": 2})
+            gate(("relay", 2)).set()
+            assert "done" == await ok
+            await rt.idle()
+            assert 2 == other.get()
+
+    arun(main)
