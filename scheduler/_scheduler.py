@@ -1223,7 +1223,7 @@ class Scheduler:
         try:
             returned = await awaitable
             if tx.is_open:
-                tx.write(ev.receipt_key(), ("value",), {"event": ev.id})
+                tx.write_internal(self._authority, ev.receipt_key(), ("value",), {"event": ev.id})
                 if handler.on_result is not None:
                     handler.on_result(tx, ev, returned)
         except asyncio.CancelledError:
