@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import inspect
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -54,10 +55,12 @@ class AsyncWork:
         return bool(self.inflight or self.busy)
 
     def start(
-        self, owner: object, work: Coroutine[Any, Any, None], name: str
+        self, owner: object, work: Coroutine[Any, Any, None], name: str, inner: object = None
     ) -> asyncio.Task[None]:
         """Run `work` in a task owned by `owner`, superseding (cancelling) the owner's
-        previous one. Raises RuntimeError when no event loop runs (then `work` is closed)."""
+        previous one. `inner` is the awaitable `work` awaits: closed when the task ends (a
+        task cancelled before its first step never awaited it, and it must not warn).
+        Raises RuntimeError when no event loop runs (then `work` is closed)."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -70,6 +73,8 @@ class AsyncWork:
         self.by_owner[owner] = task
         self.inflight.add(task)
         task.add_done_callback(self._finished)
+        if inspect.iscoroutine(inner):
+            task.add_done_callback(lambda _task: inner.close())
         return task
 
     def current(self, owner: object, task: asyncio.Task[None] | None) -> bool:

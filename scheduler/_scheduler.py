@@ -626,7 +626,9 @@ class Scheduler:
         as STALE_BASIS and the node runs again. Without a running event loop the run
         fails (nothing could ever await it)."""
         try:
-            self.work.start(node, self._finish_node(node, tx, awaitable), f"{node.label}")
+            task = self.work.start(
+                node, self._finish_node(node, tx, awaitable), node.label, awaitable
+            )
         except RuntimeError:
             if inspect.iscoroutine(awaitable):
                 awaitable.close()
@@ -635,14 +637,17 @@ class Scheduler:
                 " (await rt.idle(), pull() or send's handle instead of settle())"
             ) from None
 
+        def ended(_task: asyncio.Task[None]) -> None:
+            # (also for a task cancelled before its first step, which ran none of its body)
+            if tx.is_open:
+                tx.abort(f"{node.label}: its coroutine was cancelled")
+
+        task.add_done_callback(ended)
+
     async def _finish_node(self, node: Node, tx: Transaction, awaitable: Any) -> None:
         task = asyncio.current_task()
         try:
             await awaitable
-        except asyncio.CancelledError:
-            if tx.is_open:
-                tx.abort(f"{node.label}: its coroutine was cancelled")
-            raise
         except Exception as exc:
             if tx.is_open:
                 tx.abort(f"{node.label} raised")
@@ -1207,7 +1212,9 @@ class Scheduler:
         on. Without a running event loop the handling fails."""
         handler = ev.handler
         try:
-            self.work.start(handler, self._finish_event(ev, tx, awaitable), handler.label)
+            task = self.work.start(
+                handler, self._finish_event(ev, tx, awaitable), handler.label, awaitable
+            )
         except RuntimeError:
             if inspect.iscoroutine(awaitable):
                 awaitable.close()
@@ -1215,6 +1222,19 @@ class Scheduler:
                 f"{handler.label} is async: it runs only while an event loop runs"
             ) from None
         self.work.busy[handler] = None
+
+        def ended(task: asyncio.Task[None]) -> None:
+            # A cancelled handling (also one cancelled before its first step, which ran
+            # none of its body) is dropped, and its stream is free again.
+            if not task.cancelled():
+                return
+            if tx.is_open:
+                tx.abort(f"{handler.label}: its coroutine was cancelled")
+            self.work.busy.pop(handler, None)
+            if ev.status == "dispatched":
+                self._drop_dispatched(ev, "dropped", CellweaveError(f"{handler!r} was removed"))
+
+        task.add_done_callback(ended)
 
     async def _finish_event(self, ev: QueuedEvent, tx: Transaction, awaitable: Any) -> None:
         handler = ev.handler
@@ -1226,12 +1246,6 @@ class Scheduler:
                 tx.write_internal(self._authority, ev.receipt_key(), ("value",), {"event": ev.id})
                 if handler.on_result is not None:
                     handler.on_result(tx, ev, returned)
-        except asyncio.CancelledError:
-            if tx.is_open:
-                tx.abort(f"{handler.label}: its coroutine was cancelled")
-            self.work.busy.pop(handler, None)
-            self._drop_dispatched(ev, "dropped", CellweaveError(f"{handler!r} was removed"))
-            raise
         except Exception as exc:
             self.work.release(handler, task)
             self.work.busy.pop(handler, None)
@@ -1332,6 +1346,7 @@ class Scheduler:
 
     def _check(self) -> None:
         self.events._check()
+        self.work._check()
         live_dirty = {n for n in self.graph.nodes if n.status != "clean" and n.is_live}
         assert live_dirty <= set(self._candidates), live_dirty - set(self._candidates)
         assert all(n.registered for n in self.graph.nodes)

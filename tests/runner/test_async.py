@@ -467,3 +467,17 @@ def test_events_an_async_handler_sends_wait_for_its_commit_and_drop_if_it_fails(
             assert 2 == other.get()
 
     arun(main)
+
+
+def test_a_handling_cancelled_before_its_coroutine_started_is_dropped() -> None:
+    async def main() -> None:
+        async with opened() as rt:
+            res, total, _other = await run_adder(rt)
+            sent = rt.send(res.key("add"), {"n": 8})
+            rt.settle()  # dispatched: its task is made but has not run a step yet
+            await rt.stop(res)
+            assert "dropped" == await sent
+            assert [] == STARTED and not rt.scheduler.work
+            assert [] == total.get()
+
+    arun(main)
