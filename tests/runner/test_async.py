@@ -481,3 +481,36 @@ def test_a_handling_cancelled_before_its_coroutine_started_is_dropped() -> None:
             assert [] == total.get()
 
     arun(main)
+
+
+@pattern
+def AsyncElement(element):  # type: ignore[no-untyped-def]
+    return lift(held_double)(element)
+
+
+@pattern
+def AsyncChildren(items):  # type: ignore[no-untyped-def]
+    return {"out": items.map(AsyncElement)}
+
+
+def test_releasing_a_child_run_cancels_its_coroutine() -> None:
+    async def main() -> None:
+        async with opened() as rt:
+            items = rt.get_cell("items")
+            res = rt.get_cell("res")
+            tx = rt.edit()
+            items.with_tx(tx).set([1, 2])
+            rt.run(tx, AsyncChildren, {"items": items}, res)
+            assert (await tx.commit()).ok
+            res.key("out").sink(lambda _v: None)
+            await turns()
+            assert [1, 2] == sorted(STARTED)
+            await items.set([1])  # element 2 leaves the list: its child is released
+            rt.settle()
+            await turns()
+            assert [2] == CANCELLED
+            gate(1).set()
+            await rt.idle()
+            assert [2] == res.key("out").get()
+
+    arun(main)
