@@ -120,10 +120,16 @@ class Ref:
         if _current.get() is not trace:
             raise PatternError(f"{where}: list builtins can only be used inside the pattern body")
         if not isinstance(op, Pattern):
-            raise PatternError(
-                f"{where}: the op must be a @pattern taking `element` (and optionally `index`),"
-                f" got {type(op).__name__}"
-            )
+            if isinstance(op, (Lift, Handler)) or not callable(op):
+                raise PatternError(
+                    f"{where}: the op must be a @pattern taking `element` (and optionally"
+                    f" `index`) or a plain function of the element, got {type(op).__name__}"
+                )
+            # A function op: one computation per element, named like a lift's function
+            # (its import path, or the pattern and node index for a lambda or closure).
+            fn_id = _function_id(op, trace, len(trace.nodes))
+            trace.functions[fn_id] = op
+            return trace.add(kind, fn_id, {"list": self._binding, "function": True})
         extra = [p for p in op.params if p not in ("element", "index")]
         if "element" not in op.params or extra:
             raise PatternError(
@@ -132,15 +138,16 @@ class Ref:
             )
         return trace.add(kind, op.identity, {"list": self._binding})
 
-    def map(self, op: Pattern) -> Ref:
-        """One child of `op` per element; the output keeps positions (links to results)."""
+    def map(self, op: Pattern | Callable[..., Any]) -> Ref:
+        """One child of `op` per element (a function op: one computation per element);
+        the output keeps positions (links to results)."""
         return self._list_node("map", op)
 
-    def filter(self, op: Pattern) -> Ref:
+    def filter(self, op: Pattern | Callable[..., Any]) -> Ref:
         """The elements whose `op` result is truthy, dense, as the original elements."""
         return self._list_node("filter", op)
 
-    def flat_map(self, op: Pattern) -> Ref:
+    def flat_map(self, op: Pattern | Callable[..., Any]) -> Ref:
         """Each element's `op` result flattened one level (a scalar counts as one item)."""
         return self._list_node("flat_map", op)
 

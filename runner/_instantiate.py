@@ -37,12 +37,15 @@ instance that lets go of it.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from cells import (
     MISSING,
     Cell,
+    CellweaveError,
     CommitResult,
     DocKey,
     Identity,
@@ -166,6 +169,7 @@ def _lift(
     label = _label(pattern, spec)
     chain = (*reg.chain, reg.key)
     launches = _ComputedLaunches()
+    is_async = inspect.iscoroutinefunction(fn)
 
     def child_link(at: tuple[str | int, ...]) -> Link:
         return docs.computed_child_link(out, at)
@@ -177,10 +181,30 @@ def _lift(
             link, _launches = many.pop(key)
             runner.release_for(reg, link, identity, None, why=f"{label} stopped returning it")
 
-    def run(tx: Transaction) -> None:
+    def run(tx: Transaction) -> Any:
         args = [materialize(tx, a) for a in args_tree]
         kwargs = {k: materialize(tx, v) for k, v in kwargs_tree.items()}
+        if is_async:
+            need_loop(label)
         value = fn(*args, **kwargs)
+        if is_async:
+            # The scheduler awaits it in a task, then commits `tx` (whose basis is what
+            # was read above): a value computed from inputs that changed meanwhile
+            # never lands.
+            return _write_later(tx, value)
+        put(tx, value)
+        return None
+
+    async def _write_later(tx: Transaction, pending: Any) -> None:
+        value = await pending
+        if _holds_instances(value):
+            raise PatternError(
+                f"{label}: an async lift returns values, not pattern instances (launch"
+                " children from a sync lift that reads this one's result)"
+            )
+        put(tx, value)
+
+    def put(tx: Transaction, value: Any) -> None:
         if isinstance(value, PatternInstance):
             let_go({})
             _computed_child(runner, tx, value, out, chain, label, launches, node)
@@ -222,6 +246,28 @@ def _lift(
     # install nothing of their own, so a token narrowed to one run would never match.
     group.add(lambda: runner.release_for(reg, out, identity, None, why=f"teardown of {label}"))
     group.add(lambda: let_go({}))
+
+
+def need_loop(label: str) -> None:
+    """An async function runs only on a running event loop: fail before calling it
+    (a coroutine made and never awaited would be lost, and warn)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        raise CellweaveError(
+            f"{label} is async: it runs only while an event loop runs (await rt.idle(),"
+            " pull() or a send's handle instead of settle())"
+        ) from None
+
+
+def _holds_instances(value: Any) -> bool:
+    if isinstance(value, PatternInstance):
+        return True
+    if isinstance(value, dict):
+        return any(_holds_instances(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_holds_instances(v) for v in value)
+    return False
 
 
 def _children_in(

@@ -120,6 +120,7 @@ from scheduler import Node
 from . import _docs as docs
 from ._builder import NodeSpec, Pattern, find_pattern
 from ._cancel import CancelGroup
+from ._list_functions import ElementFunctions
 from ._registrations import Registration
 
 if TYPE_CHECKING:
@@ -343,13 +344,24 @@ class Coordinator:
         self.reg = reg
         self.kind = spec.kind
         self.index = spec.index
-        self.op = find_pattern(spec.target)
-        self.uses_index = "index" in self.op.params
+        # The op: a pattern (a child run per element) or a plain function (one
+        # computation per element, `_list_functions`).
+        self.functions: ElementFunctions | None = None
+        if spec.inputs.get("function") is True:
+            fn = pattern.function(spec.target)
+            op_name = getattr(fn, "__qualname__", spec.target)
+        else:
+            self.op = find_pattern(spec.target)
+            self.uses_index = "index" in self.op.params
+            op_name = self.op.__qualname__
         bound = docs.bind(spec.inputs, result)["list"]
         assert type(bound) is Link
         self.list_link: Link = bound
         self.container = docs.internal_link(result, spec.index)
-        self.label = f"{pattern.__qualname__}.n{spec.index} {spec.kind}({self.op.__qualname__})"
+        self.label = f"{pattern.__qualname__}.n{spec.index} {spec.kind}({op_name})"
+        if spec.inputs.get("function") is True:
+            self.functions = ElementFunctions(runner, fn, self.label)
+            self.uses_index = self.functions.uses_index
         self.chain = (*reg.chain, reg.key)
         self.states: dict[Identity, _State] = {}
         self.nodes: dict[Identity, Node] = {}
@@ -672,6 +684,11 @@ class Coordinator:
             state.aggregate = tx.peek(out_key, (docs.VALUE,)) if self.kind == "map" else None
 
     def _issue(self, tx: Transaction, entry: _Entry, element: Link, issuance: _Issuance) -> None:
+        if self.functions is not None:
+            self.functions.issue(tx, entry.child, element, entry.index)
+            entry.owed = False
+            entry.issuer = issuance
+            return
         argument: dict[str, Any] = {"element": element}
         if self.uses_index:
             argument["index"] = entry.index
@@ -788,7 +805,9 @@ class Coordinator:
                 del state.entries[entry.key]
                 child = entry.child.key(state.identity)
                 self.runner.trace.record("rollback", child)
-                if not (others and self._held_elsewhere(others, entry, state.identity)):
+                if self.functions is not None:
+                    self.functions.release(state.identity, child)
+                elif not (others and self._held_elsewhere(others, entry, state.identity)):
                     self.runner.release(child, None, why="rollback")
         for entry, before, after in moved:
             if state.entries.get(entry.key) is entry and entry.index == after:
@@ -808,6 +827,10 @@ class Coordinator:
         others = [s for s in self.states.values() if s is not state]
         for key in keys:
             entry = state.entries[key]
+            if self.functions is not None:  # each identity has its own computations
+                self.functions.release(identity, entry.child.key(identity))
+                del state.entries[key]
+                continue
             if others and self._held_elsewhere(others, entry, identity):
                 del state.entries[key]
                 continue

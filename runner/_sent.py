@@ -113,15 +113,24 @@ class Sent:
     async def _wait(self) -> Outcome:
         # Drive the runtime until the event is settled; an event that still waits after
         # that (on the commit of the transaction that sent it) is waited for.
+        # It stops waiting as soon as its event settles: an async handler of another
+        # stream, still running, is not this handle's to wait for.
         while not self.done():
             if self._closed():
                 raise CellweaveError(f"{self!r}: the runtime closed before its handling settled")
-            await self._idle()
-            if self.done():
-                break
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             if self._waiters is None:
                 self._waiters = []
             self._waiters.append(fut)
+            idle = asyncio.ensure_future(self._idle())
+            try:
+                await asyncio.wait((idle, fut), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                if not idle.done():
+                    idle.cancel()
+            if idle.done() and not idle.cancelled():
+                idle.result()  # (raises what the idle raised)
+            if self.done():
+                break
             await fut
         return self.outcome()

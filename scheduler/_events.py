@@ -2,7 +2,9 @@
 
 A handler is bound to one stream cell and runs once per event, in its own
 transaction. Events wait in one FIFO lane ordered by first enqueue; a
-requeued event keeps its place and never overtakes an earlier one. Before a
+requeued event keeps its place and never overtakes an earlier one (except
+that while a stream is busy with an async handling, `scheduler._async`, later
+events of other streams go ahead of its waiting ones). Before a
 handler runs, the computations feeding the reads it declared are brought up
 to date (an ephemeral preflight effect demands them for one settle).
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import heapq
+import inspect
 import itertools
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
@@ -63,6 +64,7 @@ from cells import (
 )
 from cells._values import thaw
 
+from ._async import AsyncWork, handling_tx
 from ._clock import Clock, SystemClock
 from ._events import (
     RETRY_WINDOW,
@@ -154,6 +156,9 @@ class Scheduler:
         self.events = EventLane()
         self.lineage = Lineage(self._origin_failed)
         self._current_tx: Transaction | None = None
+        self.work = AsyncWork(self._kick)
+        """The coroutines of async nodes and handlers in flight (see `_async`)."""
+        self._kicked = False
         self._drain_started = 0.0
         """The clock when the current drain started: each run's `Node.last_run`."""
 
@@ -224,6 +229,8 @@ class Scheduler:
         """Unregister `node` (idempotent). Its reads and edges go; it never runs again."""
         if not node.registered:
             return
+        if self.work.by_owner:
+            self.work.cancel(node)  # its coroutine's result could land nowhere
         self.graph.remove(node)
         self._candidates.pop(node, None)
         if node.error is not None:
@@ -546,11 +553,18 @@ class Scheduler:
         tx = Transaction(replica, node.identity, source=node)  # `replica.edit`, without the call
         previous, self._running = self._running, node
         previous_tx, self._current_tx = self._current_tx, tx
+        later = False
         try:
-            node.fn(tx)
-            if gates is not None and gates.error is not None:
-                gates.error = None
-                self._failing.discard(node)  # recovered: its outputs are its own again
+            returned = node.fn(tx)
+            if returned is not None and inspect.isawaitable(returned):
+                later = True  # an async run: it commits when its coroutine ends
+                self._later(node, tx, returned)
+            else:
+                if self.work.by_owner:
+                    self.work.cancel(node)  # a sync run supersedes an async one in flight
+                if gates is not None and gates.error is not None:
+                    gates.error = None
+                    self._failing.discard(node)  # recovered: its outputs are its own again
         except Exception as exc:
             if tx.is_open:
                 tx.abort(f"{node.label} raised")
@@ -580,26 +594,98 @@ class Scheduler:
             elif log != node.raw_reads:  # most runs read exactly what they read last time
                 node.raw_reads = log
                 self.graph.set_reads(node, compact_reads(log))
+        if later:
+            return  # an async run: its transaction stays open until its coroutine ends
         if tx.status == "open":
-            stats.commits += 1
-            try:
-                if node._gates is None:
-                    # Nothing to do on OK: be called only on a failure (no call per commit).
-                    # (A commit made before an earlier one of this node failed does not
-                    # reset `retries` on OK; the re-run that failure causes commits with
-                    # the gate record present, and its OK resets it.)
-                    tx.commit_detached(on_failure=self._failed)
-                else:  # an OK commit resets the node's retry count: hear about it too
-                    tx.commit_detached(self._settled)
-            finally:
-                # A commit that changed nothing (elided) or failed its local basis check
-                # settled inside `commit_detached` without calling `_settled`: handle it
-                # here (most effect runs commit nothing).
-                result = tx.result
-                if result is not None and (
-                    result.outcome is not Outcome.OK or node._gates is not None
-                ):
-                    self._on_commit(node, result)
+            self._commit_run(node, tx)
+
+    def _commit_run(self, node: Node, tx: Transaction) -> None:
+        stats = self.stats
+        stats.commits += 1
+        try:
+            if node._gates is None:
+                # Nothing to do on OK: be called only on a failure (no call per commit).
+                # (A commit made before an earlier one of this node failed does not
+                # reset `retries` on OK; the re-run that failure causes commits with
+                # the gate record present, and its OK resets it.)
+                tx.commit_detached(on_failure=self._failed)
+            else:  # an OK commit resets the node's retry count: hear about it too
+                tx.commit_detached(self._settled)
+        finally:
+            # A commit that changed nothing (elided) or failed its local basis check
+            # settled inside `commit_detached` without calling `_settled`: handle it
+            # here (most effect runs commit nothing).
+            result = tx.result
+            if result is not None and (result.outcome is not Outcome.OK or node._gates is not None):
+                self._on_commit(node, result)
+
+    def _later(self, node: Node, tx: Transaction, awaitable: Any) -> None:
+        """Run an async node's awaitable in a task (superseding its previous one) and
+        commit `tx` when it completes: its basis is what the run read before the first
+        await, so a result computed from inputs that changed meanwhile fails the commit
+        as STALE_BASIS and the node runs again. Without a running event loop the run
+        fails (nothing could ever await it)."""
+        try:
+            task = self.work.start(
+                node, self._finish_node(node, tx, awaitable), node.label, awaitable
+            )
+        except RuntimeError:
+            if inspect.iscoroutine(awaitable):
+                awaitable.close()
+            raise CellweaveError(
+                f"{node.label} is async: it runs only while an event loop runs"
+                " (await rt.idle(), pull() or send's handle instead of settle())"
+            ) from None
+
+        def ended(_task: asyncio.Task[None]) -> None:
+            # (also for a task cancelled before its first step, which ran none of its body)
+            if tx.is_open:
+                tx.abort(f"{node.label}: its coroutine was cancelled")
+
+        task.add_done_callback(ended)
+
+    async def _finish_node(self, node: Node, tx: Transaction, awaitable: Any) -> None:
+        task = asyncio.current_task()
+        try:
+            await awaitable
+        except Exception as exc:
+            if tx.is_open:
+                tx.abort(f"{node.label} raised")
+            if self.work.current(node, task) and node.registered:
+                self.work.release(node, task)
+                self._fail(node, exc)
+                self._report_failures()
+                self._kick()
+            return
+        if not (self.work.current(node, task) and node.registered and tx.is_open):
+            if tx.is_open:
+                tx.abort(f"{node.label}: superseded")
+            return
+        self.work.release(node, task)
+        gates = node._gates
+        if gates is not None and gates.error is not None:
+            gates.error = None
+            self._failing.discard(node)  # recovered: its outputs are its own again
+        self._commit_run(node, tx)
+        self._kick()
+
+    def _kick(self) -> None:
+        """Settle soon on the running loop (async work ended: its results propagate, a
+        stale one runs again, a stream's next event goes)."""
+        if self._kicked or self._closed:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._kicked = True
+
+        def kicked() -> None:
+            self._kicked = False
+            if not self._closed and not self.replica.closed:
+                self.settle()
+
+        loop.call_soon(kicked)
 
     def _fail(self, node: Node, exc: Exception) -> None:
         """`node` raised: it is failing until it runs again (an input changes). Its
@@ -694,6 +780,7 @@ class Scheduler:
             or len(self.replica.mailbox)
             or self.runnable()
             or self.events.queue
+            or self.work
         )
 
     async def idle(self) -> None:
@@ -717,6 +804,9 @@ class Scheduler:
             try:
                 if len(self.replica.mailbox) or self.runnable():
                     await asyncio.sleep(0)
+                elif self.work.inflight:
+                    # Async nodes or handlers: wait for one to end (or for the store).
+                    await asyncio.wait({fut, *self.work.inflight}, return_when="FIRST_COMPLETED")
                 elif self.replica.in_flight():
                     await fut
                 else:
@@ -927,6 +1017,7 @@ class Scheduler:
             del self.events.handlers[handler.stream]
             self.events.retire(handler)
         handler.registered = False
+        self.work.cancel(handler)  # its handling in flight is dropped
         for ev in [e for e in self.events.queue if e.handler is handler]:
             self._drop(ev, "dropped", CellweaveError(f"{handler!r} was removed"))
 
@@ -985,7 +1076,7 @@ class Scheduler:
                 )
         value = normalize(payload, where=f"event for {stream!r}")
         if origin is None:
-            origin = self._current_tx
+            origin = self._current_tx or handling_tx.get()
         if actor is None and origin is not None and origin.meta.get("event") is not None:
             actor = origin.identity  # a handler's follow-up keeps its actor (multi-hop)
         if event_id is None:
@@ -1041,8 +1132,14 @@ class Scheduler:
     def _dispatch_next(self) -> bool:
         """Dispatch the lane head if it may go now; True if something was done."""
         now = self.clock.now()
-        while self.events.queue:
-            ev = self.events.queue[0]
+        queue = self.events.queue
+        busy = self.work.busy
+        i = 0
+        while i < len(queue):
+            ev = queue[i]
+            if busy and ev.handler in busy:
+                i += 1  # its stream is handling an earlier event: other streams go on
+                continue
             if not ev.handler.registered:
                 self._drop(ev, "dropped", CellweaveError(f"{ev.handler!r} was removed"))
                 continue
@@ -1094,6 +1191,9 @@ class Scheduler:
         try:
             handler.runs += 1
             returned = handler.fn(tx, thaw(ev.payload))
+            if returned is not None and inspect.isawaitable(returned):
+                self._handle_later(ev, tx, returned)
+                return
             if tx.is_open:
                 tx.write_internal(self._authority, receipt, ("value",), {"event": ev.id})
                 if handler.on_result is not None:
@@ -1112,6 +1212,72 @@ class Scheduler:
             self._drop_dispatched(ev, "dropped", tx.result.error if tx.result else None)
             return
         tx.commit().add_done_callback(functools.partial(self._on_event_commit, ev))
+
+    def _handle_later(self, ev: QueuedEvent, tx: Transaction, awaitable: Any) -> None:
+        """An async handler: its stream is busy (its next events wait) until the
+        handling's coroutine has ended and its commit's verdict is in; other streams go
+        on. Without a running event loop the handling fails."""
+        handler = ev.handler
+        try:
+            task = self.work.start(
+                handler, self._finish_event(ev, tx, awaitable), handler.label, awaitable
+            )
+        except RuntimeError:
+            if inspect.iscoroutine(awaitable):
+                awaitable.close()
+            raise CellweaveError(
+                f"{handler.label} is async: it runs only while an event loop runs"
+            ) from None
+        self.work.busy[handler] = None
+
+        def ended(task: asyncio.Task[None]) -> None:
+            # A cancelled handling (also one cancelled before its first step, which ran
+            # none of its body) is dropped, and its stream is free again.
+            if not task.cancelled():
+                return
+            if tx.is_open:
+                tx.abort(f"{handler.label}: its coroutine was cancelled")
+            self.work.busy.pop(handler, None)
+            if ev.status == "dispatched":
+                self._drop_dispatched(ev, "dropped", CellweaveError(f"{handler!r} was removed"))
+
+        task.add_done_callback(ended)
+
+    async def _finish_event(self, ev: QueuedEvent, tx: Transaction, awaitable: Any) -> None:
+        handler = ev.handler
+        task = asyncio.current_task()
+        handling_tx.set(tx)  # (this task's own context) the origin of what it sends
+        try:
+            returned = await awaitable
+            if tx.is_open:
+                tx.write_internal(self._authority, ev.receipt_key(), ("value",), {"event": ev.id})
+                if handler.on_result is not None:
+                    handler.on_result(tx, ev, returned)
+        except Exception as exc:
+            self.work.release(handler, task)
+            self.work.busy.pop(handler, None)
+            if tx.is_open:
+                tx.abort(f"{handler.label} raised {type(exc).__name__}")
+            err = HandlerError(f"{handler!r} raised {type(exc).__name__}: {exc} (event {ev!r})")
+            err.__cause__ = exc
+            self.errors_log.add("handler", handler.label, _stream_name(handler), err)
+            self._drop_dispatched(ev, "failed", err)
+            self._kick()
+            return
+        self.work.release(handler, task)
+        if not tx.is_open:  # the handler aborted its own transaction
+            self.work.busy.pop(handler, None)
+            self._drop_dispatched(ev, "dropped", tx.result.error if tx.result else None)
+            self._kick()
+            return
+
+        def verdict(pending: Pending[CommitResult]) -> None:
+            self.work.busy.pop(handler, None)  # before a stale retry is queued again
+            self._on_event_commit(ev, pending)
+            self._kick()
+
+        tx.commit().add_done_callback(verdict)
+        self._kick()
 
     def _drop_dispatched(self, ev: QueuedEvent, status: Any, error: BaseException | None) -> None:
         ev.status = status
@@ -1175,6 +1341,7 @@ class Scheduler:
             return
         self._closed = True
         try:
+            self.work.cancel_all()
             for ev in list(self.events.queue):
                 self._drop(ev, "dropped", CellweaveError(f"{ev!r}: the scheduler closed"))
             for observation in list(self._observations.values()):
@@ -1186,6 +1353,7 @@ class Scheduler:
 
     def _check(self) -> None:
         self.events._check()
+        self.work._check()
         live_dirty = {n for n in self.graph.nodes if n.status != "clean" and n.is_live}
         assert live_dirty <= set(self._candidates), live_dirty - set(self._candidates)
         assert all(n.registered for n in self.graph.nodes)

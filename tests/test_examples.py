@@ -136,3 +136,23 @@ def test_cells_basics_runs(tmp_path: Path) -> None:
     out = run_example("examples.cells_basics", tmp_path)
     assert "items: ['milk']" in out
     assert "after commit: ['milk', 'bread']" in out
+
+
+def test_quotes_fetches_from_its_own_server_with_async_lifts_and_handlers(tmp_path: Path) -> None:
+    out = run_example("examples.quotes", tmp_path)
+    in_order(
+        out.splitlines(),
+        [
+            "1. an async lift fetches the price",
+            "  price: CORE 7.25",
+            "2. the symbol changes while a fetch is in flight",
+            "  fetched: CORE, ACME, BOLT",
+            "  price: BOLT 42.0",
+            "  did ACME's stale answer ever land? no",
+            "3. an async handler adds quotes, in the order they were sent",
+            "  fetched: BOLT, ACME, CORE",
+            "  |  BOLT     42.00",
+            "  |  ACME     12.50",
+            "  |  CORE      7.25",
+        ],
+    )

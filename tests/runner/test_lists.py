@@ -430,7 +430,7 @@ def test_ops_are_checked_when_the_pattern_is_traced() -> None:
 
     @pattern
     def NotAPattern(items):  # type: ignore[no-untyped-def]
-        return items.filter(lambda x: x)
+        return items.filter("x")  # neither a pattern nor a function (issue 18 item 4)
 
     with pytest.raises(PatternError, match=r"must take `element` and optionally `index`"):
         BadOp.graph  # noqa: B018

@@ -1,0 +1,108 @@
+"""Async work: the coroutines of async nodes and handlers, in flight on the loop.
+
+A node function or handler that returns an awaitable (an `async def` lift or
+handler) does not hold up the pass: its transaction, holding what it read
+when it started, stays open while the awaitable runs in a task, and is
+committed when it completes. The transaction's basis is those reads, so if an
+input changed meanwhile the commit fails as STALE_BASIS, nothing it wrote
+lands, and the node runs again (or the event is retried). A node's newer run
+supersedes (cancels) its older one; removing a node or a handler, or closing
+the scheduler, cancels its coroutine.
+
+Each owner (a `Node`, or a `Handler` for its stream) has at most one task;
+a handler's stream stays *busy* from the dispatch of an async handling until
+its commit's verdict, so the events of one stream are handled in order while
+other streams go on.
+
+Invariants (checked by `_check`)
+- every owner's task is in flight (`inflight` also holds cancelled tasks
+  until they have finished);
+- a busy stream's handler is registered, or a task is still finishing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from cells import Transaction
+
+from ._events import Handler
+
+handling_tx: contextvars.ContextVar[Transaction | None] = contextvars.ContextVar(
+    "cellweave_handling_tx", default=None
+)
+"""The transaction of the async handling whose coroutine runs now (the origin of the
+events it sends)."""
+
+
+class AsyncWork:
+    """The tasks of async nodes and handlers, by owner."""
+
+    __slots__ = ("busy", "by_owner", "inflight", "on_done")
+
+    def __init__(self, on_done: Callable[[], None]) -> None:
+        self.by_owner: dict[object, asyncio.Task[None]] = {}
+        self.inflight: set[asyncio.Task[None]] = set()
+        self.busy: dict[Handler, None] = {}
+        """Handlers whose stream has a handling in flight (until its verdict)."""
+        self.on_done = on_done
+
+    def __bool__(self) -> bool:
+        return bool(self.inflight or self.busy)
+
+    def start(
+        self, owner: object, work: Coroutine[Any, Any, None], name: str, inner: object = None
+    ) -> asyncio.Task[None]:
+        """Run `work` in a task owned by `owner`, superseding (cancelling) the owner's
+        previous one. `inner` is the awaitable `work` awaits: closed when the task ends (a
+        task cancelled before its first step never awaited it, and it must not warn).
+        Raises RuntimeError when no event loop runs (then `work` is closed)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            work.close()
+            raise
+        old = self.by_owner.get(owner)
+        if old is not None:
+            old.cancel()
+        task = loop.create_task(work, name=name)
+        self.by_owner[owner] = task
+        self.inflight.add(task)
+        task.add_done_callback(self._finished)
+        if inspect.iscoroutine(inner):
+            task.add_done_callback(lambda _task: inner.close())
+        return task
+
+    def current(self, owner: object, task: asyncio.Task[None] | None) -> bool:
+        """Whether `task` is still `owner`'s (not superseded, cancelled or removed)."""
+        return task is not None and self.by_owner.get(owner) is task
+
+    def release(self, owner: object, task: asyncio.Task[None] | None) -> None:
+        """`task` of `owner` has ended its work: forget it as the owner's."""
+        if task is not None and self.by_owner.get(owner) is task:
+            del self.by_owner[owner]
+
+    def cancel(self, owner: object) -> None:
+        """Cancel `owner`'s coroutine, if one is in flight."""
+        task = self.by_owner.pop(owner, None)
+        if task is not None:
+            task.cancel()
+
+    def cancel_all(self) -> None:
+        for owner in list(self.by_owner):
+            self.cancel(owner)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self.inflight.discard(task)
+        self.on_done()
+
+    def _check(self) -> None:
+        for owner, task in self.by_owner.items():
+            assert task in self.inflight or task.done(), owner
+        for handler in self.busy:
+            # (a removed handler's cancelled task frees its stream when it finishes)
+            assert handler.registered or handler in self.by_owner or self.inflight, handler
