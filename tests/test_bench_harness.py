@@ -2,13 +2,7 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-# bench/ is a directory of the repository, not an installed package.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import harness
 from bench.harness import Benchmark, Counts, Finish, Run, run_group
