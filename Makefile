@@ -52,8 +52,9 @@ test: venv system
 # The documentation site (mkdocs.yml), into build/site. --strict fails the build
 # on any warning: a broken link or anchor, a page left out of the nav, or a
 # docstring mkdocstrings cannot render. Open build/site/index.html to read it.
+# (Not --quiet: it silences the warnings, and --strict then passes a broken build.)
 docs: venv
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 demo: venv
 	$(BIN)/python -m examples.demo
 
