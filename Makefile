@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 # ruff is given only the directories that exist: ruff fails on a missing path,
 # and tests/ or property_tests/ may not exist yet in a young checkout.
-LINT_PATHS := $(wildcard cellweave cells scheduler runner tests property_tests bench examples)
+LINT_PATHS := $(wildcard cellweave cells scheduler runner tests property_tests bench examples mkdocs_hooks.py)
 
 # Extra arguments for `make bench`, e.g. `make bench BENCH_ARGS="cells --quick"`.
 BENCH_ARGS ?=
@@ -16,7 +16,7 @@ BENCH_ARGS ?=
 # Extra arguments for `make crash-trials`, e.g. CRASH_ARGS="--trials 20 --seed 7".
 CRASH_ARGS ?=
 
-.PHONY: venv system test demo bench soak crash-trials clean
+.PHONY: venv system test docs demo bench soak crash-trials clean
 
 venv: $(STAMP)
 
@@ -24,11 +24,15 @@ venv: $(STAMP)
 # written last, so a failed install is retried on the next run. The editable
 # install maps the top-level packages that existed when it ran: after adding
 # one, `touch pyproject.toml` so the next target re-installs.
+# pip's output goes to .venv/install.log (printed only if the install fails), so
+# the first screen of `make demo` is the demo. Extras: test, bench, docs.
 $(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install -e '.[test,bench]'
-	touch $(STAMP)
+	@echo "installing cellweave into $(VENV) (pip's log: $(VENV)/install.log)"
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@{ $(BIN)/python -m pip install --upgrade pip \
+	   && $(BIN)/python -m pip install -e '.[test,bench,docs]'; } \
+	   > $(VENV)/install.log 2>&1 || { cat $(VENV)/install.log; exit 1; }
+	@touch $(STAMP)
 
 # What the tests need from the machine, installed with apt when missing: Debian's
 # chromium for the browser tests (Playwright drives it; nothing is downloaded), and
@@ -44,7 +48,14 @@ test: venv system
 	$(BIN)/mypy --strict cellweave cells scheduler runner bench
 	$(BIN)/pytest tests
 	$(BIN)/pytest property_tests
+	$(MAKE) --no-print-directory docs
 
+# The documentation site (mkdocs.yml), into build/site. --strict fails the build
+# on any warning: a broken link or anchor, a page left out of the nav, or a
+# docstring mkdocstrings cannot render. Open build/site/index.html to read it.
+# (Not --quiet: it silences the warnings, and --strict then passes a broken build.)
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 demo: venv
 	$(BIN)/python -m examples.demo
 

@@ -47,7 +47,8 @@ one per sample would make the run take many minutes. Every sample changes
 different elements (new titles, new tasks), so no sample repeats a no-op.
 
 Counted work beside the times (deltas over the timed region): scheduler
-computations and effect runs, commits sent by the scheduler, calls of the
+computations and effect runs, transactions sent to the store (`sent`) and
+elided (`elided`: an effect's run commits nothing), calls of the
 element functions (`calls`: three per computed card), coordinator
 reconciles, registrations, the reader index's path comparisons (how many
 read paths a change was matched against), and for the sink its deliveries.
@@ -264,7 +265,9 @@ class _World:
         return {
             "computations": stats.runs_computation,
             "effects": stats.runs_effect,
-            "commits": stats.commits,
+            # Transactions sent to the store and elided (changed nothing: an effect's run).
+            "sent": self.rt.replica.stats.commits_sent,
+            "elided": self.rt.replica.stats.commits_elided,
             "calls": CALLS[0],
             "reconciles": self.coordinator_reconciles(),
             "registrations": len(self.rt.runner.registrations),

@@ -26,6 +26,7 @@ from typing import Any
 
 import psycopg
 
+from bench._counting import Commits
 from bench.harness import BenchError, Counts, Run, bench
 from bench.pg_cluster import Cluster
 from cells import PostgresStore, Space
@@ -86,6 +87,7 @@ def raw_psycopg_commit() -> Run:
         conn.execute(f"UPDATE {s}.counter SET seq = 1")
 
     def run() -> Counts:
+        committed = 0
         for i in range(OPS):
             with conn.transaction():
                 top = conn.execute(f"SELECT seq FROM {s}.counter WHERE id = 1 FOR UPDATE")
@@ -119,7 +121,8 @@ def raw_psycopg_commit() -> Run:
                     " SELECT pg_notify(%s, seq::text) FROM u",
                     (seq, f"cellweave_{s}"),
                 )
-        return {"commits": OPS, "reads": OPS, "writes": OPS}
+            committed += 1  # the `with` block committed without raising
+        return {"commits": committed, "reads": OPS, "writes": OPS}
 
     return run
 
@@ -136,6 +139,8 @@ def postgres_store_commit() -> Run:
     b.get()
 
     def run() -> Counts:
+        commits = Commits(space.replica)
+        accepted = 0
         for i in range(OPS):
             tx = space.edit()
             v = a.with_tx(tx).get()
@@ -143,6 +148,10 @@ def postgres_store_commit() -> Run:
             result = tx.commit().wait(30)  # durable when this returns
             if not result.ok:
                 raise BenchError(f"PostgresStore commit failed: {result}")
-        return {"commits": OPS, "reads": OPS, "writes": OPS}
+            accepted += 1
+        counts = commits.counts()
+        if counts != {"sent": OPS, "elided": 0}:
+            raise BenchError(f"PostgresStore: {OPS} commits, but the replica counted {counts}")
+        return {"commits": counts["sent"], "accepted": accepted, "reads": OPS, "writes": OPS}
 
     return run

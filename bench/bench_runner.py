@@ -30,8 +30,9 @@ Groups
     instead of tracing again.
 
 Counted work beside the times: registrations installed or ended, scheduler
-nodes, runs (computations and effects separately), commits sent by the
-replica, and documents written (counted by the store, once per document per
+nodes, runs (computations and effects separately), transactions sent to the
+store (`sent`) and elided by the replica (`elided`: they changed nothing), and
+documents written (counted by the store, once per document per
 commit). The baselines are checked, once per process, to leave exactly the
 documents, with exactly the values, that the runner leaves.
 
@@ -46,7 +47,7 @@ import types
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from bench.harness import BenchError, Counts, Run, bench
+from bench.harness import BenchError, Counts, Finish, Run, bench
 from cells import Cell, DocKey, Link, MemoryStore
 from cells._store import CommitRequest, Verdict
 from runner import Pattern, PatternGraph, Runtime, lift, pattern
@@ -140,7 +141,10 @@ class _World:
 
 
 class _Counter:
-    """Counted work since construction: commits, documents, runs, registrations, nodes."""
+    """Counted work since construction: commits, documents, runs, registrations, nodes.
+
+    `statistics()` walks every node: call `counts()` in a finish function, after
+    the clock stops, never inside the timed region."""
 
     def __init__(self, world: _World) -> None:
         self.world = world
@@ -154,7 +158,8 @@ class _Counter:
             "nodes": int(stats["nodes"]),
             "computations": int(stats["runs_computation"]),
             "effects": int(stats["runs_effect"]),
-            "commits": rt.replica.stats.commits_sent,
+            "sent": rt.replica.stats.commits_sent,
+            "elided": rt.replica.stats.commits_elided,
             "docs": self.world.store.docs_written,
         }
 
@@ -311,9 +316,12 @@ def direct_setup_writes() -> Run:
         for writes in plans:
             await _write(world, writes)
 
-    def run() -> Counts:
-        world.drive(main)
+    def finish() -> Counts:  # untimed: checks and counters, after the clock stops
         return counter.counts()
+
+    def run() -> Finish:
+        world.drive(main)
+        return finish
 
     return run
 
@@ -324,12 +332,15 @@ def run_and_commit() -> Run:
     results = world.results(PARENTS)
     counter = world.counter()
 
-    def run() -> Counts:
-        world.drive(lambda: _run_parents(world, results))
+    def finish() -> Counts:  # untimed: checks and counters, after the clock stops
         counts = counter.counts()
         if counts["registrations"] != PARENTS * REGISTRATIONS:
             raise BenchError(f"rt.run: {counts['registrations']} registrations installed")
         return counts
+
+    def run() -> Finish:
+        world.drive(lambda: _run_parents(world, results))
+        return finish
 
     return run
 
@@ -347,13 +358,16 @@ def stop_running() -> Run:
     world.drive(prepare)
     counter = world.counter()
 
-    def run() -> Counts:
-        for res in results:
-            world.rt.stop(res)
+    def finish() -> Counts:  # untimed: checks and counters, after the clock stops
         counts = counter.counts()
         if world.rt.registrations() or world.rt.scheduler.statistics()["nodes"]:
             raise BenchError("rt.stop left registrations or nodes behind")
         return counts
+
+    def run() -> Finish:
+        for res in results:
+            world.rt.stop(res)
+        return finish
 
     return run
 
@@ -378,9 +392,12 @@ def restart() -> Run:
             if await world.rt.start(res) is not True:
                 raise BenchError("rt.start of a stopped parent did not claim it")
 
-    def run() -> Counts:
-        world.drive(main)
+    def finish() -> Counts:  # untimed: checks and counters, after the clock stops
         return counter.counts()
+
+    def run() -> Finish:
+        world.drive(main)
+        return finish
 
     return run
 
@@ -404,8 +421,7 @@ def churn() -> Run:
             if await rt.start(res) is not True:
                 raise BenchError("rt.start after rt.stop did not claim the parent")
 
-    def run() -> Counts:
-        world.drive(main)
+    def finish() -> Counts:  # untimed: checks and counters, after the clock stops
         # Correctness, not time: after the cycles exactly one parent's worth is
         # installed, and a final stop leaves nothing.
         running = len(rt.inspect()["registrations"])
@@ -422,6 +438,10 @@ def churn() -> Run:
         counts = dict(counter.counts())
         del counts["registrations"], counts["nodes"]  # net 0 by construction; see leaked_*
         return counts | {"leaked_registrations": leaked, "leaked_nodes": leaked_nodes}
+
+    def run() -> Finish:
+        world.drive(main)
+        return finish
 
     return run
 
@@ -443,9 +463,12 @@ def direct_value_writes() -> Run:
             for write in writes:
                 await _write(world, [write])
 
-    def run() -> Counts:
-        world.drive(main)
+    def finish() -> Counts:  # untimed: checks and counters, after the clock stops
         return counter.counts()
+
+    def run() -> Finish:
+        world.drive(main)
+        return finish
 
     return run
 
@@ -460,9 +483,12 @@ def direct_value_writes_batched() -> Run:
         for writes in plans:
             await _write(world, writes)
 
-    def run() -> Counts:
-        world.drive(main)
+    def finish() -> Counts:  # untimed: checks and counters, after the clock stops
         return counter.counts()
+
+    def run() -> Finish:
+        world.drive(main)
+        return finish
 
     return run
 
@@ -478,12 +504,15 @@ def first_pull() -> Run:
         for i, res in enumerate(results):
             await _pull_parent(res, i)
 
-    def run() -> Counts:
-        world.drive(main)
+    def finish() -> Counts:  # untimed: checks and counters, after the clock stops
         counts = counter.counts()
         if counts["computations"] != PARENTS * COMPUTATIONS:
             raise BenchError(f"first pull: {counts['computations']} computations ran")
         return counts
+
+    def run() -> Finish:
+        world.drive(main)
+        return finish
 
     return run
 

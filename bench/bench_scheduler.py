@@ -5,7 +5,11 @@ plain Python recomputation (the baseline: one object per derived value, a
 fixed order, every write recomputes everything downstream), the reaktiv
 signals library, and cellweave (every node update is a transaction with a
 commit, its verdict and a notification). Counted work is reported beside the
-times: runs (node function calls) and commits per op.
+times, counted where it happened (bench/_counting.py): ``runs`` (derived
+functions called: counted inside reaktiv's formulas, from the scheduler's
+statistics for cellweave), ``effects`` (effect or sink calls), and for
+cellweave the transactions ``sent`` to the store and ``elided`` (settled at once
+because they changed nothing: an effect's run). Every row asserts its counts.
 
 ``chain``   1 source -> 1000 derived in a line; one op = one write + read of the tail.
 ``broad``   1 source -> 1000 derived, each with an effect; one op = one write.
@@ -21,6 +25,7 @@ from typing import Any
 
 import reaktiv
 
+from bench._counting import Commits, Tally
 from bench.harness import Counts, Run, bench
 from cells import MISSING, Cell, MemoryStore, Space, Transaction, read_value
 from scheduler import Scheduler
@@ -96,7 +101,7 @@ def chain_plain() -> Run:
                 n.value = n.fn()
                 runs += 1
             assert nodes[-1].value == i + CHAIN
-        return {"runs": runs}
+        return {"runs": runs, "effects": CHAIN_WRITES}
 
     return run
 
@@ -108,18 +113,23 @@ def chain_reaktiv() -> Run:
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 20_000))  # reaktiv recurses per node
     src = reaktiv.Signal(0)
     prev: Any = src
+    runs = Tally()
     for _ in range(CHAIN):
-        prev = reaktiv.Computed(_plus(prev, 1))
+        prev = reaktiv.Computed(runs.wrap(_plus(prev, 1)))
     tail = prev
     seen: list[int] = []
     keep = [reaktiv.Effect(lambda: seen.append(tail()))]  # reaktiv stops a dropped effect
 
     def run() -> Counts:
+        runs.take()
+        n = len(seen)
         for i in range(CHAIN_WRITES):
             src.set(i + 1)
         assert seen[-1] == CHAIN_WRITES + CHAIN
         assert keep
-        return {"runs": CHAIN_WRITES * CHAIN}
+        counts = {"runs": runs.take(), "effects": len(seen) - n}
+        assert counts == {"runs": CHAIN * CHAIN_WRITES, "effects": CHAIN_WRITES}, counts
+        return counts
 
     return run
 
@@ -140,12 +150,24 @@ def chain_cellweave() -> Run:
     sch.settle()
 
     def run() -> Counts:
-        runs0, commits0 = sch.stats.runs, sch.stats.commits
+        runs0, n, commits = sch.stats.runs_computation, len(seen), Commits(sp.replica)
         for i in range(CHAIN_WRITES):
             src.set(i + 1)
             sch.settle()
         assert seen[-1] == CHAIN_WRITES + CHAIN, seen[-1]
-        return {"runs": sch.stats.runs - runs0, "commits": sch.stats.commits - commits0}
+        counts = {
+            "runs": sch.stats.runs_computation - runs0,
+            "effects": len(seen) - n,
+        } | commits.counts()
+        # Per write: the source's commit and one per node sent; the sink writes nothing.
+        expected = {
+            "runs": CHAIN * CHAIN_WRITES,
+            "effects": CHAIN_WRITES,
+            "sent": (CHAIN + 1) * CHAIN_WRITES,
+            "elided": CHAIN_WRITES,
+        }
+        assert counts == expected, counts
+        return counts
 
     return run
 
@@ -160,12 +182,16 @@ def broad_plain() -> Run:
     total = [0]
 
     def run() -> Counts:
+        runs = 0
+        total[0] = 0
         for w in range(BROAD_WRITES):
             source[0] = w
             for n in nodes:
                 n.value = n.fn()
+                runs += 1
                 total[0] += 1  # the effect
-        return {"runs": 2 * BROAD * BROAD_WRITES}
+            assert nodes[-1].value == w + BROAD - 1
+        return {"runs": runs, "effects": total[0]}
 
     return run
 
@@ -174,17 +200,25 @@ def broad_plain() -> Run:
 def broad_reaktiv() -> Run:
     src = reaktiv.Signal(0)
     count = [0]
+    runs = Tally()
     keep: list[Any] = []
+    last: list[Any] = []
     for i in range(BROAD):
-        c = reaktiv.Computed(_plus(src, i))
+        c = reaktiv.Computed(runs.wrap(_plus(src, i)))
         keep.append(c)
         keep.append(reaktiv.Effect(_counting(c, count)))
+    last.append(keep[-2])
 
     def run() -> Counts:
+        runs.take()
+        count[0] = 0
         for w in range(BROAD_WRITES):
             src.set(w + 1)
-        assert keep and count[0] >= BROAD * BROAD_WRITES
-        return {"runs": 2 * BROAD * BROAD_WRITES}
+            assert last[0]() == w + BROAD
+        assert keep
+        counts = {"runs": runs.take(), "effects": count[0]}
+        assert counts == {"runs": BROAD * BROAD_WRITES, "effects": BROAD * BROAD_WRITES}, counts
+        return counts
 
     return run
 
@@ -196,18 +230,35 @@ def broad_cellweave() -> Run:
     src = sp.cell("src")
     src.set(0)
     count = [0]
+    last: list[Any] = []
     for i in range(BROAD):
         out = sp.cell(f"b{i}")
         _computation(sp, sch, out, [src], lambda v, i=i: v + i)
         sch.sink(out, lambda _v: count.__setitem__(0, count[0] + 1))
+    sch.sink(out, last.append)  # the last node's value, to check it (one more sink)
     sch.settle()
 
     def run() -> Counts:
-        runs0, commits0 = sch.stats.runs, sch.stats.commits
+        runs0, commits = sch.stats.runs_computation, Commits(sp.replica)
+        count[0] = 0
+        n = len(last)
         for w in range(BROAD_WRITES):
             src.set(w + 1)
             sch.settle()
-        return {"runs": sch.stats.runs - runs0, "commits": sch.stats.commits - commits0}
+            assert last[-1] == w + BROAD, last[-1]
+        assert len(last) - n == BROAD_WRITES
+        counts = {"runs": sch.stats.runs_computation - runs0, "effects": count[0]}
+        counts |= commits.counts()
+        # Per write: the source's commit and one per node sent; every sink run
+        # (1,000 counting sinks and the checking one) commits nothing: elided.
+        expected = {
+            "runs": BROAD * BROAD_WRITES,
+            "effects": BROAD * BROAD_WRITES,
+            "sent": (BROAD + 1) * BROAD_WRITES,
+            "elided": (BROAD + 1) * BROAD_WRITES,
+        }
+        assert counts == expected, counts
+        return counts
 
     return run
 
@@ -222,13 +273,15 @@ def diamond_plain() -> Run:
     total = _Plain(lambda: sum(m.value for m in mids))
 
     def run() -> Counts:
+        runs = 0
         for w in range(DIAMOND_WRITES):
             source[0] = w
             for m in mids:
                 m.value = m.fn()
             total.value = total.fn()
+            runs += 6
             assert total.value == (w + 1) * 5
-        return {"runs": 7 * DIAMOND_WRITES}
+        return {"runs": runs, "effects": DIAMOND_WRITES}
 
     return run
 
@@ -236,17 +289,22 @@ def diamond_plain() -> Run:
 @bench(group="diamond 5", name="reaktiv", ops=DIAMOND_WRITES)
 def diamond_reaktiv() -> Run:
     src = reaktiv.Signal(0)
-    mids = [reaktiv.Computed(lambda: src() + 1) for _ in range(5)]
-    total = reaktiv.Computed(lambda: sum(m() for m in mids))
+    runs = Tally()
+    mids = [reaktiv.Computed(runs.wrap(lambda: src() + 1)) for _ in range(5)]
+    total = reaktiv.Computed(runs.wrap(lambda: sum(m() for m in mids)))
     seen: list[int] = []
     keep = [reaktiv.Effect(lambda: seen.append(total()))]  # reaktiv stops a dropped effect
 
     def run() -> Counts:
+        runs.take()
+        n = len(seen)
         for w in range(DIAMOND_WRITES):
             src.set(w + 1)
         assert seen[-1] == (DIAMOND_WRITES + 1) * 5
         assert keep
-        return {"runs": 7 * DIAMOND_WRITES}
+        counts = {"runs": runs.take(), "effects": len(seen) - n}
+        assert counts == {"runs": 6 * DIAMOND_WRITES, "effects": DIAMOND_WRITES}, counts
+        return counts
 
     return run
 
@@ -269,11 +327,20 @@ def diamond_cellweave() -> Run:
     sch.settle()
 
     def run() -> Counts:
-        runs0, commits0 = sch.stats.runs, sch.stats.commits
+        runs0, n, commits = sch.stats.runs_computation, len(seen), Commits(sp.replica)
         for w in range(DIAMOND_WRITES):
             src.set(w + 1)
             sch.settle()
         assert seen[-1] == (DIAMOND_WRITES + 1) * 5
-        return {"runs": sch.stats.runs - runs0, "commits": sch.stats.commits - commits0}
+        counts = {"runs": sch.stats.runs_computation - runs0, "effects": len(seen) - n}
+        counts |= commits.counts()
+        expected = {
+            "runs": 6 * DIAMOND_WRITES,
+            "effects": DIAMOND_WRITES,
+            "sent": 7 * DIAMOND_WRITES,
+            "elided": DIAMOND_WRITES,
+        }
+        assert counts == expected, counts
+        return counts
 
     return run

@@ -25,6 +25,14 @@ such module. In it, decorate a *setup* function::
   table divides the counts by ``ops``; they show whether rows compared by
   time really did the same work (a faster row that skipped notifications is
   not faster).
+- Checks and diagnostics that are not part of the work (``inspect()``,
+  ``statistics()``, walking the result to assert it) do not belong in the
+  timed region: ``run()`` may instead return a zero-argument *finish*
+  function, which the harness calls after stopping the clock and which
+  returns the counts (and raises if the result is wrong).
+- Count what happened, where it happened (inside the functions each side
+  runs, or from the library's own counters), not a formula of what should
+  have happened, and assert the counts a correct run must produce.
 - Mark one benchmark per group ``baseline=True`` (say, the same workload on
   another library, or the simplest way to do it). Every row of the group is
   then also reported as a multiple of the baseline's time per op, measured in
@@ -58,7 +66,9 @@ from typing import TypeAlias
 import attrs
 
 Counts: TypeAlias = Mapping[str, int]
-Run: TypeAlias = Callable[[], Counts]
+Finish: TypeAlias = Callable[[], Counts]
+"""Called untimed after ``run()``: checks the result and returns the counts."""
+Run: TypeAlias = Callable[[], Counts | Finish]
 Setup: TypeAlias = Callable[[], Run]
 
 CLOCK = os.environ.get("BENCH_CLOCK", "wall")
@@ -235,6 +245,8 @@ def _sample(benchmark: Benchmark, index: int) -> tuple[int, Counts]:
         start = _clock()
         counts = run()
         elapsed = _clock() - start
+        if callable(counts):  # a finish function: checks and diagnostics, untimed
+            counts = counts()
     except Exception as exc:
         exc.add_note(f"in benchmark {benchmark.label!r}, sample {index + 1}")
         raise
