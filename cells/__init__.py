@@ -44,6 +44,7 @@ from ._outcome import RETRYABLE as RETRYABLE
 from ._outcome import CommitResult as CommitResult
 from ._outcome import Outcome as Outcome
 from ._outcome import classify as classify
+from ._patch import patch_ops as patch_ops
 from ._pending import Pending as Pending
 from ._replica import Change as Change
 from ._replica import Notification as Notification
@@ -140,6 +141,7 @@ __all__ = [
     "is_internal",
     "mimebundle",
     "normalize",
+    "patch_ops",
     "reaches",
     "read_value",
     "resolve",

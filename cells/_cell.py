@@ -46,6 +46,12 @@ class CellHost(Protocol):
         (a runtime stops at a pattern run's result)."""
         ...
 
+    def sink_patches(
+        self, cell: Cell, fn: Callable[[list[dict[str, Any]]], None]
+    ) -> Callable[[], None]: ...
+
+    def observe_patches(self, cell: Cell) -> Any: ...
+
 
 class Cell:
     """A place in a document, seen by one identity. Made by a `Space` or a `Runtime`."""
@@ -293,6 +299,16 @@ class Cell:
 
     def observe(self) -> Any:
         return self._need_host("observe").observe(self)
+
+    def sink_patches(self, fn: Callable[[list[dict[str, Any]]], None]) -> Callable[[], None]:
+        """`fn(ops)` with RFC 6902 JSON Patch operations: first one `replace` at `""`
+        holding the whole value, then per settled change the operations from the value
+        last delivered to the new one (see `patch_ops`). Returns cancel."""
+        return self._need_host("sink_patches").sink_patches(self, fn)
+
+    def observe_patches(self) -> Any:
+        """The `sink_patches` stream as a reactivex Observable."""
+        return self._need_host("observe_patches").observe_patches(self)
 
 
 def check_same_store(cell: Cell, replica: Replica, where: str) -> None:

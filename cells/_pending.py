@@ -36,11 +36,13 @@ class Mailbox:
     __slots__ = (
         "_cond",
         "_draining",
+        "_from_loop",
         "_items",
         "_listeners",
         "_loop",
         "_scheduled",
         "_waiters",
+        "after_drain",
         "before_drain",
     )
 
@@ -50,10 +52,15 @@ class Mailbox:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._scheduled = False
         self._draining = False
+        self._from_loop = False
         self._waiters = 0
         self._listeners: list[Callable[[], None]] = []
         self.before_drain: Callable[[], None] | None = None
         """Called at the start of every `drain()` (a replica sends its open commit batch)."""
+        self.after_drain: Callable[[bool], None] | None = None
+        """Called after a `drain()` that ran something, with True when the drain was the
+        loop's own callback (scheduled by a post) rather than a pump or a waiter: a
+        scheduler then propagates at once, in the loop turn that delivered the items."""
 
     def add_post_listener(self, fn: Callable[[], None]) -> Callable[[], None]:
         """Call `fn()` (on the posting thread) after each post; returns a remover."""
@@ -67,6 +74,11 @@ class Mailbox:
 
     def __len__(self) -> int:
         return len(self._items)
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The loop drains are scheduled on (None: drained only by a pump or a waiter)."""
+        return self._loop
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         """Drain on `loop` from now on (called whenever someone awaits inside a loop)."""
@@ -100,13 +112,18 @@ class Mailbox:
         # whoever awaits the store would hang (a lost wake-up).
         self._scheduled = True
         try:
-            loop.call_soon_threadsafe(self.drain)
+            loop.call_soon_threadsafe(self._drain_on_loop)
         except RuntimeError:  # the loop was closed (asyncio.run returned): pump by hand again
             self._scheduled = False
             self._loop = None
 
+    def _drain_on_loop(self) -> None:
+        self._from_loop = True
+        self.drain()
+
     def drain(self) -> int:
         """Run every queued callback in order; returns how many ran. Not re-entrant."""
+        from_loop, self._from_loop = self._from_loop, False
         if self._draining:
             return 0
         before = self.before_drain
@@ -130,6 +147,9 @@ class Mailbox:
             # Posted from another thread while we were finishing: make sure it is seen.
             with self._cond:
                 self._schedule_locked()
+        after = self.after_drain
+        if ran and after is not None:
+            after(from_loop)
         return ran
 
     def wait_for_items(self, timeout: float) -> bool:

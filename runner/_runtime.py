@@ -9,8 +9,10 @@ session)` is a view acting for another resolution identity on the same
 replica, scheduler and runner (a service serving many users).
 
 Works in a plain script and inside an already-running event loop (Jupyter):
-propagation is synchronous (`settle()`), the loop only delivers store
-answers (verdicts, loads) and runs `start`'s stages.
+propagation is synchronous. With a running loop every change (a write, a
+store's answer, another session's commit, a queued event) schedules one
+coalesced pass on it, so sinks fire with no call; without one, `settle()` is
+the pump. The loop also delivers store answers and runs `start`'s stages.
 
 Pages are durable intent: opening one (navigation, or `open_page`) records
 it, with its owner, in that principal's pages document before starting it;
@@ -98,6 +100,14 @@ class _Host:
         # A run's result is an end: `result.key("out", i).resolve()` names element i's
         # result even when its op returns one computed cell (its whole value is a link).
         return docs.resolve_to_result(tx, link)
+
+    def sink_patches(
+        self, cell: Cell, fn: Callable[[list[dict[str, Any]]], None]
+    ) -> Callable[[], None]:
+        return self.scheduler.sink_patches(cell, fn)
+
+    def observe_patches(self, cell: Cell) -> Any:
+        return self.scheduler.observe_patches(cell)
 
 
 _check_name = check.check_name
@@ -337,6 +347,9 @@ class Runtime:
             self.close()
 
     async def __aenter__(self) -> Runtime:
+        # Deliveries from the store (other sessions' commits) wake this loop from now
+        # on, also for a runtime made before the loop ran.
+        self.replica.mailbox.attach(asyncio.get_running_loop())
         return self
 
     async def __aexit__(

@@ -17,6 +17,13 @@ does not converge is deferred behind escalating backoff (x2 up to
 `BACKOFF_CAP`) while the rest of the graph keeps settling. All time gates go
 through `eligible_at` and one wake timer, on an injectable clock.
 
+Who runs a pass: `settle()` (and `sink`, `pull_now`, `idle`), or, with a
+running event loop, the loop itself: every change that can make work
+runnable (a notification, a mailbox delivery, a node becoming live, a queued
+event) schedules one coalesced pass with `call_soon` (`_request_pass`). Sinks
+deliver after the pass that read their value (`_deliver`), so an observer
+sees settled values only, never one a later run of the same pass replaced.
+
 Invariants (checked by `_check`)
 - every live registered node whose status is not "clean" is in `_candidates`
   (which may also hold stale entries, dropped lazily): dormant invalid nodes
@@ -37,6 +44,7 @@ from typing import Any, Final
 
 import attrs
 import reactivex
+from reactivex.abc import DisposableBase
 from reactivex.disposable import Disposable
 
 from cells import (
@@ -59,6 +67,7 @@ from cells import (
     TransactionError,
     entity_id,
     normalize,
+    patch_ops,
     read_value,
     same_value,
 )
@@ -161,6 +170,16 @@ class Scheduler:
         self._kicked = False
         self._drain_started = 0.0
         """The clock when the current drain started: each run's `Node.last_run`."""
+        self._pass_loop: asyncio.AbstractEventLoop | None = None
+        """The loop a propagation pass is scheduled on (None: none is scheduled)."""
+        self._deliveries: dict[_Sink, None] = {}
+        """Sinks whose run read a new value this pass: called once it ends."""
+        # Verdicts, loads and other sessions' commits arrive on the mailbox: after
+        # each drain that delivered something, propagate on the running loop.
+        replica.mailbox.after_drain = self._on_drained
+        loop = asyncio._get_running_loop()
+        if loop is not None:
+            replica.mailbox.attach(loop)
 
     def __repr__(self) -> str:
         return f"<Scheduler nodes={len(self.graph.nodes)} dirty={self._invalid_count()}>"
@@ -221,8 +240,10 @@ class Scheduler:
             node.declared = node.reads
         if node.is_live:
             self._candidates[node] = None
-        if self._draining and node.is_live:
-            self._push(node)
+            if self._draining:
+                self._push(node)
+            elif not self._settling:
+                self._request_pass()
         return node
 
     def remove(self, node: Node) -> None:
@@ -292,11 +313,16 @@ class Scheduler:
             for node in match(change):
                 if node is not suppress:
                     invalidate(node)
+        if not self._settling and self._candidates:
+            # (Inside a settle, that settle propagates it; with no candidate, nothing
+            # live read what changed.)
+            self._request_pass()
 
     def invalidate(self, node: Node) -> None:
         """Mark `node` invalid: it runs again once live (say, the writes of its last
         commit were lost and are owed). Unregistered nodes are ignored."""
         self._invalidate(node)
+        self._request_pass()
 
     def _invalidate(self, node: Node) -> None:
         if not node.registered:
@@ -324,6 +350,8 @@ class Scheduler:
             self._candidates[node] = None
             if self._draining:
                 self._push(node)
+            elif not self._settling:
+                self._request_pass()
 
     def _push(self, node: Node) -> None:
         if node not in self._in_heap:
@@ -455,6 +483,8 @@ class Scheduler:
                 break
         else:
             self._defer(seeds)
+        if self._deliveries:
+            self._deliver()
         now = self.clock.now()
         over = [
             n
@@ -772,6 +802,84 @@ class Scheduler:
         self._timer = None
         self.settle()
 
+    # ------------------------------------------------------------------ propagation on the loop
+    def _request_pass(self) -> None:
+        """With a running event loop, make sure one pass runs on it after the current callback.
+
+        Called for every change that may make work runnable: a local commit's or an
+        integrated change's notification, a mailbox drain (verdicts, loads, other
+        sessions' commits), a node becoming live, a queued event. Coalesced: at most
+        one pass is scheduled per loop turn however many changes arrive before it
+        runs, so writes made in one callback (one notebook cell) settle together and
+        observers see only the settled state. Without a running loop it does nothing:
+        `settle()` is then the pump. O(1).
+        """
+        if self._settling or self._closed:
+            return  # a settle in progress propagates it itself
+        mailbox = self.replica.mailbox
+        # Nothing could run (a write nobody live reads, a verdict nobody waits on): no
+        # pass to pay for. Checked first: this runs on every commit. (`_may_have_work`,
+        # inlined, the cheapest test first.)
+        if not (self._candidates or len(mailbox) or self.events.queue):
+            return
+        loop = asyncio._get_running_loop()
+        if loop is None or self._pass_loop is loop:
+            return
+        # The mailbox drains on this loop from now on, so verdicts and other sessions'
+        # commits wake it with no await from the user.
+        if mailbox.loop is not loop:
+            mailbox.attach(loop)
+        # (A pass scheduled on another loop, closed or not running now, never runs
+        # here: this one replaces it.)
+        self._pass_loop = loop
+        loop.call_soon(self._auto_pass)
+
+    def _on_drained(self, from_loop: bool) -> None:
+        """The mailbox delivered verdicts, loads or other sessions' commits.
+
+        When the loop itself ran the drain (its own callback, nothing of the user's
+        around it), propagate now: what arrived reaches observers in the loop turn
+        it was integrated. A drain inside user code (a pump, awaiting a result)
+        schedules the pass after the current callback instead.
+        """
+        if from_loop and not self._settling and not self._closed:
+            if self._may_have_work():
+                self.settle()
+        else:
+            self._request_pass()
+
+    def _may_have_work(self) -> bool:
+        """Could a settle do anything now? (A candidate, a queued event, a delivery.)
+        False means certainly not: a verdict nobody waits on costs no pass. O(1)."""
+        return bool(self._candidates or self.events.queue or len(self.replica.mailbox))
+
+    def _auto_pass(self) -> None:
+        """The pass `_request_pass` scheduled: a `settle()` (which raises no node or
+        handler error: failures go to `errors()` and observers, as in any settle)."""
+        self._pass_loop = None
+        if self._closed or self._settling:
+            return
+        self.settle()
+
+    def _deliver(self) -> None:
+        """Call the sinks whose run read a new value in the pass that just ended.
+
+        A sink delivers once per pass, with the value its last run read: a run that
+        read a value still being computed (a link found only by following it, whose
+        writer ran after the sink in the same pass) is superseded by the re-run.
+        """
+        deliveries = self._deliveries
+        while deliveries:
+            self._deliveries = {}  # (a sink's function may write: its re-runs land here)
+            for sink in deliveries:
+                node = sink.node
+                if node is not None and node.registered:
+                    try:
+                        sink.deliver()
+                    except Exception as exc:
+                        self._fail(node, exc)  # the sink's function raised: its node fails
+            deliveries = self._deliveries
+
     # ------------------------------------------------------------------ waiting
     def busy(self) -> bool:
         """Something is runnable, a verdict or load is in flight, or a delivery is queued."""
@@ -819,31 +927,46 @@ class Scheduler:
 
     # ------------------------------------------------------------------ effects
     def sink(self, cell: Cell, fn: Callable[[Any], None]) -> Callable[[], None]:
-        """An effect: `fn(value)` now and after every settled change; returns cancel."""
-        last: list[Any] = [_UNSET]
-        link = cell.link()
-        # Keeps the materialized value between runs: after a one-element edit of a long
-        # mapped list, only that element's links are read again (issue 14).
-        materializer = Materializer(self.replica)
+        """An effect: `fn(value)` with the settled value, then after every settled change.
 
-        def run(tx: Transaction) -> None:
-            value = materializer.read(tx, link)
-            before = last[0]
-            if value is before or (before is not _UNSET and same_value(value, before)):
-                return
-            last[0] = value
-            t = type(value)
-            # (`thaw` copies containers only.)
-            fn(materializer.thaw(value) if t is dict or t is list else value)
+        The first call comes from the pass this demand starts (run here, at once): a
+        value that can be computed is computed first, never delivered as a
+        placeholder. An absent value is delivered as `None`; `fn` receives plain
+        data only (links followed as `get()` follows them; containers are fresh
+        copies). A change back to the value last delivered is not delivered.
+        Returns cancel.
+        """
+        return self._add_sink(cell, _Sink(self, cell.link(), fn), "sink")
 
+    def sink_patches(
+        self, cell: Cell, fn: Callable[[list[dict[str, Any]]], None]
+    ) -> Callable[[], None]:
+        """An effect: `fn(ops)` with RFC 6902 JSON Patch operations; returns cancel.
+
+        First one `replace` at `""` holding the whole settled value (`None` when
+        absent), then, once per settled change, the operations turning the value
+        last delivered into the new one (`cells.patch_ops`). Links are followed
+        exactly as `get()` follows them. Applying every list in order to `None`
+        gives `get()` (with `None` for absent) after each settle.
+        """
+        return self._add_sink(cell, _PatchSink(self, cell.link(), fn), "patches")
+
+    def _add_sink(self, cell: Cell, sink: _Sink, what: str) -> Callable[[], None]:
+        if not callable(sink.fn):
+            raise CellweaveError(f"{what}({cell!r}): fn must be callable, got {sink.fn!r}")
         node = self.register(
-            run, identity=cell.identity, kind="effect", label=f"sink {link}", reads=_declared(cell)
+            sink,
+            identity=cell.identity,
+            kind="effect",
+            label=f"{what} {sink.link}",
+            reads=_declared(cell),
         )
+        sink.node = node
         self.settle()
 
         def cancel() -> None:
             self.remove(node)
-            materializer.close()
+            sink.materializer.close()
 
         return cancel
 
@@ -923,6 +1046,34 @@ class Scheduler:
         for observation in ending:
             observation.complete()
         return len(ending)
+
+    def observe_patches(self, cell: Cell) -> reactivex.Observable[list[dict[str, Any]]]:
+        """The `sink_patches` stream as a reactivex Observable, over `observe(cell)`.
+
+        Each subscription gets its own stream (first a `replace` at `""` with the
+        value, then `patch_ops` from the value it last got), built on the cell's
+        shared observation: so it ends as `observe` does, with `on_error` (a failing
+        computation behind the value) or `on_completed` (the producing run ended,
+        the scheduler closed). The values it diffs are copies, so unchanged parts
+        are compared by value: O(size) per change, where `sink_patches` skips
+        shared subtrees by identity.
+        """
+
+        def subscribe(observer: Any, scheduler: Any = None) -> DisposableBase:
+            last: list[Any] = [_UNSET]
+
+            def on_next(value: Any) -> None:
+                previous, last[0] = last[0], value
+                if previous is _UNSET:
+                    observer.on_next([{"op": "replace", "path": "", "value": thaw(value)}])
+                    return
+                ops = patch_ops(previous, value)
+                if ops:
+                    observer.on_next(ops)
+
+            return self.observe(cell).subscribe(on_next, observer.on_error, observer.on_completed)
+
+        return reactivex.create(subscribe)
 
     def pull_now(self, cell: Cell) -> Any:
         """Demand `cell` until the graph feeding it settles (synchronously), then its value.
@@ -1112,6 +1263,7 @@ class Scheduler:
         self.events.queue.add(ev)
         if origin is not None:
             self.lineage.record_event(origin, ev)
+        self._request_pass()
         return ev
 
     def _drop(self, ev: QueuedEvent, status: Any, error: BaseException | None) -> None:
@@ -1350,6 +1502,8 @@ class Scheduler:
             self._unsubscribe()
             if self._timer is not None:
                 self._timer.cancel()
+            if self.replica.mailbox.after_drain == self._on_drained:
+                self.replica.mailbox.after_drain = None
 
     def _check(self) -> None:
         self.events._check()
@@ -1425,3 +1579,81 @@ class _Unset:
 
 
 _UNSET: Final = _Unset()
+
+
+class _Sink:
+    """The node function of `Scheduler.sink`: reads the value, delivers it after the pass.
+
+    `shown` is the value last delivered (stored form, never handed out), `pending`
+    the one a run read this pass. Absent reads as None, so absent and None are one
+    delivered value.
+    """
+
+    __slots__ = ("fn", "link", "materializer", "node", "pending", "scheduler", "shown")
+
+    def __init__(self, scheduler: Scheduler, link: Link, fn: Callable[[Any], None]) -> None:
+        self.scheduler = scheduler
+        self.link = link
+        # Keeps the materialized value between runs: after a one-element edit of a long
+        # mapped list, only that element's links are read again, and the unchanged
+        # elements stay the same objects (the patch diff skips them by identity).
+        self.materializer = Materializer(scheduler.replica)
+        self.fn: Any = fn
+        self.node: Node | None = None
+        self.shown: Any = _UNSET
+        self.pending: Any = _UNSET
+
+    def __call__(self, tx: Transaction) -> None:
+        value = self.materializer.read(tx, self.link)
+        if value is MISSING:
+            value = None
+        shown = self.shown
+        if value is shown or (shown is not _UNSET and same_value(value, shown)):
+            self.pending = _UNSET  # back to what was delivered: nothing to say
+            return
+        self.pending = value
+        self.scheduler._deliveries[self] = None
+
+    def deliver(self) -> None:
+        value = self.pending
+        if value is _UNSET:
+            return
+        self.pending = _UNSET
+        self.shown = value
+        t = type(value)
+        # (`thaw` copies containers only; a kept list of flat records in C.)
+        self.fn(self.materializer.thaw(value) if t is dict or t is list else value)
+
+
+class _PatchSink(_Sink):
+    """`Scheduler.sink_patches`: delivers JSON Patch operations instead of the value.
+
+    The run does not compare values (the diff after the pass does, once): an equal
+    value yields no operation and no call.
+    """
+
+    __slots__ = ()
+
+    def __call__(self, tx: Transaction) -> None:
+        value = self.materializer.read(tx, self.link)
+        if value is MISSING:
+            value = None
+        if value is self.shown:
+            self.pending = _UNSET
+            return
+        self.pending = value
+        self.scheduler._deliveries[self] = None
+
+    def deliver(self) -> None:
+        value = self.pending
+        if value is _UNSET:
+            return
+        self.pending = _UNSET
+        shown, self.shown = self.shown, value
+        if shown is _UNSET:
+            ops = [{"op": "replace", "path": "", "value": self.materializer.thaw(value)}]
+        else:
+            ops = patch_ops(shown, value)
+            if not ops:
+                return
+        self.fn(ops)

@@ -159,8 +159,11 @@ def test_an_async_lift_whose_input_changed_while_it_ran_is_discarded_and_runs_ag
             res.key("double").sink(doubles.append)
             await turns()
             assert [3] == STARTED
-            await source.set(5)  # the input changes while the coroutine waits
-            gate(3).set()  # it finishes with 6, computed from the old input ...
+            # It finishes with 6, computed from the old input, and the input changes while
+            # it waits, in one callback: the coroutine resumes before the pass the change
+            # schedules on the loop (settling first would cancel it instead: next test).
+            gate(3).set()
+            await source.set(5)
             await turns()  # ... before anything settles: its commit fails on its basis
             assert [] == CANCELLED  # it ended: discarded, not cancelled
             assert 1 == rt.scheduler.stats.stale_reruns  # its commit failed on its basis

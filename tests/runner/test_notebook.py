@@ -140,3 +140,50 @@ def test_patterns_defined_in_a_notebook_run_there() -> None:
     assert (
         "items ['Dune', 'Emma']\nsize 2\nruns ['__main__:Label', '__main__:Shelf']\nafter stop 0\n"
     ) == outputs[2]
+
+
+FLOW_CELLS = [
+    # 1. A runtime, a derived value and sinks on both: nothing settles by hand below.
+    """
+from runner import Runtime, pattern, lift
+
+def double(v):
+    return (v or 0) * 2
+
+@pattern
+def Doubled(value):
+    return {"d": lift(double)(value)}
+
+rt = Runtime()
+x, out = rt.get_cell("x"), rt.get_cell("out")
+tx = rt.edit()
+x.with_tx(tx).set(1)
+rt.run(tx, Doubled, {"value": x}, out)
+await tx.commit()
+on_x, on_d = [], []
+x.sink(on_x.append)
+out.key("d").sink(on_d.append)
+print("first", on_x, on_d)
+""",
+    # 2. One cell writes (twice: observers see the settled state once) ...
+    """
+x.set(4)
+x.set(5)
+""",
+    # 3. ... and the next cell reads what the sinks received, with no settle() call.
+    """
+print("received", on_x, on_d)
+""",
+]
+
+
+def test_a_write_in_one_notebook_cell_reaches_sinks_by_the_next_cell() -> None:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(src) for src in FLOW_CELLS]
+    client = NotebookClient(nb, kernel_name="python3", timeout=60, allow_errors=False)
+    client.execute()
+    outputs = [
+        "".join(o.get("text", "") for o in cell.outputs if o.get("output_type") == "stream")
+        for cell in nb.cells
+    ]
+    assert ["first [1] [2]\n", "", "received [1, 5] [2, 10]\n"] == outputs

@@ -77,8 +77,11 @@ def test_an_async_run_whose_input_changed_fails_its_commit_on_its_basis_and_runs
         env.sch.sink(env.b, landed.append)
         await turns()
         assert [1] == env.started and env.node.status == "clean"
-        env.a.set(2)  # the input changes while the run awaits; nothing settles yet
-        env.gate(1).set()  # it completes with 10, computed from 1 ...
+        # It completes with 10, computed from 1, and the input changes while it awaits,
+        # in one callback: the run resumes before the pass the change schedules on the
+        # loop (a change settling first would cancel the run instead: next test).
+        env.gate(1).set()
+        env.a.set(2)
         await turns()
         assert 1 == env.sch.stats.stale_reruns  # ... and its commit failed on its basis
         assert 10 not in landed and MISSING == env.b.get()
