@@ -159,10 +159,14 @@ def _compact(paths: Iterable[Path]) -> list[Path]:
     unique = list(dict.fromkeys(paths))
     if len(unique) <= 1:
         return unique
+    # Shortest first, so a covering path is kept before the paths below it; the set
+    # makes the prefix test O(len(p)) instead of one comparison per kept path.
     out: list[Path] = []
+    kept: set[Path] = set()
     for p in sorted(unique, key=_path_order):
-        if not any(p[: len(q)] == q for q in out):
+        if not any(p[:i] in kept for i in range(len(p) + 1)):
             out.append(p)
+            kept.add(p)
     return out
 
 

@@ -127,6 +127,11 @@ one tuple for every node that reads the same way instead of one each. Bounded.""
 _ENTRIES_KEPT = 64
 
 
+def _covered(p: Path, kept: set[Path]) -> bool:
+    """Whether a path in `kept` is `p` or a prefix of it."""
+    return any(p[:i] in kept for i in range(len(p) + 1))
+
+
 def compact_reads(log: Iterable[tuple[DocKey, Path, bool]]) -> ReadSet:
     """Group a transaction's read log per document; drop deep paths below other deep paths."""
     deep: dict[DocKey, set[Path]] = {}
@@ -135,16 +140,17 @@ def compact_reads(log: Iterable[tuple[DocKey, Path, bool]]) -> ReadSet:
         (shallow if is_shallow else deep).setdefault(key, set()).add(path)
     out: dict[DocKey, ReadEntry] = {}
     for key in deep.keys() | shallow.keys():
+        # Shortest first, so every deep path that could cover `p` is kept before `p`
+        # is looked at; a set of the kept ones makes "is a prefix of p kept" one
+        # lookup per prefix, O(len(p)), not one comparison per kept path (a sink on
+        # a 1,000-row list logs thousands of reads: quadratic was most of an edit).
         dpaths: list[Path] = []
+        kept: set[Path] = set()
         for p in sorted(deep.get(key, ()), key=len):
-            if not any(p[: len(q)] == q for q in dpaths):
+            if not _covered(p, kept):
                 dpaths.append(p)
-        spaths = tuple(
-            sorted(
-                (p for p in shallow.get(key, ()) if not any(p[: len(q)] == q for q in dpaths)),
-                key=repr,
-            )
-        )
+                kept.add(p)
+        spaths = tuple(sorted((p for p in shallow.get(key, ()) if not _covered(p, kept)), key=repr))
         entry = (tuple(sorted(dpaths, key=repr)), spaths)
         out[key] = _ENTRIES.get(entry, entry)
         if len(_ENTRIES) < _ENTRIES_KEPT and all(len(p) <= 1 for p in dpaths):
