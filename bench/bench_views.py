@@ -76,7 +76,10 @@ async ([i, title, watch]) => {
   const seen = new Promise((resolve) => {
     const obs = new MutationObserver((records) => {
       for (const r of records) {
-        for (const n of r.addedNodes) if (["TR", "TABLE"].includes(n.nodeName)) redrawn += 1;
+        for (const n of r.addedNodes) {
+          if (n.nodeName === "TR") redrawn += 1;
+          if (n.querySelectorAll) redrawn += n.querySelectorAll("tr").length;
+        }
       }
       const cell = document.querySelector(`[data-ptr='/rows/${i}/title']`);
       if (cell && cell.textContent === title) { obs.disconnect(); resolve(); }
