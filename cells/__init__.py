@@ -17,12 +17,15 @@ from ._access import Authority as Authority
 from ._access import internal_id as internal_id
 from ._access import is_internal as is_internal
 from ._access import reaches as reaches
+from ._address import SCOPES as SCOPES
 from ._address import DocKey as DocKey
 from ._address import Identity as Identity
 from ._address import Link as Link
 from ._address import Linkable as Linkable
 from ._address import Path as Path
 from ._address import Scope as Scope
+from ._address import check_scope as check_scope
+from ._address import instance_key as instance_key
 from ._args import check_arg as check_arg
 from ._cell import Cell as Cell
 from ._cell import CellHost as CellHost
@@ -38,6 +41,7 @@ from ._codec import entity_id as entity_id
 from ._display import mimebundle as mimebundle
 from ._links import MAX_HOPS as MAX_HOPS
 from ._links import Materializer as Materializer
+from ._links import first_link as first_link
 from ._links import read_value as read_value
 from ._links import resolve as resolve
 from ._outcome import RETRYABLE as RETRYABLE
@@ -60,6 +64,7 @@ from ._values import get_path as get_path
 from ._values import normalize as normalize
 from ._values import same_value as same_value
 from ._values import set_path as set_path
+from ._values import thaw as thaw
 from ._values import value_equal as value_equal
 from .errors import ArgumentTypeError as ArgumentTypeError
 from .errors import CellweaveError as CellweaveError
@@ -87,6 +92,7 @@ __all__ = [
     "MAX_HOPS",
     "MISSING",
     "RETRYABLE",
+    "SCOPES",
     "ArgumentTypeError",
     "Authority",
     "Cell",
@@ -129,6 +135,7 @@ __all__ = [
     "cause_of",
     "check_arg",
     "check_same_store",
+    "check_scope",
     "classify",
     "decode_json",
     "describe",
@@ -136,7 +143,9 @@ __all__ = [
     "edit_with_retry",
     "encode_json",
     "entity_id",
+    "first_link",
     "get_path",
+    "instance_key",
     "internal_id",
     "is_internal",
     "mimebundle",
@@ -147,6 +156,7 @@ __all__ = [
     "resolve",
     "same_value",
     "set_path",
+    "thaw",
     "value_equal",
 ]
 

@@ -75,6 +75,7 @@ class DocKey(msgspec.Struct, frozen=True, gc=False):
 
 
 def check_scope(scope: object, *, where: str) -> Scope:
+    """`scope` if it is one of `SCOPES`, else `InvalidValueError` naming `where`."""
     if scope not in SCOPES:
         raise InvalidValueError(
             f"{where}: scope must be one of {', '.join(map(repr, SCOPES))}, got {scope!r}",

@@ -26,7 +26,11 @@ _WHOLE: Final = (_VALUE_PATH, False)
 """A deep read of a whole cell, as a transaction keeps it (`TxDoc.reads`)."""
 
 
-def _first_link(root: Value, path: Path) -> tuple[int, Link] | None:
+def first_link(root: Value, path: Path) -> tuple[int, Link] | None:
+    """The first link met walking `path` down `root` (a document's value), with how
+    many path elements lead to it, or None when the walk ends without one (the path
+    leaves the value, or reaches a plain value). Reads nothing: `root` is in hand.
+    O(len(path))."""
     node = root
     for i, elem in enumerate(path):
         if type(node) is Link:
@@ -67,7 +71,7 @@ def _resolve(
             return link, key  # the common case: no link on the way, nothing to track
         found: tuple[int, Link] | None = (0, root)
     else:
-        found = _first_link(root, link.path)
+        found = first_link(root, link.path)
         if found is None:
             return link, key
     current = link
@@ -76,7 +80,7 @@ def _resolve(
     for hop in range(MAX_HOPS + 1):  # the extra turn sees whether hop MAX_HOPS ended it
         if hop:
             key = current.key(identity)
-            found = _first_link(tx.peek(key, _VALUE_PATH), current.path)
+            found = first_link(tx.peek(key, _VALUE_PATH), current.path)
         if found is None:
             return current, key
         at, target = found

@@ -55,8 +55,8 @@ from cells import (
     Transaction,
     read_value,
     resolve,
+    thaw,
 )
-from cells._values import thaw
 from scheduler import Node, QueuedEvent
 
 from . import _docs as docs

@@ -100,6 +100,7 @@ from typing import TYPE_CHECKING, Any
 
 from cells import (
     MISSING,
+    SCOPES,
     CommitResult,
     DocKey,
     Identity,
@@ -111,9 +112,8 @@ from cells import (
     entity_id,
     read_value,
     resolve,
+    thaw,
 )
-from cells._address import SCOPES
-from cells._values import thaw
 from cells.errors import LivenessError
 from scheduler import Node
 

@@ -59,10 +59,10 @@ from cells import (
     Pending,
     Transaction,
     describe,
+    first_link,
+    instance_key,
     resolve,
 )
-from cells._address import instance_key
-from cells._links import _first_link
 
 from . import _docs as docs
 from ._builder import Pattern, find_pattern
@@ -692,7 +692,7 @@ class Runner:
             doc = self.replica.visible(key)
             if type(doc) is dict and docs.PATTERN in doc:
                 break
-            found = _first_link(doc.get(docs.VALUE) if type(doc) is dict else None, link.path)
+            found = first_link(doc.get(docs.VALUE) if type(doc) is dict else None, link.path)
             if found is None:
                 raise PatternError(
                     f"cannot start {describe(given)}: {describe(key)} holds no pattern run (set"

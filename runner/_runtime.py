@@ -49,11 +49,11 @@ from cells import (
     StoreBase,
     Transaction,
     check_same_store,
+    check_scope,
     describe_id,
     entity_id,
     mimebundle,
 )
-from cells._address import check_scope
 from scheduler import CallbackError, Clock, ErrorRecord, Scheduler
 
 from . import _boundary as check

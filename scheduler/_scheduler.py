@@ -70,8 +70,8 @@ from cells import (
     patch_ops,
     read_value,
     same_value,
+    thaw,
 )
-from cells._values import thaw
 
 from ._async import AsyncWork, handling_tx
 from ._clock import Clock, SystemClock
