@@ -28,7 +28,7 @@ import inspect
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from cells import Transaction
+from cells import CellweaveError, Transaction
 
 from ._events import Handler
 
@@ -55,17 +55,28 @@ class AsyncWork:
         return bool(self.inflight or self.busy)
 
     def start(
-        self, owner: object, work: Coroutine[Any, Any, None], name: str, inner: object = None
+        self,
+        owner: object,
+        work: Coroutine[Any, Any, None],
+        name: str,
+        inner: object = None,
+        *,
+        hint: str = "",
     ) -> asyncio.Task[None]:
         """Run `work` in a task owned by `owner`, superseding (cancelling) the owner's
         previous one. `inner` is the awaitable `work` awaits: closed when the task ends (a
         task cancelled before its first step never awaited it, and it must not warn).
-        Raises RuntimeError when no event loop runs (then `work` is closed)."""
+        When no event loop runs, `work` and `inner` are closed and `CellweaveError`
+        says that `name` is async (then `hint`): nothing could ever await it."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             work.close()
-            raise
+            if inspect.iscoroutine(inner):
+                inner.close()
+            raise CellweaveError(
+                f"{name} is async: it runs only while an event loop runs{hint}"
+            ) from None
         old = self.by_owner.get(owner)
         if old is not None:
             old.cancel()

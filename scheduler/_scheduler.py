@@ -655,17 +655,13 @@ class Scheduler:
         await, so a result computed from inputs that changed meanwhile fails the commit
         as STALE_BASIS and the node runs again. Without a running event loop the run
         fails (nothing could ever await it)."""
-        try:
-            task = self.work.start(
-                node, self._finish_node(node, tx, awaitable), node.label, awaitable
-            )
-        except RuntimeError:
-            if inspect.iscoroutine(awaitable):
-                awaitable.close()
-            raise CellweaveError(
-                f"{node.label} is async: it runs only while an event loop runs"
-                " (await rt.idle(), pull() or send's handle instead of settle())"
-            ) from None
+        task = self.work.start(
+            node,
+            self._finish_node(node, tx, awaitable),
+            node.label,
+            awaitable,
+            hint=" (await rt.idle(), pull() or send's handle instead of settle())",
+        )
 
         def ended(_task: asyncio.Task[None]) -> None:
             # (also for a task cancelled before its first step, which ran none of its body)
@@ -1370,16 +1366,9 @@ class Scheduler:
         handling's coroutine has ended and its commit's verdict is in; other streams go
         on. Without a running event loop the handling fails."""
         handler = ev.handler
-        try:
-            task = self.work.start(
-                handler, self._finish_event(ev, tx, awaitable), handler.label, awaitable
-            )
-        except RuntimeError:
-            if inspect.iscoroutine(awaitable):
-                awaitable.close()
-            raise CellweaveError(
-                f"{handler.label} is async: it runs only while an event loop runs"
-            ) from None
+        task = self.work.start(
+            handler, self._finish_event(ev, tx, awaitable), handler.label, awaitable
+        )
         self.work.busy[handler] = None
 
         def ended(task: asyncio.Task[None]) -> None:
