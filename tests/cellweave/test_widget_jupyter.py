@@ -1,6 +1,6 @@
-"""The live view widget inside a real JupyterLab, driven in Debian's chromium.
+"""The live view widget inside a real JupyterLab and a real Notebook 7, in Debian's chromium.
 
-The test starts JupyterLab on loopback with a token, opens a notebook that
+Each test starts the server on loopback with a token, opens a notebook that
 makes `cellweave.view(cell)`, runs its cells as a person would (Shift+Enter),
 then clicks in the widget's DOM and reads the kernel's side back through a
 later cell's output. Waiting is always for something visible.
@@ -65,8 +65,27 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture
-def lab(tmp_path: Any) -> Iterator[str]:
+# (the server's module, the notebook's address under it, what shows the kernel
+# connected and idle, the screenshot's name)
+FRONTENDS = {
+    "jupyterlab": (
+        "jupyterlab",
+        "/lab/tree/view.ipynb",
+        ".jp-StatusBar-Widget:has-text('| Idle')",
+        "widget-jupyterlab",
+    ),
+    "notebook7": (
+        "notebook",
+        "/notebooks/view.ipynb",
+        ".jp-Notebook-ExecutionIndicator[data-status='idle']",
+        "widget-notebook7",
+    ),
+}
+
+
+@pytest.fixture(params=sorted(FRONTENDS))
+def lab(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[tuple[str, str, str]]:
+    module, address, idle, name = FRONTENDS[request.param]
     (tmp_path / "view.ipynb").write_text(json.dumps(notebook(NOTEBOOK_CELLS)))
     port, token = free_port(), secrets.token_hex(16)
     env = {**os.environ, "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg")}
@@ -76,7 +95,7 @@ def lab(tmp_path: Any) -> Iterator[str]:
         [
             sys.executable,
             "-m",
-            "jupyterlab",
+            module,
             "--no-browser",
             "--allow-root",
             "--ip=127.0.0.1",
@@ -99,10 +118,10 @@ def lab(tmp_path: Any) -> Iterator[str]:
         except OSError:
             if time.monotonic() > end or proc.poll() is not None:
                 proc.kill()
-                raise AssertionError("JupyterLab did not start") from None
+                raise AssertionError(f"{module} did not start") from None
             time.sleep(0.2)
     try:
-        yield f"{base}/lab/tree/view.ipynb?token={token}"
+        yield f"{base}{address}?token={token}", idle, name
     finally:
         proc.terminate()
         try:
@@ -128,17 +147,18 @@ def run_cell(page: Page, index: int) -> None:
     raise AssertionError(f"JupyterLab never ran cell {index}")
 
 
-def test_the_widget_renders_edits_and_stays_live_in_jupyterlab(
+def test_the_widget_renders_edits_and_stays_live_in_jupyter(
     browser: Browser,
-    lab: str,
+    lab: tuple[str, str, str],
 ) -> None:
+    url, idle, name = lab
     page = browser.new_page(viewport={"width": 1100, "height": 800})
     page.set_default_timeout(DEADLINE * 1000)
-    page.goto(lab)
+    page.goto(url)
     expect(page.locator(".jp-Notebook .jp-CodeCell").first).to_be_visible()
     # Wait until the kernel is connected and idle (the status bar says so):
     # a cell run before that is silently not executed.
-    expect(page.locator(".jp-StatusBar-Widget", has_text="| Idle")).to_have_count(1)
+    expect(page.locator(idle)).to_have_count(1)
     run_cell(page, 0)
     table = page.locator(".cw-table")
     expect(table).to_be_visible()
@@ -149,7 +169,7 @@ def test_the_widget_renders_edits_and_stays_live_in_jupyterlab(
     page.locator("input.cw-edit").fill("Oat milk")
     page.locator("input.cw-edit").press("Enter")
     expect(page.locator("[data-ptr='/0/title']")).to_have_text("Oat milk")
-    shot(page, "widget-jupyterlab")
+    shot(page, name)
     run_cell(page, 1)
     out = page.locator(".jp-Notebook .jp-CodeCell").nth(1).locator(".jp-OutputArea-output")
     expect(out).to_contain_text('"title": "Oat milk"')
