@@ -24,15 +24,15 @@ from ._events import QueuedEvent as QueuedEvent
 from ._failures import MAX_ERRORS as MAX_ERRORS
 from ._failures import ErrorRecord as ErrorRecord
 from ._graph import Graph as Graph
+from ._host import Statistics as Statistics
 from ._node import Node as Node
+from ._passes import MAX_ITERS as MAX_ITERS
+from ._passes import PASS_RUN_BUDGET as PASS_RUN_BUDGET
 from ._readers import ReaderIndex as ReaderIndex
 from ._readers import changed_at as changed_at
-from ._scheduler import BACKOFF_BASE as BACKOFF_BASE
-from ._scheduler import BACKOFF_CAP as BACKOFF_CAP
-from ._scheduler import MAX_ITERS as MAX_ITERS
-from ._scheduler import PASS_RUN_BUDGET as PASS_RUN_BUDGET
 from ._scheduler import Scheduler as Scheduler
-from ._scheduler import Statistics as Statistics
+from ._timers import BACKOFF_BASE as BACKOFF_BASE
+from ._timers import BACKOFF_CAP as BACKOFF_CAP
 from .errors import CallbackError as CallbackError
 from .errors import NodeError as NodeError
 

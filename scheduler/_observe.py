@@ -8,7 +8,7 @@ the same values as the others.
 
 Terminal notifications (Rx: at most one, then nothing):
 - `on_error`: the value reads the output of a failing computation when a
-  settle ends (`Scheduler._report_failures` asks every observation). While
+  settle ends (`Failures.report` asks every observation, `Observations.report`). While
   the failure is only suspected (inside a pass) no absent value is delivered.
 - `on_completed`: the run producing the cell ended (`end_of(doc)`, called by
   the runner when a registration ends) or the scheduler closed.
@@ -17,25 +17,24 @@ and recorded as a "callback" error; one raised by `on_next` fails the sink node
 like any effect.
 
 Invariants (checked by `_check`)
-- an observation is in its scheduler's table iff it has subscribers and has not
-  ended; it then holds exactly one sink node.
+- an observation is in its scheduler's table (`Observations`) iff it has
+  subscribers and has not ended; it then holds exactly one sink node.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
+import reactivex
 from reactivex import abc
 from reactivex.disposable import Disposable
 
-from cells import Cell, DocKey, Identity, Link
+from cells import Cell, DocKey, Identity, Link, patch_ops, thaw
 
+from ._host import Host
 from .errors import CallbackError
-
-if TYPE_CHECKING:
-    from ._scheduler import Scheduler
 
 ObservationKey = tuple[Identity, Link]
 
@@ -48,12 +47,89 @@ class _Unset:
 _UNSET: Final = _Unset()
 
 
+class Observations:
+    """The observations of one scheduler, by observed cell (identity and link)."""
+
+    __slots__ = ("_host", "suspect", "table")
+
+    def __init__(self, host: Host) -> None:
+        self._host = host
+        self.table: dict[ObservationKey, Observation] = {}
+        self.suspect = False
+        """A delivery inside a pass found a failing computation behind its value: the
+        settle's end decides whether that observation ends with `on_error`."""
+
+    def observe(self, cell: Cell) -> reactivex.Observable[Any]:
+        """See `Scheduler.observe`."""
+        key = (cell.identity, cell.link())
+        host = self._host
+
+        def subscribe(observer: Any, scheduler: Any = None) -> Disposable:
+            if host._closed:
+                observer.on_completed()
+                return Disposable()
+            observation = self.table.get(key)
+            if observation is None:
+                observation = self.table[key] = Observation(self, host, cell, key)
+            return observation.subscribe(observer)
+
+        return reactivex.create(subscribe)
+
+    def observe_patches(self, cell: Cell) -> reactivex.Observable[list[dict[str, Any]]]:
+        """See `Scheduler.observe_patches`."""
+
+        def subscribe(observer: Any, scheduler: Any = None) -> abc.DisposableBase:
+            last: list[Any] = [_UNSET]
+
+            def on_next(value: Any) -> None:
+                previous, last[0] = last[0], value
+                if previous is _UNSET:
+                    observer.on_next([{"op": "replace", "path": "", "value": thaw(value)}])
+                    return
+                ops = patch_ops(previous, value)
+                if ops:
+                    observer.on_next(ops)
+
+            return self.observe(cell).subscribe(on_next, observer.on_error, observer.on_completed)
+
+        return reactivex.create(subscribe)
+
+    def end_of(self, doc: DocKey) -> int:
+        """Complete every observation of a cell in document `doc`; returns how many."""
+        ending = [o for o in self.table.values() if o.doc_key == doc]
+        for observation in ending:
+            observation.complete()
+        return len(ending)
+
+    def report(self) -> None:
+        """End with `on_error` every observation whose value a failing computation feeds
+        (the settle ended)."""
+        self.suspect = False
+        for observation in list(self.table.values()):
+            failure = self._host.failure(observation.cell)
+            if failure is not None:
+                observation.error(failure)
+
+    def complete_all(self) -> None:
+        """Complete every observation (the scheduler closes)."""
+        for observation in list(self.table.values()):
+            observation.complete()
+
+    def _check(self) -> None:
+        for key, observation in self.table.items():
+            assert observation.key == key, (key, observation)
+            observation._check()
+
+
 class Observation:
     """One observed cell: its subscribers and the one sink node that feeds them."""
 
-    __slots__ = ("_cancel", "_last", "_observers", "_scheduler", "cell", "ended", "key")
+    __slots__ = ("_cancel", "_last", "_observers", "_scheduler", "_table", "cell", "ended", "key")
 
-    def __init__(self, scheduler: Scheduler, cell: Cell, key: ObservationKey) -> None:
+    def __init__(
+        self, table: Observations, scheduler: Host, cell: Cell, key: ObservationKey
+    ) -> None:
+        self._table = table
         self._scheduler = scheduler
         self.cell = cell
         self.key = key
@@ -90,11 +166,10 @@ class Observation:
             self._end()
 
     def _deliver(self, value: Any) -> None:
-        scheduler = self._scheduler
-        if scheduler._failing and scheduler.failure(self.cell) is not None:
+        if self._scheduler.failure(self.cell) is not None:  # (O(1) when nothing fails)
             # An absent value because a computation behind it failed: not a value.
             # Whether it is still failing when the settle ends decides `on_error`.
-            scheduler._suspect_observations = True
+            self._table.suspect = True
             return
         self._last = value
         observers = list(self._observers)
@@ -104,7 +179,7 @@ class Observation:
 
     def _end(self) -> None:
         self.ended = True
-        table = self._scheduler._observations
+        table = self._table.table
         if table.get(self.key) is self:
             del table[self.key]
         cancel, self._cancel = self._cancel, None

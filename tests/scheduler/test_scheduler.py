@@ -897,11 +897,11 @@ def test_wake_timer_is_rearmed_on_a_new_event_loop() -> None:
 
     async def second() -> bool:
         sch.settle()
-        timer = sch._timer
+        timer = sch._timers._timer
         return (
             timer is not None
             and not timer.cancelled()
-            and sch._timer_loop is asyncio.get_running_loop()
+            and sch._timers._timer_loop is asyncio.get_running_loop()
         )
 
     assert asyncio.run(second())

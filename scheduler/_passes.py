@@ -1,0 +1,609 @@
+"""Passes: runs exactly the work someone observes, in transactions.
+
+One change channel: the scheduler subscribes to its replica's notifications
+and nothing else. A notification marks invalid the readers whose read value
+actually changed (`ReaderIndex.match`); a run's own commit never invalidates
+the node that made it. A node runs only when it is invalid (or never ran)
+*and* live (transitively read by an effect, a pull, or provisionally demanded
+as a child created by a live run).
+
+A pass drains a heap ordered by (height, ordinal): heights keep every writer
+below its readers, so a node runs only after every invalid node upstream of
+it has run in this wave, and a node invalidated mid-pass joins the same
+drain. Effects therefore never see a half-propagated wave, nothing clean
+runs, and a deep chain settles in one drain without recursion. Each pass is
+bounded (`MAX_ITERS` drains, `PASS_RUN_BUDGET` runs per node); a node that
+does not converge is deferred behind escalating backoff (x2 up to
+`BACKOFF_CAP`) while the rest of the graph keeps settling. All time gates go
+through `eligible_at` and one wake timer, on an injectable clock (`_timers`).
+
+Who runs a pass: `settle()` (and `sink`, `pull_now`, `idle`), or, with a
+running event loop, the loop itself: every change that can make work
+runnable (a notification, a mailbox delivery, a node becoming live, a queued
+event) schedules one coalesced pass with `call_soon` (`_request_pass`). Sinks
+deliver after the pass that read their value (`_sinks.deliver_all`), so an observer
+sees settled values only, never one a later run of the same pass replaced.
+
+`Passes` holds the node lifecycle (register, remove, demand), invalidation,
+the pass and its drain, a run and its commit, and propagation on the loop;
+the `Scheduler` (`_scheduler`) builds it with its parts and adds the API.
+
+Invariants (checked by `Scheduler._check`)
+- every live registered node whose status is not "clean" is in `_candidates`
+  (which may also hold stale entries, dropped lazily): dormant invalid nodes
+  cost nothing per settle. (No table of all invalid nodes is kept: a dormant
+  never-ran computation, the usual state of most, would pay a dict entry.)
+- the graph's invariants hold (edges mirror, liveness equals the oracle).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import inspect
+import itertools
+from collections.abc import Callable, Iterable
+from typing import Final
+
+from cells import (
+    CommitResult,
+    DocKey,
+    Identity,
+    InvalidArgumentError,
+    Notification,
+    Outcome,
+    Path,
+    Replica,
+    Transaction,
+    TransactionError,
+)
+
+from ._async import AsyncWork
+from ._async_runs import AsyncRuns
+from ._clock import Clock
+from ._dispatch import Dispatch
+from ._events import EventLane
+from ._failure_state import Failures
+from ._graph import Graph
+from ._host import MAX_PASSES_PER_SETTLE, Delivery, Statistics
+from ._node import Node, NodeKind, OneRead, lean_reads
+from ._readers import ReaderIndex, compact_reads
+from ._sinks import deliver_all
+from ._timers import Timers
+
+MAX_ITERS: Final = 10
+"""Drains per pass before remaining work is deferred."""
+PASS_RUN_BUDGET: Final = 10
+"""Runs of one node per pass before it is deferred."""
+MAX_REACTIVE_RETRIES: Final = 10
+"""Retries of a node whose commit failed for a reason other than a stale basis."""
+
+
+class Passes:
+    """The node lifecycle, invalidation and passes of a `Scheduler` (its base class).
+
+    Holds no `__init__`: the `Scheduler` sets every attribute below, with its parts.
+    """
+
+    replica: Replica
+    clock: Clock
+    index: ReaderIndex
+    graph: Graph
+    stats: Statistics
+    events: EventLane
+    work: AsyncWork
+    _ordinals: itertools.count[int]
+    _candidates: dict[Node, None]
+    """Invalid nodes that were live when last seen; `runnable()` scans only these."""
+    _heap: list[tuple[int, int, Node]]
+    _in_heap: set[Node]
+    _draining: bool
+    _running: Node | None
+    _settling: bool
+    _closed: bool
+    _current_tx: Transaction | None
+    _kicked: bool
+    _drain_started: float
+    """The clock when the current drain started: each run's `Node.last_run`."""
+    _pass_loop: asyncio.AbstractEventLoop | None
+    """The loop a propagation pass is scheduled on (None: none is scheduled)."""
+    _deliveries: dict[Delivery, None]
+    """Sinks whose run read a new value this pass: called once it ends."""
+    _settled: Callable[[Transaction, CommitResult], None]
+    _failed: Callable[[Transaction, CommitResult], None]
+    _timers: Timers
+    _failures: Failures
+    _dispatch: Dispatch
+    _async_runs: AsyncRuns
+
+    # ------------------------------------------------------------------ nodes
+    def register(
+        self,
+        fn: Callable[[Transaction], object],
+        *,
+        identity: Identity,
+        kind: NodeKind = "computation",
+        outputs: Iterable[tuple[DocKey, Path]] = (),
+        label: str | None = None,
+        parent: Node | None = None,
+        reads: Iterable[tuple[DocKey, Path, bool]] = (),
+    ) -> Node:
+        """Add a node. A computation does nothing until demand reaches it; an effect is live now.
+
+        A computation registered while a live node runs gets provisional demand
+        (and that node as parent unless given), so it runs in the same pass.
+        `reads` declares what the node may read (document, full path, shallow):
+        its read set until its first run replaces it, so demand and order reach
+        a never-ran node's inputs before it runs. It stays a promise after that:
+        the writers of declared places are kept live and run before the node
+        even when its last run did not read them, so a conditional read sees a
+        current value the first time (no wasted run). A change to a declared
+        place the last run did not read does not re-run the node.
+        """
+        if kind not in ("computation", "effect"):
+            raise InvalidArgumentError(
+                f"register: kind must be 'computation' or 'effect', got {kind!r}"
+            )
+        running = self._running
+        if parent is None and running is not None:
+            parent = running
+        node = Node(
+            fn,
+            kind,
+            next(self._ordinals),
+            identity,
+            tuple(outputs),
+            label or str(getattr(fn, "__qualname__", "node")),
+            parent,
+        )
+        if kind == "computation" and running is not None and running.is_live:
+            node.provisional = True
+        if parent is not None:
+            parent.children[node] = None
+        self.graph.add(node)
+        declared = tuple(reads)
+        if declared:
+            reads_now = lean_reads(compact_reads(declared))
+            self.graph.set_reads(node, reads_now)  # (lean already: set_reads keeps it)
+            # Set after: while the read set is the declared one, `declared` adds no edge
+            # and no `declared_only` entry, so the graph need not look at it now. The
+            # object `set_reads` kept (equal, maybe another reader's: shared), so the node
+            # holds one read set and key, not two, and `declared is reads` holds.
+            node.declared = node.reads
+        if node.is_live:
+            self._candidates[node] = None
+            if self._draining:
+                self._push(node)
+            elif not self._settling:
+                self._request_pass()
+        return node
+
+    def remove(self, node: Node) -> None:
+        """Unregister `node` (idempotent). Its reads and edges go; it never runs again."""
+        if not node.registered:
+            return
+        if self.work.by_owner:
+            self.work.cancel(node)  # its coroutine's result could land nowhere
+        self.graph.remove(node)
+        self._candidates.pop(node, None)
+        if node.error is not None:
+            self._failures.index.discard(node)
+        siblings = node.parent._children if node.parent is not None else None
+        if siblings is not None:
+            siblings.pop(node, None)
+
+    def demand(self, node: Node) -> Callable[[], None]:
+        """Hold explicit demand on `node` (it becomes a root); returns the release function."""
+        was = node.is_live
+        node.demand += 1
+        self.graph.root_changed(node, was)
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if released or not node.registered:
+                return
+            released = True
+            was_live = node.is_live
+            node.demand -= 1
+            self.graph.root_changed(node, was_live)
+
+        return release
+
+    # ------------------------------------------------------------------ invalidation
+    def _on_notification(self, nf: Notification) -> None:
+        source = nf.source
+        suppress = (
+            source.source if source is not None and nf.kind in ("commit", "integrate") else None
+        )
+        match = self.index.match
+        invalidate = self._invalidate
+        for change in nf.changes:
+            for node in match(change):
+                if node is not suppress:
+                    invalidate(node)
+        if not self._settling and self._candidates:
+            # (Inside a settle, that settle propagates it; with no candidate, nothing
+            # live read what changed.)
+            self._request_pass()
+
+    def invalidate(self, node: Node) -> None:
+        """Mark `node` invalid: it runs again once live (say, the writes of its last
+        commit were lost and are owed). Unregistered nodes are ignored."""
+        self._invalidate(node)
+        self._request_pass()
+
+    def _invalidate(self, node: Node) -> None:
+        if not node.registered:
+            return
+        self.stats.invalidations += 1
+        if node.status == "clean":
+            node.status = "invalid"
+        gates = node._gates
+        if gates is not None and gates.debounce:
+            # Debounce: each invalidation pushes the earliest run out again.
+            gates.debounce_ready_at = self.clock.now() + gates.debounce
+            node.update_gate()
+        # `is_live` and `_push`, inlined: every change a node reads comes through here.
+        if node.live_refs > 0 or node.kind == "effect" or node.provisional or node.demand > 0:
+            self._candidates[node] = None
+            if self._draining:
+                in_heap = self._in_heap
+                if node not in in_heap:
+                    in_heap.add(node)
+                    heapq.heappush(self._heap, (node.height, node.ordinal, node))
+                    self.stats.heap_pushes += 1
+
+    def _on_live(self, node: Node) -> None:
+        if node.registered and node.status != "clean":
+            self._candidates[node] = None
+            if self._draining:
+                self._push(node)
+            elif not self._settling:
+                self._request_pass()
+
+    def _push(self, node: Node) -> None:
+        if node not in self._in_heap:
+            self._in_heap.add(node)
+            heapq.heappush(self._heap, (node.height, node.ordinal, node))
+            self.stats.heap_pushes += 1
+
+    def runnable(self) -> list[Node]:
+        """Nodes that would run if `settle()` were called now."""
+        now = self.clock.now()
+        out: list[Node] = []
+        stale: list[Node] = []
+        for n in self._candidates:
+            # Runnable: registered, not clean, live (`is_live`, inlined: a wave's every
+            # node passes here), past its time gate and under its pass budget.
+            if n.status == "clean" or not (
+                n.registered
+                and (n.live_refs > 0 or n.kind == "effect" or n.provisional or n.demand > 0)
+            ):
+                stale.append(n)  # ran, or went dormant: it comes back via _on_live
+            elif n.eligible_at <= now and n.pass_runs < PASS_RUN_BUDGET:
+                out.append(n)
+        for n in stale:
+            del self._candidates[n]
+        if stale and not self._candidates:
+            self._candidates = {}  # a dict never shrinks: drop a burst's table
+        return out
+
+    # ------------------------------------------------------------------ passes
+    def settle(self) -> None:
+        """Run everything runnable now, synchronously, until nothing is.
+
+        Delivers what the store has answered first. Raises no error of a node or
+        handler: a node whose last run in this settle raised is failing (its outputs
+        absent, its pulls raise, its observers get `on_error`) and is recorded once in
+        `errors()` and the `cellweave.scheduler` log when the settle ends; the rest
+        of the graph still settled. Re-entrant calls (from inside a node) return at
+        once.
+        """
+        if self._settling or self._closed:
+            return
+        self._settling = True
+        try:
+            pumped = False
+            for _ in range(MAX_PASSES_PER_SETTLE):
+                if not pumped:
+                    self.replica.pump()
+                seeds = self.runnable()
+                if seeds:
+                    self._pass(seeds)
+                    pumped = True  # a pass ends with a pump
+                else:
+                    pumped = False
+                    if not self._dispatch.dispatch_next():
+                        break
+        finally:
+            self._settling = False
+        self._timers.arm()
+        if self._failures.pending_report():
+            self._failures.report()
+
+    def _report_failures(self) -> None:
+        self._failures.report()
+
+    def _fail(self, node: Node, exc: Exception) -> None:
+        self._failures.fail(node, exc)
+
+    def _recovered(self, node: Node) -> None:
+        self._failures.recovered(node)
+
+    def _pass(self, seeds: list[Node]) -> None:
+        self.stats.passes += 1
+        ran: dict[Node, None] = {}
+        for _ in range(MAX_ITERS):
+            self._drain(seeds, ran)
+            self.replica.pump()
+            seeds = self.runnable()
+            if not seeds:
+                break
+        else:
+            self._timers.defer(seeds)
+        if self._deliveries:
+            deliver_all(self._deliveries, self._fail)
+        now = self.clock.now()
+        over = [
+            n
+            for n in ran
+            if n.registered and n.status != "clean" and n.pass_runs >= PASS_RUN_BUDGET
+        ]
+        self._timers.defer(over)
+        for n in ran:
+            n.pass_runs = 0
+            gates = n._gates
+            if gates is not None and n.status == "clean" and n.eligible_at <= now:
+                gates.backoff_streak = 0
+            if n.provisional and n.runs > 0:
+                was = n.is_live
+                n.provisional = False
+                self.graph.root_changed(n, was)
+
+    def _drain(self, seeds: list[Node], ran: dict[Node, None]) -> None:
+        self.stats.drains += 1
+        heap = self._heap
+        in_heap = self._in_heap
+        pushed = len(heap)
+        for n in seeds:  # `_push`, inlined (one heapify instead of a push per seed)
+            if n not in in_heap:
+                in_heap.add(n)
+                heap.append((n.height, n.ordinal, n))
+        heapq.heapify(heap)
+        self.stats.heap_pushes += len(heap) - pushed
+        size = len(heap)
+        self._draining = True
+        # The drain's commits go to the store as one batch when it ends: one
+        # hand-over and one verdict delivery instead of one per run. Verdicts are
+        # delivered by the pump after the drain either way.
+        replica = self.replica
+        replica.begin_batch()
+        try:
+            now = self._drain_started = self.clock.now()
+            heappop = heapq.heappop
+            run = self._run
+            while heap:
+                height, _, node = heappop(heap)
+                if node.height != height and node.registered:
+                    heapq.heappush(heap, (node.height, node.ordinal, node))
+                    continue
+                in_heap.discard(node)
+                if not (
+                    node.registered
+                    and node.status != "clean"
+                    and (
+                        node.live_refs > 0
+                        or node.kind == "effect"
+                        or node.provisional
+                        or node.demand > 0
+                    )
+                    and node.eligible_at <= now
+                    and node.pass_runs < PASS_RUN_BUDGET
+                ):  # runnable (as in `runnable()`), inlined: this loop runs once per node update
+                    continue
+                run(node)
+                ran[node] = None
+                size += 1
+        finally:
+            self._draining = False
+            self._heap.clear()
+            self._in_heap.clear()
+            replica.end_batch()
+        self.stats.last_work_set = size
+        self.stats.max_work_set = max(self.stats.max_work_set, size)
+
+    def _run(self, node: Node) -> None:
+        node.status = "clean"  # before the run: foreign changes during it re-invalidate
+        node.pass_runs += 1
+        node.runs += 1
+        node.last_run = self._drain_started  # (no clock call per run)
+        gates = node._gates
+        if gates is not None and gates.throttle:
+            gates.throttle_ready_at = self.clock.now() + gates.throttle
+            node.update_gate()
+        stats = self.stats
+        if node.kind == "effect":
+            stats.runs_effect += 1
+        else:
+            stats.runs_computation += 1
+        replica = self.replica
+        if replica.closed:
+            raise TransactionError(f"replica {replica.session_id} is closed")  # as `edit` says
+        tx = Transaction(replica, node.identity, source=node)  # `replica.edit`, without the call
+        previous, self._running = self._running, node
+        previous_tx, self._current_tx = self._current_tx, tx
+        later = False
+        try:
+            returned = node.fn(tx)
+            if returned is not None and inspect.isawaitable(returned):
+                later = True  # an async run: it commits when its coroutine ends
+                self._async_runs.start(node, tx, returned)
+            else:
+                if self.work.by_owner:
+                    self.work.cancel(node)  # a sync run supersedes an async one in flight
+                if gates is not None and gates.error is not None:
+                    self._failures.recovered(node)  # its outputs are its own again
+        except Exception as exc:
+            if tx.is_open:
+                tx.abort(f"{node.label} raised")
+            self._fail(node, exc)
+        finally:
+            self._running = previous
+            self._current_tx = previous_tx
+        if node.registered:
+            # Keep the read set even after an error: the node re-runs when its inputs change.
+            log = tx._log  # `tx.reads`, without the property call
+            if len(log) == 1:
+                # One read: compare with the read set itself, and keep no log.
+                key, path, shallow = log[0]
+                reads = node.reads
+                node.raw_reads = None
+                entry = reads.entry if type(reads) is OneRead and reads.key == key else None
+                if entry is None:
+                    moved = True
+                else:
+                    # Unchanged iff the read set is exactly this path, deep or shallow
+                    # as read now: (((path,), ()) or ((), (path,)), what compact_reads
+                    # would make of this log.
+                    other_kind, this_kind = entry if shallow else (entry[1], entry[0])
+                    moved = bool(other_kind) or len(this_kind) != 1 or this_kind[0] != path
+                if moved:
+                    self.graph.set_reads(node, compact_reads(log))
+            elif log != node.raw_reads:  # most runs read exactly what they read last time
+                node.raw_reads = log
+                self.graph.set_reads(node, compact_reads(log))
+        if later:
+            return  # an async run: its transaction stays open until its coroutine ends
+        if tx.status == "open":
+            self._commit_run(node, tx)
+
+    def _commit_run(self, node: Node, tx: Transaction) -> None:
+        stats = self.stats
+        stats.commits += 1
+        try:
+            if node._gates is None:
+                # Nothing to do on OK: be called only on a failure (no call per commit).
+                # (A commit made before an earlier one of this node failed does not
+                # reset `retries` on OK; the re-run that failure causes commits with
+                # the gate record present, and its OK resets it.)
+                tx.commit_detached(on_failure=self._failed)
+            else:  # an OK commit resets the node's retry count: hear about it too
+                tx.commit_detached(self._settled)
+        finally:
+            # A commit that changed nothing (elided) or failed its local basis check
+            # settled inside `commit_detached` without calling `_settled`: handle it
+            # here (most effect runs commit nothing).
+            result = tx.result
+            if result is not None and (result.outcome is not Outcome.OK or node._gates is not None):
+                self._on_commit(node, result)
+
+    def _kick(self) -> None:
+        """Settle soon on the running loop (async work ended: its results propagate, a
+        stale one runs again, a stream's next event goes)."""
+        if self._kicked or self._closed:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._kicked = True
+
+        def kicked() -> None:
+            self._kicked = False
+            if not self._closed and not self.replica.closed:
+                self.settle()
+
+        loop.call_soon(kicked)
+
+    def _on_node_failed(self, tx: Transaction, result: CommitResult) -> None:
+        node = tx.source
+        assert isinstance(node, Node)
+        self._on_commit(node, result)
+
+    def _on_node_settled(self, tx: Transaction, result: CommitResult) -> None:
+        node = tx.source
+        assert isinstance(node, Node)
+        if result.outcome is Outcome.OK:  # the common case, without a second call
+            gates = node._gates
+            if gates is not None:
+                gates.retries = 0
+            return
+        self._on_commit(node, result)
+
+    def _on_commit(self, node: Node, result: CommitResult) -> None:
+        if result.outcome is Outcome.OK:
+            gates = node._gates
+            if gates is not None:  # (the `retries` setter would make the record)
+                gates.retries = 0
+            return
+        if result.outcome is Outcome.STALE_BASIS:
+            # Everything staged is gone; re-run against fresher state (off budget).
+            self.stats.stale_reruns += 1
+            self._invalidate(node)
+            return
+        if result.outcome in (Outcome.PERMANENT, Outcome.TERMINAL, Outcome.ABORTED):
+            node.retries = 0
+            return
+        node.retries += 1
+        if node.retries < MAX_REACTIVE_RETRIES:
+            self._invalidate(node)
+
+    # ------------------------------------------------------------------ propagation on the loop
+    def _request_pass(self) -> None:
+        """With a running event loop, make sure one pass runs on it after the current callback.
+
+        Called for every change that may make work runnable: a local commit's or an
+        integrated change's notification, a mailbox drain (verdicts, loads, other
+        sessions' commits), a node becoming live, a queued event. Coalesced: at most
+        one pass is scheduled per loop turn however many changes arrive before it
+        runs, so writes made in one callback (one notebook cell) settle together and
+        observers see only the settled state. Without a running loop it does nothing:
+        `settle()` is then the pump. O(1).
+        """
+        if self._settling or self._closed:
+            return  # a settle in progress propagates it itself
+        mailbox = self.replica.mailbox
+        # Nothing could run (a write nobody live reads, a verdict nobody waits on): no
+        # pass to pay for. Checked first: this runs on every commit. (`_may_have_work`,
+        # inlined, the cheapest test first.)
+        if not (self._candidates or len(mailbox) or self.events.queue):
+            return
+        loop = asyncio._get_running_loop()
+        if loop is None or self._pass_loop is loop:
+            return
+        # The mailbox drains on this loop from now on, so verdicts and other sessions'
+        # commits wake it with no await from the user.
+        if mailbox.loop is not loop:
+            mailbox.attach(loop)
+        # (A pass scheduled on another loop, closed or not running now, never runs
+        # here: this one replaces it.)
+        self._pass_loop = loop
+        loop.call_soon(self._auto_pass)
+
+    def _on_drained(self, from_loop: bool) -> None:
+        """The mailbox delivered verdicts, loads or other sessions' commits.
+
+        When the loop itself ran the drain (its own callback, nothing of the user's
+        around it), propagate now: what arrived reaches observers in the loop turn
+        it was integrated. A drain inside user code (a pump, awaiting a result)
+        schedules the pass after the current callback instead.
+        """
+        if from_loop and not self._settling and not self._closed:
+            if self._may_have_work():
+                self.settle()
+        else:
+            self._request_pass()
+
+    def _may_have_work(self) -> bool:
+        """Could a settle do anything now? (A candidate, a queued event, a delivery.)
+        False means certainly not: a verdict nobody waits on costs no pass. O(1)."""
+        return bool(self._candidates or self.events.queue or len(self.replica.mailbox))
+
+    def _auto_pass(self) -> None:
+        """The pass `_request_pass` scheduled: a `settle()` (which raises no node or
+        handler error: failures go to `errors()` and observers, as in any settle)."""
+        self._pass_loop = None
+        if self._closed or self._settling:
+            return
+        self.settle()

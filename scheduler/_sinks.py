@@ -1,0 +1,285 @@
+"""Sinks, derive and pull: the ways a program reads the graph and feeds it.
+
+- `sink` / `sink_patches`: an effect node that calls a function with the
+  settled value (or JSON Patch operations) after the pass that read it, and
+  after every settled change (`Sink`, `PatchSink`).
+- `derive`: a computation node writing `fn(*inputs)` at a cell (`Derive`).
+- `pull_now` / `pull`: demand a cell until the graph feeding it settles
+  (and, for `pull`, the verdicts are in), then its value.
+Each is a node like any other: what runs it is the pass (`_passes`).
+
+Invariants
+- a sink is in its scheduler's deliveries iff a run in the current pass read a
+  value other than the one it last delivered (`pending` is not UNSET).
+Not here: when nodes run, or observations (`_observe`, built on `sink`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+from cells import (
+    MISSING,
+    Cell,
+    CellweaveError,
+    DocKey,
+    Link,
+    Materializer,
+    Path,
+    Transaction,
+    patch_ops,
+    read_value,
+    same_value,
+    thaw,
+)
+
+from ._host import Delivery, Host
+from ._node import Node
+
+
+def add_sink(host: Host, cell: Cell, sink: Sink, what: str) -> Callable[[], None]:
+    """Register `sink` as an effect reading `cell`, settle (its first delivery), and
+    return its cancel function. See `Scheduler.sink`."""
+    if not callable(sink.fn):
+        raise CellweaveError(f"{what}({cell!r}): fn must be callable, got {sink.fn!r}")
+    node = host.register(
+        sink,
+        identity=cell.identity,
+        kind="effect",
+        label=f"{what} {sink.link}",
+        reads=declared(cell),
+    )
+    sink.node = node
+    host.settle()
+
+    def cancel() -> None:
+        host.remove(node)
+        sink.materializer.close()
+
+    return cancel
+
+
+def derive(
+    host: Host,
+    out: Cell,
+    inputs: Sequence[Cell],
+    fn: Callable[..., Any],
+    label: str | None,
+) -> Node:
+    """See `Scheduler.derive`."""
+    if not isinstance(out, Cell):
+        raise CellweaveError(f"derive: out must be a Cell, got {out!r}")
+    if isinstance(inputs, Cell | str) or not isinstance(inputs, Sequence):
+        raise CellweaveError(f"derive({out!r}): inputs must be a sequence of Cells, got {inputs!r}")
+    if not callable(fn):
+        raise CellweaveError(f"derive({out!r}): fn must be callable, got {fn!r}")
+    for i, cell in enumerate(inputs):
+        if not isinstance(cell, Cell):
+            raise CellweaveError(f"derive({out!r}): inputs[{i}] is not a Cell: {cell!r}")
+        if cell.identity != out.identity:
+            raise CellweaveError(
+                f"derive({out!r}): inputs[{i}] {cell!r} belongs to identity"
+                f" {cell.identity!r}, the output to {out.identity!r}"
+            )
+    key = out.doc_key
+    path = ("value", *out.path) if out.path else _VALUE_PATH
+    links = tuple(c.link() for c in inputs)
+    run = Derive(fn, links[0] if len(links) == 1 else links, key, path)
+    return host.register(
+        run,
+        identity=out.identity,
+        outputs=((key, path),),
+        reads=[declared(c)[0] for c in inputs],
+        # One shared default label (a formatted one cost 74 bytes per node): the
+        # node's repr names the document it writes.
+        label=label or "derive",
+    )
+
+
+def _pull_node(host: Host, cell: Cell, box: list[Any]) -> Node:
+    link = cell.link()
+
+    def run(tx: Transaction) -> None:
+        box[0] = read_value(tx, link)
+
+    return host.register(
+        run, identity=cell.identity, kind="effect", label=f"pull {link}", reads=declared(cell)
+    )
+
+
+def pull_now(host: Host, cell: Cell) -> Any:
+    """See `Scheduler.pull_now`."""
+    box: list[Any] = [MISSING]
+    node = _pull_node(host, cell, box)
+    try:
+        host.settle()
+    finally:
+        host.remove(node)
+    failure = host.failure(cell)
+    if failure is not None:
+        raise failure
+    return thaw(box[0])
+
+
+async def pull(host: Host, cell: Cell) -> Any:
+    """See `Scheduler.pull`."""
+    box: list[Any] = [MISSING]
+    node = _pull_node(host, cell, box)
+    try:
+        await host.idle()
+    finally:
+        host.remove(node)
+    failure = host.failure(cell)  # the pull of a failing value raises its error
+    if failure is not None:
+        raise failure
+    return thaw(box[0])
+
+
+def declared(cell: Cell) -> tuple[tuple[DocKey, Path, bool]]:
+    """The read a node reading `cell` declares (its whole value, deep)."""
+    return ((cell.doc_key, ("value", *cell.path), False),)
+
+
+_VALUE_PATH: Final = ("value",)
+
+
+def _plain(value: Any) -> Any:
+    """A read value as a function receives it: None for absent, containers copied."""
+    t = type(value)
+    if t is dict or t is list:
+        return thaw(value)
+    return None if value is MISSING else value
+
+
+class Derive:
+    """The node function of `Scheduler.derive`: writes `fn(*input values)` at `path`.
+
+    A slotted callable rather than a closure: one object per node (the closure,
+    its tuple and three cells cost about 340 bytes). `inputs` is the one input's
+    `Link` itself when there is one (no tuple), else a tuple of links.
+    """
+
+    __slots__ = ("fn", "inputs", "key", "path")
+
+    def __init__(
+        self, fn: Callable[..., Any], inputs: Link | tuple[Link, ...], key: DocKey, path: Path
+    ) -> None:
+        self.fn = fn
+        self.inputs = inputs
+        self.key = key
+        self.path = path
+
+    def __call__(self, tx: Transaction) -> None:
+        inputs = self.inputs
+        if isinstance(inputs, tuple):
+            value = self.fn(*[_plain(read_value(tx, link)) for link in inputs])
+        else:
+            value = self.fn(_plain(read_value(tx, inputs)))
+        tx.write(self.key, self.path, value)
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+_UNSET: Final = _Unset()
+
+
+class Sink:
+    """The node function of `Scheduler.sink`: reads the value, delivers it after the pass.
+
+    `shown` is the value last delivered (stored form, never handed out), `pending`
+    the one a run read this pass. Absent reads as None, so absent and None are one
+    delivered value.
+    """
+
+    __slots__ = ("fn", "link", "materializer", "node", "pending", "scheduler", "shown")
+
+    def __init__(self, scheduler: Host, link: Link, fn: Callable[[Any], None]) -> None:
+        self.scheduler = scheduler
+        self.link = link
+        # Keeps the materialized value between runs: after a one-element edit of a long
+        # mapped list, only that element's links are read again, and the unchanged
+        # elements stay the same objects (the patch diff skips them by identity).
+        self.materializer = Materializer(scheduler.replica)
+        self.fn: Any = fn
+        self.node: Node | None = None
+        self.shown: Any = _UNSET
+        self.pending: Any = _UNSET
+
+    def __call__(self, tx: Transaction) -> None:
+        value = self.materializer.read(tx, self.link)
+        if value is MISSING:
+            value = None
+        shown = self.shown
+        if value is shown or (shown is not _UNSET and same_value(value, shown)):
+            self.pending = _UNSET  # back to what was delivered: nothing to say
+            return
+        self.pending = value
+        self.scheduler._deliveries[self] = None
+
+    def deliver(self) -> None:
+        value = self.pending
+        if value is _UNSET:
+            return
+        self.pending = _UNSET
+        self.shown = value
+        t = type(value)
+        # (`thaw` copies containers only; a kept list of flat records in C.)
+        self.fn(self.materializer.thaw(value) if t is dict or t is list else value)
+
+
+class PatchSink(Sink):
+    """`Scheduler.sink_patches`: delivers JSON Patch operations instead of the value.
+
+    The run does not compare values (the diff after the pass does, once): an equal
+    value yields no operation and no call.
+    """
+
+    __slots__ = ()
+
+    def __call__(self, tx: Transaction) -> None:
+        value = self.materializer.read(tx, self.link)
+        if value is MISSING:
+            value = None
+        if value is self.shown:
+            self.pending = _UNSET
+            return
+        self.pending = value
+        self.scheduler._deliveries[self] = None
+
+    def deliver(self) -> None:
+        value = self.pending
+        if value is _UNSET:
+            return
+        self.pending = _UNSET
+        shown, self.shown = self.shown, value
+        if shown is _UNSET:
+            ops = [{"op": "replace", "path": "", "value": self.materializer.thaw(value)}]
+        else:
+            ops = patch_ops(shown, value)
+            if not ops:
+                return
+        self.fn(ops)
+
+
+def deliver_all(deliveries: dict[Delivery, None], fail: Callable[[Node, Exception], None]) -> None:
+    """Call the sinks whose run read a new value in the pass that just ended.
+
+    A sink delivers once per pass, with the value its last run read: a run that
+    read a value still being computed (a link found only by following it, whose
+    writer ran after the sink in the same pass) is superseded by the re-run. A
+    sink's function that raises fails its node (`fail`).
+    """
+    while deliveries:
+        batch = deliveries.copy()
+        deliveries.clear()  # (a sink's function may write: its re-runs land here)
+        for sink in batch:
+            node = sink.node
+            if node is not None and node.registered:
+                try:
+                    sink.deliver()
+                except Exception as exc:
+                    fail(node, exc)  # the sink's function raised: its node fails

@@ -1,0 +1,125 @@
+"""Timers: the time gates of nodes (debounce, throttle, backoff) and the one wake timer.
+
+A node's gates are folded into one time, `Node.eligible_at`: a pass skips a
+node until the clock reaches it. A node that did not converge in a pass is
+*deferred*: its backoff grows x2 from `BACKOFF_BASE` up to `BACKOFF_CAP`.
+With a system clock and a running event loop, one timer wakes the scheduler
+at the earliest time a deferred node or the queued event at the lane's head
+may go; with a manual clock the test advances it and calls `settle()`.
+
+Invariants
+- at most one wake timer is armed, on the loop that armed it; it is never
+  later than the earliest deadline known when it was armed.
+Not here: what a pass runs (`_passes`), or event retry delays (`_events`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from typing import Final
+
+from cells import InvalidArgumentError
+
+from ._clock import SystemClock
+from ._host import Host
+from ._node import Node
+
+BACKOFF_BASE: Final = 0.25
+"""The first backoff of a deferred node, in seconds; doubled per deferral in a row."""
+BACKOFF_CAP: Final = 2.0
+"""The longest backoff, in seconds."""
+
+
+class Timers:
+    """The time gates and the wake timer of one scheduler."""
+
+    __slots__ = ("_host", "_timer", "_timer_at", "_timer_loop")
+
+    def __init__(self, host: Host) -> None:
+        self._host = host
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
+        self._timer_loop: asyncio.AbstractEventLoop | None = None
+
+    def set_debounce(self, node: Node, seconds: float) -> None:
+        """Run `node` only once its inputs have been quiet for `seconds` (0 turns it off)."""
+        if seconds < 0:
+            raise InvalidArgumentError(
+                f"set_debounce({node!r}): seconds must be >= 0, got {seconds}"
+            )
+        node.debounce = float(seconds)
+        if not seconds:
+            node.debounce_ready_at = 0.0
+        node.update_gate()
+
+    def set_throttle(self, node: Node, seconds: float) -> None:
+        """Run `node` at most once per `seconds` (0 turns it off); changes in between coalesce."""
+        if seconds < 0:
+            raise InvalidArgumentError(
+                f"set_throttle({node!r}): seconds must be >= 0, got {seconds}"
+            )
+        node.throttle = float(seconds)
+        # The window counts from the last run, also one made before the throttle was
+        # set: two runs 0.1 s apart under a 1 s throttle would otherwise both go.
+        node.throttle_ready_at = node.last_run + seconds if seconds and node.runs else 0.0
+        node.update_gate()
+
+    def defer(self, nodes: Iterable[Node]) -> None:
+        """Put `nodes` behind their next backoff (x2 per deferral in a row, capped)."""
+        host = self._host
+        now = host.clock.now()
+        for n in nodes:
+            delay = min(BACKOFF_BASE * (2**n.backoff_streak), BACKOFF_CAP)
+            n.backoff_streak += 1
+            n.backoff_until = now + delay
+            n.update_gate()
+            host.stats.deferrals += 1
+
+    def deferred(self) -> list[Node]:
+        """Live invalid nodes waiting on a time gate. O(candidates)."""
+        now = self._host.clock.now()
+        return [
+            n
+            for n in self._host._candidates
+            if n.status != "clean" and n.is_live and n.eligible_at > now
+        ]
+
+    def arm(self) -> None:
+        """Make sure the wake timer fires by the earliest deadline (system clock and a
+        running loop only)."""
+        host = self._host
+        clock = host.clock
+        if not isinstance(clock, SystemClock):
+            return  # a manual clock: the test advances it and calls settle()
+        pending = [n.eligible_at for n in self.deferred()]
+        head = host.events.head()
+        if head is not None and head.not_before > clock.now():
+            pending.append(head.not_before)
+        if not pending:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        at = min(pending)
+        timer = self._timer
+        # A handle armed on another (possibly closed) loop never fires here: replace it.
+        same_loop = self._timer_loop is loop and not loop.is_closed()
+        if timer is not None and not timer.cancelled() and same_loop and self._timer_at <= at:
+            return
+        if timer is not None:
+            timer.cancel()
+        self._timer_at = at
+        self._timer_loop = loop
+        self._timer = loop.call_later(max(0.0, at - clock.now()), self._wake)
+
+    def _wake(self) -> None:
+        self._timer = None
+        self._host.settle()
+
+    def cancel(self) -> None:
+        """Disarm the wake timer (the scheduler closes)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
