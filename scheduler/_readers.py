@@ -398,6 +398,14 @@ class ReaderIndex:
                         comparisons += child.everyone(hits)
                     t = None
                     break
+                if (nb is MISSING) is not (na is MISSING):
+                    # The write made (or removed) this level: every path below it, not
+                    # only the written one, turns reachable (or not), so the whole
+                    # subtree is compared. (A write at ["a", "a"] into a document
+                    # without "a" makes ["a", "b"] absent where it was unreachable.)
+                    below.append((child, nb, na))
+                    t = None
+                    break
                 t, b, a = child, nb, na
             if t is not None:
                 below.append((t, b, a))

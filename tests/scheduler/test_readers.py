@@ -39,3 +39,22 @@ def test_a_change_with_written_paths_compares_only_the_readers_on_those_paths() 
     # Without the paths, the same readers (found by a scan of the list).
     assert set(got) == set(index.match(Change(KEY, before, after)))
     index._check([*elements, whole, length])
+
+
+def test_a_write_that_makes_a_level_triggers_the_readers_below_it_off_its_path() -> None:
+    # Found by the trigger property test (shrunk): a write at ["a", "a"] into a
+    # document without "a" makes the level "a"; a read at ["a", "b"] was unreachable
+    # (the walk stopped at the absent "a") and is now absent. The rule calls that a
+    # change, and the walk along the written path must find it as the full walk does.
+    index = ReaderIndex()
+    readers = [
+        _reader(index, f"pad {i}", (("value", "pad", i), False)) for i in range(TRIE_READERS)
+    ]
+    below = _reader(index, "below", (("value", "a", "b"), False))
+    before: Any = {"value": {}}
+    path = ("value", "a", "a")
+    after = set_path(before, path, None)
+    index.match(Change(KEY, before, before))  # builds the trie
+    assert [below] == index.match(Change(KEY, before, after))
+    assert [below] == index.match(Change(KEY, before, after, (path,)))
+    assert not set(readers) & set(index.match(Change(KEY, before, after, (path,))))
