@@ -155,9 +155,6 @@ class Lineage:
         assert rec is not None
         rec.stops.append(stop)
 
-    def pending_origins(self) -> int:
-        return len(self._records)
-
     def _settled(self, origin: Transaction, result: CommitResult) -> None:
         rec = self._records.pop(origin, None)
         if rec is None or result.ok:

@@ -25,20 +25,6 @@ from cells import MISSING, Change, DocKey, Link, Path, same_value, value_equal
 from ._node import Node, OneRead, ReadEntry, ReadSet
 
 
-def walk(value: object, path: Path) -> tuple[bool, object, int]:
-    """(reachable, value there, depth reached): reachable iff every parent is a container."""
-    v = value
-    for i, elem in enumerate(path):
-        t = type(v)
-        if t is dict and type(elem) is str:
-            v = v.get(elem, MISSING)  # type: ignore[attr-defined]
-        elif t is list and type(elem) is int:
-            v = v[elem] if elem < len(v) else MISSING  # type: ignore[arg-type,index]
-        else:
-            return False, MISSING, i
-    return True, v, len(path)
-
-
 def shallow_equal(a: object, b: object) -> bool:
     """Does a shallow read see the same thing in `a` and `b`: the same key set, length,
     kind or link? Two scalars of one type are alike whatever their values: a list
@@ -107,17 +93,6 @@ def changed_at(before: object, after: object, path: Path, *, shallow: bool) -> b
     if t is type(a) and (t is int or t is str):
         return bool(b != a)  # what value_equal decides for two ints or two strs
     return not same_value(b, a)
-
-
-def changed_at_reference(before: object, after: object, path: Path, *, shallow: bool) -> bool:
-    """The rule spelled out separately (the oracle `changed_at` is tested against)."""
-    b_ok, b_val, b_depth = walk(before, path)
-    a_ok, a_val, a_depth = walk(after, path)
-    if b_ok and a_ok:
-        return not (shallow_equal(b_val, a_val) if shallow else same_value(b_val, a_val))
-    if b_ok != a_ok:
-        return True
-    return b_depth != a_depth
 
 
 _ENTRIES: dict[tuple[tuple[Path, ...], tuple[Path, ...]], tuple[tuple[Path, ...], tuple[Path, ...]]]
