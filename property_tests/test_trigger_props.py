@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 import scheduler._readers as readers_module
@@ -61,7 +61,8 @@ def _seen(doc: Any, path: tuple[Any, ...]) -> Any:
 
 
 def _deep(value: Any) -> str:
-    """A value's canonical JSON text (True is not 1; key order does not count)."""
+    """A value's canonical JSON text (True is not 1; key order does not count). Equal
+    text is equal value for what `VALUES` draws (no floats: 1 and 1.0 are one value)."""
     return json.dumps(value, sort_keys=True)
 
 
@@ -113,6 +114,15 @@ def _edit(doc: Any, path: tuple[Any, ...], value: Any) -> Any:
         return doc
 
 
+# Edits where each part of the rule decides (a random draw rarely writes where it reads).
+@example({"a": 1}, ("a",), 2, ("a",), True)  # a scalar's new value: not shallowly seen
+@example({"a": 1}, ("a",), "x", ("a",), True)  # a scalar's new kind: seen
+@example({"a": 1}, ("a",), True, ("a",), False)  # True is not 1
+@example({"a": [1]}, ("a", 0), 2, ("a",), True)  # same length
+@example({"a": [1]}, ("a", 1), 2, ("a",), True)  # a new length
+@example({"a": {"b": 1}}, ("a", "b"), 2, ("a",), True)  # same keys
+@example({"a": {"b": 1}}, ("a", "c"), 2, ("a",), True)  # new keys
+@example({}, ("a", "a"), None, ("a", "b"), False)  # unreachable -> absent
 @given(DOCS, PATHS, VALUES, PATHS, st.booleans())
 def test_fast_rule_equals_reference(
     doc: Any, wpath: Any, value: Any, rpath: Any, shallow: bool
@@ -123,6 +133,14 @@ def test_fast_rule_equals_reference(
     )
 
 
+@example({"a": {"b": 1}}, {"a": {"c": 1}}, ("a",), True)  # other keys, same count
+@example({"a": [1, 2]}, {"a": [2, 1]}, ("a",), False)  # order counts in a list
+@example({"a": {"b": 1, "c": 2}}, {"a": {"c": 2, "b": 1}}, ("a",), False)  # not in a dict
+@example({"a": 1}, {"a": 2}, ("a",), False)
+@example({"a": "x"}, {"a": "y"}, ("a",), False)
+@example({"a": 1}, {"a": 1.0}, ("a",), True)  # (values of other kinds)
+@example({"a": 5}, {"a": [5]}, ("a", 0), False)  # unreachable -> reachable
+@example({"a": 5}, {"a": "x"}, ("a", 0), False)  # unreachable at the same depth
 @given(DOCS, DOCS, PATHS, st.booleans())
 def test_fast_rule_equals_reference_on_unrelated_documents(
     before: Any, after: Any, path: Any, shallow: bool
