@@ -186,6 +186,8 @@ class Passes:
             self.work.cancel(node)  # its coroutine's result could land nowhere
         self.graph.remove(node)
         self._candidates.pop(node, None)
+        if node.eligible_at:
+            self._timers.forget(node)
         if node.error is not None:
             self._failures.index.discard(node)
         siblings = node.parent._children if node.parent is not None else None
@@ -243,7 +245,7 @@ class Passes:
         if gates is not None and gates.debounce:
             # Debounce: each invalidation pushes the earliest run out again.
             gates.debounce_ready_at = self.clock.now() + gates.debounce
-            node.update_gate()
+            self._timers.update(node)
         # `is_live` and `_push`, inlined: every change a node reads comes through here.
         if node.live_refs > 0 or node.kind == "effect" or node.provisional or node.demand > 0:
             self._candidates[node] = None
@@ -421,7 +423,7 @@ class Passes:
         gates = node._gates
         if gates is not None and gates.throttle:
             gates.throttle_ready_at = self.clock.now() + gates.throttle
-            node.update_gate()
+            self._timers.update(node)
         stats = self.stats
         if node.kind == "effect":
             stats.runs_effect += 1

@@ -401,4 +401,5 @@ class Scheduler(Passes):
         assert all(n.registered for n in self.graph.nodes)
         self.graph._check()
         self._failures._check()
+        self._timers._check(self.graph.nodes)
         self.errors_log._check()

@@ -7,7 +7,15 @@ With a system clock and a running event loop, one timer wakes the scheduler
 at the earliest time a deferred node or the queued event at the lane's head
 may go; with a manual clock the test advances it and calls `settle()`.
 
-Invariants
+The gated nodes are kept ordered by their gate (`sortedcontainers.SortedList`
+of (eligible_at, ordinal, node)): the next deadline is found from the front
+and `deferred()` bisects to the present, instead of scanning every
+candidate. A SortedList rather than a heap: a gate moves (a debounce is
+pushed out on every invalidation), so entries are removed, not only popped.
+
+Invariants (checked by `_check`)
+- a registered node is in the gated list iff its `eligible_at` > 0, under its
+  current `eligible_at` (every gate change goes through `update`);
 - at most one wake timer is armed, on the loop that armed it; it is never
   later than the earliest deadline known when it was armed.
 Not here: what a pass runs (`_passes`), or event retry delays (`_events`).
@@ -16,8 +24,12 @@ Not here: what a pass runs (`_passes`), or event retry delays (`_events`).
 from __future__ import annotations
 
 import asyncio
+import itertools
+import math
 from collections.abc import Iterable
-from typing import Final
+from typing import Final, cast
+
+from sortedcontainers import SortedList
 
 from cells import InvalidArgumentError
 
@@ -34,10 +46,12 @@ BACKOFF_CAP: Final = 2.0
 class Timers:
     """The time gates and the wake timer of one scheduler."""
 
-    __slots__ = ("_host", "_timer", "_timer_at", "_timer_loop")
+    __slots__ = ("_gated", "_host", "_timer", "_timer_at", "_timer_loop")
 
     def __init__(self, host: Host) -> None:
         self._host = host
+        self._gated: SortedList[tuple[float, int, Node]] = SortedList()
+        """(eligible_at, ordinal, node) of every registered node with a time gate."""
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
         self._timer_loop: asyncio.AbstractEventLoop | None = None
@@ -51,7 +65,7 @@ class Timers:
         node.debounce = float(seconds)
         if not seconds:
             node.debounce_ready_at = 0.0
-        node.update_gate()
+        self.update(node)
 
     def set_throttle(self, node: Node, seconds: float) -> None:
         """Run `node` at most once per `seconds` (0 turns it off); changes in between coalesce."""
@@ -63,7 +77,7 @@ class Timers:
         # The window counts from the last run, also one made before the throttle was
         # set: two runs 0.1 s apart under a 1 s throttle would otherwise both go.
         node.throttle_ready_at = node.last_run + seconds if seconds and node.runs else 0.0
-        node.update_gate()
+        self.update(node)
 
     def defer(self, nodes: Iterable[Node]) -> None:
         """Put `nodes` behind their next backoff (x2 per deferral in a row, capped)."""
@@ -73,17 +87,40 @@ class Timers:
             delay = min(BACKOFF_BASE * (2**n.backoff_streak), BACKOFF_CAP)
             n.backoff_streak += 1
             n.backoff_until = now + delay
-            n.update_gate()
+            self.update(n)
             host.stats.deferrals += 1
 
+    def update(self, node: Node) -> None:
+        """Recompute `node.eligible_at` after one of its gate times changed, and keep
+        its place in the gated list. O(log gated)."""
+        old = node.eligible_at
+        node.update_gate()
+        new = node.eligible_at
+        if new != old and node.registered:
+            gated = self._gated
+            if old:
+                gated.remove((old, node.ordinal, node))
+            if new:
+                gated.add((new, node.ordinal, node))
+
+    def forget(self, node: Node) -> None:
+        """`node` is being unregistered: drop it from the gated list. O(log gated)."""
+        if node.eligible_at:
+            self._gated.discard((node.eligible_at, node.ordinal, node))
+
+    def _waiting(self, now: float) -> Iterable[Node]:
+        """Live invalid nodes whose gate is later than `now`, earliest first."""
+        gated = self._gated
+        # (now, inf) sorts after every entry at `now` (ordinals are finite), before later.
+        start = gated.bisect_right(cast("tuple[float, int, Node]", (now, math.inf)))
+        for _at, _ordinal, n in gated.islice(start):
+            if n.status != "clean" and n.is_live:
+                yield n
+
     def deferred(self) -> list[Node]:
-        """Live invalid nodes waiting on a time gate. O(candidates)."""
-        now = self._host.clock.now()
-        return [
-            n
-            for n in self._host._candidates
-            if n.status != "clean" and n.is_live and n.eligible_at > now
-        ]
+        """Live invalid nodes waiting on a time gate, earliest first. O(log gated +
+        gated nodes later than now)."""
+        return list(self._waiting(self._host.clock.now()))
 
     def arm(self) -> None:
         """Make sure the wake timer fires by the earliest deadline (system clock and a
@@ -92,9 +129,13 @@ class Timers:
         clock = host.clock
         if not isinstance(clock, SystemClock):
             return  # a manual clock: the test advances it and calls settle()
-        pending = [n.eligible_at for n in self.deferred()]
+        now = clock.now()
+        # (The first waiting node is the earliest: the list is ordered by gate.)
+        pending = (
+            [n.eligible_at for n in itertools.islice(self._waiting(now), 1)] if self._gated else []
+        )
         head = host.events.head()
-        if head is not None and head.not_before > clock.now():
+        if head is not None and head.not_before > now:
             pending.append(head.not_before)
         if not pending:
             return
@@ -123,3 +164,9 @@ class Timers:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+
+    def _check(self, nodes: Iterable[Node]) -> None:
+        gated = {n: at for n in nodes if (at := n.eligible_at)}
+        assert len(gated) == len(self._gated), (gated, list(self._gated))
+        for at, ordinal, n in self._gated:
+            assert gated.get(n) == at and n.ordinal == ordinal, (n, at)

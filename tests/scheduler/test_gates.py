@@ -109,3 +109,41 @@ def test_throttle_set_on_a_node_that_never_ran_does_not_hold_its_first_run() -> 
     seen: list[Any] = []
     sch.sink(out, seen.append)
     assert [0] == seen
+
+
+def test_deferred_lists_the_waiting_nodes_earliest_first_and_forgets_removed_ones() -> None:
+    sp, clock = Space(cells.MemoryStore(), "x"), ManualClock()
+    sch = Scheduler(sp.replica, clock=clock)
+    late_src, late_out, late = _doubler(sp, sch)
+    early_src, early_out = sp.cell("src2"), sp.cell("out2")
+    early_src.set(0)
+
+    def run(tx: Transaction) -> None:
+        tx.write(early_out.doc_key, ("value",), read_value(tx, early_src.link()) + 1)
+
+    early = sch.register(
+        run,
+        identity=sp.identity,
+        outputs=[(early_out.doc_key, ("value",))],
+        reads=[(early_src.doc_key, ("value",), False)],
+    )
+    sch.sink(late_out, lambda v: None)
+    sch.sink(early_out, lambda v: None)
+    sch.set_debounce(late, 3.0)
+    sch.set_debounce(early, 1.0)
+    late_src.set(1)
+    early_src.set(1)
+    sch.settle()
+    assert [early, late] == sch.deferred()  # registered late first; the gate orders them
+    sch._check()
+    clock.advance(0.5)
+    early_src.set(2)  # pushes `early` out to 1.5: still before `late` (3.0)
+    sch.settle()
+    assert [early, late] == sch.deferred()
+    clock.advance(1.0)
+    sch.settle()  # `early` ran at 1.5
+    assert [late] == sch.deferred()
+    sch._check()
+    sch.remove(late)
+    assert [] == sch.deferred()
+    sch._check()  # the removed node left the ordered gates too
