@@ -28,6 +28,8 @@ import inspect
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+import attrs
+
 from cells import CellweaveError, Transaction
 
 from ._events import Handler
@@ -39,17 +41,15 @@ handling_tx: contextvars.ContextVar[Transaction | None] = contextvars.ContextVar
 events it sends)."""
 
 
+@attrs.define(slots=True, eq=False, weakref_slot=False)
 class AsyncWork:
     """The tasks of async nodes and handlers, by owner."""
 
-    __slots__ = ("busy", "by_owner", "inflight", "on_done")
-
-    def __init__(self, on_done: Callable[[], None]) -> None:
-        self.by_owner: dict[object, asyncio.Task[None]] = {}
-        self.inflight: set[asyncio.Task[None]] = set()
-        self.busy: dict[Handler, None] = {}
-        """Handlers whose stream has a handling in flight (until its verdict)."""
-        self.on_done = on_done
+    on_done: Callable[[], None]
+    by_owner: dict[object, asyncio.Task[None]] = attrs.field(factory=dict, init=False)
+    inflight: set[asyncio.Task[None]] = attrs.field(factory=set, init=False)
+    busy: dict[Handler, None] = attrs.field(factory=dict, init=False)
+    """Handlers whose stream has a handling in flight (until its verdict)."""
 
     def __bool__(self) -> bool:
         return bool(self.inflight or self.busy)

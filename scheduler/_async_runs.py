@@ -18,19 +18,19 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import attrs
+
 from cells import Transaction
 
 from ._host import Host
 from ._node import Node
 
 
+@attrs.define(slots=True, eq=False, weakref_slot=False)
 class AsyncRuns:
     """Starts and finishes the async runs of one scheduler's nodes."""
 
-    __slots__ = ("_host",)
-
-    def __init__(self, host: Host) -> None:
-        self._host = host
+    _host: Host
 
     def start(self, node: Node, tx: Transaction, awaitable: Any) -> None:
         """Run `node`'s awaitable in a task (superseding its previous one); commit `tx`

@@ -23,6 +23,8 @@ import inspect
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import attrs
+
 from cells import (
     Cell,
     CellweaveError,
@@ -51,13 +53,11 @@ from ._events import (
 from ._host import MAX_PASSES_PER_SETTLE, Host
 
 
+@attrs.define(slots=True, eq=False, weakref_slot=False)
 class Dispatch:
     """The handlers and event dispatch of one scheduler."""
 
-    __slots__ = ("_host",)
-
-    def __init__(self, host: Host) -> None:
-        self._host = host
+    _host: Host
 
     def add_handler(
         self,

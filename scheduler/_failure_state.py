@@ -18,6 +18,8 @@ Not here: the error records themselves (`_failures`), or when nodes run.
 
 from __future__ import annotations
 
+import attrs
+
 from cells import MISSING, Cell, CellweaveError, Transaction, read_value
 
 from ._failures import ErrorRecord, FailingIndex
@@ -27,17 +29,15 @@ from ._observe import Observations
 from .errors import NodeError
 
 
+@attrs.define(slots=True, eq=False, weakref_slot=False)
 class Failures:
     """The failing nodes of one scheduler, and where their errors go."""
 
-    __slots__ = ("_host", "index", "observations", "raised")
-
-    def __init__(self, host: Host, observations: Observations) -> None:
-        self._host = host
-        self.observations = observations
-        self.index = FailingIndex()
-        self.raised: dict[Node, NodeError] = {}
-        """Nodes that raised in this settle; reported when it ends if still failing."""
+    _host: Host
+    observations: Observations
+    index: FailingIndex = attrs.field(factory=FailingIndex, init=False)
+    raised: dict[Node, NodeError] = attrs.field(factory=dict, init=False)
+    """Nodes that raised in this settle; reported when it ends if still failing."""
 
     def fail(self, node: Node, exc: Exception) -> None:
         """`node` raised: it is failing until it runs again (an input changes). Its

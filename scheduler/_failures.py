@@ -111,13 +111,11 @@ class ErrorLog:
         assert maxlen is not None and len(self._records) <= maxlen
 
 
+@attrs.define(slots=True, eq=False, weakref_slot=False)
 class FailingIndex:
     """Failing nodes by the documents they write: which failure does a read see?"""
 
-    __slots__ = ("_by_doc",)
-
-    def __init__(self) -> None:
-        self._by_doc: dict[DocKey, dict[Node, None]] = {}
+    _by_doc: dict[DocKey, dict[Node, None]] = attrs.field(factory=dict, init=False)
 
     def __bool__(self) -> bool:
         return bool(self._by_doc)

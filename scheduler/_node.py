@@ -36,6 +36,7 @@ ReadSet: TypeAlias = Mapping[DocKey, ReadEntry]
 """Per document read: its `ReadEntry`. A dict, or a `OneRead` for one document."""
 
 
+@attrs.define(slots=True, eq=False, weakref_slot=False, repr=False)
 class OneRead(Mapping[DocKey, ReadEntry]):
     """A read set of exactly one document, the usual one (a node reads its input).
 
@@ -43,11 +44,8 @@ class OneRead(Mapping[DocKey, ReadEntry]):
     computation. Read-only, like every read set (a new read set replaces the old).
     """
 
-    __slots__ = ("entry", "key")
-
-    def __init__(self, key: DocKey, entry: ReadEntry) -> None:
-        self.key = key
-        self.entry = entry
+    key: DocKey
+    entry: ReadEntry
 
     def __getitem__(self, key: DocKey) -> ReadEntry:
         if key == self.key:
@@ -81,6 +79,7 @@ def lean_reads(reads: ReadSet) -> ReadSet:
     return OneRead(key, entry)
 
 
+@attrs.define(slots=True, eq=False, weakref_slot=False)
 class Gates:
     """A node's rarely used state: time gates, backoff, commit retries, last error.
 
@@ -88,26 +87,14 @@ class Gates:
     back off, retry or raise, and these eight fields would otherwise cost every node.
     """
 
-    __slots__ = (
-        "backoff_streak",
-        "backoff_until",
-        "debounce",
-        "debounce_ready_at",
-        "error",
-        "retries",
-        "throttle",
-        "throttle_ready_at",
-    )
-
-    def __init__(self) -> None:
-        self.debounce = 0.0
-        self.throttle = 0.0
-        self.debounce_ready_at = 0.0
-        self.throttle_ready_at = 0.0
-        self.backoff_until = 0.0
-        self.backoff_streak = 0
-        self.retries = 0
-        self.error: BaseException | None = None
+    debounce: float = 0.0
+    throttle: float = 0.0
+    debounce_ready_at: float = 0.0
+    throttle_ready_at: float = 0.0
+    backoff_until: float = 0.0
+    backoff_streak: int = 0
+    retries: int = 0
+    error: BaseException | None = None
 
 
 @attrs.define(eq=False, slots=True, repr=False, weakref_slot=False)

@@ -27,6 +27,7 @@ import copy
 from collections.abc import Callable
 from typing import Any, Final
 
+import attrs
 import reactivex
 from reactivex import abc
 from reactivex.disposable import Disposable
@@ -47,17 +48,15 @@ class _Unset:
 _UNSET: Final = _Unset()
 
 
+@attrs.define(slots=True, eq=False, weakref_slot=False)
 class Observations:
     """The observations of one scheduler, by observed cell (identity and link)."""
 
-    __slots__ = ("_host", "suspect", "table")
-
-    def __init__(self, host: Host) -> None:
-        self._host = host
-        self.table: dict[ObservationKey, Observation] = {}
-        self.suspect = False
-        """A delivery inside a pass found a failing computation behind its value: the
-        settle's end decides whether that observation ends with `on_error`."""
+    _host: Host
+    table: dict[ObservationKey, Observation] = attrs.field(factory=dict, init=False)
+    suspect: bool = attrs.field(default=False, init=False)
+    """A delivery inside a pass found a failing computation behind its value: the
+    settle's end decides whether that observation ends with `on_error`."""
 
     def observe(self, cell: Cell) -> reactivex.Observable[Any]:
         """See `Scheduler.observe`."""
@@ -121,22 +120,18 @@ class Observations:
             observation._check()
 
 
+@attrs.define(slots=True, eq=False, weakref_slot=False)
 class Observation:
     """One observed cell: its subscribers and the one sink node that feeds them."""
 
-    __slots__ = ("_cancel", "_last", "_observers", "_scheduler", "_table", "cell", "ended", "key")
-
-    def __init__(
-        self, table: Observations, scheduler: Host, cell: Cell, key: ObservationKey
-    ) -> None:
-        self._table = table
-        self._scheduler = scheduler
-        self.cell = cell
-        self.key = key
-        self._observers: list[abc.ObserverBase[Any]] = []
-        self._cancel: Callable[[], None] | None = None
-        self._last: Any = _UNSET
-        self.ended = False
+    _table: Observations
+    _scheduler: Host
+    cell: Cell
+    key: ObservationKey
+    _observers: list[abc.ObserverBase[Any]] = attrs.field(factory=list, init=False)
+    _cancel: Callable[[], None] | None = attrs.field(default=None, init=False)
+    _last: Any = attrs.field(default=_UNSET, init=False)
+    ended: bool = attrs.field(default=False, init=False)
 
     def __repr__(self) -> str:
         return f"<Observation {self.cell!r} subscribers={len(self._observers)}>"

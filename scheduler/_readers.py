@@ -20,6 +20,8 @@ from collections.abc import Iterable
 from itertools import compress
 from operator import is_not
 
+import attrs
+
 from cells import MISSING, Change, DocKey, Link, Path, same_value, value_equal
 
 from ._node import Node, OneRead, ReadEntry, ReadSet
@@ -147,6 +149,9 @@ class _Trie:
     `[..., i]` and those above it, not every reader of the document.
     """
 
+    # Hand-written, not attrs: a trie node is made per read path element when a
+    # well-read document's trie is built, and attrs' `factory=dict` fields made it
+    # about 35% slower to create (1074 ns against 780 ns, measured).
     __slots__ = ("children", "deep", "shallow")
 
     def __init__(self) -> None:
@@ -209,18 +214,16 @@ def _value_changed(b: object, a: object) -> bool:
     return not same_value(b, a)
 
 
+@attrs.define(slots=True, eq=False, weakref_slot=False)
 class ReaderIndex:
     """Readers per document, deep and shallow (and a path trie for well-read documents)."""
 
-    __slots__ = ("comparisons", "deep", "shallow", "tries")
-
-    def __init__(self) -> None:
-        self.deep: dict[DocKey, dict[Node, tuple[Path, ...]]] = {}
-        self.shallow: dict[DocKey, dict[Node, tuple[Path, ...]]] = {}
-        self.tries: dict[DocKey, _Trie] = {}
-        """Made by `match` once a document has `TRIE_READERS` readers, then kept in
-        step by `apply` until the document has no readers."""
-        self.comparisons = 0
+    deep: dict[DocKey, dict[Node, tuple[Path, ...]]] = attrs.field(factory=dict, init=False)
+    shallow: dict[DocKey, dict[Node, tuple[Path, ...]]] = attrs.field(factory=dict, init=False)
+    tries: dict[DocKey, _Trie] = attrs.field(factory=dict, init=False)
+    """Made by `match` once a document has `TRIE_READERS` readers, then kept in
+    step by `apply` until the document has no readers."""
+    comparisons: int = attrs.field(default=0, init=False)
 
     def apply(self, node: Node, new: ReadSet) -> list[DocKey]:
         """Replace `node`'s read set by `new` as a delta; returns the documents that changed."""

@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
+import attrs
+
 from cells import (
     MISSING,
     Cell,
@@ -152,6 +154,7 @@ def _plain(value: Any) -> Any:
     return None if value is MISSING else value
 
 
+@attrs.define(slots=True, eq=False, weakref_slot=False)
 class Derive:
     """The node function of `Scheduler.derive`: writes `fn(*input values)` at `path`.
 
@@ -160,15 +163,10 @@ class Derive:
     `Link` itself when there is one (no tuple), else a tuple of links.
     """
 
-    __slots__ = ("fn", "inputs", "key", "path")
-
-    def __init__(
-        self, fn: Callable[..., Any], inputs: Link | tuple[Link, ...], key: DocKey, path: Path
-    ) -> None:
-        self.fn = fn
-        self.inputs = inputs
-        self.key = key
-        self.path = path
+    fn: Callable[..., Any]
+    inputs: Link | tuple[Link, ...]
+    key: DocKey
+    path: Path
 
     def __call__(self, tx: Transaction) -> None:
         inputs = self.inputs
@@ -187,6 +185,7 @@ class _Unset:
 _UNSET: Final = _Unset()
 
 
+@attrs.define(slots=True, eq=False, weakref_slot=False)
 class Sink:
     """The node function of `Scheduler.sink`: reads the value, delivers it after the pass.
 
@@ -195,19 +194,19 @@ class Sink:
     delivered value.
     """
 
-    __slots__ = ("fn", "link", "materializer", "node", "pending", "scheduler", "shown")
-
-    def __init__(self, scheduler: Host, link: Link, fn: Callable[[Any], None]) -> None:
-        self.scheduler = scheduler
-        self.link = link
-        # Keeps the materialized value between runs: after a one-element edit of a long
-        # mapped list, only that element's links are read again, and the unchanged
-        # elements stay the same objects (the patch diff skips them by identity).
-        self.materializer = Materializer(scheduler.replica)
-        self.fn: Any = fn
-        self.node: Node | None = None
-        self.shown: Any = _UNSET
-        self.pending: Any = _UNSET
+    scheduler: Host
+    link: Link
+    fn: Any
+    # Keeps the materialized value between runs: after a one-element edit of a long
+    # mapped list, only that element's links are read again, and the unchanged
+    # elements stay the same objects (the patch diff skips them by identity).
+    materializer: Materializer = attrs.field(
+        default=attrs.Factory(lambda self: Materializer(self.scheduler.replica), takes_self=True),
+        init=False,
+    )
+    node: Node | None = attrs.field(default=None, init=False)
+    shown: Any = attrs.field(default=_UNSET, init=False)
+    pending: Any = attrs.field(default=_UNSET, init=False)
 
     def __call__(self, tx: Transaction) -> None:
         value = self.materializer.read(tx, self.link)
@@ -231,14 +230,13 @@ class Sink:
         self.fn(self.materializer.thaw(value) if t is dict or t is list else value)
 
 
+@attrs.define(slots=True, eq=False, weakref_slot=False)
 class PatchSink(Sink):
     """`Scheduler.sink_patches`: delivers JSON Patch operations instead of the value.
 
     The run does not compare values (the diff after the pass does, once): an equal
     value yields no operation and no call.
     """
-
-    __slots__ = ()
 
     def __call__(self, tx: Transaction) -> None:
         value = self.materializer.read(tx, self.link)

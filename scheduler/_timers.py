@@ -29,6 +29,7 @@ import math
 from collections.abc import Iterable
 from typing import Final, cast
 
+import attrs
 from sortedcontainers import SortedList
 
 from cells import InvalidArgumentError
@@ -43,18 +44,16 @@ BACKOFF_CAP: Final = 2.0
 """The longest backoff, in seconds."""
 
 
+@attrs.define(slots=True, eq=False, weakref_slot=False)
 class Timers:
     """The time gates and the wake timer of one scheduler."""
 
-    __slots__ = ("_gated", "_host", "_timer", "_timer_at", "_timer_loop")
-
-    def __init__(self, host: Host) -> None:
-        self._host = host
-        self._gated: SortedList[tuple[float, int, Node]] = SortedList()
-        """(eligible_at, ordinal, node) of every registered node with a time gate."""
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at = 0.0
-        self._timer_loop: asyncio.AbstractEventLoop | None = None
+    _host: Host
+    _gated: SortedList[tuple[float, int, Node]] = attrs.field(factory=SortedList, init=False)
+    """(eligible_at, ordinal, node) of every registered node with a time gate."""
+    _timer: asyncio.TimerHandle | None = attrs.field(default=None, init=False)
+    _timer_at: float = attrs.field(default=0.0, init=False)
+    _timer_loop: asyncio.AbstractEventLoop | None = attrs.field(default=None, init=False)
 
     def set_debounce(self, node: Node, seconds: float) -> None:
         """Run `node` only once its inputs have been quiet for `seconds` (0 turns it off)."""
