@@ -22,7 +22,7 @@ import attrs
 
 from cells import MISSING, Cell, CellweaveError, Transaction, read_value
 
-from ._failures import ErrorRecord, FailingIndex
+from ._failures import FailingIndex
 from ._host import Host
 from ._node import Node
 from ._observe import Observations
@@ -69,10 +69,6 @@ class Failures:
             gates.error = None
             self.index.discard(node)
 
-    def pending_report(self) -> bool:
-        """Whether `report` has anything to do. O(1)."""
-        return bool(self.raised or self.observations.suspect)
-
     def report(self) -> None:
         """The settle ended: record the nodes still failing, end the observations a
         failing computation feeds."""
@@ -114,9 +110,6 @@ class Failures:
         )
         err.__cause__ = cause
         return err
-
-    def records(self) -> list[ErrorRecord]:
-        return self._host.errors_log.records()
 
     def _check(self) -> None:
         self.index._check()

@@ -316,13 +316,15 @@ class Passes:
                     pumped = True  # a pass ends with a pump
                 else:
                     pumped = False
-                    if not self._dispatch.dispatch_next():
+                    # (No queued event: nothing to dispatch, and no clock read for it.)
+                    if not self.events.queue or not self._dispatch.dispatch_next():
                         break
         finally:
             self._settling = False
         self._timers.arm()
-        if self._failures.pending_report():
-            self._failures.report()
+        failures = self._failures
+        if failures.raised or failures.observations.suspect:  # (`pending_report`, inlined)
+            failures.report()
 
     def _report_failures(self) -> None:
         self._failures.report()

@@ -128,11 +128,11 @@ class Timers:
         clock = host.clock
         if not isinstance(clock, SystemClock):
             return  # a manual clock: the test advances it and calls settle()
+        if not self._gated and not host.events.queue:
+            return  # nothing waits on time (the usual settle): no clock read
         now = clock.now()
         # (The first waiting node is the earliest: the list is ordered by gate.)
-        pending = (
-            [n.eligible_at for n in itertools.islice(self._waiting(now), 1)] if self._gated else []
-        )
+        pending = [n.eligible_at for n in itertools.islice(self._waiting(now), 1)]
         head = host.events.head()
         if head is not None and head.not_before > now:
             pending.append(head.not_before)
