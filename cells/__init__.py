@@ -50,6 +50,7 @@ from ._outcome import Outcome as Outcome
 from ._outcome import classify as classify
 from ._patch import patch_ops as patch_ops
 from ._pending import Pending as Pending
+from ._pending import running_loop as running_loop
 from ._replica import Change as Change
 from ._replica import Notification as Notification
 from ._replica import Replica as Replica
@@ -81,10 +82,10 @@ from .errors import StoreError as StoreError
 from .errors import TransactionAborted as TransactionAborted
 from .errors import TransactionError as TransactionError
 from .stores import MemoryStore as MemoryStore
-from .stores import SQLiteStore as SQLiteStore
 
 if TYPE_CHECKING:
     from .stores import PostgresStore as PostgresStore
+    from .stores import SQLiteStore as SQLiteStore
 
 __all__ = [
     "INTERNAL_PREFIX",
@@ -154,6 +155,7 @@ __all__ = [
     "reaches",
     "read_value",
     "resolve",
+    "running_loop",
     "same_value",
     "set_path",
     "thaw",
@@ -162,7 +164,13 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    # PostgresStore needs psycopg (the extra `cellweave[postgres]`): imported on first use.
+    # The SQL stores are imported on first use: `import cells` (and `import runner`)
+    # must not pay for sqlite3 and the SQL machinery in a program that never opens
+    # one; PostgresStore also needs psycopg (the extra `cellweave[postgres]`).
+    if name == "SQLiteStore":
+        from .stores.sqlite import SQLiteStore
+
+        return SQLiteStore
     if name == "PostgresStore":
         from .stores.postgres import PostgresStore
 

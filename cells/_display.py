@@ -6,12 +6,13 @@ short), `text/html` (a static rendering: a list of records as a table, other
 values as a tree; every string escaped) and `application/json` (the value as
 plain data). Rendering is bounded: at most `MAX_ITEMS` elements per list or
 dict and `MAX_DEPTH` levels are drawn, so a 10,000-row list displays at once.
+
+`html` and `json` are imported by the functions that draw: `import cells` runs in
+programs that never display anything.
 """
 
 from __future__ import annotations
 
-import html
-import json
 from typing import Any, Final
 
 MAX_ITEMS: Final = 50
@@ -21,6 +22,8 @@ SHORT: Final = 80
 
 def short(value: Any, limit: int = SHORT) -> str:
     """`value` as compact JSON, cut to `limit` characters with an ellipsis."""
+    import json
+
     try:
         text = json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=repr)
     except (TypeError, ValueError):
@@ -37,6 +40,8 @@ def _columns(items: list[Any]) -> list[str] | None:
 
 def value_html(value: Any, depth: int = 0) -> str:
     """A static, escaped HTML rendering of a JSON-like value."""
+    import html
+
     esc = html.escape
     if depth >= MAX_DEPTH:
         return f"<code>{esc(short(value, 40))}</code>"
@@ -74,11 +79,15 @@ def value_html(value: Any, depth: int = 0) -> str:
 
 def plain_data(value: Any) -> Any:
     """`value` as JSON-serialisable data (anything else becomes its repr)."""
+    import json
+
     return json.loads(json.dumps(value, default=repr, allow_nan=False))
 
 
 def mimebundle(title: str, value: Any) -> dict[str, Any]:
     """The bundle every cellweave object displays as (see the module docstring)."""
+    import html
+
     try:
         data = plain_data(value)
     except ValueError:

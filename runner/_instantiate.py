@@ -37,7 +37,6 @@ instance that lets go of it.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -55,6 +54,7 @@ from cells import (
     Transaction,
     read_value,
     resolve,
+    running_loop,
     thaw,
 )
 from scheduler import Node, QueuedEvent
@@ -251,13 +251,11 @@ def _lift(
 def need_loop(label: str) -> None:
     """An async function runs only on a running event loop: fail before calling it
     (a coroutine made and never awaited would be lost, and warn)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
+    if running_loop() is None:
         raise CellweaveError(
             f"{label} is async: it runs only while an event loop runs (await rt.idle(),"
             " pull() or a send's handle instead of settle())"
-        ) from None
+        )
 
 
 def _holds_instances(value: Any) -> bool:

@@ -57,7 +57,6 @@ Invariants (checked by `_check`)
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
@@ -83,8 +82,6 @@ if TYPE_CHECKING:
     from ._runtime import Runtime
 
 MAX_RECORD_RETRIES: Final = 10
-
-log = logging.getLogger("cellweave")
 
 
 class PageRecord:
@@ -361,7 +358,9 @@ class Pages:
                 self.rt.runner.trace.record(
                     "page-stop-failed", str(page.link), outcome=res.outcome.name
                 )
-                log.error(
+                import logging  # (here, not at the top: `import runner` stays cheap)
+
+                logging.getLogger("cellweave").error(
                     "cellweave: the stop of page %s did not become durable: %r",
                     describe(page.link),
                     error,

@@ -31,10 +31,9 @@ none of them, and `aclose()` closes whatever happened.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from cells import (
     Cell,
@@ -53,6 +52,7 @@ from cells import (
     describe_id,
     entity_id,
     mimebundle,
+    running_loop,
 )
 from scheduler import CallbackError, Clock, ErrorRecord, Scheduler
 
@@ -66,6 +66,12 @@ from ._send import Sends
 from ._sent import Sent
 from ._state import describe as describe_state
 from .errors import ArgumentError, OwnershipError, PatternError, ResumeError
+
+if TYPE_CHECKING:
+    # At run time asyncio is imported only inside coroutines (a loop runs, so it is
+    # loaded); "is a loop running" is `cells.running_loop()`: `import runner` stays
+    # free of asyncio's 20 ms for programs that never await.
+    import asyncio
 
 
 class Inspection(dict[str, Any]):
@@ -349,6 +355,8 @@ class Runtime:
     async def __aenter__(self) -> Runtime:
         # Deliveries from the store (other sessions' commits) wake this loop from now
         # on, also for a runtime made before the loop ran.
+        import asyncio  # loaded: this coroutine runs on a loop
+
         self.replica.mailbox.attach(asyncio.get_running_loop())
         return self
 
@@ -534,13 +542,12 @@ class Runtime:
         check_same_store(cell, self.replica, "rt.start")
         if cell.identity != identity:
             check.own_cell(identity, cell, "rt.start")
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
+        loop = running_loop()
+        if loop is None:
             raise CellweaveError(
                 f"rt.start({cell!r}) needs a running event loop: call it from async code"
                 " (await rt.start(cell)), e.g. inside asyncio.run(...) or a notebook"
-            ) from None
+            )
         self.replica.mailbox.attach(loop)
         return _future(loop, self.runner.start(cell.link(), identity))
 
@@ -779,12 +786,11 @@ class Runtime:
         check.check_cell(cell, "rt.open_page")
         check_same_store(cell, self.replica, "rt.open_page")
         check.check_bool(follow, "rt.open_page", "follow")
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
+        loop = running_loop()
+        if loop is None:
             raise CellweaveError(
                 f"rt.open_page({cell!r}) needs a running event loop: call it from async code"
-            ) from None
+            )
         self.replica.mailbox.attach(loop)
         return _future(
             loop, self._open_page(cell.link(), cell.identity, via="open_page", follow=follow)
@@ -806,6 +812,8 @@ class Runtime:
         return self._pages(self.identity, principal)
 
     async def _resume(self, identity: Identity) -> list[Cell]:
+        import asyncio  # loaded: this coroutine runs on a loop
+
         self._require_open()
         loop = asyncio.get_running_loop()
         self.replica.mailbox.attach(loop)
@@ -853,6 +861,8 @@ class Runtime:
         Raises no error of a computation, handler or callback: those are not the
         waiter's (each went to its own home: the value's `pull()` and observers, the
         send's handle, `errors()` and the `cellweave` log)."""
+        import asyncio  # loaded: this coroutine runs on a loop
+
         self._require_open()
         loop = asyncio.get_running_loop()
         while True:

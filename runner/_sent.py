@@ -19,12 +19,14 @@ Invariants
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Generator
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from cells import CellweaveError
 from scheduler import QueuedEvent
+
+if TYPE_CHECKING:
+    import asyncio  # at run time imported where used: `import runner` stays cheap
 
 Outcome = Literal["done", "dropped"]
 _ENDS: Final = ("done", "dropped", "failed")
@@ -105,12 +107,16 @@ class Sent:
             return "done"
         if status == "dropped":
             return "dropped"
+        import asyncio
+
         raise asyncio.InvalidStateError(f"{self!r} is not settled yet")
 
     def __await__(self) -> Generator[Any, None, Outcome]:
         return self._wait().__await__()
 
     async def _wait(self) -> Outcome:
+        import asyncio  # loaded: this coroutine runs on a loop
+
         # Drive the runtime until the event is settled; an event that still waits after
         # that (on the commit of the transaction that sent it) is waited for.
         # It stops waiting as soon as its event settles: an async handler of another

@@ -22,17 +22,19 @@ Invariants (checked by `_check`)
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import inspect
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from cells import CellweaveError, Transaction
+from cells import CellweaveError, Transaction, running_loop
 
 from ._events import Handler
+
+if TYPE_CHECKING:
+    import asyncio  # at run time only where a loop runs (it is loaded then): see running_loop
 
 handling_tx: contextvars.ContextVar[Transaction | None] = contextvars.ContextVar(
     "cellweave_handling_tx", default=None
@@ -68,9 +70,8 @@ class AsyncWork:
         task cancelled before its first step never awaited it, and it must not warn).
         When no event loop runs, `work` and `inner` are closed and `CellweaveError`
         says that `name` is async (then `hint`): nothing could ever await it."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
+        loop = running_loop()
+        if loop is None:
             work.close()
             if inspect.iscoroutine(inner):
                 inner.close()

@@ -15,8 +15,7 @@ Not here: the task table (`_async`), or handlers' async handling (`_dispatch`).
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -24,6 +23,9 @@ from cells import Transaction
 
 from ._host import Host
 from ._node import Node
+
+if TYPE_CHECKING:
+    import asyncio  # at run time only where a loop runs (it is loaded then): see running_loop
 
 
 @attrs.define(slots=True, eq=False, weakref_slot=False)
@@ -56,6 +58,8 @@ def _start(host: Host, node: Node, tx: Transaction, awaitable: Any) -> None:
 
 
 async def _finish(host: Host, node: Node, tx: Transaction, awaitable: Any) -> None:
+    import asyncio  # loaded: this coroutine runs on a loop
+
     task = asyncio.current_task()
     work = host.work
     try:

@@ -17,11 +17,10 @@ Not here: when passes run (`_passes`), or the lane's data (`_events`).
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -51,6 +50,9 @@ from ._events import (
     retry_delay,
 )
 from ._host import MAX_PASSES_PER_SETTLE, Host
+
+if TYPE_CHECKING:
+    import asyncio  # at run time only where a loop runs (it is loaded then): see running_loop
 
 
 @attrs.define(slots=True, eq=False, weakref_slot=False)
@@ -326,6 +328,8 @@ class Dispatch:
         task.add_done_callback(ended)
 
     async def _finish_event(self, ev: QueuedEvent, tx: Transaction, awaitable: Any) -> None:
+        import asyncio  # loaded: this coroutine runs on a loop
+
         handler = ev.handler
         task = asyncio.current_task()
         handling_tx.set(tx)  # (this task's own context) the origin of what it sends

@@ -30,7 +30,7 @@ Invariants (checked by `_check`)
 from __future__ import annotations
 
 import itertools
-import secrets
+import os
 from collections.abc import Callable
 from typing import Any, Final, Literal
 
@@ -188,7 +188,7 @@ class EventLane:
         with its function let go (newest last, at most `MAX_RETIRED`)."""
         self.queue: SortedKeyList[QueuedEvent, int] = SortedKeyList(key=_event_seq)
         self._seqs = itertools.count()
-        self._nonce = secrets.token_hex(8)
+        self._nonce = os.urandom(8).hex()  # (what secrets.token_hex does, without its import)
         self._minted = itertools.count()
 
     def mint_id(self) -> str:

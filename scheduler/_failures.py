@@ -20,7 +20,6 @@ Not here: when nodes run (the scheduler) or who ends what (the runner).
 from __future__ import annotations
 
 import collections
-import logging
 import time
 from collections.abc import Iterable
 from typing import Any, Final, Literal
@@ -36,8 +35,9 @@ MAX_ERRORS: Final = 100
 
 ErrorKind = Literal["computation", "effect", "handler", "send", "callback"]
 
-logger: Final = logging.getLogger("cellweave.scheduler")
-"""Every recorded error is logged here once, at ERROR level, with its traceback."""
+LOGGER: Final = "cellweave.scheduler"
+"""Every recorded error is logged on this logger once, at ERROR level, with its
+traceback. (`logging` is imported by the first error: `import scheduler` stays cheap.)"""
 
 
 @attrs.frozen
@@ -93,7 +93,9 @@ class ErrorLog:
         record = ErrorRecord(time.time(), kind, source, cell, str(error), error)
         self._records.append(record)
         self.total += 1
-        logger.error(
+        import logging
+
+        logging.getLogger(LOGGER).error(
             "%s %s failed%s: %s",
             kind,
             source,

@@ -25,17 +25,21 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
-import reactivex
-from reactivex import abc
-from reactivex.disposable import Disposable
 
 from cells import Cell, DocKey, Identity, Link, patch_ops, thaw
 
 from ._host import Host
 from .errors import CallbackError
+
+if TYPE_CHECKING:
+    # reactivex (about 14 ms to import) is loaded by the first `observe()`: most
+    # programs never call it, and `import runner` must stay cheap.
+    import reactivex
+    from reactivex import abc
+    from reactivex.disposable import Disposable
 
 ObservationKey = tuple[Identity, Link]
 
@@ -60,6 +64,9 @@ class Observations:
 
     def observe(self, cell: Cell) -> reactivex.Observable[Any]:
         """See `Scheduler.observe`."""
+        import reactivex
+        from reactivex.disposable import Disposable
+
         key = (cell.identity, cell.link())
         host = self._host
 
@@ -76,6 +83,7 @@ class Observations:
 
     def observe_patches(self, cell: Cell) -> reactivex.Observable[list[dict[str, Any]]]:
         """See `Scheduler.observe_patches`."""
+        import reactivex
 
         def subscribe(observer: Any, scheduler: Any = None) -> abc.DisposableBase:
             last: list[Any] = [_UNSET]
@@ -152,6 +160,8 @@ class Observation:
                 self._cancel = cancel
         elif self._last is not _UNSET:
             observer.on_next(copy.deepcopy(self._last))
+        from reactivex.disposable import Disposable  # loaded by `observe()` already
+
         return Disposable(lambda: self._unsubscribe(observer))
 
     def _unsubscribe(self, observer: abc.ObserverBase[Any]) -> None:

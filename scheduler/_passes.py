@@ -38,12 +38,11 @@ Invariants (checked by `Scheduler._check`)
 
 from __future__ import annotations
 
-import asyncio
 import heapq
 import inspect
 import itertools
 from collections.abc import Callable, Iterable
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from cells import (
     CommitResult,
@@ -56,6 +55,7 @@ from cells import (
     Replica,
     Transaction,
     TransactionError,
+    running_loop,
 )
 
 from ._async import AsyncWork
@@ -70,6 +70,9 @@ from ._node import Node, NodeKind, OneRead, lean_reads
 from ._readers import ReaderIndex, compact_reads
 from ._sinks import deliver_all
 from ._timers import Timers
+
+if TYPE_CHECKING:
+    import asyncio  # at run time only where a loop runs (it is loaded then): see running_loop
 
 MAX_ITERS: Final = 10
 """Drains per pass before remaining work is deferred."""
@@ -507,9 +510,8 @@ class Passes:
         stale one runs again, a stream's next event goes)."""
         if self._kicked or self._closed:
             return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
+        loop = running_loop()
+        if loop is None:
             return
         self._kicked = True
 
@@ -573,7 +575,7 @@ class Passes:
         # inlined, the cheapest test first.)
         if not (self._candidates or len(mailbox) or self.events.queue):
             return
-        loop = asyncio._get_running_loop()
+        loop = running_loop()
         if loop is None or self._pass_loop is loop:
             return
         # The mailbox drains on this loop from now on, so verdicts and other sessions'

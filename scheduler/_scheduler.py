@@ -20,13 +20,11 @@ Invariants (checked by `_check`): those of `Passes` and of every part.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
-import reactivex
 
 from cells import (
     Authority,
@@ -37,6 +35,7 @@ from cells import (
     Path,
     Replica,
     Transaction,
+    running_loop,
 )
 
 from ._async import AsyncWork
@@ -55,6 +54,14 @@ from ._readers import ReaderIndex
 from ._sinks import PatchSink, Sink, add_sink, derive, pull, pull_now
 from ._timers import Timers
 from .errors import NodeError
+
+if TYPE_CHECKING:
+    # reactivex (about 14 ms to import) loads with the first `observe()`, asyncio
+    # (about 20 ms) where a coroutine is awaited (it is loaded then); whether a loop
+    # runs is `cells.running_loop()`, which imports nothing: `import runner` stays cheap.
+    import asyncio
+
+    import reactivex
 
 
 class Scheduler(Passes):
@@ -103,7 +110,7 @@ class Scheduler(Passes):
         # Verdicts, loads and other sessions' commits arrive on the mailbox: after
         # each drain that delivered something, propagate on the running loop.
         replica.mailbox.after_drain = self._on_drained
-        loop = asyncio._get_running_loop()
+        loop = running_loop()
         if loop is not None:
             replica.mailbox.attach(loop)
 
@@ -321,6 +328,8 @@ class Scheduler(Passes):
 
     async def idle(self) -> None:
         """Wait until nothing is runnable, no verdict or load is in flight, nothing is queued."""
+        import asyncio  # loaded: this coroutine runs on a loop
+
         loop = asyncio.get_running_loop()
         self.replica.mailbox.attach(loop)
         while True:

@@ -23,20 +23,22 @@ Not here: what a pass runs (`_passes`), or event retry delays (`_events`).
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import math
 from collections.abc import Iterable
-from typing import Final, cast
+from typing import TYPE_CHECKING, Final, cast
 
 import attrs
 from sortedcontainers import SortedList
 
-from cells import InvalidArgumentError
+from cells import InvalidArgumentError, running_loop
 
 from ._clock import SystemClock
 from ._host import Host
 from ._node import Node
+
+if TYPE_CHECKING:
+    import asyncio  # at run time only where a loop runs (it is loaded then): see running_loop
 
 BACKOFF_BASE: Final = 0.25
 """The first backoff of a deferred node, in seconds; doubled per deferral in a row."""
@@ -138,9 +140,8 @@ class Timers:
             pending.append(head.not_before)
         if not pending:
             return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
+        loop = running_loop()
+        if loop is None:
             return
         at = min(pending)
         timer = self._timer
