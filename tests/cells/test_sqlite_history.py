@@ -72,6 +72,53 @@ def test_history_of_one_document_stays_bounded_under_churn(stores: Make, db: FsP
     store._check()
 
 
+def test_history_stays_bounded_when_each_commit_writes_many_documents(
+    stores: Make, db: FsPath
+) -> None:
+    # More documents per commit than one pruning check statement takes (150), so the
+    # check runs in chunks; every document must still be pruned.
+    store = stores(db)
+    space = Space(store, "h")
+    docs = [space.get_cell(f"doc-{i}") for i in range(160)]
+    cycles = 2 * REVISIONS_KEPT + 2
+    for n in range(cycles):
+        tx = space.edit()
+        for cell in docs:
+            tx.write(cell.doc_key, ("value",), n)
+        assert tx.commit().wait(WAIT).ok
+    assert [cycles - 1] * len(docs) == [store.read_durable(c.doc_key)["value"] for c in docs]
+    assert rows(db, "revision") <= len(docs) * (REVISIONS_KEPT + 2)
+    assert rows(db, "revision_floor") == len(docs)
+    store._check()
+
+
+def test_a_commit_writing_below_many_documents_builds_on_each_stored_value(
+    stores: Make, db: FsPath
+) -> None:
+    # A second store object writes blind (it never read the documents), so the store
+    # must build each written document from its own stored head: existing, deleted and
+    # never-written documents in one commit, in more than one read statement.
+    store = stores(db)
+    space = Space(store, "h")
+    cells = [space.get_cell(f"doc-{i}") for i in range(200)]
+    tx = space.edit()
+    for i, cell in enumerate(cells[:150]):
+        tx.write(cell.doc_key, (), {"value": {"kept": i}})
+    assert tx.commit().wait(WAIT).ok
+    tx = space.edit()
+    tx.write(cells[0].doc_key, (), MISSING)  # deleted: a head row whose value is NULL
+    assert tx.commit().wait(WAIT).ok
+    blind = Space(stores(db), "h")
+    tx = blind.edit()
+    for cell in cells:
+        tx.write(cell.doc_key, ("value", "new"), 1)
+    assert tx.commit().wait(WAIT).ok
+    got = [store.read_durable(c.doc_key) for c in cells]
+    assert {"value": {"new": 1}} == got[0]
+    assert [{"value": {"kept": i, "new": 1}} for i in range(1, 150)] == got[1:150]
+    assert [{"value": {"new": 1}}] * 50 == got[150:]
+
+
 def test_a_basis_older_than_the_pruned_revisions_conflicts(stores: Make, db: FsPath) -> None:
     """The write that changed what A read was pruned; the kept ones touch another path.
     Without the floor, A's commit would be accepted on a stale read."""
