@@ -148,8 +148,10 @@ class Graph:
             writers = [w for w in upstream if w.registered]
             for w in writers:
                 w.live_refs -= 1
-            for w in writers:
-                self.withdraw(w)
+            # One recount of the union of their regions, not one per writer: k writers
+            # sharing an upstream region (the instances of one result that k principals
+            # started, all reading one shared document) would recount it k times.
+            self._withdraw(writers)
         for key in node.declared or ():
             self._unlink_half(self.declared_only, key, node)
         self.index.remove(node)
@@ -282,10 +284,17 @@ class Graph:
 
     def withdraw(self, origin: Node) -> None:
         """`origin` lost a reader or root status: recount its upstream region."""
-        if not origin.registered or origin.is_root:
+        self._withdraw((origin,))
+
+    def _withdraw(self, origins: Iterable[Node]) -> None:
+        """`origins` lost a reader or root status: recount the union of their upstream
+        regions once. (The union is closed upstream, as each region is, so the recount
+        below is exact for it: O(union's edges), where one withdraw per origin costs the
+        sum over the origins of their regions' edges.)"""
+        region: dict[Node, None] = {o: None for o in origins if o.registered and not o.is_root}
+        if not region:
             return
-        region: dict[Node, None] = {origin: None}
-        stack = [origin]
+        stack = list(region)
         while stack:
             n = stack.pop()
             for w in self.writers.get(n, ()):
