@@ -1,0 +1,142 @@
+"""Benchmarks of a restart: what reopening a durable runtime recomputes.
+
+Group ``restart``: a board maps a list of ``ELEMENTS`` numbers, one child with
+one lift per element (``items.map(Card)``), on a `SQLiteStore` file
+(``synchronous="NORMAL"``: the rows compare computation, not the disk's flush).
+
+- **first setup** (baseline), one op = one element: on a fresh file, set the
+  list, run the board, commit, and pull the board's result (every card
+  computes).
+- **restart**, one op = one element: on a file where that was done and the
+  runtime closed, open a new store and runtime on it, start the board again
+  and pull its result. Nothing changed, so the goal is no computation at all
+  (``runs`` 0) and at most 0.3x the first setup.
+
+Counted work: ``runs``, calls of the cards' lift function (counted inside it),
+and ``sent``, transactions the runtime's replica sent to the store.
+
+See docs/performance.md ("Restart") for numbers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import os
+import shutil
+import tempfile
+from typing import Any
+
+from bench.harness import BenchError, Counts, Finish, Run, bench
+from cells import SQLiteStore
+from runner import Runtime, lift, pattern
+
+ELEMENTS = int(os.environ.get("BENCH_RESTART_ELEMENTS", "10000"))
+"""Elements of the board (``BENCH_RESTART_ELEMENTS`` overrides, for a quick look)."""
+RUNS = [0]
+_dirs: list[str] = []
+
+
+def card(x: Any) -> Any:
+    RUNS[0] += 1
+    return {"n": x, "double": (x or 0) * 2}
+
+
+@pattern
+def Card(element):  # type: ignore[no-untyped-def]
+    return lift(card)(element)
+
+
+@pattern
+def Board(items):  # type: ignore[no-untyped-def]
+    return {"cards": items.map(Card)}
+
+
+def _clean_up() -> None:
+    while _dirs:
+        shutil.rmtree(_dirs.pop(), ignore_errors=True)
+
+
+atexit.register(_clean_up)
+
+
+def _fresh_file() -> str:
+    _clean_up()
+    directory = tempfile.mkdtemp(prefix="bench-restart-")
+    _dirs.append(directory)
+    return os.path.join(directory, "board.db")
+
+
+def _check(value: Any) -> None:
+    cards = value["cards"] if isinstance(value, dict) else None
+    if (
+        not isinstance(cards, list)
+        or len(cards) != ELEMENTS
+        or cards[-1]
+        != {
+            "n": ELEMENTS - 1,
+            "double": 2 * (ELEMENTS - 1),
+        }
+    ):
+        raise BenchError("restart: the board's result is wrong")
+
+
+async def _first_setup(path: str) -> tuple[Runtime, SQLiteStore]:
+    store = SQLiteStore(path, synchronous="NORMAL")
+    rt = Runtime(store, space="bench")
+    items, board = rt.get_cell("items"), rt.get_cell("board")
+    async with rt.edit() as tx:
+        items.with_tx(tx).set(list(range(ELEMENTS)))
+        rt.run(tx, Board, {"items": items}, board)
+    _check(await board.pull())
+    return rt, store
+
+
+async def _restart(path: str) -> tuple[Runtime, SQLiteStore]:
+    store = SQLiteStore(path, synchronous="NORMAL")
+    rt = Runtime(store, space="bench")
+    board = rt.get_cell("board")
+    await rt.start(board)
+    _check(await board.pull())
+    return rt, store
+
+
+async def _close(rt: Runtime, store: SQLiteStore) -> None:
+    await rt.aclose()
+    store.close()
+
+
+def _timed(path: str, *, first: bool) -> Run:
+    """One sample: a first setup or a restart on `path`, on an event loop of its own."""
+    loop = asyncio.new_event_loop()
+
+    def run() -> Finish:
+        runs = RUNS[0]
+        rt, store = loop.run_until_complete(_first_setup(path) if first else _restart(path))
+        ran = RUNS[0] - runs
+
+        def finish() -> Counts:
+            sent = rt.replica.stats.commits_sent
+            loop.run_until_complete(_close(rt, store))
+            loop.close()
+            if first and ran != ELEMENTS:
+                raise BenchError(f"restart: the first setup ran {ran} cards, not {ELEMENTS}")
+            return {"runs": ran, "sent": sent}
+
+        return finish
+
+    return run
+
+
+@bench(group="restart", name=f"first setup ({ELEMENTS} elements)", ops=ELEMENTS, baseline=True)
+def first_setup() -> Run:
+    return _timed(_fresh_file(), first=True)
+
+
+@bench(group="restart", name=f"restart ({ELEMENTS} elements)", ops=ELEMENTS)
+def restart() -> Run:
+    path = _fresh_file()
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(_close(*loop.run_until_complete(_first_setup(path))))
+    loop.close()
+    return _timed(path, first=False)
