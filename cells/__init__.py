@@ -49,6 +49,7 @@ from ._outcome import CommitResult as CommitResult
 from ._outcome import Outcome as Outcome
 from ._outcome import classify as classify
 from ._patch import patch_ops as patch_ops
+from ._patch import patch_ops_at as patch_ops_at
 from ._pending import Pending as Pending
 from ._pending import running_loop as running_loop
 from ._replica import Change as Change
@@ -152,6 +153,7 @@ __all__ = [
     "mimebundle",
     "normalize",
     "patch_ops",
+    "patch_ops_at",
     "reaches",
     "read_value",
     "resolve",

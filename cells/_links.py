@@ -9,6 +9,8 @@ it never hangs.
 
 from __future__ import annotations
 
+import itertools
+import operator
 import weakref
 from typing import Any, Final
 
@@ -59,10 +61,10 @@ def resolve(tx: Transaction, link: Link, *, follow_last: bool = True) -> Link:
 
 
 def _resolve(
-    tx: Transaction, link: Link, follow_last: bool, hops: list[DocKey] | None = None
+    tx: Transaction, link: Link, follow_last: bool, hops: list[tuple[DocKey, Path]] | None = None
 ) -> tuple[Link, DocKey]:
     """`resolve`, also returning the final place's document for `tx.identity` (and
-    adding every document a hop went through to `hops`)."""
+    adding the place of every hop, its document and full-document path, to `hops`)."""
     identity = tx.identity
     key = DocKey(link.space, link.id) if link.scope == "space" else link.key(identity)
     root = tx.peek(key, _VALUE_PATH)
@@ -86,9 +88,10 @@ def _resolve(
         at, target = found
         if at == len(current.path) and not follow_last:
             return current, key
-        tx.read(key, (VALUE, *current.path[:at]), shallow=True)
+        place = (VALUE, *current.path[:at])
+        tx.read(key, place, shallow=True)
         if hops is not None:
-            hops.append(key)
+            hops.append((key, place))
         marker = (key, current.path[:at])
         if marker in seen:
             names = tuple(map(str, chain))
@@ -239,12 +242,26 @@ class _Memo:
     `raw` is the value found at the link's target (never copied: stored values are
     never mutated), `out` its materialized value, `log` every read entry the link's
     whole subtree logged, in order (its own resolution and target read first, then
-    each kid's `log`), `kids` the memo of each link inside `raw` by its path there.
-    `valid` goes False when a document the link's own reads saw changes; `dirty`
-    holds the kids that are invalid or have invalid descendants.
+    each kid's `log`), `kids` the memo of each link inside `raw` by its path there,
+    `places` the places its own reads saw (each hop's link position and the target,
+    as document and full-document path). `valid` goes False when a change is written
+    at, above or below one of its places; `dirty` holds the kids that are invalid or
+    have invalid descendants.
     """
 
-    __slots__ = ("at", "dirty", "keys", "kids", "link", "log", "out", "parent", "raw", "valid")
+    __slots__ = (
+        "at",
+        "dirty",
+        "kids",
+        "link",
+        "log",
+        "out",
+        "own",
+        "parent",
+        "places",
+        "raw",
+        "valid",
+    )
 
     def __init__(self, link: Link, parent: _Memo | None, at: Path) -> None:
         self.link = link
@@ -254,9 +271,10 @@ class _Memo:
         self.raw: Value = MISSING
         self.out: Value = MISSING
         self.log: list[tuple[DocKey, Path, bool]] = []
+        self.own: list[tuple[DocKey, Path, bool]] = []
         self.kids: dict[Path, _Memo] = {}
         self.dirty: set[_Memo] = set()
-        self.keys: tuple[DocKey, ...] = ()
+        self.places: tuple[tuple[DocKey, Path], ...] = ()
         self.valid = True
 
 
@@ -295,8 +313,12 @@ class Materializer:
         self._flat = False
         """The kept value is a list of dicts that hold no container (a mapped list of
         records, the usual view): `thaw` then copies it in C."""
-        self._by_key: dict[DocKey, set[_Memo]] | None = None
-        """The replica's shared index of kept links by document (`_hub`), once used."""
+        self._hub: _Hub | None = None
+        """The replica's shared index of kept links by the places they read, once used."""
+        self._base: Value = MISSING
+        self._spots: list[Path] | None = None
+        """When not None: the kept value differs from `_base` only at or below these
+        paths (of the materialized value). None: unknown (read anew since)."""
 
     def thaw(self, value: Value) -> Value:
         """`thaw(value)` (a deep copy a user may change), for a value this materializer
@@ -330,7 +352,7 @@ class Materializer:
         if root is not None and root.link == link and root.valid:
             self._taken = []
             try:
-                return self._refresh(tx, root)
+                return self._refresh(tx, root, ())
             except _Fallback:
                 # Reads this transaction made would not be logged again: put back what
                 # the refresh took out of the log (each read of the value as it is now).
@@ -347,34 +369,46 @@ class Materializer:
         if root.kids:
             self._root = root
             self._flat = type(value) is list and all(map(_flat_dict, value))
-            if self._by_key is None:
-                self._by_key = _hub(self._replica).by_key
+            if self._hub is None:
+                self._hub = _hub(self._replica)
             self._index(root)
         return value
+
+    def changes(self, before: Value, after: Value) -> list[Path] | None:
+        """Where `after` differs from `before`, both values this materializer returned,
+        `before` the one the previous call was given as `after`: the paths (in the
+        materialized value) of the links read again since, or None when not known (the
+        value was read anew, or these are not the values kept). A path may name a dict
+        key now absent or absent before. O(1); it starts the next record at `after`.
+        """
+        root, spots = self._root, self._spots
+        known = root is not None and spots is not None and before is self._base
+        if root is not None and root.out is after:
+            self._base, self._spots = after, []
+            return spots if known else None
+        self._base, self._spots = MISSING, None
+        return None
 
     # -- keeping
     def _forget(self) -> None:
         root, self._root = self._root, None
+        self._spots = None
         if root is not None:
             self._unindex(root)
 
     def _index(self, memo: _Memo) -> None:
-        by_key = self._by_key
-        assert by_key is not None
-        for key in memo.keys:
-            by_key.setdefault(key, set()).add(memo)
+        hub = self._hub
+        assert hub is not None
+        for key, path in memo.places:
+            hub.add(key, path, memo)
         for kid in memo.kids.values():
             self._index(kid)
 
     def _unindex(self, memo: _Memo) -> None:
-        by_key = self._by_key
-        assert by_key is not None
-        for key in memo.keys:
-            memos = by_key.get(key)
-            if memos is not None:
-                memos.discard(memo)
-                if not memos:
-                    del by_key[key]
+        hub = self._hub
+        assert hub is not None
+        for key, path in memo.places:
+            hub.discard(key, path, memo)
         for kid in memo.kids.values():
             self._unindex(kid)
 
@@ -383,26 +417,28 @@ class Materializer:
         self, tx: Transaction, memo: _Memo, active: frozenset[tuple[object, Path]]
     ) -> Value:
         """Read `memo.link` as `_read` does, keeping what it read and made."""
-        log = tx._log
-        start = len(log)
-        hops: list[DocKey] = []
+        hops: list[tuple[DocKey, Path]] = []
         final, key = _resolve(tx, memo.link, True, hops)
         path = final.path
         marker = (key, path)
         if active and marker in active:
             raise LinkCycleError(f"the value at {final} contains a link back to itself")
-        raw = tx.read(key, (VALUE, *path) if path else _VALUE_PATH)
+        place = (VALUE, *path) if path else _VALUE_PATH
+        raw = tx.read(key, place)
         memo.raw = raw
-        # From what was read, not from the log: a read this transaction made before
-        # logs nothing, and a change there must still reach this link.
-        hops.append(key)
-        memo.keys = tuple(dict.fromkeys(hops))
+        # From what was read, not from the transaction's log: a read this transaction
+        # made before logs nothing there, and a change there must still reach this
+        # link (and its kept log must hold the read for the next transaction).
+        memo.own = [(k, p, True) for k, p in hops]
+        memo.own.append((key, place, False))
+        hops.append((key, place))
+        memo.places = tuple(dict.fromkeys(hops))
         memo.kids = {}
         memo.dirty = set()
         memo.valid = True
         inner = active | {marker}
         memo.out = self._walk(tx, memo, raw, (), inner)
-        memo.log = log[start:]
+        memo.log = _log_of(memo)
         return memo.out
 
     def _walk(
@@ -450,21 +486,29 @@ class Materializer:
             return value if items is None else items
         return value
 
-    def _refresh(self, tx: Transaction, memo: _Memo) -> Value:
+    def _refresh(self, tx: Transaction, memo: _Memo, at_out: Path) -> Value:
         """Re-read a kept, still valid link: only its dirty kids; log what it depends on.
+        `at_out` is where its value sits in the materialized root value: each kid read
+        anew is recorded there (`changes`).
 
-        Raises `_Fallback` when a kid now reads other places than it did."""
+        A kid read anew that now reads other places (a link in it replaced by a value,
+        re-pointed) gets its new log, and this link's log is rebuilt from its own
+        reads and its kids' logs: O(kids), no re-read of the other kids.
+
+        Raises `_Fallback` when this link itself now reads other places than it did."""
         log = tx._log
         if not memo.dirty:
             log.extend(memo.log)
             return memo.out
         # Its own reads (resolution and target) again, first in the log as before.
         start = len(log)
-        final, key = _resolve(tx, memo.link, True)
+        hops: list[tuple[DocKey, Path]] = []
+        final, key = _resolve(tx, memo.link, True, hops)
         path = final.path
-        raw = tx.read(key, (VALUE, *path) if path else _VALUE_PATH)
-        head = len(log) - start
-        if raw is not memo.raw or log[start:] != memo.log[:head]:
+        place = (VALUE, *path) if path else _VALUE_PATH
+        raw = tx.read(key, place)
+        hops.append((key, place))
+        if raw is not memo.raw or tuple(dict.fromkeys(hops)) != memo.places:
             raise _Fallback
         self._taken += log[start:]
         del log[start:]  # logged again below, with the kids, from the kept log
@@ -472,37 +516,78 @@ class Materializer:
         dirty, memo.dirty = memo.dirty, set()
         # Any order: each kid's fresh log is checked against its kept one, then dropped
         # (the kept log, in order, is what the transaction logs). O(dirty kids).
+        relog = False
         for kid in dirty:
             at = kid.at
             before = kid.out
+            old_log = kid.log
             if kid.valid:
                 mark = len(log)
-                self._refresh(tx, kid)
+                self._refresh(tx, kid, (*at_out, *at))
                 self._taken += log[mark:]
                 del log[mark:]  # unchanged: the kept log has it
             else:
                 self._unindex(kid)
                 mark = len(log)
-                old_log = kid.log
                 self._compute(tx, kid, _NO_ACTIVE)
-                if log[mark:] != old_log:
-                    raise _Fallback
                 self._taken += log[mark:]
                 del log[mark:]
                 self._index(kid)
+                if self._spots is not None:
+                    self._spots.append((*at_out, *at))
+            if kid.log is not old_log and kid.log != old_log:
+                relog = True
             if kid.out is not before and not same_value(kid.out, before):
                 out = _replaced(out, memo.raw, at, kid.out)
                 if memo is self._root and not (len(at) == 1 and _flat_dict(kid.out)):
                     self._flat = False
         memo.out = out
+        if relog:
+            memo.log = _log_of(memo)
         log.extend(memo.log)
         return out
 
 
+def _log_of(memo: _Memo) -> list[tuple[DocKey, Path, bool]]:
+    """A kept link's read log: its own reads, then each kid's log in the order the
+    kids sit in its value (one C-level pass)."""
+    return list(itertools.chain(memo.own, *map(_LOG, memo.kids.values())))
+
+
+_LOG: Final = operator.attrgetter("log")
+
+
+class _Level:
+    """One level of a document's path tree of kept links: the links whose own reads
+    end at this path (`memos`), and the levels below by path element."""
+
+    __slots__ = ("below", "memos")
+
+    def __init__(self) -> None:
+        self.memos: set[_Memo] = set()
+        self.below: dict[str | int, _Level] = {}
+
+    def everyone(self, hit: set[_Memo]) -> None:
+        """Add the links at this level and at every level below to `hit`."""
+        todo = [self]
+        while todo:
+            level = todo.pop()
+            hit.update(level.memos)
+            todo.extend(level.below.values())
+
+
 class _Hub:
-    """One replica's kept links by document, shared by every `Materializer` on it: one
-    subscription per replica, not one per sink (a notification then costs one lookup
-    per changed document, however many sinks keep values).
+    """One replica's kept links by the places they read, shared by every `Materializer`
+    on it: one subscription per replica, not one per sink.
+
+    Each document has a path tree (`_Level`) of the links whose own reads saw it. A
+    local commit says which paths it wrote (`Change.paths`), and the two values differ
+    only at or below them, so a change invalidates only the links that read at, above
+    or below a written path: an edit of element i of a big inline list invalidates
+    the links into element i, not every link into the list (which made a one-element
+    edit re-read all 10,000 rows of a view). O(len(path) + links at or below it) per
+    written path. A change whose paths are unknown (a foreign commit, a fold)
+    invalidates every link into the document.
 
     It holds no reference to the replica (the replica holds it, through its
     subscription), so it lives exactly as long as the replica."""
@@ -510,23 +595,70 @@ class _Hub:
     __slots__ = ("by_key",)
 
     def __init__(self) -> None:
-        self.by_key: dict[DocKey, set[_Memo]] = {}
+        self.by_key: dict[DocKey, _Level] = {}
+
+    def add(self, key: DocKey, path: Path, memo: _Memo) -> None:
+        level = self.by_key.get(key)
+        if level is None:
+            level = self.by_key[key] = _Level()
+        for elem in path:
+            nxt = level.below.get(elem)
+            if nxt is None:
+                nxt = level.below[elem] = _Level()
+            level = nxt
+        level.memos.add(memo)
+
+    def discard(self, key: DocKey, path: Path, memo: _Memo) -> None:
+        level = self.by_key.get(key)
+        if level is None:
+            return
+        chain = [level]
+        for elem in path:
+            nxt = level.below.get(elem)
+            if nxt is None:
+                return
+            chain.append(nxt)
+            level = nxt
+        level.memos.discard(memo)
+        # Prune the emptied levels bottom up, so the tree holds only what is kept.
+        for i in range(len(path), 0, -1):
+            level = chain[i]
+            if level.memos or level.below:
+                return
+            del chain[i - 1].below[path[i - 1]]
+        if not chain[0].memos and not chain[0].below:
+            del self.by_key[key]
 
     def on_notification(self, nf: Any) -> None:
         by_key = self.by_key
         if not by_key:
             return
+        hit: set[_Memo] = set()
         for change in nf.changes:
-            memos = by_key.get(change.key)
-            if not memos:
+            root = by_key.get(change.key)
+            if root is None:
                 continue
-            for memo in memos:
-                # The link reads again; each ancestor learns it has a dirty kid.
-                memo.valid = False
-                child, parent = memo, memo.parent
-                while parent is not None and child not in parent.dirty:
-                    parent.dirty.add(child)
-                    child, parent = parent, parent.parent
+            written = change.paths
+            if written is None:
+                root.everyone(hit)
+                continue
+            for path in written:
+                level: _Level | None = root
+                for elem in path:
+                    assert level is not None
+                    hit.update(level.memos)  # read above the write: contains it
+                    level = level.below.get(elem)
+                    if level is None:
+                        break
+                if level is not None:
+                    level.everyone(hit)  # read at or below the write
+        for memo in hit:
+            # The link reads again; each ancestor learns it has a dirty kid.
+            memo.valid = False
+            child, parent = memo, memo.parent
+            while parent is not None and child not in parent.dirty:
+                parent.dirty.add(child)
+                child, parent = parent, parent.parent
 
 
 _HUBS: weakref.WeakKeyDictionary[Any, _Hub] = weakref.WeakKeyDictionary()

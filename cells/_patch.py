@@ -78,6 +78,51 @@ def patch_ops(old: Value, new: Value) -> list[Op]:
     return ops
 
 
+def patch_ops_at(old: Value, new: Value, paths: Iterable[tuple[str | int, ...]]) -> list[Op]:
+    """`patch_ops(old, new)` when `old` and `new` are known to differ only at or below
+    `paths` (what `Materializer.changes` reports): only those places are diffed, so
+    an edit of one element of a 10,000-element list costs that element, not a pass
+    over the list. A path may end at a dict key present on one side only (an `add`
+    or `remove`); every element before the last must lead to a container present on
+    both sides, as it does when only the places themselves changed.
+    O(len(paths) · depth + changed parts).
+    """
+    if old is MISSING:
+        old = None
+    if new is MISSING:
+        new = None
+    ops: list[Op] = []
+    done: set[tuple[str | int, ...]] = set()
+    # Shortest first: a place inside one already diffed is covered by it.
+    for path in sorted(set(paths), key=len):
+        if any(path[:i] in done for i in range(len(path) + 1)):
+            continue
+        done.add(path)
+        a, b = old, new
+        for elem in path:
+            a = _child(a, elem)
+            b = _child(b, elem)
+        where = pointer(path)
+        if a is MISSING and b is MISSING:
+            continue
+        if a is MISSING:
+            ops.append({"op": "add", "path": where, "value": thaw(b)})
+        elif b is MISSING:
+            ops.append({"op": "remove", "path": where})
+        else:
+            _diff(a, b, where, ops)
+    return ops
+
+
+def _child(v: Value, elem: str | int) -> Value:
+    t = type(v)
+    if t is dict:
+        return v.get(elem, MISSING)
+    if t is list and type(elem) is int and 0 <= elem < len(v):
+        return v[elem]
+    return MISSING
+
+
 def _same(a: Value, b: Value) -> bool:
     return a is b or value_equal(a, b)
 

@@ -31,6 +31,7 @@ from cells import (
     Path,
     Transaction,
     patch_ops,
+    patch_ops_at,
     read_value,
     same_value,
     thaw,
@@ -254,10 +255,13 @@ class PatchSink(Sink):
             return
         self.pending = _UNSET
         shown, self.shown = self.shown, value
+        # Where the materializer read links again since `shown`: the diff looks there
+        # only (one element edited in a long mapped list costs that element).
+        spots = self.materializer.changes(shown, value)
         if shown is _UNSET:
             ops = [{"op": "replace", "path": "", "value": self.materializer.thaw(value)}]
         else:
-            ops = patch_ops(shown, value)
+            ops = patch_ops(shown, value) if spots is None else patch_ops_at(shown, value, spots)
             if not ops:
                 return
         self.fn(ops)

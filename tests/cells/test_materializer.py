@@ -174,3 +174,93 @@ def test_materializers_on_one_replica_share_one_subscription(w: World) -> None:
         assert {"label": "changed", "n": 1} == m.read(tx, link)[1]
         tx.abort()
     assert {"label": "changed", "n": 1} == w.read(link)[1]
+
+
+def _rows_into_one_document(w: World, n: int) -> Link:
+    """A view's usual shape: `rows` links to `row i`, whose title links into element i
+    of one inline `items` document (every row reads that one document)."""
+    w.put("items", [{"title": f"t{i}"} for i in range(n)])
+    for i in range(n):
+        w.put(f"row {i}", {"title": Link("sp", "items", "space", (i, "title")), "n": i})
+    w.put("rows", [w.cell(f"row {i}").link() for i in range(n)])
+    return w.cell("rows").link()
+
+
+def test_an_edit_inside_one_element_of_an_inline_list_reads_only_its_readers_again(
+    w: World,
+) -> None:
+    link = _rows_into_one_document(w, 50)
+    first = w.read(link)
+    w.computed = 0
+    w.put("items", "edited", 7, "title")
+    second = w.read(link)
+    assert {"title": "edited", "n": 7} == second[7]
+    # The one link into element 7, not the 50 links into the items document.
+    assert 1 == w.computed
+    assert all(second[i] is first[i] for i in range(50) if i != 7)
+
+
+def test_a_write_above_the_places_read_reads_every_link_below_it_again(w: World) -> None:
+    link = _rows_into_one_document(w, 5)
+    w.read(link)
+    w.computed = 0
+    w.put("items", {"title": "whole"}, 2)  # element 2 replaced: its title's reader reads
+    assert {"title": "whole", "n": 2} == w.read(link)[2]
+    assert 1 == w.computed
+    w.computed = 0
+    w.put("items", [{"title": f"new {i}"} for i in range(5)])  # the whole document
+    assert ["new 0", "new 4"] == [w.read(link)[i]["title"] for i in (0, 4)]
+    assert 5 == w.computed
+
+
+def test_a_link_appearing_on_the_way_to_a_place_read_is_followed(w: World) -> None:
+    link = _rows_into_one_document(w, 3)
+    w.read(link)
+    w.put("elsewhere", {"title": "via a link"})
+    w.put("items", w.cell("elsewhere").link(), 1)  # element 1 now links elsewhere
+    assert {"title": "via a link", "n": 1} == w.read(link)[1]
+    w.put("elsewhere", "again", "title")  # the row now reads through the new hop
+    assert {"title": "again", "n": 1} == w.read(link)[1]
+
+
+def test_changes_name_the_places_read_again_since_the_value_given(w: World) -> None:
+    link = _rows_into_one_document(w, 10)
+    first = w.read(link)
+    assert w.materializer.changes(MISSING, first) is None  # a first read: unknown
+    w.put("items", "x", 3, "title")
+    w.put("items", "y", 8, "title")
+    second = w.read(link)
+    assert [(3, "title"), (8, "title")] == sorted(w.materializer.changes(first, second) or [])
+    assert [] == w.materializer.changes(second, w.read(link))
+    w.put("rows", [w.cell(f"row {i}").link() for i in range(2)])  # the root read anew
+    third = w.read(link)
+    assert w.materializer.changes(second, third) is None
+    assert w.materializer.changes(first, third) is None  # not the value last given
+
+
+def test_the_path_index_holds_only_kept_links(w: World) -> None:
+    link = _rows_into_one_document(w, 4)
+    w.read(link)
+    hub = links_module._hub(w.replica)
+    assert hub.by_key
+    w.materializer.close()
+    assert {} == hub.by_key  # every level pruned: nothing kept, nothing indexed
+
+
+def test_a_link_in_an_element_replaced_by_a_value_reads_only_that_element_again(
+    w: World,
+) -> None:
+    # What a view's in-place edit of a shown leaf does: the row's title link becomes
+    # the typed text. The row reads other places now; the other rows are kept.
+    link = _rows_into_one_document(w, 30)
+    first = w.read(link)
+    w.computed = 0
+    w.put("row 4", "typed", "title")
+    second = w.read(link)
+    assert {"title": "typed", "n": 4} == second[4]
+    assert 1 == w.computed  # row 4 itself; no whole re-read
+    assert all(second[i] is first[i] for i in range(30) if i != 4)
+    w.put("items", "no longer read by row 4", 4, "title")
+    assert second is w.read(link)
+    w.put("items", "still read by row 5", 5, "title")
+    assert {"title": "still read by row 5", "n": 5} == w.read(link)[5]

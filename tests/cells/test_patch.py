@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cells import MISSING, CellweaveError, MemoryStore, Space, patch_ops
+from cells import MISSING, CellweaveError, MemoryStore, Space, patch_ops, patch_ops_at
 
 
 def test_equal_values_give_no_operation_and_a_shared_subtree_is_skipped() -> None:
@@ -53,3 +53,22 @@ def test_patch_streams_need_a_scheduler() -> None:
         cell.sink_patches(print)
     with pytest.raises(CellweaveError, match="observe_patches"):
         cell.observe_patches()
+
+
+def test_patch_ops_at_diffs_only_the_places_named() -> None:
+    rows = [{"n": i, "title": f"t{i}"} for i in range(1000)]
+    old = {"rows": rows, "meta": {"count": 1000}}
+    new_rows = list(rows)
+    new_rows[7] = {"n": 7, "title": "edited"}
+    new = {"rows": new_rows, "meta": {"count": 1000}}
+    want = [{"op": "replace", "path": "/rows/7/title", "value": "edited"}]
+    assert want == patch_ops_at(old, new, [("rows", 7)])
+    assert want == patch_ops_at(old, new, [("rows", 7), ("rows", 7, "title")])  # covered
+    assert patch_ops(old, new) == patch_ops_at(old, new, [("rows",)])
+
+
+def test_patch_ops_at_adds_and_removes_a_key_present_on_one_side() -> None:
+    old = {"a": {"x": 1}, "b": 2}
+    new = {"a": {"x": 1, "y": 3}}
+    got = patch_ops_at(old, new, [("a", "y"), ("b",), ("c",)])
+    assert [{"op": "remove", "path": "/b"}, {"op": "add", "path": "/a/y", "value": 3}] == got
