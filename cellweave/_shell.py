@@ -243,14 +243,16 @@ class Connection:
             raise ProtocolError(f"watch {watch} is already in use on this connection")
         label_of = self.shell.rt.handler_label
 
+        mirror = wire.Mirror(None)
+
         def deliver(ops: list[dict[str, Any]]) -> None:
             if len(ops) == 1 and ops[0]["op"] == "replace" and ops[0]["path"] == "":
+                mirror.value = ops[0]["value"]
                 value = wire.mark_streams(label_of, cell, ops[0]["value"])
                 self._send({"type": "snapshot", "watch": watch, "value": value})
             else:
-                self._send(
-                    {"type": "patch", "watch": watch, "ops": wire.mark_patch(label_of, cell, ops)}
-                )
+                marked = wire.mark_patch(label_of, cell, ops, mirror)
+                self._send({"type": "patch", "watch": watch, "ops": marked})
 
         if msg.get("full") is True:
             # A client that cannot apply patches: the whole value on every change.

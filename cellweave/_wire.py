@@ -107,22 +107,87 @@ def pointer_path(pointer: str) -> tuple[str, ...]:
 
 
 def mark_patch(
-    label_of: Callable[[Cell], str | None], cell: Cell, ops: list[dict[str, Any]]
+    label_of: Callable[[Cell], str | None],
+    cell: Cell,
+    ops: list[dict[str, Any]],
+    mirror: Mirror,
 ) -> list[dict[str, Any]]:
     """Patch operations with the values they carry marked as `mark_streams` marks
-    a snapshot (so the client's copy keeps its buttons). O(size of the values
-    in the operations), not of the whole value."""
+    a snapshot (so the client's copy keeps its buttons), applied to `mirror` (the
+    client's value) on the way. O(size of the values in the operations + path
+    lengths), not of the whole value."""
     out = []
     for op in ops:
+        path = mirror.apply(op)
         if "value" in op:
-            at = cell.key(*(_index(p) for p in pointer_path(op["path"])))
-            op = {**op, "value": mark_streams(label_of, at, op["value"])}
+            op = {**op, "value": mark_streams(label_of, cell.key(*path), op["value"])}
         out.append(op)
     return out
 
 
-def _index(elem: str) -> str | int:
-    # JSON Pointer does not say whether "3" is a key or an index; the cell's
-    # path resolution needs to know. Digits name list positions here, which
-    # is right for every value a view shows (lists under the keys it names).
-    return int(elem) if elem.isdigit() else elem
+class Mirror:
+    """The value a client holds for one watch, kept in step by applying the same
+    patches: its containers say whether a pointer's "3" is a list index or a dict
+    key (JSON Pointer does not; a dict may well have digit keys). Values it is
+    given are owned by it (`sink_patches` hands out fresh copies)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def typed(self, pointer: str) -> tuple[str | int, ...]:
+        """`pointer`'s elements, an element naming a list position as an int."""
+        node = self.value
+        out: list[str | int] = []
+        for elem in pointer_path(pointer):
+            if isinstance(node, list):
+                index = len(node) if elem == "-" else _list_index(elem, pointer)
+                out.append(index)
+                node = node[index] if index < len(node) else None
+            else:
+                out.append(elem)
+                node = node.get(elem) if isinstance(node, dict) else None
+        return tuple(out)
+
+    def apply(self, op: Mapping[str, Any]) -> tuple[str | int, ...]:
+        """Apply one RFC 6902 operation (`add`, `remove`, `replace`, `move`); returns
+        its typed `path`. O(path length), plus the list shift of an insert or removal."""
+        kind = op["op"]
+        if kind == "move":
+            moved = self._take(self.typed(op["from"]))
+            path = self.typed(op["path"])
+            self._put(path, moved, insert=True)
+            return path
+        path = self.typed(op["path"])
+        if kind == "remove":
+            self._take(path)
+        else:
+            self._put(path, op["value"], insert=kind == "add")
+        return path
+
+    def _parent(self, path: tuple[str | int, ...]) -> Any:
+        node = self.value
+        for elem in path[:-1]:
+            node = node[elem]
+        return node
+
+    def _take(self, path: tuple[str | int, ...]) -> Any:
+        parent = self._parent(path)
+        return parent.pop(path[-1])
+
+    def _put(self, path: tuple[str | int, ...], value: Any, *, insert: bool) -> None:
+        if not path:
+            self.value = value
+            return
+        parent = self._parent(path)
+        if isinstance(parent, list) and insert:
+            parent.insert(path[-1], value)  # type: ignore[arg-type]
+        else:
+            parent[path[-1]] = value
+
+
+def _list_index(elem: str, pointer: str) -> int:
+    if not elem.isdigit():
+        raise ProtocolError(f"patch path {pointer!r}: {elem!r} is not a list index")
+    return int(elem)

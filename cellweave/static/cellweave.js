@@ -113,8 +113,19 @@ export class ValueView {
     if (!old.isConnected) return;
     const value = this.valueAt(path);
     this.forget(old);
-    const fresh = this.render(value, path.map((p) => (/^\d+$/.test(p) ? Number(p) : p)), old.tagName);
+    const fresh = this.render(value, this.typed(path), old.tagName);
     old.replaceWith(fresh);
+  }
+
+  typed(path) {
+    // A pointer does not say whether "3" is a list index or a dict key: the
+    // container the value holds there does (a dict may have digit keys).
+    let value = this.value;
+    return path.map((p) => {
+      const elem = Array.isArray(value) ? Number(p) : p;
+      value = value === undefined || value === null ? undefined : value[elem];
+      return elem;
+    });
   }
 
   valueAt(path) {

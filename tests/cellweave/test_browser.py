@@ -136,3 +136,34 @@ def test_the_inspector_shows_the_tree_and_stop_versus_release(
         expect(
             page.locator(".cw-runs tbody tr", has_text="Card").filter(has_text="page")
         ).to_have_count(0)
+
+
+DIGIT_KEYS_JS = """
+async () => {
+  const { ValueView } = await import("/static/cellweave.js");
+  const sent = [];
+  const el = document.createElement("div");
+  document.body.append(el);
+  const actions = { send: (path) => sent.push(path), set() {}, open() {}, error() {} };
+  const view = new ValueView(el, actions);
+  view.snapshot({ slots: { "1": { n: 0 } }, list: [{ n: 0 }, 7] });
+  view.patch([
+    { op: "add", path: "/slots/1/go", value: { "$stream": "go" } },
+    { op: "replace", path: "/list/1", value: { "$stream": "go" } },
+  ]);
+  el.querySelector("[data-ptr='/slots/1/go'] button.cw-send").click();
+  el.querySelector("[data-ptr='/list/1'] button.cw-send").click();
+  el.remove();
+  return sent;
+}
+"""
+
+
+def test_a_digit_dict_key_in_a_patch_stays_a_key(browser: Browser, tmp_path: Any) -> None:
+    # A pointer's "1" is a dict key under a dict and an index under a list: the
+    # buttons a patch draws send to the place the value really has.
+    with shell(tmp_path) as server:
+        page = open_tab(browser, server.url, ALICE)
+        sent = page.evaluate(DIGIT_KEYS_JS)
+        assert [["slots", "1", "go"], ["list", 1]] == sent
+        page.close()

@@ -1,0 +1,49 @@
+"""The view protocol's pure parts: the client's value mirrored, pointers typed."""
+
+from __future__ import annotations
+
+import pytest
+
+from cells import MemoryStore, Replica, Space
+from cellweave._wire import Mirror, ProtocolError, mark_patch
+
+
+def test_a_pointers_digits_are_a_list_index_or_a_dict_key_by_the_container() -> None:
+    mirror = Mirror({"slots": {"1": {"n": 0}}, "rows": [{"n": 0}, {"n": 1}]})
+    assert ("slots", "1", "n") == mirror.typed("/slots/1/n")
+    assert ("rows", 1, "n") == mirror.typed("/rows/1/n")
+    assert ("rows", 2) == mirror.typed("/rows/-")
+
+
+def test_the_mirror_follows_every_operation_kind() -> None:
+    mirror = Mirror(None)
+    ops = [
+        {"op": "replace", "path": "", "value": {"rows": [1, 2, 3], "d": {"7": "x"}}},
+        {"op": "add", "path": "/rows/0", "value": 0},
+        {"op": "remove", "path": "/rows/3"},
+        {"op": "move", "from": "/rows/0", "path": "/rows/2"},
+        {"op": "replace", "path": "/d/7", "value": "y"},
+        {"op": "add", "path": "/d/10", "value": [5]},
+    ]
+    typed = [mirror.apply(op) for op in ops]
+    assert {"rows": [1, 2, 0], "d": {"7": "y", "10": [5]}} == mirror.value
+    assert [(), ("rows", 0), ("rows", 3), ("rows", 2), ("d", "7"), ("d", "10")] == typed
+
+
+def test_a_non_index_under_a_list_is_a_protocol_error() -> None:
+    with pytest.raises(ProtocolError, match="not a list index"):
+        Mirror({"rows": []}).typed("/rows/first")
+
+
+def test_a_stream_under_a_digit_dict_key_is_marked_at_its_own_place() -> None:
+    cell = Space(Replica(MemoryStore()), "sp").cell("doc")
+    mirror = Mirror({"slots": {"1": {"n": 0}}})
+    asked = []
+
+    def label_of(at: object) -> str | None:
+        asked.append(at.path)  # type: ignore[attr-defined]
+        return "go" if at.path == ("slots", "1", "go") else None  # type: ignore[attr-defined]
+
+    got = mark_patch(label_of, cell, [{"op": "add", "path": "/slots/1/go", "value": None}], mirror)
+    assert [{"op": "add", "path": "/slots/1/go", "value": {"$stream": "go"}}] == got
+    assert [("slots", "1", "go")] == asked
