@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from cells import MemoryStore, Replica, Space
@@ -17,7 +19,7 @@ def test_a_pointers_digits_are_a_list_index_or_a_dict_key_by_the_container() -> 
 
 def test_the_mirror_follows_every_operation_kind() -> None:
     mirror = Mirror(None)
-    ops = [
+    ops: list[dict[str, Any]] = [
         {"op": "replace", "path": "", "value": {"rows": [1, 2, 3], "d": {"7": "x"}}},
         {"op": "add", "path": "/rows/0", "value": 0},
         {"op": "remove", "path": "/rows/3"},
