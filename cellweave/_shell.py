@@ -279,7 +279,12 @@ class Connection:
             raise ProtocolError("message 'set' needs 'value' and 'basis' fields")
         target = self._cell(msg)
         tx = self.session.edit()
-        place = target.with_tx(tx)
+        # Where the shown value lives: links followed as `get()` follows them (inside
+        # the transaction, so a link re-pointed meanwhile fails the commit). Writing
+        # at the link's own place instead would replace the link by a copy of the
+        # value: the row would stop following its element (a derived field beside it
+        # would keep the old text), and the view's read set would change shape.
+        place = target.with_tx(tx).resolve()
         current = place.get()
         if not value_equal(current, msg["basis"]):
             tx.abort("the value changed since the view showed it")

@@ -17,7 +17,9 @@ Client -> server, each with an optional `ref` echoed in the answer:
 - `{"op": "send", "cell": H, "path": [...], "event": E}`: an event to the
   handler bound at that place.
 - `{"op": "set", "cell": H, "path": [...], "value": V, "basis": B}`: write V
-  at that place if it still holds B (the value the client showed).
+  where the value shown at that place lives (links followed, as `get()` reads
+  it: an element's field shown in a row is written in the element) if it still
+  holds B (the value the client showed).
 - `{"op": "open", "cell": H, "path": [...]}`: open the result at that place
   as a page of this principal, pinned to the element it holds now.
 - `{"op": "stop", "page": H}`: stop (close) a page.
