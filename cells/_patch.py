@@ -84,8 +84,9 @@ def patch_ops_at(old: Value, new: Value, paths: Iterable[tuple[str | int, ...]])
     an edit of one element of a 10,000-element list costs that element, not a pass
     over the list. A path may end at a dict key present on one side only (an `add`
     or `remove`); every element before the last must lead to a container present on
-    both sides, as it does when only the places themselves changed.
-    O(len(paths) · depth + changed parts).
+    both sides, as it does when only the places themselves changed. Operations come
+    in the order the places have in `new`, whatever order `paths` has.
+    O(len(paths) · depth · size of the dicts along them + changed parts).
     """
     if old is MISSING:
         old = None
@@ -93,8 +94,10 @@ def patch_ops_at(old: Value, new: Value, paths: Iterable[tuple[str | int, ...]])
         new = None
     ops: list[Op] = []
     done: set[tuple[str | int, ...]] = set()
-    # Shortest first: a place inside one already diffed is covered by it.
-    for path in sorted(set(paths), key=len):
+    # In the order the places have in the new value (as `patch_ops` would walk it,
+    # whatever order they were found in), so a place comes before the places inside
+    # it, which it covers.
+    for path in sorted(set(paths), key=lambda p: _position(new, old, p)):
         if any(path[:i] in done for i in range(len(path) + 1)):
             continue
         done.add(path)
@@ -112,6 +115,28 @@ def patch_ops_at(old: Value, new: Value, paths: Iterable[tuple[str | int, ...]])
         else:
             _diff(a, b, where, ops)
     return ops
+
+
+def _position(new: Value, old: Value, path: tuple[str | int, ...]) -> tuple[tuple[int, str], ...]:
+    """Where `path` sits in `new`: per level, the list index or the dict key's rank
+    (a key only in `old` ranks after `new`'s keys, in `old`'s order). O(path length ·
+    size of the dicts along it)."""
+    out: list[tuple[int, str]] = []
+    for elem in path:
+        if type(new) is list and type(elem) is int:
+            out.append((elem, ""))
+        elif type(new) is dict or type(old) is dict:
+            keys = list(new) if type(new) is dict else []
+            if elem in keys:
+                out.append((keys.index(elem), ""))
+            else:
+                gone = list(old) if type(old) is dict else []
+                rank = gone.index(elem) if elem in gone else len(gone)
+                out.append((len(keys) + rank, str(elem)))
+        else:
+            out.append((0, str(elem)))
+        new, old = _child(new, elem), _child(old, elem)
+    return tuple(out)
 
 
 def _child(v: Value, elem: str | int) -> Value:

@@ -71,4 +71,15 @@ def test_patch_ops_at_adds_and_removes_a_key_present_on_one_side() -> None:
     old = {"a": {"x": 1}, "b": 2}
     new = {"a": {"x": 1, "y": 3}}
     got = patch_ops_at(old, new, [("a", "y"), ("b",), ("c",)])
-    assert [{"op": "remove", "path": "/b"}, {"op": "add", "path": "/a/y", "value": 3}] == got
+    assert [{"op": "add", "path": "/a/y", "value": 3}, {"op": "remove", "path": "/b"}] == got
+
+
+def test_patch_ops_at_orders_operations_as_the_value_does_not_as_the_paths_came() -> None:
+    old = {"rows": [{"title": "a", "line": "[ ] a"}, {"title": "b", "line": "[ ] b"}]}
+    new = {"rows": [old["rows"][0], {"title": "B", "line": "[ ] B"}]}
+    want = patch_ops(old, new)
+    for paths in (
+        [("rows", 1, "line"), ("rows", 1, "title")],
+        [("rows", 1, "title"), ("rows", 1, "line")],
+    ):
+        assert want == patch_ops_at(old, new, paths)
