@@ -28,6 +28,9 @@ from ._address import check_scope as check_scope
 from ._address import instance_key as instance_key
 from ._args import check_arg as check_arg
 from ._cell import Cell as Cell
+from ._claims import ClaimRow as ClaimRow
+from ._claims import ClaimTable as ClaimTable
+from ._claims import Owner as Owner
 from ._cell import CellHost as CellHost
 from ._cell import Space as Space
 from ._cell import check_same_store as check_same_store
@@ -56,6 +59,8 @@ from ._replica import Change as Change
 from ._replica import Notification as Notification
 from ._replica import Replica as Replica
 from ._replica import edit_with_retry as edit_with_retry
+from ._store import CommitRequest as CommitRequest
+from ._store import Fence as Fence
 from ._store import LoadGate as LoadGate
 from ._store import StoreBase as StoreBase
 from ._store import VerdictGate as VerdictGate
@@ -73,6 +78,7 @@ from .errors import CellweaveError as CellweaveError
 from .errors import CommitRejected as CommitRejected
 from .errors import ConflictError as ConflictError
 from .errors import CorruptStoreError as CorruptStoreError
+from .errors import FencedError as FencedError
 from .errors import InternalError as InternalError
 from .errors import InvalidArgumentError as InvalidArgumentError
 from .errors import InvalidValueError as InvalidValueError
@@ -101,11 +107,16 @@ __all__ = [
     "CellHost",
     "CellweaveError",
     "Change",
+    "ClaimRow",
+    "ClaimTable",
     "CommitRejected",
+    "CommitRequest",
     "CommitResult",
     "ConflictError",
     "CorruptStoreError",
     "DocKey",
+    "Fence",
+    "FencedError",
     "Identity",
     "InternalError",
     "InvalidArgumentError",
@@ -118,6 +129,7 @@ __all__ = [
     "MemoryStore",
     "Notification",
     "Outcome",
+    "Owner",
     "OwnershipError",
     "Path",
     "Pending",

@@ -37,7 +37,7 @@ from ._address import DocKey, Identity, Path
 from ._args import bad_arg, check_arg, check_callable
 from ._outcome import CommitResult, Outcome
 from ._pending import Mailbox, Pending
-from ._store import CommitRequest, DocState, ReadClaim, StoreBase, Verdict, Write
+from ._store import CommitRequest, DocState, Fence, ReadClaim, StoreBase, Verdict, Write
 from ._transaction import LIBRARY_DIRS, Transaction, TxDoc
 from ._values import MISSING, Value, get_path, same_value, set_path
 from .errors import (
@@ -218,6 +218,8 @@ class Replica:
         self._batch: list[CommitRequest] | None = None
         """Requests held back while a batch is open (`begin_batch`), in commit order."""
         self._batch_depth = 0
+        self.fence_for: Callable[[Transaction, CommitRequest], Fence | None] | None = None
+        """Set by a runtime serving claimed pages: the fence a commit carries (or None)."""
         self.session_id = store.connect(self, session_id)
         self.closed = False
         self._authority: Authority | None = None
@@ -686,6 +688,11 @@ class Replica:
         self, tx: Transaction, seq: int, request: CommitRequest, changes: tuple[Change, ...]
     ) -> None:
         """A staged commit: in flight, its visible changes notified, handed to the store."""
+        fence_for = self.fence_for
+        if fence_for is not None:
+            fence = fence_for(tx, request)
+            if fence is not None:
+                request = msgspec.structs.replace(request, fence=fence)
         # The request and layers carry everything from here on: drop the working copies
         # and the read log now, so what stays in flight until the verdict is small (a
         # drain keeps every commit it made in flight, and the collector walks them).

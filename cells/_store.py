@@ -28,7 +28,7 @@ import functools
 import itertools
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 import msgspec
@@ -47,6 +47,9 @@ from .errors import (
     PreconditionFailedError,
     StoreError,
 )
+
+if TYPE_CHECKING:
+    from ._claims import ClaimTable
 
 # --------------------------------------------------------------------------- records
 
@@ -76,6 +79,15 @@ class Write(msgspec.Struct, frozen=True, gc=False):
     value: Value
 
 
+class Fence(msgspec.Struct, frozen=True, gc=False):
+    """A page's claim, as a commit carries it: the page and the claim's generation."""
+
+    space: str
+    principal: str
+    page: str
+    generation: int
+
+
 class CommitRequest(msgspec.Struct, frozen=True, gc=False):
     session_id: str
     local_seq: int
@@ -86,6 +98,10 @@ class CommitRequest(msgspec.Struct, frozen=True, gc=False):
     leaves the collector's view once scanned (a frozenset never does)."""
     writes: tuple[Write, ...]
     create_only: frozenset[DocKey]
+    fence: Fence | None = None
+    """For a commit of a claimed page's run: the claim it was made under. The store
+    rejects it (`FencedError`) unless that claim is still the page's newest, checked
+    in the same transaction that applies it."""
 
     @property
     def keys(self) -> frozenset[DocKey]:
@@ -456,6 +472,9 @@ class _BatchDelivery(msgspec.Struct):
 
 class StoreBase(abc.ABC):
     """Sessions, gates and fan-out shared by every store backend."""
+
+    claims: ClaimTable
+    """The page claims (which process runs each open page); every backend has them."""
 
     _session_ids = itertools.count(1)
 

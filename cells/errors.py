@@ -120,6 +120,17 @@ class PreconditionFailedError(CommitRejected):
         self.kind = kind
 
 
+class FencedError(PreconditionFailedError):
+    """A commit of a claimed page's run carried a fence older than the page's newest claim:
+    another process took the page over, so this one may no longer write for it.
+
+    Outcome: PERMANENT (`kind="fenced"`). Retrying cannot succeed: the writer lost the page.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, kind="fenced")
+
+
 class TerminalCommitError(CommitRejected):
     """The store refuses the data itself. Outcome: TERMINAL."""
 

@@ -42,6 +42,7 @@ from cells import (
     InvalidArgumentError,
     Link,
     MemoryStore,
+    Owner,
     Pending,
     Replica,
     Scope,
@@ -59,6 +60,7 @@ from scheduler import CallbackError, Clock, ErrorRecord, Scheduler
 from . import _boundary as check
 from . import _docs as docs
 from ._builder import Pattern, load_pattern
+from ._claims import PageServer
 from ._pages import Pages
 from ._registrations import Key, Registration
 from ._runner import Runner
@@ -294,6 +296,7 @@ class Runtime:
         """Called with each page a navigation opened, once it is running (a UI shows it)."""
         self._pages_book = Pages(self)
         self._sends = Sends(self)
+        self._server: PageServer | None = None
         self._closed = False
 
     def __repr__(self) -> str:
@@ -330,6 +333,8 @@ class Runtime:
         """
         if self._closed:
             return
+        if self._server is not None:
+            self._server.close()  # claims released while the runtime still works
         self._closed = True
         # Each step runs even if one before it raised (a cleanup of a run that fails):
         # a closed runtime never keeps its scheduler or replica going.
@@ -347,6 +352,8 @@ class Runtime:
         The runtime is closed when this returns or raises, even if the wait failed
         or was cancelled (what failed is in `errors()` and the log)."""
         try:
+            if self._server is not None:
+                await self._server.stop()
             if not self._closed:
                 await self.idle()
         finally:
@@ -766,6 +773,36 @@ class Runtime:
         return self.scheduler.handler_label(target)
 
     # -- pages
+    async def serve_pages(
+        self,
+        *,
+        lease: float = 10.0,
+        heartbeat: float = 2.0,
+        clock: Callable[[], float] | None = None,
+        probe: Callable[[Owner], bool | None] | None = None,
+        batch: int = 64,
+        manual: bool = False,
+    ) -> PageServer:
+        """Run open pages of every principal of this space under claims, with other
+        processes serving the same store: each page runs in one process at a time, a
+        dead process's pages move to the others within about a lease. Returns the
+        server (`await server.stop()`, or `rt.aclose()`, releases its claims); its
+        first tick has run. `clock` (seconds) and `probe` (is an owner's process
+        alive?) are for tests; `manual=True` runs no loop (call `await server.tick()`).
+        See the claims explanation in the docs."""
+        self._require_open()
+        if self._server is not None and not self._server.stopped:
+            raise CellweaveError(f"{self!r} already serves pages ({self._server!r})")
+        server = PageServer(
+            self, lease=lease, heartbeat=heartbeat, clock=clock, probe=probe, batch=batch
+        )
+        self._server = server
+        self.replica.mailbox.attach(asyncio.get_running_loop())
+        await server.tick()
+        if not manual:
+            server.start()
+        return server
+
     def _open_page(
         self, target: Link, identity: Identity, *, via: str, follow: bool = False
     ) -> Pending[bool]:
@@ -986,6 +1023,7 @@ class Runtime:
                 "lifetimes": sorted(str(k) for k in runner.lifetimes),
                 "starts_in_flight": len(runner.attempts),
                 "pages": [str(c.link()) for c in pages],
+                "claims": self._claims_view(principal or self.identity.principal),
                 "causes": causes,
                 "pages_stop_failed": [
                     {"page": str(rec.link), "error": repr(rec.stop_error)}
@@ -1006,6 +1044,22 @@ class Runtime:
                 ],
             }
         )
+
+    def _claims_view(self, principal: str) -> dict[str, Any]:
+        """The page claims of `principal` in this space, and this process's serving."""
+        server = self._server
+        rows = [
+            row.as_dict()
+            for row in self.store.claims.rows(self.space)
+            if row.principal == principal
+        ]
+        out: dict[str, Any] = {"claims": rows, "serving": None}
+        if server is not None and not server.stopped:
+            view = server.inspect_self()
+            view["takeovers"] = [t for t in view["takeovers"] if t["principal"] == principal]
+            view["lost"] = [t for t in view["lost"] if t["principal"] == principal]
+            out["serving"] = view
+        return out
 
     def _check(self) -> None:
         self.runner._check()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from .._claims import MemoryClaimTable
 from .._address import DocKey, Path
 from .._store import (
     NO_STATE,
@@ -49,6 +50,8 @@ class MemoryStore(StoreBase):
     def __init__(self) -> None:
         super().__init__()
         self._seq = 0
+        self.claims = MemoryClaimTable(self._lock, lambda: self._heads)
+        """The page claims (`cells.ClaimTable`): which process runs each open page."""
         self._heads: dict[DocKey, DocState] = {}
         self._claimed: set[DocKey] = set()
         """Create-only keys of accepted commits that have no head (never written): with
@@ -161,7 +164,7 @@ class MemoryStore(StoreBase):
         nothing changed, means "ask `validate_commit`", not "reject".
         """
         writes = request.writes
-        if len(writes) != 1 or request.create_only:
+        if len(writes) != 1 or request.create_only or request.fence is not None:
             return None
         session_id = request.session_id
         deps = request.deps
@@ -231,6 +234,12 @@ class MemoryStore(StoreBase):
         return seq, head.seq, value
 
     def _evaluate_general(self, request: CommitRequest) -> Verdict:
+        fence = request.fence
+        if fence is not None:  # under the lock, as the commit applies: a takeover orders
+            fenced = self.claims.fence_error(fence)  # before or after it, never inside
+            if fenced is not None:
+                self._resolve(request.session_id, request.local_seq, None)
+                return Verdict(None, error=fenced)
         error = validate_commit(
             request,
             revisions_since=self._revisions_since_fn,

@@ -47,7 +47,7 @@ import math
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 try:
@@ -94,6 +94,8 @@ from ._sql import (
     pruned_revision,
     revisions_from_rows,
 )
+from ._claims_sql import SQLClaimTable
+from ._claims_sql import schema as claims_schema
 from .memory import REVISIONS_KEPT
 
 FORMAT: Final = "cellweave-store"
@@ -283,6 +285,8 @@ class PostgresStore(WriterStore):
                 raise self._wrap(exc, "cannot initialize the store") from exc
             raise
         self._wconn = conn
+        self.claims = SQLClaimTable(f"{self._s}.claims", f"{self._s}.head", self._in_pool, postgres=True)
+        """The page claims (`cells.ClaimTable`): which process runs each open page."""
         self._pool = psycopg_pool.ConnectionPool(
             dsn,
             min_size=1,
@@ -358,6 +362,8 @@ class PostgresStore(WriterStore):
                     f"INSERT INTO {s}.meta (key, value) VALUES ('format', %s), ('version', %s)",
                     (FORMAT, str(VERSION)),
                 )
+                for stmt in claims_schema(f"{s}.claims", postgres=True):
+                    conn.execute(stmt)
                 return
             not_ours = (
                 f"{self._where}: schema {self.schema} is not a cellweave store (no"
@@ -396,6 +402,17 @@ class PostgresStore(WriterStore):
                     f"{self._where}: cellweave store is damaged: missing tables"
                     f" {sorted(missing)}; it was left untouched"
                 )
+            # The page claims (a schema made before they existed gains the table).
+            for stmt in claims_schema(f"{s}.claims", postgres=True):
+                conn.execute(stmt)
+
+    def _in_pool(self, fn: Callable[[_Conn], Any]) -> Any:
+        """`fn(conn)` in a transaction of its own on a pooled connection (the claims)."""
+        try:
+            with self._pool.connection() as conn, conn.transaction():
+                return fn(conn)
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+            raise self._wrap(exc, "claims statement failed") from exc
 
     def _max_seq(self, conn: _Conn) -> int:
         row = conn.execute(f"SELECT seq FROM {self._s}.counter WHERE id = 1").fetchone()
@@ -511,7 +528,9 @@ class PostgresStore(WriterStore):
             with conn.transaction():
                 top = self._lock_counter(conn)
                 behind = self._changes_after(conn, self._delivered, top)
-                error: CommitRejected | None = validate_commit(
+                error: CommitRejected | None = (
+                    None if request.fence is None else self.claims.fence_error(conn, request.fence)
+                ) or validate_commit(
                     request,
                     revisions_since=functools.partial(
                         self._revisions_since, conn, request.session_id, session_key

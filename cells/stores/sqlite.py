@@ -71,8 +71,8 @@ import os
 import pathlib
 import sqlite3
 import threading
-from collections.abc import Iterator
-from typing import Final
+from collections.abc import Callable, Iterator
+from typing import Final, TypeVar
 
 from .._address import DocKey, Path
 from .._args import bad_arg
@@ -108,7 +108,11 @@ from ._sql import (
     pruned_revision,
     revisions_from_rows,
 )
+from ._claims_sql import SQLClaimTable
+from ._claims_sql import schema as claims_schema
 from .memory import REVISIONS_KEPT
+
+T = TypeVar("T")
 
 FORMAT: Final = "cellweave-store"
 VERSION: Final = 2
@@ -397,6 +401,8 @@ class SQLiteStore(WriterStore):
                     " SQLiteStore needs a local file system"
                 )
             self._init_schema(self._wconn)
+            self.claims = SQLClaimTable("claims", "head", self._in_write, postgres=False)
+            """The page claims (`cells.ClaimTable`): which process runs each open page."""
             self._rconn = self._open_connection()
             try:
                 # data_version before max(seq): a commit landing in between is both
@@ -474,12 +480,31 @@ class SQLiteStore(WriterStore):
                     # A write that changes nothing: a file this process may read but not
                     # write is refused here, at open, rather than failing every commit.
                     conn.execute("UPDATE meta SET value = value WHERE key = 'format'")
+                # The page claims (any version: an older file gains the table).
+                for stmt in claims_schema("claims", postgres=False):
+                    conn.execute(stmt)
                 conn.execute("COMMIT")
             except BaseException:
                 _rollback(conn)
                 raise
         except sqlite3.Error as exc:
             raise self._wrap(exc, "cannot initialize the store") from exc
+
+    def _in_write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """`fn(conn)` in a write transaction of its own (the claims' statements)."""
+        with self._write_lock:
+            conn = self._writer_conn()
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    out = fn(conn)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    _rollback(conn)
+                    raise
+            except sqlite3.Error as exc:
+                raise self._wrap(exc, "claims statement failed") from exc
+            return out
 
     @staticmethod
     def _max_seq(conn: sqlite3.Connection) -> int:
@@ -615,7 +640,9 @@ class SQLiteStore(WriterStore):
             conn.execute("BEGIN IMMEDIATE")
             try:
                 top, behind = self._changes_after(conn, self._delivered)
-                error: CommitRejected | None = validate_commit(
+                error: CommitRejected | None = (
+                    None if request.fence is None else self.claims.fence_error(conn, request.fence)
+                ) or validate_commit(
                     request,
                     revisions_since=functools.partial(
                         self._revisions_since, conn, request.session_id, session_key

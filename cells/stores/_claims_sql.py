@@ -1,0 +1,238 @@
+"""The page claims of the SQL stores (SQLite, PostgreSQL): one table, one statement each.
+
+The table (`claims` in the store's file or schema) holds a row per page ever
+claimed; see `cells._claims` for the protocol. Each operation is one SQL
+statement that decides on the row as the database holds it (an upsert or an
+update with the expected values in its WHERE clause), run in a transaction
+of its own by the store's `run` (SQLite: its write lock and BEGIN IMMEDIATE;
+PostgreSQL: a pooled connection). The fence check of a commit runs on the
+commit's own connection, inside its transaction (`fence_error`); on
+PostgreSQL it locks the claim row (FOR SHARE) until the commit ends, so a
+takeover's update waits for the commit, and the commit is ordered entirely
+before the takeover or is rejected after it.
+
+SQL is written with `?` placeholders; the PostgreSQL dialect swaps them for `%s`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Final, TypeVar
+
+from .._claims import CLOSED_AT, ClaimRow, ClaimTable, Owner, PageRef, fenced_message
+from .._store import Fence
+from ..errors import FencedError
+
+T = TypeVar("T")
+
+BATCH: Final = 200
+"""Pages per claim statement (the statement's parameters stay well under every limit)."""
+
+
+def schema(table: str, *, postgres: bool) -> tuple[str, ...]:
+    real = "double precision" if postgres else "REAL"
+    return (
+        f"""CREATE TABLE IF NOT EXISTS {table} (
+            space TEXT NOT NULL, principal TEXT NOT NULL, page TEXT NOT NULL,
+            fence BIGINT NOT NULL,
+            host TEXT, pid BIGINT, nonce TEXT,
+            heartbeat_at {real} NOT NULL, expires_at {real} NOT NULL,
+            claimed_at {real} NOT NULL,
+            taken_from TEXT, taken_reason TEXT, takeovers BIGINT NOT NULL DEFAULT 0,
+            PRIMARY KEY (space, principal, page)
+        )""",
+        f"CREATE INDEX IF NOT EXISTS {table.replace('.', '_')}_by_expiry"
+        f" ON {table} (space, expires_at)",
+        f"CREATE INDEX IF NOT EXISTS {table.replace('.', '_')}_by_owner ON {table} (nonce)",
+    )
+
+
+_COLS: Final = (
+    "space, principal, page, fence, host, pid, nonce, heartbeat_at, expires_at, claimed_at,"
+    " taken_from, taken_reason, takeovers"
+)
+
+
+def _row(r: Sequence[Any]) -> ClaimRow:
+    owner = None if r[6] is None else Owner(str(r[4]), int(r[5]), str(r[6]))
+    return ClaimRow(
+        str(r[0]),
+        str(r[1]),
+        str(r[2]),
+        int(r[3]),
+        owner,
+        float(r[7]),
+        float(r[8]),
+        float(r[9]),
+        None if r[10] is None else str(r[10]),
+        None if r[11] is None else str(r[11]),
+        int(r[12]),
+    )
+
+
+class SQLClaimTable(ClaimTable):
+    """Claims in table `table`; `run(fn)` calls `fn(conn)` in a write transaction."""
+
+    def __init__(
+        self,
+        table: str,
+        head: str,
+        run: Callable[[Callable[[Any], Any]], Any],
+        *,
+        postgres: bool,
+    ) -> None:
+        self._t = table
+        self._head = head
+        self._run = run
+        self._postgres = postgres
+
+    def _sql(self, sql: str) -> str:
+        return sql.replace("?", "%s") if self._postgres else sql
+
+    def _exec(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        text = self._sql(sql)
+        self.statements += 1
+
+        def go(conn: Any) -> list[Any]:
+            return list(conn.execute(text, tuple(params)).fetchall())
+
+        rows: list[Any] = self._run(go)
+        return rows
+
+    def fence_error(self, conn: Any, fence: Fence) -> FencedError | None:
+        """Inside the commit's transaction on `conn`."""
+        lock = " FOR SHARE" if self._postgres else ""
+        row = conn.execute(
+            self._sql(
+                f"SELECT fence, nonce FROM {self._t} WHERE space = ? AND principal = ?"
+                f" AND page = ?{lock}"
+            ),
+            (fence.space, fence.principal, fence.page),
+        ).fetchone()
+        if row is not None and int(row[0]) == fence.generation and row[1] is not None:
+            return None
+        return FencedError(
+            fenced_message(fence, None if row is None else int(row[0]), row is not None)
+        )
+
+    def claim(
+        self, space: str, owner: Owner, pages: Sequence[PageRef], now: float, lease: float
+    ) -> dict[PageRef, int]:
+        out: dict[PageRef, int] = {}
+        for start in range(0, len(pages), BATCH):
+            chunk = pages[start : start + BATCH]
+            values = ", ".join(["(?, ?, ?, 1, ?, ?, ?, ?, ?, ?, 0)"] * len(chunk))
+            params: list[Any] = []
+            for principal, page in chunk:
+                params += [space, principal, page, owner.host, owner.pid, owner.nonce]
+                params += [now, now + lease, now]
+            rows = self._exec(
+                f"INSERT INTO {self._t} AS c (space, principal, page, fence, host, pid, nonce,"
+                f" heartbeat_at, expires_at, claimed_at, takeovers) VALUES {values}"
+                " ON CONFLICT (space, principal, page) DO UPDATE SET fence = c.fence + 1,"
+                " host = excluded.host, pid = excluded.pid, nonce = excluded.nonce,"
+                " heartbeat_at = excluded.heartbeat_at, expires_at = excluded.expires_at,"
+                " claimed_at = excluded.claimed_at WHERE c.nonce IS NULL"
+                " RETURNING principal, page, fence",
+                params,
+            )
+            for principal, page, fence in rows:
+                out[(str(principal), str(page))] = int(fence)
+        return out
+
+    def steal(
+        self, row: ClaimRow, owner: Owner, now: float, lease: float, reason: str
+    ) -> int | None:
+        old = row.owner
+        same_owner = (
+            "nonce IS NULL"
+            if old is None
+            else "host = ? AND pid = ? AND nonce = ?"  # the exact owner the caller saw
+        )
+        params: list[Any] = [owner.host, owner.pid, owner.nonce, now, now + lease, now]
+        params += [reason, row.space, row.principal, row.page, row.fence, row.heartbeat_at]
+        if old is not None:
+            params += [old.host, old.pid, old.nonce]
+        expired = ""
+        if reason == "lease-expired":
+            expired = " AND expires_at < ?"
+            params.append(now)
+        rows = self._exec(
+            f"UPDATE {self._t} SET taken_from = CASE WHEN nonce IS NULL THEN NULL ELSE"
+            " host || ':' || CAST(pid AS TEXT) || ':' || SUBSTR(nonce, 1, 8) END,"
+            " host = ?, pid = ?, nonce = ?, heartbeat_at = ?, expires_at = ?, claimed_at = ?,"
+            " taken_reason = ?, takeovers = takeovers + 1, fence = fence + 1"
+            " WHERE space = ? AND principal = ? AND page = ? AND fence = ? AND heartbeat_at = ?"
+            f" AND {same_owner}{expired} RETURNING fence",
+            params,
+        )
+        return int(rows[0][0]) if rows else None
+
+    def renew(self, space: str, owner: Owner, now: float, lease: float) -> dict[PageRef, int]:
+        rows = self._exec(
+            f"UPDATE {self._t} SET heartbeat_at = ?, expires_at = ?"
+            " WHERE nonce = ? AND space = ? AND host = ? AND pid = ?"
+            " RETURNING principal, page, fence",
+            [now, now + lease, owner.nonce, space, owner.host, owner.pid],
+        )
+        return {(str(p), str(g)): int(f) for p, g, f in rows}
+
+    def release(
+        self,
+        space: str,
+        owner: Owner,
+        pages: Sequence[tuple[str, str, int]],
+        now: float,
+        *,
+        closed: bool = False,
+    ) -> int:
+        if not pages:
+            return 0
+        until = CLOSED_AT if closed else now
+        n = 0
+        for start in range(0, len(pages), BATCH):
+            chunk = pages[start : start + BATCH]
+            match = " OR ".join(["(principal = ? AND page = ? AND fence = ?)"] * len(chunk))
+            params: list[Any] = [until, space, owner.nonce, owner.host, owner.pid]
+            for principal, page, fence in chunk:
+                params += [principal, page, fence]
+            rows = self._exec(
+                f"UPDATE {self._t} SET host = NULL, pid = NULL, nonce = NULL, expires_at = ?"
+                f" WHERE space = ? AND nonce = ? AND host = ? AND pid = ? AND ({match})"
+                " RETURNING page",
+                params,
+            )
+            n += len(rows)
+        return n
+
+    def release_all(self, space: str, owner: Owner, now: float) -> int:
+        rows = self._exec(
+            f"UPDATE {self._t} SET host = NULL, pid = NULL, nonce = NULL, expires_at = ?"
+            " WHERE space = ? AND nonce = ? AND host = ? AND pid = ? RETURNING page",
+            [now, space, owner.nonce, owner.host, owner.pid],
+        )
+        return len(rows)
+
+    def stale(self, space: str, now: float, me: Owner, limit: int) -> list[ClaimRow]:
+        rows = self._exec(
+            f"SELECT {_COLS} FROM {self._t} WHERE space = ?"
+            " AND (nonce IS NULL OR nonce <> ?)"
+            " AND (expires_at < ? OR (nonce IS NOT NULL AND host = ?))"
+            " ORDER BY expires_at, principal, page LIMIT ?",
+            [space, me.nonce, now, me.host, limit],
+        )
+        return [_row(r) for r in rows]
+
+    def page_docs(self, space: str, doc_id: str) -> list[str]:
+        rows = self._exec(
+            f"SELECT principal FROM {self._head} WHERE space = ? AND doc_id = ?"
+            " AND scope = 'user' ORDER BY principal",
+            [space, doc_id],
+        )
+        return [str(r[0]) for r in rows]
+
+    def rows(self, space: str) -> list[ClaimRow]:
+        rows = self._exec(
+            f"SELECT {_COLS} FROM {self._t} WHERE space = ? ORDER BY principal, page", [space]
+        )
+        return [_row(r) for r in rows]

@@ -1,0 +1,530 @@
+"""Serving pages under claims: several processes share the open pages, one owner each.
+
+`await rt.serve_pages(lease=10.0, heartbeat=2.0)` makes a runtime serve the
+open pages of every principal in its space, under claims in the store
+(`store.claims`, see `cells._claims`). Each heartbeat (`PageServer.tick`):
+
+1. **Renew**: one statement stamps every claim this process holds; a page
+   missing from the answer was taken over (this process was too slow, or
+   paused): it stops running here at once.
+2. **Discover**: the pages documents of every principal (one statement lists
+   the principals; a document is loaded once, then kept current by the
+   store's change feed), so a page opened by any process is seen.
+3. **Close**: a held page whose record is gone (stopped anywhere) stops here,
+   and its claim is released as *closed* (nobody takes it over).
+4. **Claim**: open pages nobody was seen to own, at most `batch` per tick, in
+   the order they were first seen (oldest first).
+5. **Take over**: rows the store reports stale (expired leases, released
+   claims; same-host owners, for the probe), oldest lease first, at most
+   `batch` per tick plus the rows deferred by backoff, so a long backlog keeps
+   moving. An expired lease is taken ("lease-expired", the store re-checks
+   expiry in the write); an owner on this host whose process is gone (the
+   pid probe) is taken at once ("owner-gone"); a live owner is refused and
+   retried after two heartbeats, doubling up to the lease (per page and
+   heartbeat stamp: a moved stamp resets it).
+
+A claimed page runs as an open page does (kept computed), and every commit
+its runs make carries its fence (`Replica.fence_for`): the store rejects it
+with `FencedError` once a newer claim exists, so a process that lost a page
+can never write for it. The fence is found from the committing node's output
+document (or the written documents) through the registrations of the page's
+result and of the runs it launched.
+
+`stop()` (also `rt.aclose()`) releases every claim for another process to
+take at once. The clock is injectable (`clock=`, seconds), and `tick()` can be
+driven by a test: nothing here sleeps but the serving loop between ticks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
+
+from cells import (
+    Cell,
+    ClaimRow,
+    ClaimTable,
+    CommitRequest,
+    DocKey,
+    Fence,
+    Identity,
+    InvalidArgumentError,
+    Link,
+    Owner,
+    Pending,
+    Transaction,
+)
+
+from . import _docs as docs
+from ._registrations import Key
+
+if TYPE_CHECKING:
+    from ._runtime import Runtime
+
+log = logging.getLogger("cellweave")
+
+BATCH: Final = 64
+"""Claims and takeovers per tick (a mass death drains over ticks)."""
+TAKEOVERS_KEPT: Final = 100
+
+
+def new_owner() -> Owner:
+    """This process, in this start: host, pid and a fresh nonce."""
+    return Owner(socket.gethostname(), os.getpid(), uuid.uuid4().hex)
+
+
+def pid_probe(me: Owner) -> Callable[[Owner], bool | None]:
+    """The liveness probe: for an owner on this host, whether its process exists
+    (`os.kill(pid, 0)`); None (unknown: lease only) for other hosts. A pid reused by
+    another process reads as alive, which only delays a takeover to the lease."""
+
+    def alive(owner: Owner) -> bool | None:
+        if owner.host != me.host:
+            return None
+        if owner.pid == me.pid:
+            return True  # an older start of this very pid: lease only
+        try:
+            os.kill(owner.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        except OSError:
+            return None
+        return True
+
+    return alive
+
+
+class Held:
+    """A page this process holds a claim on."""
+
+    __slots__ = ("fence", "key", "link", "pid", "principal", "session")
+
+    def __init__(self, principal: str, pid: str, session: str, link: Link, fence: int) -> None:
+        self.principal = principal
+        self.pid = pid
+        self.session = session
+        self.link = link
+        self.fence = fence
+        self.key: Key | None = None
+        """The result the page runs, once its start claimed it."""
+
+
+class PageServer:
+    """One runtime's claim loop (made by `Runtime.serve_pages`)."""
+
+    def __init__(
+        self,
+        rt: Runtime,
+        *,
+        lease: float,
+        heartbeat: float,
+        clock: Callable[[], float] | None = None,
+        probe: Callable[[Owner], bool | None] | None = None,
+        owner: Owner | None = None,
+        batch: int = BATCH,
+    ) -> None:
+        for name, value in (("lease", lease), ("heartbeat", heartbeat)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise InvalidArgumentError(
+                    f"rt.serve_pages: {name} must be a number of seconds > 0, got {value!r}"
+                )
+        if heartbeat * 2 > lease:
+            raise InvalidArgumentError(
+                f"rt.serve_pages: heartbeat ({heartbeat!r} s) must be at most half the lease"
+                f" ({lease!r} s), so a live owner renews before its lease runs out"
+            )
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise InvalidArgumentError(f"rt.serve_pages: batch must be an int >= 1, got {batch!r}")
+        self.rt = rt
+        self.space = rt.space
+        self.table: ClaimTable = rt.store.claims
+        self.lease = float(lease)
+        self.heartbeat = float(heartbeat)
+        self.clock = clock or time.time
+        self.owner = owner or new_owner()
+        self.probe = probe or pid_probe(self.owner)
+        self.batch = batch
+        self.held: dict[tuple[str, str], Held] = {}
+        self.first_seen: dict[tuple[str, str], float] = {}
+        """Open pages not held here, with when they were first seen (claim order)."""
+        self.elsewhere: dict[tuple[str, str], float] = {}
+        """Open pages a claim found owned by another process, with when: not claimed
+        again until the store reports them stale (or after a few leases, in case the
+        owner closed and the page was opened again between two of our ticks)."""
+        self.refusals: dict[tuple[str, str], tuple[float, float, float]] = {}
+        """Per page whose owner is alive: (heartbeat stamp, next try, delay)."""
+        self.takeovers: collections.deque[dict[str, Any]] = collections.deque(
+            maxlen=TAKEOVERS_KEPT
+        )
+        self.lost: collections.deque[dict[str, Any]] = collections.deque(maxlen=TAKEOVERS_KEPT)
+        self.loading: set[DocKey] = set()
+        self.watched: set[DocKey] = set()
+        self._doc_fence: dict[DocKey, Fence] = {}
+        self._indexed_regs = -1
+        self.ticks = 0
+        self.stopped = False
+        self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        rt.replica.fence_for = self.fence_for
+
+    def __repr__(self) -> str:
+        return f"<PageServer {self.owner} holds {len(self.held)} pages>"
+
+    # ------------------------------------------------------------------ fences
+    def fence_for(self, tx: Transaction, request: CommitRequest) -> Fence | None:
+        """The fence a commit carries: that of the page whose runs made it, if any."""
+        if not self.held:
+            return None
+        table = self._doc_fence
+        for attempt in (0, 1):
+            outputs = getattr(tx.source, "outputs", None)
+            if outputs:
+                for key, _path in outputs:
+                    fence = table.get(key)
+                    if fence is not None:
+                        return fence
+            for write in request.writes:
+                fence = table.get(write.key)
+                if fence is not None:
+                    return fence
+            if attempt == 0 and not self._reindex():
+                return None
+            table = self._doc_fence
+        return None
+
+    def _reindex(self) -> bool:
+        """Rebuild the document -> fence map when registrations came or went (or nodes:
+        a list grew). Whether it changed."""
+        runner = self.rt.runner
+        stamp = sum(len(reg.nodes) for reg in runner.registrations) + 1000003 * len(
+            runner.registrations
+        )
+        if stamp == self._indexed_regs:
+            return False
+        self._indexed_regs = stamp
+        self._index()
+        return True
+
+    def _index(self) -> None:
+        by_root: dict[Key, Fence] = {}
+        for held in self.held.values():
+            if held.key is not None:
+                by_root[held.key] = Fence(self.space, held.principal, held.pid, held.fence)
+        table: dict[DocKey, Fence] = {}
+        for held in self.held.values():
+            fence = Fence(self.space, held.principal, held.pid, held.fence)
+            table[held.link.key(Identity(held.principal, held.session))] = fence
+        for reg in self.rt.runner.registrations:
+            root = reg.chain[0] if reg.chain else reg.key
+            fence_or_none = by_root.get(root)
+            if fence_or_none is None:
+                continue
+            table[reg.key] = fence_or_none
+            link = Link(reg.key.space, reg.key.id, reg.key.scope)
+            for identity in reg.identities:
+                table[docs.argument_link(link).key(identity)] = fence_or_none
+                for index in reg.nodes:
+                    table[docs.internal_link(link, index).key(identity)] = fence_or_none
+            for nodes in reg.nodes.values():
+                for node in nodes:
+                    for key, _path in getattr(node, "outputs", ()):
+                        table[key] = fence_or_none
+        self._doc_fence = table
+
+    # ------------------------------------------------------------------ the loop
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._serve(), name=repr(self))
+
+    async def _serve(self) -> None:
+        try:
+            while not self.stopped:
+                try:
+                    await self.tick()
+                except Exception as exc:  # a store outage: log, keep the loop, retry
+                    log.error("cellweave: serving pages: a tick failed: %r", exc)
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), self.heartbeat)
+                except TimeoutError:
+                    pass
+        finally:
+            self.stopped = True
+
+    def __await__(self) -> Any:
+        """Wait until serving ends (after `stop()`)."""
+        task = self._task
+        assert task is not None
+        return task.__await__()
+
+    async def stop(self) -> None:
+        """Stop serving: the pages stop here and every claim is released (another
+        process takes them at its next tick). Idempotent."""
+        if self.stopped and self._task is None:
+            return
+        self.stopped = True
+        self._wake.set()
+        task, self._task = self._task, None
+        if task is not None:
+            await asyncio.gather(task, return_exceptions=True)
+        self.close()
+
+    def close(self) -> None:
+        """Synchronous part of `stop` (also run by `rt.close()`)."""
+        self.stopped = True
+        if self.rt.replica.fence_for == self.fence_for:
+            self.rt.replica.fence_for = None
+        held, self.held = self.held, {}
+        if not self.rt.closed:
+            for h in held.values():
+                self._stop_local(h, "serving stopped")
+        try:
+            self.table.release_all(self.space, self.owner, self.clock())
+        except Exception as exc:  # the leases expire on their own
+            log.error("cellweave: releasing page claims failed: %r", exc)
+
+    # ------------------------------------------------------------------ one tick
+    async def tick(self) -> None:
+        """One heartbeat: renew, discover, close, claim, take over."""
+        if self.stopped:
+            return
+        self.ticks += 1
+        now = self.clock()
+        if self.held:
+            self._renew(now)
+        opened = await self._open_pages()
+        now = self.clock()
+        self._close_stopped(opened, now)
+        self._claim_new(opened, now)
+        self._take_over(opened, now)
+
+    def _renew(self, now: float) -> None:
+        kept = self.table.renew(self.space, self.owner, now, self.lease)
+        for ref, held in list(self.held.items()):
+            if kept.get(ref) != held.fence:
+                del self.held[ref]
+                self.lost.append(
+                    {"page": held.pid, "principal": held.principal, "fence": held.fence, "at": now}
+                )
+                self.rt.runner.trace.record(
+                    "page-claim-lost", str(held.link), fence=held.fence, owner=str(self.owner)
+                )
+                self._stop_local(held, "claim lost")
+
+    async def _open_pages(self) -> dict[tuple[str, str], tuple[str, Link]]:
+        """Every open page of the space: (principal, pid) -> (session, target)."""
+        rt = self.rt
+        link = docs.pages_link(self.space)
+        keys = [
+            link.key(Identity(principal, "serve"))
+            for principal in self.table.page_docs(self.space, link.id)
+        ]
+        new = [k for k in keys if k not in self.watched and k not in self.loading]
+        if new:
+            self.loading.update(new)
+            try:
+                await _future(rt.replica.sync(new))
+            finally:
+                self.loading.difference_update(new)
+            self.watched.update(new)
+        out: dict[tuple[str, str], tuple[str, Link]] = {}
+        for key in self.watched:
+            value = rt.replica.visible(key)
+            records = value.get(docs.VALUE) if type(value) is dict else None
+            if type(records) is not dict:
+                continue
+            for pid, record in records.items():
+                if type(record) is dict and record.get("open") is True:
+                    target = record.get("target")
+                    session = record.get("session")
+                    if type(target) is Link:
+                        out[(key.principal, pid)] = (
+                            session if type(session) is str else "serve",
+                            target,
+                        )
+        return out
+
+    def _close_stopped(self, opened: dict[tuple[str, str], tuple[str, Link]], now: float) -> None:
+        gone = [h for ref, h in self.held.items() if ref not in opened]
+        for h in gone:
+            del self.held[(h.principal, h.pid)]
+            self._stop_local(h, "page stopped")
+        if gone:
+            self.table.release(
+                self.space, self.owner, [(h.principal, h.pid, h.fence) for h in gone], now,
+                closed=True,
+            )
+        for ref in [r for r in self.first_seen if r not in opened]:
+            del self.first_seen[ref]
+        for ref in [r for r in self.elsewhere if r not in opened]:
+            del self.elsewhere[ref]
+        for ref in [r for r in self.refusals if r not in opened]:
+            del self.refusals[ref]
+
+    def _claim_new(self, opened: dict[tuple[str, str], tuple[str, Link]], now: float) -> None:
+        retry_after = 5 * self.lease
+        for ref in opened:
+            if ref not in self.held and ref not in self.first_seen:
+                self.first_seen[ref] = now
+        wanted = sorted(
+            (
+                (seen, ref)
+                for ref, seen in self.first_seen.items()
+                if ref not in self.held
+                and (ref not in self.elsewhere or now - self.elsewhere[ref] > retry_after)
+            ),
+        )[: self.batch]
+        if not wanted:
+            return
+        refs = [ref for _seen, ref in wanted]
+        got = self.table.claim(self.space, self.owner, refs, now, self.lease)
+        for ref in refs:
+            fence = got.get(ref)
+            if fence is None:
+                self.elsewhere[ref] = now
+            else:
+                self._serve_page(ref, opened[ref], fence, None)
+
+    def _take_over(self, opened: dict[tuple[str, str], tuple[str, Link]], now: float) -> None:
+        deferred = sum(1 for _s, until, _d in self.refusals.values() if until > now)
+        rows = self.table.stale(self.space, now, self.owner, self.batch + deferred)
+        taken = 0
+        for row in rows:
+            ref = row.ref
+            if taken >= self.batch:
+                break
+            if ref not in opened or ref in self.held:
+                continue
+            refused = self.refusals.get(ref)
+            if refused is not None and refused[0] == row.heartbeat_at and refused[1] > now:
+                continue  # backing off: the owner was alive at this stamp
+            if row.owner is None:
+                fence = self.table.claim(self.space, self.owner, [ref], now, self.lease).get(ref)
+                if fence is not None:
+                    taken += 1
+                    self.refusals.pop(ref, None)
+                    self._serve_page(ref, opened[ref], fence, None)
+                continue
+            if row.expires_at < now:
+                reason = "lease-expired"
+            else:
+                alive = self.probe(row.owner)  # fresh lease, same host: ask the probe
+                if alive is False:
+                    reason = "owner-gone"
+                else:
+                    self._refuse(ref, row, now)
+                    continue
+            fence = self.table.steal(row, self.owner, now, self.lease, reason)
+            if fence is None:
+                self._refuse(ref, row, now)  # the row moved (a pulse, another taker)
+                continue
+            taken += 1
+            self.refusals.pop(ref, None)
+            self.elsewhere.pop(ref, None)
+            self._serve_page(ref, opened[ref], fence, (row, reason))
+
+    def _refuse(self, ref: tuple[str, str], row: ClaimRow, now: float) -> None:
+        """Back off from a live owner: two heartbeats, doubling up to the lease, per stamp."""
+        before = self.refusals.get(ref)
+        if before is not None and before[0] == row.heartbeat_at:
+            delay = min(before[2] * 2, self.lease)
+        else:
+            delay = min(2 * self.heartbeat, self.lease)
+        self.refusals[ref] = (row.heartbeat_at, now + delay, delay)
+
+    # ------------------------------------------------------------------ pages here
+    def _serve_page(
+        self,
+        ref: tuple[str, str],
+        opened: tuple[str, Link],
+        fence: int,
+        taken: tuple[ClaimRow, str] | None,
+    ) -> None:
+        principal, pid = ref
+        session, target = opened
+        held = Held(principal, pid, session, target, fence)
+        self.held[ref] = held
+        self.first_seen.pop(ref, None)
+        self.elsewhere.pop(ref, None)
+        trace = self.rt.runner.trace
+        if taken is not None:
+            row, reason = taken
+            record = {
+                "page": pid,
+                "principal": principal,
+                "from": str(row.owner),
+                "reason": reason,
+                "fence": fence,
+                "at": self.clock(),
+            }
+            self.takeovers.append(record)
+            trace.record("page-takeover", str(target), reason=reason, fence=fence)
+        else:
+            trace.record("page-claim", str(target), fence=fence)
+        self._index()  # the page's own documents are fenced before its start commits
+        identity = Identity(principal, session)
+        cell = Cell(self.rt.replica, identity, target, host=self.rt._host)
+        started = self.rt._pages_book.resume_one(pid, cell, identity)
+
+        def after(p: Pending[bool]) -> None:
+            try:
+                ok = p.result()
+            except Exception as exc:
+                log.error("cellweave: claimed page %s could not start: %r", target, exc)
+                ok = False
+            if self.held.get(ref) is not held:
+                return
+            rec = self.rt._pages_book.by_pid.get(ref)
+            held.key = rec.key if rec is not None else None
+            if not ok:
+                trace.record("page-claim-start-failed", str(target), fence=fence)
+            self._index()
+
+        started.add_done_callback(after)
+
+    def _stop_local(self, held: Held, why: str) -> None:
+        """End the page's runs here, leaving its record alone (it is not this stop's)."""
+        book = self.rt._pages_book
+        rec = book.by_pid.get((held.principal, held.pid))
+        if rec is None or self.rt.closed:
+            return
+        key = rec.key
+        book._forget(rec)
+        if key is not None:
+            self.rt.runner.let_go(key, held.principal, why=why)
+        self._index()
+
+    # ------------------------------------------------------------------ inspection
+    def inspect_self(self) -> dict[str, Any]:
+        """This process's side: who it is, what it holds, takeovers and losses."""
+        return {
+            "owner": str(self.owner),
+            "lease": self.lease,
+            "heartbeat": self.heartbeat,
+            "held": len(self.held),
+            "takeovers": list(self.takeovers),
+            "lost": list(self.lost),
+        }
+
+
+def _future(pending: Pending[Any]) -> asyncio.Future[Any]:
+    fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+    def done(p: Pending[Any]) -> None:
+        if fut.done():
+            return
+        try:
+            fut.set_result(p.result())
+        except Exception as exc:
+            fut.set_exception(exc)
+
+    pending.add_done_callback(done)
+    return fut
