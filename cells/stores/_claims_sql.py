@@ -41,9 +41,9 @@ def schema(table: str, *, postgres: bool) -> tuple[str, ...]:
             taken_from TEXT, taken_reason TEXT, takeovers BIGINT NOT NULL DEFAULT 0,
             PRIMARY KEY (space, principal, page)
         )""",
-        f"CREATE INDEX IF NOT EXISTS {table.replace('.', '_')}_by_expiry"
-        f" ON {table} (space, expires_at)",
-        f"CREATE INDEX IF NOT EXISTS {table.replace('.', '_')}_by_owner ON {table} (nonce)",
+        # (An index lives in its table's schema: its name takes no schema.)
+        f"CREATE INDEX IF NOT EXISTS claims_by_expiry ON {table} (space, expires_at)",
+        f"CREATE INDEX IF NOT EXISTS claims_by_owner ON {table} (nonce)",
     )
 
 

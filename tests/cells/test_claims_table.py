@@ -1,0 +1,156 @@
+"""The page claims of every store: one-statement compare-and-set operations, and the
+fence check inside the commit's transaction (issue 19 item 3).
+
+Runs against MemoryStore, SQLiteStore and a throwaway PostgreSQL cluster. Times are
+the numbers the tests pass (the store decides on them), so nothing sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from bench.pg_cluster import Cluster
+from cells import (
+    Fence,
+    FencedError,
+    MemoryStore,
+    Outcome,
+    Owner,
+    SQLiteStore,
+    StoreBase,
+)
+
+A = Owner("host-a", 11, "a" * 32)
+B = Owner("host-b", 22, "b" * 32)
+SPACE = "default"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    server = Cluster()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Iterator[StoreBase]:
+    if request.param == "memory":
+        made: StoreBase = MemoryStore()
+    elif request.param == "sqlite":
+        made = SQLiteStore(tmp_path / "claims.db")
+    else:
+        from cells import PostgresStore
+
+        cluster = request.getfixturevalue("cluster")
+        made = PostgresStore(cluster.dsn, schema=f"t_{uuid.uuid4().hex}", poll_interval=0)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def test_a_claim_takes_only_unowned_pages_and_each_claim_grows_the_fence(
+    store: StoreBase,
+) -> None:
+    t = store.claims
+    assert t.claim(SPACE, A, [("p", "x"), ("p", "y")], 100.0, 10.0) == {
+        ("p", "x"): 1,
+        ("p", "y"): 1,
+    }
+    assert t.claim(SPACE, B, [("p", "x"), ("p", "z")], 101.0, 10.0) == {("p", "z"): 1}
+    assert t.release(SPACE, A, [("p", "x", 1)], 102.0) == 1
+    assert t.release(SPACE, A, [("p", "x", 1)], 102.0) == 0  # no longer A's
+    assert t.claim(SPACE, B, [("p", "x")], 103.0, 10.0) == {("p", "x"): 2}
+    rows = {r.page: r for r in t.rows(SPACE)}
+    assert (rows["x"].owner, rows["x"].fence) == (B, 2)
+    assert (rows["y"].owner, rows["y"].fence) == (A, 1)
+
+
+def test_one_renew_statement_extends_every_claim_of_its_owner(store: StoreBase) -> None:
+    t = store.claims
+    t.claim(SPACE, A, [("p", str(i)) for i in range(50)], 100.0, 10.0)
+    t.claim(SPACE, B, [("q", "0")], 100.0, 10.0)
+    before = t.statements
+    kept = t.renew(SPACE, A, 105.0, 10.0)
+    assert t.statements == before + 1
+    assert len(kept) == 50 and set(kept.values()) == {1}
+    assert {r.expires_at for r in t.rows(SPACE) if r.owner == A} == {115.0}
+    assert [r.expires_at for r in t.rows(SPACE) if r.owner == B] == [110.0]
+
+
+def test_a_steal_needs_the_exact_row_and_an_expired_lease(store: StoreBase) -> None:
+    t = store.claims
+    t.claim(SPACE, A, [("p", "x")], 100.0, 10.0)
+    (row,) = t.stale(SPACE, 111.0, B, 10)
+    assert row.owner == A
+    # Fresh at 105: a lease-expired steal is refused by the store itself.
+    assert t.steal(row, B, 105.0, 10.0, "lease-expired") is None
+    # The owner pulses between B's read and B's steal: the steal loses.
+    t.renew(SPACE, A, 108.0, 10.0)
+    assert t.steal(row, B, 111.0, 10.0, "lease-expired") is None
+    (row,) = t.stale(SPACE, 119.0, B, 10)
+    assert t.steal(row, B, 119.0, 10.0, "lease-expired") == 2
+    assert t.steal(row, B, 119.0, 10.0, "lease-expired") is None  # taken once
+    (now,) = t.rows(SPACE)
+    assert (now.owner, now.fence, now.takeovers) == (B, 2, 1)
+    assert (now.taken_from, now.taken_reason) == (str(A), "lease-expired")
+    # A's heartbeat no longer finds the page.
+    assert t.renew(SPACE, A, 120.0, 10.0) == {}
+
+
+def test_stale_offers_released_and_expired_rows_oldest_first_never_closed_ones(
+    store: StoreBase,
+) -> None:
+    t = store.claims
+    t.claim(SPACE, A, [("p", "old")], 100.0, 10.0)
+    t.claim(SPACE, A, [("p", "new")], 104.0, 10.0)
+    t.claim(SPACE, A, [("p", "closed"), ("p", "shut")], 104.0, 10.0)
+    t.release(SPACE, A, [("p", "closed", 1)], 105.0, closed=True)
+    t.release(SPACE, A, [("p", "shut", 1)], 105.0)
+    assert [r.page for r in t.stale(SPACE, 120.0, B, 10)] == ["shut", "old", "new"]
+    assert [r.page for r in t.stale(SPACE, 120.0, B, 2)] == ["shut", "old"]
+    # A owner on B's own host is offered while fresh (for the pid probe).
+    same_host = Owner("host-b", 33, "c" * 32)
+    t.claim(SPACE, same_host, [("p", "local")], 119.0, 10.0)
+    assert "local" in [r.page for r in t.stale(SPACE, 120.0, B, 10)]
+    assert "local" not in [r.page for r in t.stale(SPACE, 120.0, same_host, 10)]
+
+
+async def _commit(store: StoreBase, fence: Fence | None) -> tuple[Outcome, BaseException | None]:
+    from runner import Runtime
+
+    async with Runtime(store, principal="p") as rt:
+        rt.replica.fence_for = lambda _tx, _req: fence
+        cell = rt.get_cell({"doc": str(uuid.uuid4())})
+        cell.set({"n": 1})
+        tx = rt.edit()
+        tx.write(cell.doc_key, ("value", "n"), 2)
+        result = await tx.commit()
+        return result.outcome, result.error
+
+
+def test_a_commit_is_accepted_only_under_the_current_claim(store: StoreBase) -> None:
+    t = store.claims
+    t.claim(SPACE, A, [("p", "x")], 100.0, 10.0)
+    current = Fence(SPACE, "p", "x", 1)
+    assert asyncio.run(_commit(store, current)) == (Outcome.OK, None)
+    (row,) = t.stale(SPACE, 111.0, B, 10)
+    assert t.steal(row, B, 111.0, 10.0, "lease-expired") == 2
+    outcome, error = asyncio.run(_commit(store, current))
+    assert outcome is Outcome.PERMANENT
+    assert isinstance(error, FencedError) and error.kind == "fenced"
+    assert "fence 1 of page x of 'p'" in str(error) and "now fence 2" in str(error)
+    assert asyncio.run(_commit(store, Fence(SPACE, "p", "x", 2)))[0] is Outcome.OK
+    # Released (the owner shut down): nobody's writes for the page are accepted.
+    t.release_all(SPACE, B, 112.0)
+    assert asyncio.run(_commit(store, Fence(SPACE, "p", "x", 2)))[0] is Outcome.PERMANENT
+    # A page never claimed: fenced out too; an unfenced commit is untouched.
+    assert asyncio.run(_commit(store, Fence(SPACE, "p", "nope", 1)))[0] is Outcome.PERMANENT
+    assert asyncio.run(_commit(store, None)) == (Outcome.OK, None)
