@@ -28,12 +28,12 @@ from ._address import check_scope as check_scope
 from ._address import instance_key as instance_key
 from ._args import check_arg as check_arg
 from ._cell import Cell as Cell
-from ._claims import ClaimRow as ClaimRow
-from ._claims import ClaimTable as ClaimTable
-from ._claims import Owner as Owner
 from ._cell import CellHost as CellHost
 from ._cell import Space as Space
 from ._cell import check_same_store as check_same_store
+from ._claims import ClaimRow as ClaimRow
+from ._claims import ClaimTable as ClaimTable
+from ._claims import Owner as Owner
 from ._codec import canonical_bytes as canonical_bytes
 from ._codec import cause_of as cause_of
 from ._codec import decode_json as decode_json

@@ -1,7 +1,12 @@
-"""The `cellweave` command: `serve` (the web shell) and `inspect` (stored pages).
+"""The `cellweave` command: `serve` (the web shell), `worker` (serve open pages under
+claims) and `inspect` (stored pages and claims).
 
 cellweave serve examples.todo:Board --db board.db
+cellweave worker --db "host=/run/postgresql dbname=app" --lease 10 --heartbeat 2
 cellweave inspect --db board.db --principal alice --json
+
+`--db` takes a SQLite file path or a PostgreSQL connection string (a libpq
+`key=value` string or a `postgresql://` URI).
 """
 
 from __future__ import annotations
@@ -12,11 +17,12 @@ import ipaddress
 import json
 import os
 import secrets
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-from cells import CellweaveError, SQLiteStore
+from cells import CellweaveError, SQLiteStore, StoreBase
 from runner import Runtime
 
 from ._shell import ShellError, load_target, load_users, make_app, serving
@@ -47,8 +53,24 @@ def _parser() -> argparse.ArgumentParser:
         "--users", help="JSON file mapping tokens to principals (required off loopback)"
     )
 
-    inspect = sub.add_parser("inspect", help="print the pages stored in a SQLite file")
-    inspect.add_argument("--db", required=True, help="SQLite file")
+    worker = sub.add_parser(
+        "worker", help="run the open pages of every principal under claims, until SIGTERM"
+    )
+    worker.add_argument("--db", required=True, help="SQLite file or PostgreSQL DSN")
+    worker.add_argument("--space", default="default")
+    worker.add_argument("--lease", type=float, default=10.0, help="claim lease (seconds)")
+    worker.add_argument("--heartbeat", type=float, default=2.0, help="renew interval (seconds)")
+    worker.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE first (the pages' patterns; repeatable)",
+    )
+
+    inspect = sub.add_parser("inspect", help="print the pages and claims stored in a store")
+    inspect.add_argument("--db", required=True, help="SQLite file or PostgreSQL DSN")
     inspect.add_argument("--space", default="default")
     inspect.add_argument("--principal", default="local")
     inspect.add_argument("--json", action="store_true", help="print JSON")
@@ -60,6 +82,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "serve":
             return _serve(args)
+        if args.command == "worker":
+            return asyncio.run(_worker(args))
         return asyncio.run(_inspect(args))
     except CellweaveError as exc:
         print(f"cellweave {args.command}: {exc}", file=sys.stderr)
@@ -97,21 +121,73 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def open_store(db: str) -> StoreBase:
+    """A PostgresStore for a connection string or URI, else a SQLiteStore for a path."""
+    if db.startswith(("postgres://", "postgresql://")) or "=" in db:
+        from cells import PostgresStore
+
+        return PostgresStore(db)
+    return SQLiteStore(db)
+
+
+async def _worker(args: argparse.Namespace) -> int:
+    import importlib
+
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    for module in args.imports:
+        importlib.import_module(module)
+    store = open_store(args.db)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        async with Runtime(store=store, space=args.space, principal="worker") as rt:
+            server = await rt.serve_pages(lease=args.lease, heartbeat=args.heartbeat)
+            print(f"cellweave worker: {server.owner} serving pages of {args.db}", flush=True)
+            await stop.wait()
+            held = len(server.held)
+            await server.stop()  # releases every claim: the others take them at once
+            print(f"cellweave worker: stopped, released {held} pages", flush=True)
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        store.close()
+    return 0
+
+
 async def _inspect(args: argparse.Namespace) -> int:
-    store = SQLiteStore(args.db)
+    store = open_store(args.db)
     try:
         async with Runtime(store=store, space=args.space, principal=args.principal) as rt:
             pages: list[dict[str, Any]] = [
                 {"page": str(page.link()), "value": page.get()} for page in rt.pages()
             ]
+            claims = rt.inspect()["claims"]["claims"]
     finally:
         store.close()
     if args.json:
-        print(json.dumps({"principal": args.principal, "pages": pages}, indent=2, default=str))
+        print(
+            json.dumps(
+                {"principal": args.principal, "pages": pages, "claims": claims},
+                indent=2,
+                default=str,
+            )
+        )
     else:
         print(f"pages of {args.principal!r} in {args.db}: {len(pages)}")
         for page in pages:
             print(f"  {page['page']}")
+        print(f"claims of {args.principal!r}: {len(claims)}")
+        for c in claims:
+            taken = (
+                f", taken from {c['taken_from']} ({c['taken_reason']})" if c["taken_from"] else ""
+            )
+            print(
+                f"  page {c['page']}: owner {c['owner'] or '-'}, fence {c['fence']},"
+                f" heartbeat {c['heartbeat_at']:.3f}, takeovers {c['takeovers']}{taken}"
+            )
     return 0
 
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import os
 import socket
@@ -162,9 +163,7 @@ class PageServer:
         owner closed and the page was opened again between two of our ticks)."""
         self.refusals: dict[tuple[str, str], tuple[float, float, float]] = {}
         """Per page whose owner is alive: (heartbeat stamp, next try, delay)."""
-        self.takeovers: collections.deque[dict[str, Any]] = collections.deque(
-            maxlen=TAKEOVERS_KEPT
-        )
+        self.takeovers: collections.deque[dict[str, Any]] = collections.deque(maxlen=TAKEOVERS_KEPT)
         self.lost: collections.deque[dict[str, Any]] = collections.deque(maxlen=TAKEOVERS_KEPT)
         self.loading: set[DocKey] = set()
         self.watched: set[DocKey] = set()
@@ -252,10 +251,8 @@ class PageServer:
                 except Exception as exc:  # a store outage: log, keep the loop, retry
                     log.error("cellweave: serving pages: a tick failed: %r", exc)
                 self._wake.clear()
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), self.heartbeat)
-                except TimeoutError:
-                    pass
         finally:
             self.stopped = True
 
@@ -359,7 +356,10 @@ class PageServer:
             self._stop_local(h, "page stopped")
         if gone:
             self.table.release(
-                self.space, self.owner, [(h.principal, h.pid, h.fence) for h in gone], now,
+                self.space,
+                self.owner,
+                [(h.principal, h.pid, h.fence) for h in gone],
+                now,
                 closed=True,
             )
         for ref in [r for r in self.first_seen if r not in opened]:

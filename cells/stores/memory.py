@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from .._claims import MemoryClaimTable
 from .._address import DocKey, Path
+from .._claims import MemoryClaimTable
 from .._store import (
     NO_STATE,
     CommitRequest,
@@ -50,7 +50,7 @@ class MemoryStore(StoreBase):
     def __init__(self) -> None:
         super().__init__()
         self._seq = 0
-        self.claims = MemoryClaimTable(self._lock, lambda: self._heads)
+        self.claims: MemoryClaimTable = MemoryClaimTable(self._lock, lambda: self._heads)
         """The page claims (`cells.ClaimTable`): which process runs each open page."""
         self._heads: dict[DocKey, DocState] = {}
         self._claimed: set[DocKey] = set()

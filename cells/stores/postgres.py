@@ -82,6 +82,8 @@ from ..errors import (
     StoreError,
     TerminalCommitError,
 )
+from ._claims_sql import SQLClaimTable
+from ._claims_sql import schema as claims_schema
 from ._sql import (
     KEY_COLUMNS,
     SessionVerdicts,
@@ -94,8 +96,6 @@ from ._sql import (
     pruned_revision,
     revisions_from_rows,
 )
-from ._claims_sql import SQLClaimTable
-from ._claims_sql import schema as claims_schema
 from .memory import REVISIONS_KEPT
 
 FORMAT: Final = "cellweave-store"
@@ -285,7 +285,9 @@ class PostgresStore(WriterStore):
                 raise self._wrap(exc, "cannot initialize the store") from exc
             raise
         self._wconn = conn
-        self.claims = SQLClaimTable(f"{self._s}.claims", f"{self._s}.head", self._in_pool, postgres=True)
+        self.claims: SQLClaimTable = SQLClaimTable(
+            f"{self._s}.claims", f"{self._s}.head", self._in_pool, postgres=True
+        )
         """The page claims (`cells.ClaimTable`): which process runs each open page."""
         self._pool = psycopg_pool.ConnectionPool(
             dsn,

@@ -96,6 +96,8 @@ from ..errors import (
     StoreError,
     TerminalCommitError,
 )
+from ._claims_sql import SQLClaimTable
+from ._claims_sql import schema as claims_schema
 from ._sql import (
     KEY_COLUMNS,
     SessionVerdicts,
@@ -108,8 +110,6 @@ from ._sql import (
     pruned_revision,
     revisions_from_rows,
 )
-from ._claims_sql import SQLClaimTable
-from ._claims_sql import schema as claims_schema
 from .memory import REVISIONS_KEPT
 
 T = TypeVar("T")
@@ -401,7 +401,9 @@ class SQLiteStore(WriterStore):
                     " SQLiteStore needs a local file system"
                 )
             self._init_schema(self._wconn)
-            self.claims = SQLClaimTable("claims", "head", self._in_write, postgres=False)
+            self.claims: SQLClaimTable = SQLClaimTable(
+                "claims", "head", self._in_write, postgres=False
+            )
             """The page claims (`cells.ClaimTable`): which process runs each open page."""
             self._rconn = self._open_connection()
             try:

@@ -15,7 +15,14 @@ import pytest
 from pattern_defs import Child
 from support import arun, turns
 
-from cells import Cell, Fence, FencedError, Link, MemoryStore, Outcome, Owner, SQLiteStore, StoreBase
+from cells import (
+    Cell,
+    Fence,
+    Link,
+    MemoryStore,
+    SQLiteStore,
+    StoreBase,
+)
 from runner import Runtime
 from runner._claims import PageServer
 
