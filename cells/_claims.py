@@ -294,7 +294,11 @@ class MemoryClaimTable(ClaimTable):
                 for r in self._rows.values()
                 if r.space == space
                 and r.owner != me
-                and (r.expires_at < now or (r.owner is not None and r.owner.host == me.host))
+                and (
+                    r.expires_at < now
+                    or (r.owner is None and r.expires_at <= now)
+                    or (r.owner is not None and r.owner.host == me.host)
+                )
             ]
         found.sort(key=lambda r: (r.expires_at, r.principal, r.page))
         return found[:limit]

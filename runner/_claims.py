@@ -404,8 +404,14 @@ class PageServer:
             if ref not in opened or ref in self.held:
                 continue
             refused = self.refusals.get(ref)
-            if refused is not None and refused[0] == row.heartbeat_at and refused[1] > now:
-                continue  # backing off: the owner was alive at this stamp
+            if (
+                refused is not None
+                and row.owner is not None
+                and row.expires_at >= now
+                and refused[0] == row.heartbeat_at
+                and refused[1] > now
+            ):
+                continue  # backing off: the owner was alive at this stamp, lease fresh
             if row.owner is None:
                 fence = self.table.claim(self.space, self.owner, [ref], now, self.lease).get(ref)
                 if fence is not None:

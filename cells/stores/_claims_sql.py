@@ -217,9 +217,10 @@ class SQLClaimTable(ClaimTable):
         rows = self._exec(
             f"SELECT {_COLS} FROM {self._t} WHERE space = ?"
             " AND (nonce IS NULL OR nonce <> ?)"
-            " AND (expires_at < ? OR (nonce IS NOT NULL AND host = ?))"
+            " AND (expires_at < ? OR (nonce IS NULL AND expires_at <= ?)"
+            " OR (nonce IS NOT NULL AND host = ?))"
             " ORDER BY expires_at, principal, page LIMIT ?",
-            [space, me.nonce, now, me.host, limit],
+            [space, me.nonce, now, now, me.host, limit],
         )
         return [_row(r) for r in rows]
 

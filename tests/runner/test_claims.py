@@ -70,6 +70,17 @@ def _doubled(store: StoreBase, page: Cell) -> Any:
     return value
 
 
+async def _settle(store: StoreBase, *rts: Runtime) -> None:
+    """Until quiet: every queued commit decided (a SQL store's writer thread posts the
+    verdicts and the other sessions' changes), then every runtime idle."""
+    for _ in range(4):
+        flush = getattr(store, "flush", None)
+        if flush is not None:
+            assert flush(30.0)
+        for rt in rts:
+            await rt.idle()
+
+
 async def _serve(store: StoreBase, clock: Clock, **kw: Any) -> tuple[Runtime, PageServer]:
     rt = Runtime(store, principal="server")
     await rt.__aenter__()
@@ -133,13 +144,12 @@ def test_a_paused_owner_is_taken_over_and_its_writes_are_fenced_out(
         (held,) = sa.held.values()
         assert held.fence == 1
         inp.set(2)
-        await ui.idle()
-        await a.idle()
+        await _settle(store, ui, a, b)
         assert _doubled(store, page) == 4
         # A pauses (no heartbeat) past its lease; B takes the page over.
         clock.now += 11
         await sb.tick()
-        await b.idle()
+        await _settle(store, ui, a, b)
         assert len(sb.held) == 1 and next(iter(sb.held.values())).fence == 2
         (t,) = sb.takeovers
         assert t["reason"] == "lease-expired" and t["from"] == str(sa.owner)
@@ -148,7 +158,7 @@ def test_a_paused_owner_is_taken_over_and_its_writes_are_fenced_out(
         with store.testing.hold_verdicts() as gate:
             inp.set(3)
             await turns()
-            gate.accept(0)  # the input change reaches both runtimes
+            gate.accept(0)  # evaluated here: the change reaches both runtimes' mailboxes
             await turns()
             fences = {h.request.session_id: h.request.fence for h in gate.held()}
             assert fences == {
@@ -157,8 +167,7 @@ def test_a_paused_owner_is_taken_over_and_its_writes_are_fenced_out(
             }
             rejected_before = a.replica.stats.rejected
             gate.release()
-        await a.idle()
-        await b.idle()
+        await _settle(store, ui, a, b)
         assert a.replica.stats.rejected == rejected_before + 1
         assert _doubled(store, page) == 6
         # A's next heartbeat finds the claim gone and stops running the page.
@@ -169,5 +178,218 @@ def test_a_paused_owner_is_taken_over_and_its_writes_are_fenced_out(
         assert (row.fence, row.owner, row.taken_reason) == (2, sb.owner, "lease-expired")
         for rt in (a, b, ui):
             await rt.aclose()
+
+    arun(main)
+
+
+def test_a_live_owner_on_this_host_is_refused_with_a_doubling_backoff() -> None:
+    store = MemoryStore()
+    clock = Clock()
+    probed: list[float] = []
+
+    def alive(owner: Owner) -> bool | None:
+        probed.append(clock.now)
+        return True
+
+    async def main() -> None:
+        await _open_from_ui(store)
+        a, sa = await _serve(store, clock)
+        b = Runtime(store, principal="server")
+        await b.__aenter__()
+        sb = await b.serve_pages(lease=10.0, heartbeat=1.0, clock=clock, probe=alive, manual=True)
+        assert probed == [1000.0]  # fresh lease, same host: probed once, refused
+        for _ in range(40):  # A keeps renewing at the same stamp? no: A is silent here
+            clock.now += 1.0
+            await sb.tick()
+            if clock.now >= 1009.0:
+                break
+        # Re-probed after 2, 4 (then the lease expired and it was taken without a probe).
+        assert probed == [1000.0, 1002.0, 1006.0]
+        assert not sb.held
+        clock.now = 1011.0
+        await sb.tick()
+        assert len(sb.held) == 1 and sb.takeovers[0]["reason"] == "lease-expired"
+        assert probed == [1000.0, 1002.0, 1006.0]  # an expired lease needs no probe
+        await sa.tick()
+        assert not sa.held
+        await a.aclose()
+        await b.aclose()
+
+    arun(main)
+
+
+def test_backoff_doubles_per_heartbeat_stamp_and_resets_when_the_stamp_moves() -> None:
+    store = MemoryStore()
+    clock = Clock()
+    probed: list[float] = []
+
+    def alive(owner: Owner) -> bool | None:
+        probed.append(clock.now)
+        return True
+
+    async def main() -> None:
+        await _open_from_ui(store)
+        a = Runtime(store, principal="server")
+        await a.__aenter__()
+        sa = await a.serve_pages(lease=40.0, heartbeat=1.0, clock=clock, manual=True)
+        b = Runtime(store, principal="server")
+        await b.__aenter__()
+        sb = await b.serve_pages(lease=40.0, heartbeat=1.0, clock=clock, probe=alive, manual=True)
+        for _ in range(31):
+            clock.now += 1.0
+            await sb.tick()
+        # A silent owner at one stamp: re-probed after 2, 4, 8, 16 s (two heartbeats,
+        # doubling), not every tick.
+        assert probed == [1000.0, 1002.0, 1006.0, 1014.0, 1030.0]
+        await sa.tick()  # A pulses at 1031: a new stamp starts the ladder again
+        for _ in range(3):
+            clock.now += 1.0
+            await sb.tick()
+        assert probed[5:] == [1032.0, 1034.0]
+        assert not sb.held and len(sa.held) == 1
+        await a.aclose()
+        await b.aclose()
+
+    arun(main)
+
+
+def test_an_owner_whose_process_is_gone_is_taken_over_before_its_lease_ends() -> None:
+    store = MemoryStore()
+    clock = Clock()
+
+    async def main() -> None:
+        await _open_from_ui(store)
+        a, sa = await _serve(store, clock)
+        b = Runtime(store, principal="server")
+        await b.__aenter__()
+        gone = sa.owner
+        sb = await b.serve_pages(
+            lease=10.0,
+            heartbeat=2.0,
+            clock=clock,
+            probe=lambda owner: owner != gone,
+            manual=True,
+        )
+        assert len(sb.held) == 1
+        (t,) = sb.takeovers
+        assert (t["reason"], t["from"], t["fence"]) == ("owner-gone", str(gone), 2)
+        row = store.claims.rows("default")[0]
+        assert (row.taken_reason, row.taken_from) == ("owner-gone", str(gone))
+        claims = b.inspect(principal="server")["claims"]["serving"]
+        assert claims["owner"] == str(sb.owner) and claims["held"] == 1
+        await a.aclose()
+        await b.aclose()
+
+    arun(main)
+
+
+def test_pages_are_claimed_in_bounded_batches_oldest_first() -> None:
+    store = MemoryStore()
+    clock = Clock()
+
+    async def main() -> None:
+        ui = Runtime(store, principal="alice")
+        await ui.__aenter__()
+        for i in range(10):
+            await _open_linked(ui, f"page{i}")
+        ui.stop_all()
+        a = Runtime(store, principal="server")
+        await a.__aenter__()
+        sa = await a.serve_pages(lease=10.0, heartbeat=2.0, clock=clock, batch=4, manual=True)
+        assert len(sa.held) == 4
+        before = store.claims.statements
+        await sa.tick()
+        assert len(sa.held) == 8
+        await sa.tick()
+        assert len(sa.held) == 10
+        # Each tick: one renew, one principal listing, one claim batch, one stale read.
+        assert store.claims.statements - before <= 2 * 4
+        await a.idle()
+        for cell in [ui.get_cell(f"page{i}") for i in range(10)]:
+            assert _doubled(store, cell) == 2
+        await a.aclose()
+        await ui.aclose()
+
+    arun(main)
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_a_page_opened_anywhere_is_picked_up_and_a_stop_anywhere_ends_it(
+    kind: str, tmp_path: pathlib.Path
+) -> None:
+    store = _store(kind, tmp_path)
+    clock = Clock()
+
+    async def main() -> None:
+        a, sa = await _serve(store, clock)
+        b, sb = await _serve(store, clock)
+        assert not sa.held and not sb.held
+        ui = Runtime(store, principal="alice")
+        await ui.__aenter__()
+        inp, page = await _open_linked(ui)
+        ui.stop_all()
+        await _settle(store, ui, a, b)
+        await sa.tick()  # the next heartbeat finds it
+        await sb.tick()
+        assert len(sa.held) + len(sb.held) == 1
+        owner, other = (sa, sb) if sa.held else (sb, sa)
+        # A stop from the UI: the owner's next tick stops it and closes its claim;
+        # nobody takes it over, at any time.
+        assert await ui.open_page(page) is True  # (the UI must hold it to stop it)
+        await ui.stop(page)
+        await _settle(store, ui, a, b)
+        await owner.tick()
+        assert not owner.held
+        row = store.claims.rows("default")[0]
+        assert row.owner is None
+        clock.now += 100
+        await other.tick()
+        await owner.tick()
+        assert not other.held and not owner.held
+        assert not a.registrations() and not b.registrations()
+        for rt in (a, b, ui):
+            await rt.aclose()
+
+    arun(main)
+
+
+def test_a_shutdown_releases_its_claims_for_the_others_at_once() -> None:
+    store = MemoryStore()
+    clock = Clock()
+
+    async def main() -> None:
+        await _open_from_ui(store)
+        a, sa = await _serve(store, clock)
+        b, sb = await _serve(store, clock)
+        assert len(sa.held) == 1
+        await a.aclose()  # releases: no lease to wait for
+        assert store.claims.rows("default")[0].owner is None
+        await sb.tick()
+        assert len(sb.held) == 1 and not sb.takeovers  # a claim, not a takeover
+        assert store.claims.rows("default")[0].fence == 2
+        await b.aclose()
+
+    arun(main)
+
+
+def test_a_restarted_process_with_the_same_pid_does_not_take_its_old_claim_as_its_own() -> None:
+    store = MemoryStore()
+    clock = Clock()
+
+    async def main() -> None:
+        await _open_from_ui(store)
+        a, sa = await _serve(store, clock)
+        old = sa.owner
+        # Killed: no release, no more heartbeats (the runtime goes without its server).
+        sa.stopped = True
+        a._server = None
+        a.close()
+        b, sb = await _serve(store, clock)  # same host, same pid, a new nonce
+        assert sb.owner.pid == old.pid and sb.owner.nonce != old.nonce
+        assert not sb.held  # the old claim is not its own, and its lease is fresh
+        clock.now += 11
+        await sb.tick()
+        assert len(sb.held) == 1 and sb.takeovers[0]["from"] == str(old)
+        await b.aclose()
 
     arun(main)
