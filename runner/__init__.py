@@ -23,7 +23,10 @@ demand (kept computed while open), and one opened through a list slot is
 pinned to the element the slot holds. A send brings what resolves its stream
 up to date first (starting a set-up result, computing the path to a list
 element's handler). Handlers run as the identity that sent the event.
-`inspect()` and the lifecycle trace show what runs and why.
+`inspect()` and the lifecycle trace show what runs and why. `serve_pages()`
+runs the open pages of every principal under claims in the store (a
+`PageServer`: leases, heartbeats, fenced takeovers), so several processes
+share them, one owner per page.
 
 The principal boundary: a `Session` is what a service hands to code acting
 for one user. Its transactions touch only what its identity resolves to (the
@@ -51,6 +54,7 @@ from ._builder import lift as lift
 from ._builder import load_pattern as load_pattern
 from ._builder import navigate_to as navigate_to
 from ._builder import pattern as pattern
+from ._claims import PageServer as PageServer
 from ._runtime import Runtime as Runtime
 from ._runtime import Session as Session
 from ._sent import Sent as Sent
@@ -74,6 +78,7 @@ __all__ = [
     "NodeSpec",
     "OwnershipError",
     "PageError",
+    "PageServer",
     "Pattern",
     "PatternCycleError",
     "PatternError",

@@ -20,11 +20,11 @@ from cells import (
     Fence,
     Link,
     MemoryStore,
+    Owner,
     SQLiteStore,
     StoreBase,
 )
-from runner import Runtime
-from runner._claims import PageServer
+from runner import PageServer, Runtime
 
 
 class Clock:
@@ -326,7 +326,7 @@ def test_a_page_opened_anywhere_is_picked_up_and_a_stop_anywhere_ends_it(
         assert not sa.held and not sb.held
         ui = Runtime(store, principal="alice")
         await ui.__aenter__()
-        inp, page = await _open_linked(ui)
+        _inp, page = await _open_linked(ui)
         ui.stop_all()
         await _settle(store, ui, a, b)
         await sa.tick()  # the next heartbeat finds it

@@ -165,7 +165,7 @@ def test_every_call_on_a_closed_runtime_raises(call: str) -> None:
 def test_every_public_runtime_call_is_covered_by_the_closed_check() -> None:
     lifecycle = {"close", "aclose"}
     lookups = {"of"}  # Runtime.of(cell) names a cell's runtime, open or closed
-    asynchronous = {"start", "open_page", "resume", "idle", "setup", "run"}  # checked below
+    asynchronous = {"start", "open_page", "resume", "idle", "setup", "run", "serve_pages"}
     public = {
         name
         for name in dir(Runtime)
@@ -189,7 +189,7 @@ def test_starting_opening_and_running_on_a_closed_runtime_raise() -> None:
         ):
             with pytest.raises(CellweaveError, match="is closed"):
                 call()
-        for coro in (rt.resume(), rt.idle()):
+        for coro in (rt.resume(), rt.idle(), rt.serve_pages()):
             with pytest.raises(CellweaveError, match="is closed"):
                 await coro
 
