@@ -16,7 +16,7 @@ BENCH_ARGS ?=
 # Extra arguments for `make crash-trials`, e.g. CRASH_ARGS="--trials 20 --seed 7".
 CRASH_ARGS ?=
 
-.PHONY: venv system test docs demo bench soak crash-trials clean
+.PHONY: venv system test docs demo bench soak crash-trials crash-trials-pg clean
 
 venv: $(STAMP)
 
@@ -72,6 +72,16 @@ soak: venv
 # stop did not survive.
 crash-trials: venv
 	$(BIN)/python -m bench.crash_trials $(CRASH_ARGS)
+
+# Three processes serve 200 open pages under claims on a throwaway PostgreSQL
+# cluster; one is killed with SIGKILL 100 times (and restarted), one paused with
+# SIGSTOP past its lease; checks fences, takeover times, acknowledged writes and
+# stopped pages (bench/crash_trials_pg.py). Minutes; not part of `make test`.
+# Extra arguments: CRASH_PG_ARGS="--kills 20 --seed 7".
+CRASH_PG_ARGS ?=
+
+crash-trials-pg: venv system
+	$(BIN)/python -m bench.crash_trials_pg $(CRASH_PG_ARGS)
 
 # Removes what the tools generate, the venv included (the next target that
 # needs it recreates it). Keeps .hypothesis/ (its example database holds the

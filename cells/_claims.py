@@ -150,6 +150,12 @@ class ClaimTable(abc.ABC):
         `closed`: the pages were stopped, so `stale` does not offer them to anyone."""
 
     @abc.abstractmethod
+    def close(self, space: str, principal: str, page: str) -> bool:
+        """A stop of the page (from any process): its claim, whoever holds it, ends as
+        closed, so the owner's commits for it are rejected from now on and nobody takes
+        it over. Whether a claim was open."""
+
+    @abc.abstractmethod
     def release_all(self, space: str, owner: Owner, now: float) -> int:
         """Give up every claim `owner` holds in `space` (shutdown); how many."""
 
@@ -279,6 +285,17 @@ class MemoryClaimTable(ClaimTable):
                     self._rows[k] = msgspec.structs.replace(row, owner=None, expires_at=until)
                     n += 1
         return n
+
+    def close(self, space: str, principal: str, page: str) -> bool:
+        with self._lock:
+            self.statements += 1
+            row = self._rows.get((space, principal, page))
+            if row is None or row.owner is None:
+                return False
+            self._rows[(space, principal, page)] = msgspec.structs.replace(
+                row, owner=None, expires_at=CLOSED_AT
+            )
+            return True
 
     def release_all(self, space: str, owner: Owner, now: float) -> int:
         with self._lock:

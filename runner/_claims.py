@@ -521,6 +521,18 @@ class PageServer:
         }
 
 
+def close_claim(rt: Runtime, principal: str, pid: str) -> None:
+    """After a page's stop is durable (from any process): end its claim, so the process
+    serving it has its commits for it rejected at once, not only after its next tick
+    found the record gone. A failure is logged: the stop stands, and the owner stops
+    the page at its next tick all the same."""
+    try:
+        if rt.store.claims.close(rt.space, principal, pid):
+            rt.runner.trace.record("page-claim-closed", pid, principal=principal)
+    except Exception as exc:
+        log.error("cellweave: closing the claim of stopped page %s failed: %r", pid, exc)
+
+
 def _future(pending: Pending[Any]) -> asyncio.Future[Any]:
     fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 

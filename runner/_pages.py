@@ -75,6 +75,7 @@ from cells import (
 from scheduler import Node
 
 from . import _docs as docs
+from ._claims import close_claim
 from ._registrations import Key
 from .errors import PageError
 
@@ -343,6 +344,8 @@ class Pages:
 
         def one_done(page: PageRecord, res: CommitResult) -> None:
             if res.ok:
+                # A process serving the page under a claim may write for it no more.
+                close_claim(self.rt, page.principal, page.pid)
                 self.rt.runner.trace.record("page-stop-durable", str(page.link))
             else:
                 error: BaseException = res.error or PageError(

@@ -205,6 +205,15 @@ class SQLClaimTable(ClaimTable):
             n += len(rows)
         return n
 
+    def close(self, space: str, principal: str, page: str) -> bool:
+        rows = self._exec(
+            f"UPDATE {self._t} SET host = NULL, pid = NULL, nonce = NULL, expires_at = ?"
+            " WHERE space = ? AND principal = ? AND page = ? AND nonce IS NOT NULL"
+            " RETURNING page",
+            [CLOSED_AT, space, principal, page],
+        )
+        return bool(rows)
+
     def release_all(self, space: str, owner: Owner, now: float) -> int:
         rows = self._exec(
             f"UPDATE {self._t} SET host = NULL, pid = NULL, nonce = NULL, expires_at = ?"

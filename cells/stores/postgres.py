@@ -171,6 +171,19 @@ def _is_transient(exc: BaseException) -> bool:
     return state.startswith(_TRANSIENT_CLASSES)
 
 
+IDLE_IN_TRANSACTION_MS: Final = 5000
+"""The server ends a session of this store idle inside a transaction for longer: a
+process paused in the middle of a commit (SIGSTOP, a debugger, a VM freeze) must not
+hold row locks, and with them every takeover of its claimed pages, for as long as it
+is paused. Its commit then fails as a lost connection when it resumes."""
+
+CLAIM_LOCK_TIMEOUT_MS: Final = 1000
+
+
+def _session_setup(conn: _Conn) -> None:
+    conn.execute(f"SET idle_in_transaction_session_timeout = {IDLE_IN_TRANSACTION_MS}")
+
+
 def describe_dsn(dsn: str) -> str:
     """The server a DSN names, for messages: host, port, database, user (no password)."""
     try:
@@ -273,6 +286,7 @@ class PostgresStore(WriterStore):
         # no such database) carries libpq's own reason, which a pool would only log.
         try:
             conn = psycopg.connect(dsn, connect_timeout=timeout, autocommit=True)
+            _session_setup(conn)
         except psycopg.Error as exc:
             raise self._wrap(exc, "cannot connect") from exc
         try:
@@ -294,6 +308,7 @@ class PostgresStore(WriterStore):
             min_size=1,
             max_size=pool_size,
             kwargs={"autocommit": True, "connect_timeout": timeout},
+            configure=_session_setup,
             timeout=self.connect_timeout,
             # The pool retries a lost connection with a doubling delay; giving up soon
             # keeps that delay short, and the next read asks for a fresh connection at
@@ -412,6 +427,10 @@ class PostgresStore(WriterStore):
         """`fn(conn)` in a transaction of its own on a pooled connection (the claims)."""
         try:
             with self._pool.connection() as conn, conn.transaction():
+                # A claim row locked by a commit that stalled (its process paused mid
+                # transaction) fails this statement soon, rather than stall the serving
+                # loop; the next tick tries again.
+                conn.execute(f"SET LOCAL lock_timeout = '{CLAIM_LOCK_TIMEOUT_MS}ms'")
                 return fn(conn)
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
             raise self._wrap(exc, "claims statement failed") from exc
@@ -519,6 +538,7 @@ class PostgresStore(WriterStore):
             conn.close()
             timeout = max(1, math.ceil(self.connect_timeout))
             self._wconn = conn = psycopg.connect(self.dsn, connect_timeout=timeout, autocommit=True)
+            _session_setup(conn)
         return conn
 
     def _evaluate(self, request: CommitRequest) -> Verdict:

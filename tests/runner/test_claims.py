@@ -337,6 +337,10 @@ def test_a_page_opened_anywhere_is_picked_up_and_a_stop_anywhere_ends_it(
         # nobody takes it over, at any time.
         assert await ui.open_page(page) is True  # (the UI must hold it to stop it)
         await ui.stop(page)
+        # Acknowledged: the claim is closed already, so the owner's commits for the page
+        # are rejected from now on, before its next tick notices the stop.
+        (row,) = store.claims.rows("default")
+        assert row.owner is None and row.fence == 1
         await _settle(store, ui, a, b)
         await owner.tick()
         assert not owner.held
