@@ -64,6 +64,7 @@ from cells import (
 )
 
 from . import _docs as docs
+from ._builder import load_pattern
 from ._registrations import Key
 
 if TYPE_CHECKING:
@@ -167,8 +168,13 @@ class PageServer:
         self.lost: collections.deque[dict[str, Any]] = collections.deque(maxlen=TAKEOVERS_KEPT)
         self.loading: set[DocKey] = set()
         self.watched: set[DocKey] = set()
-        self._doc_fence: dict[DocKey, Fence] = {}
-        self._indexed_regs = -1
+        self._fence_by_id: dict[str, Fence] = {}
+        """Document id -> the fence of the claimed page whose runs write it."""
+        self._ids_of: dict[tuple[str, str], list[str]] = {}
+        self._root_ref: dict[Key, tuple[str, str]] = {}
+        """The result each claimed page runs (as a registration key) -> the page."""
+        self._regs_seen: dict[Key, Any] = {}
+        self._node_counts: dict[str, int] = {}
         self.ticks = 0
         self.stopped = False
         self._task: asyncio.Task[None] | None = None
@@ -180,64 +186,78 @@ class PageServer:
 
     # ------------------------------------------------------------------ fences
     def fence_for(self, tx: Transaction, request: CommitRequest) -> Fence | None:
-        """The fence a commit carries: that of the page whose runs made it, if any."""
+        """The fence a commit carries: that of the page whose runs made it, if any.
+
+        Found by document id (the committing node's output, else a written document)
+        in a map of every document of the registrations under a claimed page: the
+        result, its argument and every node's output, for every pattern node (so a
+        node registered later, a list element's or an instance's, is already in it).
+        A miss looks at the registrations installed since the last look (newest
+        first, stopping at one seen before), so it costs O(new registrations)."""
         if not self.held:
             return None
-        table = self._doc_fence
+        by_id = self._fence_by_id
         for attempt in (0, 1):
             outputs = getattr(tx.source, "outputs", None)
             if outputs:
                 for key, _path in outputs:
-                    fence = table.get(key)
+                    fence = by_id.get(key.id)
                     if fence is not None:
                         return fence
             for write in request.writes:
-                fence = table.get(write.key)
+                fence = by_id.get(write.key.id)
                 if fence is not None:
                     return fence
-            if attempt == 0 and not self._reindex():
+            if attempt == 0 and not self._scan_new():
                 return None
-            table = self._doc_fence
         return None
 
-    def _reindex(self) -> bool:
-        """Rebuild the document -> fence map when registrations came or went (or nodes:
-        a list grew). Whether it changed."""
-        runner = self.rt.runner
-        stamp = sum(len(reg.nodes) for reg in runner.registrations) + 1000003 * len(
-            runner.registrations
-        )
-        if stamp == self._indexed_regs:
-            return False
-        self._indexed_regs = stamp
-        self._index()
-        return True
-
-    def _index(self) -> None:
-        by_root: dict[Key, Fence] = {}
-        for held in self.held.values():
-            if held.key is not None:
-                by_root[held.key] = Fence(self.space, held.principal, held.pid, held.fence)
-        table: dict[DocKey, Fence] = {}
-        for held in self.held.values():
-            fence = Fence(self.space, held.principal, held.pid, held.fence)
-            table[held.link.key(Identity(held.principal, held.session))] = fence
-        for reg in self.rt.runner.registrations:
+    def _scan_new(self) -> bool:
+        """Index the registrations installed since the last scan; whether there were any."""
+        seen = self._regs_seen
+        new = []
+        for reg in reversed(self.rt.runner.registrations._by_key.values()):
+            if seen.get(reg.key) is reg:
+                break
+            new.append(reg)
+        for reg in new:
+            seen[reg.key] = reg
             root = reg.chain[0] if reg.chain else reg.key
-            fence_or_none = by_root.get(root)
-            if fence_or_none is None:
-                continue
-            table[reg.key] = fence_or_none
-            link = Link(reg.key.space, reg.key.id, reg.key.scope)
-            for identity in reg.identities:
-                table[docs.argument_link(link).key(identity)] = fence_or_none
-                for index in reg.nodes:
-                    table[docs.internal_link(link, index).key(identity)] = fence_or_none
-            for nodes in reg.nodes.values():
-                for node in nodes:
-                    for key, _path in getattr(node, "outputs", ()):
-                        table[key] = fence_or_none
-        self._doc_fence = table
+            ref = self._root_ref.get(root)
+            held = self.held.get(ref) if ref is not None else None
+            if held is not None:
+                self._index_reg(held, reg)
+        if len(seen) > 2 * len(self.rt.runner.registrations) + 64:
+            live = self.rt.runner.registrations._by_key
+            self._regs_seen = {k: r for k, r in seen.items() if live.get(k) is r}
+        return bool(new)
+
+    def _index_id(self, held: Held, doc_id: str) -> None:
+        self._fence_by_id[doc_id] = Fence(self.space, held.principal, held.pid, held.fence)
+        self._ids_of.setdefault((held.principal, held.pid), []).append(doc_id)
+
+    def _index_reg(self, held: Held, reg: Any) -> None:
+        link = Link(reg.key.space, reg.key.id, reg.key.scope)
+        self._index_id(held, reg.key.id)
+        self._index_id(held, docs.argument_link(link).id)
+        count = self._node_counts.get(reg.pattern)
+        if count is None:
+            try:
+                count = len(load_pattern(reg.pattern).graph.nodes)
+            except Exception:  # not loadable here: its tracked nodes below still count
+                count = 0
+            self._node_counts[reg.pattern] = count
+        for index in range(max(count, max(reg.nodes, default=-1) + 1)):
+            self._index_id(held, docs.internal_link(link, index).id)
+
+    def _unindex(self, held: Held) -> None:
+        ref = (held.principal, held.pid)
+        for doc_id in self._ids_of.pop(ref, ()):
+            fence = self._fence_by_id.get(doc_id)
+            if fence is not None and fence.generation == held.fence:
+                del self._fence_by_id[doc_id]
+        for root in [k for k, r in self._root_ref.items() if r == ref]:
+            del self._root_ref[root]
 
     # ------------------------------------------------------------------ the loop
     def start(self) -> None:
@@ -247,10 +267,16 @@ class PageServer:
         try:
             while not self.stopped:
                 try:
-                    await self.tick()
+                    full = await self.tick()
                 except Exception as exc:  # a store outage: log, keep the loop, retry
                     log.error("cellweave: serving pages: a tick failed: %r", exc)
+                    full = False
                 self._wake.clear()
+                if full:
+                    # A full batch: more is waiting (a backlog, a mass death). The next
+                    # batch goes at once; each stays bounded, so the loop keeps renewing.
+                    await asyncio.sleep(0)
+                    continue
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), self.heartbeat)
         finally:
@@ -289,10 +315,11 @@ class PageServer:
             log.error("cellweave: releasing page claims failed: %r", exc)
 
     # ------------------------------------------------------------------ one tick
-    async def tick(self) -> None:
-        """One heartbeat: renew, discover, close, claim, take over."""
+    async def tick(self) -> bool:
+        """One heartbeat: renew, discover, close, claim, take over. Whether a batch
+        was full (more may be waiting)."""
         if self.stopped:
-            return
+            return False
         self.ticks += 1
         now = self.clock()
         if self.held:
@@ -300,8 +327,9 @@ class PageServer:
         opened = await self._open_pages()
         now = self.clock()
         self._close_stopped(opened, now)
-        self._claim_new(opened, now)
-        self._take_over(opened, now)
+        claimed = self._claim_new(opened, now)
+        taken = self._take_over(opened, now)
+        return claimed >= self.batch or taken >= self.batch
 
     def _renew(self, now: float) -> None:
         kept = self.table.renew(self.space, self.owner, now, self.lease)
@@ -369,7 +397,7 @@ class PageServer:
         for ref in [r for r in self.refusals if r not in opened]:
             del self.refusals[ref]
 
-    def _claim_new(self, opened: dict[tuple[str, str], tuple[str, Link]], now: float) -> None:
+    def _claim_new(self, opened: dict[tuple[str, str], tuple[str, Link]], now: float) -> int:
         retry_after = 5 * self.lease
         for ref in opened:
             if ref not in self.held and ref not in self.first_seen:
@@ -383,7 +411,7 @@ class PageServer:
             ),
         )[: self.batch]
         if not wanted:
-            return
+            return 0
         refs = [ref for _seen, ref in wanted]
         got = self.table.claim(self.space, self.owner, refs, now, self.lease)
         for ref in refs:
@@ -392,8 +420,9 @@ class PageServer:
                 self.elsewhere[ref] = now
             else:
                 self._serve_page(ref, opened[ref], fence, None)
+        return len(refs)
 
-    def _take_over(self, opened: dict[tuple[str, str], tuple[str, Link]], now: float) -> None:
+    def _take_over(self, opened: dict[tuple[str, str], tuple[str, Link]], now: float) -> int:
         deferred = sum(1 for _s, until, _d in self.refusals.values() if until > now)
         rows = self.table.stale(self.space, now, self.owner, self.batch + deferred)
         taken = 0
@@ -436,6 +465,7 @@ class PageServer:
             self.refusals.pop(ref, None)
             self.elsewhere.pop(ref, None)
             self._serve_page(ref, opened[ref], fence, (row, reason))
+        return taken
 
     def _refuse(self, ref: tuple[str, str], row: ClaimRow, now: float) -> None:
         """Back off from a live owner: two heartbeats, doubling up to the lease, per stamp."""
@@ -475,7 +505,10 @@ class PageServer:
             trace.record("page-takeover", str(target), reason=reason, fence=fence)
         else:
             trace.record("page-claim", str(target), fence=fence)
-        self._index()  # the page's own documents are fenced before its start commits
+        # The page's own documents are fenced before its start commits anything.
+        root = docs.root(target).key(Identity(principal, session))
+        self._root_ref[root] = ref
+        self._index_id(held, target.id)
         identity = Identity(principal, session)
         cell = Cell(self.rt.replica, identity, target, host=self.rt._host)
         started = self.rt._pages_book.resume_one(pid, cell, identity)
@@ -490,14 +523,23 @@ class PageServer:
                 return
             rec = self.rt._pages_book.by_pid.get(ref)
             held.key = rec.key if rec is not None else None
+            if held.key is not None and held.key not in self._root_ref:
+                # A page that follows a slot runs the result the slot led to.
+                self._root_ref[held.key] = ref
+                reg = self.rt.runner.registrations.get(held.key)
+                if reg is not None:
+                    self._index_reg(held, reg)
             if not ok:
                 trace.record("page-claim-start-failed", str(target), fence=fence)
-            self._index()
 
         started.add_done_callback(after)
 
     def _stop_local(self, held: Held, why: str) -> None:
-        """End the page's runs here, leaving its record alone (it is not this stop's)."""
+        """End the page's runs here, leaving its record alone (it is not this stop's).
+        A lost page's documents keep their (old) fence: whatever of it still commits
+        here is rejected, never sent unfenced."""
+        if why != "claim lost":
+            self._unindex(held)
         book = self.rt._pages_book
         rec = book.by_pid.get((held.principal, held.pid))
         if rec is None or self.rt.closed:
@@ -506,7 +548,6 @@ class PageServer:
         book._forget(rec)
         if key is not None:
             self.rt.runner.let_go(key, held.principal, why=why)
-        self._index()
 
     # ------------------------------------------------------------------ inspection
     def inspect_self(self) -> dict[str, Any]:
