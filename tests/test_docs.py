@@ -45,6 +45,7 @@ PAGES = [
     "howto/inspector.md",
     "howto/pages.md",
     "howto/postgres.md",
+    "howto/workers.md",
     "howto/web-shell.md",
     "howto/widget.md",
     "reference/runner.md",

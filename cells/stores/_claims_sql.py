@@ -6,10 +6,13 @@ statement that decides on the row as the database holds it (an upsert or an
 update with the expected values in its WHERE clause), run in a transaction
 of its own by the store's `run` (SQLite: its write lock and BEGIN IMMEDIATE;
 PostgreSQL: a pooled connection). The fence check of a commit runs on the
-commit's own connection, inside its transaction (`fence_error`); on
-PostgreSQL it locks the claim row (FOR SHARE) until the commit ends, so a
-takeover's update waits for the commit, and the commit is ordered entirely
-before the takeover or is rejected after it.
+commit's own connection, inside its transaction (`fence_error`), after the
+transaction took the store's counter row lock: every commit of every process
+is checked and applied inside that one critical section, so a takeover lands
+either before a commit's check (the commit is rejected) or after it (and then
+before any commit of the new owner, which needs the lock too). In seq order a
+page's accepted commits never go back to an older fence. The claim row itself
+is not locked: a heartbeat or a takeover never waits for a commit.
 
 SQL is written with `?` placeholders; the PostgreSQL dialect swaps them for `%s`.
 """
@@ -101,11 +104,10 @@ class SQLClaimTable(ClaimTable):
 
     def fence_error(self, conn: Any, fence: Fence) -> FencedError | None:
         """Inside the commit's transaction on `conn`."""
-        lock = " FOR SHARE" if self._postgres else ""
         row = conn.execute(
             self._sql(
                 f"SELECT fence, nonce FROM {self._t} WHERE space = ? AND principal = ?"
-                f" AND page = ?{lock}"
+                " AND page = ?"
             ),
             (fence.space, fence.principal, fence.page),
         ).fetchone()

@@ -1,0 +1,210 @@
+"""Claims at scale: ``python -m bench.claims_scale [--pages 100 1000 10000] [--takeover 1000]``.
+
+On a throwaway PostgreSQL cluster (bench/pg_cluster.py), for each page count N:
+
+- N idle open pages (each doubles an input nobody changes) are opened by a UI
+  runtime, which then goes away; one serving runtime (`rt.serve_pages`) claims and
+  runs them all;
+- memory: Python heap (tracemalloc) of the serving process once every page is
+  claimed, running and idle, less before `serve_pages`, per page; and of the claim
+  bookkeeping alone (the `PageServer`'s own tables: held pages, fence map,
+  first-seen times) per page;
+- statements: claim statements per heartbeat over 20 idle ticks (the renew is one
+  statement for all N pages; the others are the principal listing and the stale
+  sweep), and the time of one idle tick.
+
+Then a takeover: a serving runtime holding `--takeover` pages stops heartbeating
+(killed: no release), and a second one, ticking every heartbeat on the same clock,
+takes them over after the lease expires. Reported: seconds from the lease's expiry
+until the second one holds all of them and they are running and idle, against the
+lease (the requirement: within two lease windows of the death).
+
+Times in the takeover use the real clock with the default lease and heartbeat
+(10 s, 2 s), but the ticks run back to back (a full batch runs the next at once, as
+the serving loop does), so nothing waits for wall time to pass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import sys
+import time
+import tracemalloc
+import uuid
+from typing import Any
+
+from bench.pg_cluster import Cluster
+from cells import PostgresStore
+from runner import PageServer, Runtime, lift, pattern
+
+
+def triple(v: Any) -> Any:
+    return None if v is None else v * 3
+
+
+@pattern
+def Idle(value):  # type: ignore[no-untyped-def]
+    return {"tripled": lift(triple)(value)}
+
+
+def _deep_size(obj: Any, seen: set[int]) -> int:
+    if id(obj) in seen:
+        return 0
+    seen.add(id(obj))
+    size = sys.getsizeof(obj)
+    if isinstance(obj, dict):
+        size += sum(_deep_size(k, seen) + _deep_size(v, seen) for k, v in obj.items())
+    elif isinstance(obj, (list, tuple, set, frozenset)):
+        size += sum(_deep_size(v, seen) for v in obj)
+    elif hasattr(obj, "__slots__"):
+        for name in obj.__slots__:
+            if hasattr(obj, name):
+                size += _deep_size(getattr(obj, name), seen)
+    elif hasattr(obj, "__struct_fields__"):
+        size += sum(_deep_size(getattr(obj, f), seen) for f in obj.__struct_fields__)
+    return size
+
+
+def _bookkeeping(server: PageServer) -> int:
+    seen: set[int] = set()
+    return sum(
+        _deep_size(part, seen)
+        for part in (
+            server.held,
+            server.first_seen,
+            server.elsewhere,
+            server.refusals,
+            server._fence_by_id,
+            server._ids_of,
+            server._root_ref,
+            server._regs_seen,
+        )
+    )
+
+
+async def _open_pages(store: PostgresStore, n: int) -> None:
+    async with Runtime(store, principal="alice") as ui:
+        for start in range(0, n, 500):
+            tx = ui.edit()
+            cells = []
+            for i in range(start, min(n, start + 500)):
+                page = ui.get_cell(f"page{i}")
+                ui.setup(tx, Idle, {"value": i}, page)
+                cells.append(page)
+            assert (await tx.commit()).ok
+            opened = await asyncio.gather(*(ui.open_page(c) for c in cells))
+            assert all(opened)
+            await ui.idle()
+            ui.stop_all()  # the UI records the pages; the serving runtime runs them
+
+
+async def _claim_all(server: PageServer, rt: Runtime, n: int) -> None:
+    while len(server.held) < n:
+        await server.tick()
+        await rt.idle()
+    await rt.idle()
+
+
+async def scale(dsn: str, n: int) -> dict[str, float]:
+    store = PostgresStore(dsn, schema=f"s_{uuid.uuid4().hex[:12]}", poll_interval=0)
+    await _open_pages(store, n)
+    gc.collect()
+    tracemalloc.start()
+    rt = Runtime(store, principal="server")
+    await rt.__aenter__()
+    gc.collect()
+    base = tracemalloc.get_traced_memory()[0]
+    server = await rt.serve_pages(manual=True)
+    await _claim_all(server, rt, n)
+    gc.collect()
+    heap = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    book = _bookkeeping(server)
+    before = server.table.statements
+    t0 = time.perf_counter()
+    ticks = 20
+    for _ in range(ticks):
+        await server.tick()
+    tick_s = (time.perf_counter() - t0) / ticks
+    statements = (server.table.statements - before) / ticks
+    await rt.aclose()
+    store.drop_schema()
+    store.close()
+    return {
+        "pages": n,
+        "heap_per_page_kb": heap / n / 1024,
+        "claims_per_page_b": book / n,
+        "statements_per_tick": statements,
+        "tick_ms": tick_s * 1000,
+    }
+
+
+async def takeover(dsn: str, n: int) -> dict[str, float]:
+    store = PostgresStore(dsn, schema=f"t_{uuid.uuid4().hex[:12]}", poll_interval=0)
+    await _open_pages(store, n)
+    now = [1000.0]
+    a = Runtime(store, principal="server")
+    await a.__aenter__()
+    sa = await a.serve_pages(clock=lambda: now[0], manual=True)
+    await _claim_all(sa, a, n)
+    # Killed: no release, no heartbeat from here on.
+    sa.stopped = True
+    a._server = None
+    a.close()
+    b = Runtime(store, principal="server")
+    await b.__aenter__()
+    sb = await b.serve_pages(clock=lambda: now[0], manual=True, probe=lambda owner: None)
+    assert not sb.held
+    now[0] += sb.lease + 0.001  # the lease just expired
+    t0 = time.perf_counter()
+    ticks = 0
+    while len(sb.held) < n:
+        await sb.tick()
+        ticks += 1
+        now[0] = 1000.0 + sb.lease + 0.001 + (time.perf_counter() - t0)
+    await b.idle()
+    took = time.perf_counter() - t0
+    reasons = {t["reason"] for t in sb.takeovers}
+    lease = sb.lease
+    await b.aclose()
+    store.drop_schema()
+    store.close()
+    return {"pages": n, "seconds": took, "ticks": ticks, "lease": lease, "reasons": len(reasons)}
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    cluster = Cluster()
+    try:
+        print("pages  heap/page KB  claims/page B  statements/tick  idle tick ms")
+        for n in args.pages:
+            r = await scale(cluster.dsn, n)
+            print(
+                f"{r['pages']:>5}  {r['heap_per_page_kb']:>12.2f}  {r['claims_per_page_b']:>13.0f}"
+                f"  {r['statements_per_tick']:>15.1f}  {r['tick_ms']:>12.2f}",
+                flush=True,
+            )
+        if args.takeover:
+            t = await takeover(cluster.dsn, args.takeover)
+            within = t["lease"] + t["seconds"] <= 2 * t["lease"]
+            print(
+                f"takeover of {t['pages']} pages after the lease expired: {t['seconds']:.2f} s"
+                f" in {t['ticks']} ticks (lease {t['lease']} s: the pages run again"
+                f" {t['lease'] + t['seconds']:.1f} s after the death, within two leases ="
+                f" {2 * t['lease']:.0f} s: {'yes' if within else 'NO'})"
+            )
+    finally:
+        cluster.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.claims_scale")
+    parser.add_argument("--pages", type=int, nargs="*", default=[100, 1000, 10000])
+    parser.add_argument("--takeover", type=int, default=1000)
+    asyncio.run(main_async(parser.parse_args(argv)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
