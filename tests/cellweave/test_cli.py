@@ -76,3 +76,43 @@ def test_serve_names_a_bad_target_and_a_bad_users_file(tmp_path: Any) -> None:
     out = cli("serve", "no_such_module:X", "--memory", "--port", "0")
     assert 2 == out.returncode
     assert "cannot import 'no_such_module'" in out.stderr
+
+
+def test_worker_serves_pages_under_claims_and_releases_them_on_sigterm(tmp_path: Any) -> None:
+    import select
+    import signal
+
+    db = str(tmp_path / "board.db")
+    make_board_with_a_page(db)
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "cellweave", "worker", "--db", db, "--lease", "4"]
+        + ["--heartbeat", "1", "--import", "examples.todo"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert worker.stdout is not None
+        # Printed once the first heartbeat ran (the wait bounds an I/O wait, no race).
+        ready, _, _ = select.select([worker.stdout], [], [], 60)
+        assert ready, "the worker printed nothing"
+        first = worker.stdout.readline()
+        assert "serving pages of" in first, (first, worker.stderr)
+        shown = cli("inspect", "--db", db, "--principal", "alice", "--json")
+        assert 0 == shown.returncode, shown.stderr
+        (claim,) = json.loads(shown.stdout)["claims"]
+        assert claim["fence"] == 1 and claim["owner"] is not None
+        text = cli("inspect", "--db", db, "--principal", "alice")
+        assert "claims of 'alice': 1" in text.stdout
+        worker.send_signal(signal.SIGTERM)
+        out, err = worker.communicate(timeout=60)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    assert 0 == worker.returncode, err
+    assert "stopped, released 1 pages" in out
+    after = cli("inspect", "--db", db, "--principal", "alice", "--json")
+    (claim,) = json.loads(after.stdout)["claims"]
+    assert claim["owner"] is None and claim["fence"] == 1
