@@ -177,11 +177,19 @@ process paused in the middle of a commit (SIGSTOP, a debugger, a VM freeze) must
 hold row locks, and with them every takeover of its claimed pages, for as long as it
 is paused. Its commit then fails as a lost connection when it resumes."""
 
-CLAIM_LOCK_TIMEOUT_MS: Final = 1000
+CLAIM_LOCK_TIMEOUT_MS: Final = 2000
+"""A claims statement waiting longer than this for a row lock fails (the serving loop
+tries again at its next heartbeat) rather than stall the loop. Set on the pooled
+connections only (reads and claims; the writer's commits wait their turn)."""
 
 
 def _session_setup(conn: _Conn) -> None:
     conn.execute(f"SET idle_in_transaction_session_timeout = {IDLE_IN_TRANSACTION_MS}")
+
+
+def _pool_session_setup(conn: _Conn) -> None:
+    _session_setup(conn)
+    conn.execute(f"SET lock_timeout = {CLAIM_LOCK_TIMEOUT_MS}")
 
 
 def describe_dsn(dsn: str) -> str:
@@ -308,7 +316,7 @@ class PostgresStore(WriterStore):
             min_size=1,
             max_size=pool_size,
             kwargs={"autocommit": True, "connect_timeout": timeout},
-            configure=_session_setup,
+            configure=_pool_session_setup,
             timeout=self.connect_timeout,
             # The pool retries a lost connection with a doubling delay; giving up soon
             # keeps that delay short, and the next read asks for a fresh connection at
@@ -424,13 +432,12 @@ class PostgresStore(WriterStore):
                 conn.execute(stmt)
 
     def _in_pool(self, fn: Callable[[_Conn], Any]) -> Any:
-        """`fn(conn)` in a transaction of its own on a pooled connection (the claims)."""
+        """`fn(conn)` on a pooled connection, autocommit (the claims: one statement each)."""
         try:
-            with self._pool.connection() as conn, conn.transaction():
-                # A claim row locked by a commit that stalled (its process paused mid
-                # transaction) fails this statement soon, rather than stall the serving
-                # loop; the next tick tries again.
-                conn.execute(f"SET LOCAL lock_timeout = '{CLAIM_LOCK_TIMEOUT_MS}ms'")
+            # Each claims operation is one statement, run on its own (autocommit): its
+            # row locks last only while the server executes it, never across a round
+            # trip to a client that may be slow or paused.
+            with self._pool.connection() as conn:
                 return fn(conn)
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
             raise self._wrap(exc, "claims statement failed") from exc
