@@ -12,7 +12,7 @@ import pathlib
 from typing import Any
 
 import pytest
-from pattern_defs import Child
+from pattern_defs import Child, Parent, Spawner
 from support import arun, turns
 
 from cells import (
@@ -395,5 +395,44 @@ def test_a_restarted_process_with_the_same_pid_does_not_take_its_old_claim_as_it
         await sb.tick()
         assert len(sb.held) == 1 and sb.takeovers[0]["from"] == str(old)
         await b.aclose()
+
+    arun(main)
+
+
+@pytest.mark.parametrize("shape", ["nested", "computed"])
+def test_every_commit_of_a_served_pages_runs_carries_its_fence(shape: str) -> None:
+    """A nested child's and a computed child's runs commit under the page's fence too."""
+    store = MemoryStore()
+    clock = Clock()
+
+    async def main() -> None:
+        ui = Runtime(store, principal="alice")
+        await ui.__aenter__()
+        inp = ui.get_cell("input")
+        page = ui.get_cell("page")
+        tx = ui.edit()
+        inp.with_tx(tx).set(1)
+        if shape == "nested":
+            ui.setup(tx, Parent, {"value": inp, "items": [], "count": 0}, page)
+        else:
+            ui.setup(tx, Spawner, {"source": inp}, page)
+        assert (await tx.commit()).ok
+        assert await ui.open_page(page) is True
+        await ui.idle()
+        ui.stop_all()
+        a, sa = await _serve(store, clock)
+        (held,) = sa.held.values()
+        assert len(a.registrations()) == 2  # the page's run and its child's
+        with store.testing.hold_verdicts() as gate:
+            inp.set(5)
+            await turns()
+            gate.accept(0)
+            await turns()
+            mine = [h.request for h in gate.held() if h.request.session_id == a.replica.session_id]
+            assert mine, "the input change made the served runs commit"
+            assert {r.fence for r in mine} == {Fence("default", "alice", held.pid, 1)}
+        await a.idle()
+        await a.aclose()
+        await ui.aclose()
 
     arun(main)
