@@ -85,8 +85,10 @@ def test_worker_serves_pages_under_claims_and_releases_them_on_sigterm(tmp_path:
     db = str(tmp_path / "board.db")
     make_board_with_a_page(db)
     worker = subprocess.Popen(
-        [sys.executable, "-m", "cellweave", "worker", "--db", db, "--lease", "4"]
-        + ["--heartbeat", "1", "--import", "examples.todo"],
+        [
+            *(sys.executable, "-m", "cellweave", "worker", "--db", db),
+            *("--lease", "4", "--heartbeat", "1", "--import", "examples.todo"),
+        ],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
