@@ -108,14 +108,18 @@ def pid_probe(me: Owner) -> Callable[[Owner], bool | None]:
 class Held:
     """A page this process holds a claim on."""
 
-    __slots__ = ("fence", "key", "link", "pid", "principal", "session")
+    __slots__ = ("fence", "key", "link", "pid", "principal", "session", "stamp")
 
-    def __init__(self, principal: str, pid: str, session: str, link: Link, fence: int) -> None:
+    def __init__(
+        self, space: str, principal: str, pid: str, session: str, link: Link, fence: int
+    ) -> None:
         self.principal = principal
         self.pid = pid
         self.session = session
         self.link = link
         self.fence = fence
+        self.stamp = Fence(space, principal, pid, fence)
+        """What its runs' commits carry (one object, shared by every document's entry)."""
         self.key: Key | None = None
         """The result the page runs, once its start claimed it."""
 
@@ -233,7 +237,7 @@ class PageServer:
         return bool(new)
 
     def _index_id(self, held: Held, doc_id: str) -> None:
-        self._fence_by_id[doc_id] = Fence(self.space, held.principal, held.pid, held.fence)
+        self._fence_by_id[doc_id] = held.stamp
         self._ids_of.setdefault((held.principal, held.pid), []).append(doc_id)
 
     def _index_reg(self, held: Held, reg: Any) -> None:
@@ -486,7 +490,7 @@ class PageServer:
     ) -> None:
         principal, pid = ref
         session, target = opened
-        held = Held(principal, pid, session, target, fence)
+        held = Held(self.space, principal, pid, session, target, fence)
         self.held[ref] = held
         self.first_seen.pop(ref, None)
         self.elsewhere.pop(ref, None)
