@@ -436,3 +436,52 @@ def test_every_commit_of_a_served_pages_runs_carries_its_fence(shape: str) -> No
         await ui.aclose()
 
     arun(main)
+
+
+def test_sqlite_processes_on_one_host_share_pages_under_claims(tmp_path: pathlib.Path) -> None:
+    """Three stores on one file stand for three processes (each its own connections;
+    other writers' commits arrive only through `poll()`, called here)."""
+    path = tmp_path / "shared.db"
+    stores = [SQLiteStore(path, poll_interval=0) for _ in range(3)]
+    ui_store, store_a, store_b = stores
+    clock = Clock()
+
+    async def settle(*rts: Runtime) -> None:
+        for _ in range(4):
+            for store in stores:
+                assert store.flush(30.0)
+                store.poll()
+            for rt in rts:
+                await rt.idle()
+
+    async def main() -> None:
+        ui = Runtime(ui_store, principal="alice")
+        await ui.__aenter__()
+        inp, page = await _open_linked(ui)
+        ui.stop_all()
+        a, sa = await _serve(store_a, clock)
+        b, sb = await _serve(store_b, clock)
+        assert len(sa.held) == 1 and not sb.held
+        inp.set(2)
+        await settle(ui, a, b)
+        assert _doubled(ui_store, page) == 4
+        clock.now += 11  # A misses its heartbeats past the lease
+        await sb.tick()
+        await settle(ui, a, b)
+        assert len(sb.held) == 1 and sb.takeovers[0]["reason"] == "lease-expired"
+        rejected, accepted = a.replica.stats.rejected, b.replica.stats.accepted
+        inp.set(3)
+        await settle(ui, a, b)
+        assert a.replica.stats.rejected > rejected  # A's run wrote under fence 1: rejected
+        assert b.replica.stats.accepted > accepted
+        assert _doubled(ui_store, page) == 6
+        await sa.tick()
+        assert not sa.held and len(sa.lost) == 1
+        for rt in (a, b, ui):
+            await rt.aclose()
+
+    try:
+        arun(main)
+    finally:
+        for store in stores:
+            store.close()
