@@ -329,11 +329,13 @@ async def _trial(args: argparse.Namespace, dsn: str) -> int:
         pauses.append((len(held), taken, late_no, late_ok))
     await asyncio.sleep(4 * lease)  # the served pages catch up
 
+    before_shutdown = _claims(dsn)
     # Clean shutdown: SIGTERM releases every claim.
     for c in children:
         c.kill(signal.SIGTERM)
     rows = _claims(dsn)
     held_after = [p for p, (nonce, _f) in rows.items() if nonce is not None]
+    final_claims = before_shutdown
 
     failures: list[str] = []
     # Fences per page, in seq order.
@@ -393,6 +395,9 @@ async def _trial(args: argparse.Namespace, dsn: str) -> int:
                 resumed += 1
         elif doubled != 2 * want:
             stale_out += 1
+            if stale_out <= 5:
+                claim = final_claims.get(page_id(page.link()))
+                print(f"  stale: {key} input {got} (acked {want}) doubled {doubled} claim {claim}")
     check.close()
     if lost:
         failures.append(f"{lost} acknowledged input writes lost")

@@ -133,6 +133,13 @@ class ClaimTable(abc.ABC):
         "lease-expired", its lease expired before `now`. The new fence, or None."""
 
     @abc.abstractmethod
+    def steal_many(
+        self, taken: Sequence[tuple[ClaimRow, str]], owner: Owner, now: float, lease: float
+    ) -> dict[PageRef, int]:
+        """`steal` for each (row, reason), in one statement; returns the pages taken,
+        with their new fences (a row that moved is left out)."""
+
+    @abc.abstractmethod
     def renew(self, space: str, owner: Owner, now: float, lease: float) -> dict[PageRef, int]:
         """Extend every claim `owner` holds in `space` (one statement); returns them."""
 
@@ -252,6 +259,18 @@ class MemoryClaimTable(ClaimTable):
                 cur.takeovers + 1,
             )
             return fence
+
+    def steal_many(
+        self, taken: Sequence[tuple[ClaimRow, str]], owner: Owner, now: float, lease: float
+    ) -> dict[PageRef, int]:
+        out: dict[PageRef, int] = {}
+        with self._lock:
+            for row, reason in taken:
+                fence = self.steal(row, owner, now, lease, reason)
+                if fence is not None:
+                    out[row.ref] = fence
+            self.statements -= max(0, len(taken) - 1)  # one statement, as in SQL
+        return out
 
     def renew(self, space: str, owner: Owner, now: float, lease: float) -> dict[PageRef, int]:
         out: dict[PageRef, int] = {}

@@ -427,12 +427,15 @@ class PageServer:
         return len(refs)
 
     def _take_over(self, opened: dict[tuple[str, str], tuple[str, Link]], now: float) -> int:
+        """Take stale claims: released ones with one claim statement, owned ones with
+        one steal statement (each row only if still exactly as read)."""
         deferred = sum(1 for _s, until, _d in self.refusals.values() if until > now)
         rows = self.table.stale(self.space, now, self.owner, self.batch + deferred)
-        taken = 0
+        free: list[tuple[str, str]] = []
+        steals: list[tuple[ClaimRow, str]] = []
         for row in rows:
             ref = row.ref
-            if taken >= self.batch:
+            if len(free) + len(steals) >= self.batch:
                 break
             if ref not in opened or ref in self.held:
                 continue
@@ -446,29 +449,33 @@ class PageServer:
             ):
                 continue  # backing off: the owner was alive at this stamp, lease fresh
             if row.owner is None:
-                fence = self.table.claim(self.space, self.owner, [ref], now, self.lease).get(ref)
-                if fence is not None:
-                    taken += 1
-                    self.refusals.pop(ref, None)
-                    self._serve_page(ref, opened[ref], fence, None)
-                continue
-            if row.expires_at < now:
-                reason = "lease-expired"
+                free.append(ref)
+            elif row.expires_at < now:
+                steals.append((row, "lease-expired"))
+            elif self.probe(row.owner) is False:  # fresh lease, same host: ask the probe
+                steals.append((row, "owner-gone"))
             else:
-                alive = self.probe(row.owner)  # fresh lease, same host: ask the probe
-                if alive is False:
-                    reason = "owner-gone"
-                else:
-                    self._refuse(ref, row, now)
+                self._refuse(ref, row, now)
+        taken = 0
+        if free:
+            for ref, fence in self.table.claim(
+                self.space, self.owner, free, now, self.lease
+            ).items():
+                taken += 1
+                self.refusals.pop(ref, None)
+                self._serve_page(ref, opened[ref], fence, None)
+        if steals:
+            got = self.table.steal_many(steals, self.owner, now, self.lease)
+            for row, reason in steals:
+                ref = row.ref
+                new = got.get(ref)
+                if new is None:
+                    self._refuse(ref, row, now)  # the row moved (a pulse, another taker)
                     continue
-            fence = self.table.steal(row, self.owner, now, self.lease, reason)
-            if fence is None:
-                self._refuse(ref, row, now)  # the row moved (a pulse, another taker)
-                continue
-            taken += 1
-            self.refusals.pop(ref, None)
-            self.elsewhere.pop(ref, None)
-            self._serve_page(ref, opened[ref], fence, (row, reason))
+                taken += 1
+                self.refusals.pop(ref, None)
+                self.elsewhere.pop(ref, None)
+                self._serve_page(ref, opened[ref], new, (row, reason))
         return taken
 
     def _refuse(self, ref: tuple[str, str], row: ClaimRow, now: float) -> None:

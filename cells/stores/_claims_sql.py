@@ -170,6 +170,41 @@ class SQLClaimTable(ClaimTable):
         )
         return int(rows[0][0]) if rows else None
 
+    def steal_many(
+        self, taken: Sequence[tuple[ClaimRow, str]], owner: Owner, now: float, lease: float
+    ) -> dict[PageRef, int]:
+        out: dict[PageRef, int] = {}
+        owned = [(row, reason) for row, reason in taken if row.owner is not None]
+        for start in range(0, len(owned), BATCH):
+            chunk = owned[start : start + BATCH]
+            # Per row: the exact snapshot the taker saw, and whether the lease must
+            # have expired (v.column9 = 1) for this takeover.
+            values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(chunk))
+            params: list[Any] = [owner.host, owner.pid, owner.nonce, now, now + lease, now]
+            for row, reason in chunk:
+                old = row.owner
+                assert old is not None
+                params += [row.principal, row.page, row.fence, row.heartbeat_at]
+                params += [old.host, old.pid, old.nonce, reason]
+                params.append(1 if reason == "lease-expired" else 0)
+            params += [row.space if chunk else "", now]
+            rows = self._exec(
+                f"UPDATE {self._t} AS c SET taken_from = c.host || ':' || CAST(c.pid AS TEXT)"
+                " || ':' || SUBSTR(c.nonce, 1, 8), host = ?, pid = ?, nonce = ?,"
+                " heartbeat_at = ?, expires_at = ?, claimed_at = ?, taken_reason = v.column8,"
+                " takeovers = c.takeovers + 1, fence = c.fence + 1"
+                f" FROM (VALUES {values}) AS v"
+                " WHERE c.space = ? AND c.principal = v.column1 AND c.page = v.column2"
+                " AND c.fence = v.column3 AND c.heartbeat_at = v.column4 AND c.host = v.column5"
+                " AND c.pid = v.column6 AND c.nonce = v.column7"
+                " AND (v.column9 = 0 OR c.expires_at < ?)"
+                " RETURNING principal, page, fence",
+                params,
+            )
+            for principal, page, fence in rows:
+                out[(str(principal), str(page))] = int(fence)
+        return out
+
     def renew(self, space: str, owner: Owner, now: float, lease: float) -> dict[PageRef, int]:
         rows = self._exec(
             f"UPDATE {self._t} SET heartbeat_at = ?, expires_at = ?"

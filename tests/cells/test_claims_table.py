@@ -154,3 +154,37 @@ def test_a_commit_is_accepted_only_under_the_current_claim(store: StoreBase) -> 
     # A page never claimed: fenced out too; an unfenced commit is untouched.
     assert asyncio.run(_commit(store, Fence(SPACE, "p", "nope", 1)))[0] is Outcome.PERMANENT
     assert asyncio.run(_commit(store, None)) == (Outcome.OK, None)
+
+
+def test_many_steals_in_one_statement_take_only_rows_still_as_seen(store: StoreBase) -> None:
+    t = store.claims
+    t.claim(SPACE, A, [("p", str(i)) for i in range(5)], 100.0, 10.0)
+    rows = {r.page: r for r in t.stale(SPACE, 111.0, B, 10)}
+    assert len(rows) == 5
+    t.renew(SPACE, A, 105.0, 10.0)  # A pulses: every snapshot above is now stale
+    fresh = {r.page: r for r in t.stale(SPACE, 116.0, B, 10)}
+    before = t.statements
+    got = t.steal_many(
+        [
+            (rows["0"], "lease-expired"),  # moved since: refused
+            (fresh["1"], "lease-expired"),  # as seen, expired at 116: taken
+            (fresh["2"], "owner-gone"),  # as seen: taken
+            (fresh["3"], "lease-expired"),
+        ],
+        B,
+        116.0,
+        10.0,
+    )
+    assert t.statements == before + 1
+    assert got == {("p", "1"): 2, ("p", "2"): 2, ("p", "3"): 2}
+    by_page = {r.page: r for r in t.rows(SPACE)}
+    assert by_page["0"].owner == A and by_page["4"].owner == A
+    assert (by_page["2"].owner, by_page["2"].taken_reason, by_page["2"].taken_from) == (
+        B,
+        "owner-gone",
+        str(A),
+    )
+    # A fresh lease is not taken for "lease-expired".
+    C = Owner("host-c", 5, "c" * 32)
+    (row4,) = [r for r in t.stale(SPACE, 116.0, C, 10) if r.page == "4"]
+    assert t.steal_many([(row4, "lease-expired")], C, 114.0, 10.0) == {}
