@@ -518,8 +518,18 @@ class PageServer:
             trace.record("page-claim", str(target), fence=fence)
         # The page's own documents are fenced before its start commits anything.
         root = docs.root(target).key(Identity(principal, session))
+        stale_ids = self._ids_of.pop(ref, None)
+        if stale_ids is not None:
+            # Claimed here before (then lost): its documents still map to the old
+            # fence, which would get every commit of the new claim rejected.
+            for doc_id in stale_ids:
+                self._fence_by_id.pop(doc_id, None)
         self._root_ref[root] = ref
         self._index_id(held, target.id)
+        if stale_ids is not None:
+            for reg in self.rt.runner.registrations:
+                if (reg.chain[0] if reg.chain else reg.key) == root:
+                    self._index_reg(held, reg)
         identity = Identity(principal, session)
         cell = Cell(self.rt.replica, identity, target, host=self.rt._host)
         started = self.rt._pages_book.resume_one(pid, cell, identity)

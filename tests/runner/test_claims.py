@@ -485,3 +485,41 @@ def test_sqlite_processes_on_one_host_share_pages_under_claims(tmp_path: pathlib
     finally:
         for store in stores:
             store.close()
+
+
+def test_a_page_lost_and_claimed_again_commits_under_its_new_fence() -> None:
+    store = MemoryStore()
+    clock = Clock()
+
+    async def main() -> None:
+        ui = Runtime(store, principal="alice")
+        await ui.__aenter__()
+        inp, page = await _open_linked(ui)
+        ui.stop_all()
+        a, sa = await _serve(store, clock)
+        b, sb = await _serve(store, clock)
+        inp.set(2)  # A's runs commit under fence 1
+        await _settle(store, ui, a, b)
+        assert _doubled(store, page) == 4
+        clock.now += 11  # A lapses; B takes the page (fence 2)
+        await sb.tick()
+        await sa.tick()  # A sees the loss
+        assert not sa.held and len(sb.held) == 1
+        await b.aclose()  # B shuts down: released
+        await sa.tick()  # A claims it again: fence 3
+        (held,) = sa.held.values()
+        assert held.fence == 3
+        await _settle(store, ui, a)
+        with store.testing.hold_verdicts() as gate:
+            inp.set(7)
+            await turns()
+            gate.accept(0)
+            await turns()
+            mine = [h.request for h in gate.held() if h.request.session_id == a.replica.session_id]
+            assert mine and {r.fence for r in mine} == {Fence("default", "alice", held.pid, 3)}
+        await _settle(store, ui, a)
+        assert _doubled(store, page) == 14
+        await a.aclose()
+        await ui.aclose()
+
+    arun(main)
