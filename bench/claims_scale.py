@@ -2,8 +2,8 @@
 
 On a throwaway PostgreSQL cluster (bench/pg_cluster.py), for each page count N:
 
-- N idle open pages (each doubles an input nobody changes) are opened by a UI
-  runtime, which then goes away; one serving runtime (`rt.serve_pages`) claims and
+- N idle open pages (each triples an input nobody changes), 100 per principal,
+  are opened by UI runtimes, which then go away; one serving runtime (`rt.serve_pages`) claims and
   runs them all;
 - memory: Python heap (tracemalloc) of the serving process once every page is
   claimed, running and idle, less before `serve_pages`, per page; and of the claim
@@ -38,6 +38,8 @@ from typing import Any
 from bench.pg_cluster import Cluster
 from cells import PostgresStore
 from runner import PageServer, Runtime, lift, pattern
+
+PER_PRINCIPAL = 100
 
 
 def triple(v: Any) -> Any:
@@ -85,11 +87,14 @@ def _bookkeeping(server: PageServer) -> int:
 
 
 async def _open_pages(store: PostgresStore, n: int) -> None:
-    async with Runtime(store, principal="alice") as ui:
-        for start in range(0, n, 500):
+    """`n` open pages, 100 per principal (a principal's pages document holds all of
+    that principal's records: one principal with 10,000 pages would measure that
+    document, not the claims)."""
+    for first in range(0, n, PER_PRINCIPAL):
+        async with Runtime(store, principal=f"user{first // PER_PRINCIPAL}") as ui:
             tx = ui.edit()
             cells = []
-            for i in range(start, min(n, start + 500)):
+            for i in range(first, min(n, first + PER_PRINCIPAL)):
                 page = ui.get_cell(f"page{i}")
                 ui.setup(tx, Idle, {"value": i}, page)
                 cells.append(page)
