@@ -123,7 +123,8 @@ class ClaimTable(abc.ABC):
     def claim(
         self, space: str, owner: Owner, pages: Sequence[PageRef], now: float, lease: float
     ) -> dict[PageRef, int]:
-        """Claim those of `pages` nobody owns; returns the ones claimed, with their fence."""
+        """Claim those of `pages` nobody owns (and not closed by a stop since their last
+        open); returns the ones claimed, with their fence."""
 
     @abc.abstractmethod
     def steal(
@@ -161,6 +162,13 @@ class ClaimTable(abc.ABC):
         """A stop of the page (from any process): its claim, whoever holds it, ends as
         closed, so the owner's commits for it are rejected from now on and nobody takes
         it over. Whether a claim was open."""
+
+    @abc.abstractmethod
+    def reopen(self, space: str, principal: str, page: str) -> bool:
+        """The page was opened again (its record is durable): a claim closed by an
+        earlier stop becomes claimable. Until then `claim` does not take it, so a
+        process whose view of the pages still shows the stopped page open cannot
+        bring it back. Whether a closed claim was reopened."""
 
     @abc.abstractmethod
     def release_all(self, space: str, owner: Owner, now: float) -> int:
@@ -210,7 +218,7 @@ class MemoryClaimTable(ClaimTable):
             for principal, page in pages:
                 k = (space, principal, page)
                 row = self._rows.get(k)
-                if row is not None and row.owner is not None:
+                if row is not None and (row.owner is not None or row.expires_at >= CLOSED_AT):
                     continue
                 fence = 1 if row is None else row.fence + 1
                 self._rows[k] = ClaimRow(
@@ -314,6 +322,15 @@ class MemoryClaimTable(ClaimTable):
             self._rows[(space, principal, page)] = msgspec.structs.replace(
                 row, owner=None, expires_at=CLOSED_AT
             )
+            return True
+
+    def reopen(self, space: str, principal: str, page: str) -> bool:
+        with self._lock:
+            self.statements += 1
+            row = self._rows.get((space, principal, page))
+            if row is None or row.owner is not None or row.expires_at < CLOSED_AT:
+                return False
+            self._rows[(space, principal, page)] = msgspec.structs.replace(row, expires_at=0.0)
             return True
 
     def release_all(self, space: str, owner: Owner, now: float) -> int:

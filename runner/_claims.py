@@ -595,6 +595,17 @@ def close_claim(rt: Runtime, principal: str, pid: str) -> None:
         log.error("cellweave: closing the claim of stopped page %s failed: %r", pid, exc)
 
 
+def reopen_claim(rt: Runtime, principal: str, pid: str) -> None:
+    """After a page's open record is durable: a claim an earlier stop closed becomes
+    claimable again (a serving process then picks the page up). A failure is logged:
+    the open stands, and is served once a later open or an operator reopens it."""
+    try:
+        if rt.store.claims.reopen(rt.space, principal, pid):
+            rt.runner.trace.record("page-claim-reopened", pid, principal=principal)
+    except Exception as exc:
+        log.error("cellweave: reopening the claim of page %s failed: %r", pid, exc)
+
+
 def _future(pending: Pending[Any]) -> asyncio.Future[Any]:
     fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 

@@ -75,7 +75,7 @@ from cells import (
 from scheduler import Node
 
 from . import _docs as docs
-from ._claims import close_claim
+from ._claims import close_claim, reopen_claim
 from ._registrations import Key
 from .errors import PageError
 
@@ -283,6 +283,7 @@ class Pages:
                     or PageError(f"the record of page {describe(link)} did not become durable")
                 )
                 return
+            reopen_claim(rt, identity.principal, pid)  # served elsewhere, if stopped before
             started = rt.runner.start(
                 link,
                 identity,

@@ -106,8 +106,7 @@ class SQLClaimTable(ClaimTable):
         """Inside the commit's transaction on `conn`."""
         row = conn.execute(
             self._sql(
-                f"SELECT fence, nonce FROM {self._t} WHERE space = ? AND principal = ?"
-                " AND page = ?"
+                f"SELECT fence, nonce FROM {self._t} WHERE space = ? AND principal = ? AND page = ?"
             ),
             (fence.space, fence.principal, fence.page),
         ).fetchone()
@@ -134,9 +133,9 @@ class SQLClaimTable(ClaimTable):
                 " ON CONFLICT (space, principal, page) DO UPDATE SET fence = c.fence + 1,"
                 " host = excluded.host, pid = excluded.pid, nonce = excluded.nonce,"
                 " heartbeat_at = excluded.heartbeat_at, expires_at = excluded.expires_at,"
-                " claimed_at = excluded.claimed_at WHERE c.nonce IS NULL"
+                " claimed_at = excluded.claimed_at WHERE c.nonce IS NULL AND c.expires_at < ?"
                 " RETURNING principal, page, fence",
-                params,
+                [*params, CLOSED_AT],
             )
             for principal, page, fence in rows:
                 out[(str(principal), str(page))] = int(fence)
@@ -248,6 +247,14 @@ class SQLClaimTable(ClaimTable):
             " WHERE space = ? AND principal = ? AND page = ? AND nonce IS NOT NULL"
             " RETURNING page",
             [CLOSED_AT, space, principal, page],
+        )
+        return bool(rows)
+
+    def reopen(self, space: str, principal: str, page: str) -> bool:
+        rows = self._exec(
+            f"UPDATE {self._t} SET expires_at = 0 WHERE space = ? AND principal = ? AND page = ?"
+            " AND nonce IS NULL AND expires_at >= ? RETURNING page",
+            [space, principal, page, CLOSED_AT],
         )
         return bool(rows)
 

@@ -188,3 +188,15 @@ def test_many_steals_in_one_statement_take_only_rows_still_as_seen(store: StoreB
     C = Owner("host-c", 5, "c" * 32)
     (row4,) = [r for r in t.stale(SPACE, 116.0, C, 10) if r.page == "4"]
     assert t.steal_many([(row4, "lease-expired")], C, 114.0, 10.0) == {}
+
+
+def test_a_closed_claim_is_claimed_again_only_after_a_reopen(store: StoreBase) -> None:
+    t = store.claims
+    t.claim(SPACE, A, [("p", "x")], 100.0, 10.0)
+    assert t.close(SPACE, "p", "x") is True
+    assert t.close(SPACE, "p", "x") is False  # nobody holds it any more
+    assert t.claim(SPACE, B, [("p", "x")], 101.0, 10.0) == {}
+    assert t.stale(SPACE, 200.0, B, 10) == []
+    assert t.reopen(SPACE, "p", "x") is True
+    assert t.reopen(SPACE, "p", "x") is False
+    assert t.claim(SPACE, B, [("p", "x")], 102.0, 10.0) == {("p", "x"): 2}

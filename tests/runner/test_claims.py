@@ -523,3 +523,35 @@ def test_a_page_lost_and_claimed_again_commits_under_its_new_fence() -> None:
         await ui.aclose()
 
     arun(main)
+
+
+def test_a_stopped_page_is_not_claimed_again_by_a_server_that_still_sees_it_open() -> None:
+    store = MemoryStore()
+    clock = Clock()
+
+    async def main() -> None:
+        ui = Runtime(store, principal="alice")
+        await ui.__aenter__()
+        _inp, page = await _open_linked(ui)
+        ui.stop_all()
+        a, sa = await _serve(store, clock)
+        (held,) = sa.held.values()
+        # The stop's claim close lands before A's replica heard of the record's removal
+        # (what a stop in another process looks like to A for a moment).
+        assert store.claims.close("default", "alice", held.pid)
+        await sa.tick()  # A's view still shows the page open
+        assert not sa.held and len(sa.lost) == 1
+        (row,) = store.claims.rows("default")
+        assert row.owner is None and row.fence == 1  # not claimed again
+        # Opened again: the open's record reopens the claim; A serves it (fence 2).
+        await ui.stop(page)
+        await _settle(store, ui, a)
+        assert await ui.open_page(page) is True
+        ui.stop_all()
+        await _settle(store, ui, a)
+        await sa.tick()
+        assert [h.fence for h in sa.held.values()] == [2]
+        await a.aclose()
+        await ui.aclose()
+
+    arun(main)
