@@ -169,6 +169,7 @@ async def takeover(dsn: str, n: int) -> dict[str, float]:
         await sb.tick()
         ticks += 1
         now[0] = 1000.0 + sb.lease + 0.001 + (time.perf_counter() - t0)
+    claimed = time.perf_counter() - t0
     await b.idle()
     took = time.perf_counter() - t0
     reasons = {t["reason"] for t in sb.takeovers}
@@ -176,7 +177,14 @@ async def takeover(dsn: str, n: int) -> dict[str, float]:
     await b.aclose()
     store.drop_schema()
     store.close()
-    return {"pages": n, "seconds": took, "ticks": ticks, "lease": lease, "reasons": len(reasons)}
+    return {
+        "pages": n,
+        "seconds": took,
+        "claimed": claimed,
+        "ticks": ticks,
+        "lease": lease,
+        "reasons": len(reasons),
+    }
 
 
 async def main_async(args: argparse.Namespace) -> None:
@@ -194,8 +202,9 @@ async def main_async(args: argparse.Namespace) -> None:
             t = await takeover(cluster.dsn, args.takeover)
             within = t["lease"] + t["seconds"] <= 2 * t["lease"]
             print(
-                f"takeover of {t['pages']} pages after the lease expired: {t['seconds']:.2f} s"
-                f" in {t['ticks']} ticks (lease {t['lease']} s: the pages run again"
+                f"takeover of {t['pages']} pages after the lease expired: all claimed in"
+                f" {t['claimed']:.2f} s, all running and idle in {t['seconds']:.2f} s,"
+                f" {t['ticks']} ticks (lease {t['lease']} s: the pages run again"
                 f" {t['lease'] + t['seconds']:.1f} s after the death, within two leases ="
                 f" {2 * t['lease']:.0f} s: {'yes' if within else 'NO'})"
             )

@@ -267,6 +267,14 @@ class PageServer:
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._serve(), name=repr(self))
 
+    async def first_tick(self) -> None:
+        """The first heartbeat, before the loop starts; a store error is logged and the
+        loop tries again at the next heartbeat (as for every tick)."""
+        try:
+            await self.tick()
+        except Exception as exc:
+            log.error("cellweave: serving pages: the first tick failed: %r", exc)
+
     async def _serve(self) -> None:
         try:
             while not self.stopped:

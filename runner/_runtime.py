@@ -798,8 +798,10 @@ class Runtime:
         )
         self._server = server
         self.replica.mailbox.attach(asyncio.get_running_loop())
-        await server.tick()
-        if not manual:
+        if manual:
+            await server.tick()
+        else:
+            await server.first_tick()
             server.start()
         return server
 

@@ -437,8 +437,16 @@ class PostgresStore(WriterStore):
             # Each claims operation is one statement, run on its own (autocommit): its
             # row locks last only while the server executes it, never across a round
             # trip to a client that may be slow or paused.
-            with self._pool.connection() as conn:
-                return fn(conn)
+            for attempt in range(3):
+                try:
+                    with self._pool.connection() as conn:
+                        return fn(conn)
+                except psycopg.errors.DeadlockDetected:
+                    # Two multi-row claim statements locked rows in opposite orders;
+                    # the server undid this one. A statement of its own: run it again.
+                    if attempt == 2:
+                        raise
+            raise AssertionError("unreachable")  # pragma: no cover
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
             raise self._wrap(exc, "claims statement failed") from exc
 
