@@ -37,14 +37,10 @@ driven by a test: nothing here sleeps but the serving loop between ticks.
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import contextlib
-import logging
 import os
-import socket
 import time
-import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
@@ -68,9 +64,17 @@ from ._builder import load_pattern
 from ._registrations import Key
 
 if TYPE_CHECKING:
+    # asyncio, logging, socket and uuid load on first use (inside a serving loop, an
+    # error, a new owner): `import runner` stays cheap for programs that never serve.
+    import asyncio
+
     from ._runtime import Runtime
 
-log = logging.getLogger("cellweave")
+
+def _log_error(message: str, *args: object) -> None:
+    import logging
+
+    logging.getLogger("cellweave").error(message, *args)
 
 BATCH: Final = 64
 """Claims and takeovers per tick (a mass death drains over ticks)."""
@@ -79,6 +83,9 @@ TAKEOVERS_KEPT: Final = 100
 
 def new_owner() -> Owner:
     """This process, in this start: host, pid and a fresh nonce."""
+    import socket
+    import uuid
+
     return Owner(socket.gethostname(), os.getpid(), uuid.uuid4().hex)
 
 
@@ -181,6 +188,8 @@ class PageServer:
         self._node_counts: dict[str, int] = {}
         self.ticks = 0
         self.stopped = False
+        import asyncio  # a PageServer is made inside a coroutine: a loop runs
+
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         rt.replica.fence_for = self.fence_for
@@ -265,6 +274,8 @@ class PageServer:
 
     # ------------------------------------------------------------------ the loop
     def start(self) -> None:
+        import asyncio
+
         self._task = asyncio.get_running_loop().create_task(self._serve(), name=repr(self))
 
     async def first_tick(self) -> None:
@@ -273,15 +284,17 @@ class PageServer:
         try:
             await self.tick()
         except Exception as exc:
-            log.error("cellweave: serving pages: the first tick failed: %r", exc)
+            _log_error("cellweave: serving pages: the first tick failed: %r", exc)
 
     async def _serve(self) -> None:
+        import asyncio
+
         try:
             while not self.stopped:
                 try:
                     full = await self.tick()
                 except Exception as exc:  # a store outage: log, keep the loop, retry
-                    log.error("cellweave: serving pages: a tick failed: %r", exc)
+                    _log_error("cellweave: serving pages: a tick failed: %r", exc)
                     full = False
                 self._wake.clear()
                 if full:
@@ -303,6 +316,8 @@ class PageServer:
     async def stop(self) -> None:
         """Stop serving: the pages stop here and every claim is released (another
         process takes them at its next tick). Idempotent."""
+        import asyncio
+
         if self.stopped and self._task is None:
             return
         self.stopped = True
@@ -324,7 +339,7 @@ class PageServer:
         try:
             self.table.release_all(self.space, self.owner, self.clock())
         except Exception as exc:  # the leases expire on their own
-            log.error("cellweave: releasing page claims failed: %r", exc)
+            _log_error("cellweave: releasing page claims failed: %r", exc)
 
     # ------------------------------------------------------------------ one tick
     async def tick(self) -> bool:
@@ -546,7 +561,7 @@ class PageServer:
             try:
                 ok = p.result()
             except Exception as exc:
-                log.error("cellweave: claimed page %s could not start: %r", target, exc)
+                _log_error("cellweave: claimed page %s could not start: %r", target, exc)
                 ok = False
             if self.held.get(ref) is not held:
                 return
@@ -600,7 +615,7 @@ def close_claim(rt: Runtime, principal: str, pid: str) -> None:
         if rt.store.claims.close(rt.space, principal, pid):
             rt.runner.trace.record("page-claim-closed", pid, principal=principal)
     except Exception as exc:
-        log.error("cellweave: closing the claim of stopped page %s failed: %r", pid, exc)
+        _log_error("cellweave: closing the claim of stopped page %s failed: %r", pid, exc)
 
 
 def reopen_claim(rt: Runtime, principal: str, pid: str) -> None:
@@ -611,10 +626,12 @@ def reopen_claim(rt: Runtime, principal: str, pid: str) -> None:
         if rt.store.claims.reopen(rt.space, principal, pid):
             rt.runner.trace.record("page-claim-reopened", pid, principal=principal)
     except Exception as exc:
-        log.error("cellweave: reopening the claim of page %s failed: %r", pid, exc)
+        _log_error("cellweave: reopening the claim of page %s failed: %r", pid, exc)
 
 
 def _future(pending: Pending[Any]) -> asyncio.Future[Any]:
+    import asyncio
+
     fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
     def done(p: Pending[Any]) -> None:

@@ -797,6 +797,8 @@ class Runtime:
             self, lease=lease, heartbeat=heartbeat, clock=clock, probe=probe, batch=batch
         )
         self._server = server
+        import asyncio  # loaded: this coroutine runs on a loop
+
         self.replica.mailbox.attach(asyncio.get_running_loop())
         if manual:
             await server.tick()
