@@ -76,6 +76,7 @@ def _log_error(message: str, *args: object) -> None:
 
     logging.getLogger("cellweave").error(message, *args)
 
+
 BATCH: Final = 64
 """Claims and takeovers per tick (a mass death drains over ticks)."""
 TAKEOVERS_KEPT: Final = 100
