@@ -49,7 +49,8 @@ if INTERNAL_PREFIX != "cw:":  # pragma: no cover - a guard for whoever changes i
     raise ImportError("cells._transaction spells INTERNAL_PREFIX as 'cw:'; update both")
 
 if TYPE_CHECKING:
-    from ._replica import Layer, Replica
+    from ._records import Layer
+    from ._replica import Replica
 
 Status = Literal["open", "committing", "committed", "rejected", "aborted"]
 SettleCallback = Callable[["Transaction", CommitResult], None]
