@@ -187,7 +187,8 @@ class Pending(Generic[T]):
         self._done = False
         self._value: T | None = None
         self._error: BaseException | None = None
-        self._callbacks: list[Callable[[Pending[T]], None]] = []
+        # Made at the first callback: most results (a commit's) are read, not called back.
+        self._callbacks: list[Callable[[Pending[T]], None]] | None = None
         self._mailbox = mailbox
 
     def __repr__(self) -> str:
@@ -240,11 +241,22 @@ class Pending(Generic[T]):
         check_callable(fn, where="Pending.add_done_callback()", name="fn")
         if self._done:
             fn(self)
+        elif self._callbacks is None:
+            self._callbacks = [fn]
         else:
             self._callbacks.append(fn)
 
     def _resolve(self, value: T) -> None:
-        self._finish(value, None)
+        if self._done:
+            raise TransactionError("a Pending result was resolved twice (this is a bug)")
+        # (`_finish`, inlined: every commit's result is resolved here.)
+        self._done = True
+        self._value = value
+        callbacks = self._callbacks
+        if callbacks is not None:
+            self._callbacks = None
+            for fn in callbacks:
+                fn(self)
 
     def _fail(self, error: BaseException) -> None:
         self._finish(None, error)
@@ -255,9 +267,11 @@ class Pending(Generic[T]):
         self._done = True
         self._value = value
         self._error = error
-        callbacks, self._callbacks = self._callbacks, []
-        for fn in callbacks:
-            fn(self)
+        callbacks = self._callbacks
+        if callbacks is not None:
+            self._callbacks = None
+            for fn in callbacks:
+                fn(self)
 
     def __await__(self) -> Generator[Any, None, T]:
         if not self._done:

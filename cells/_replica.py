@@ -289,7 +289,7 @@ class Replica:
         rec = self._docs.get(key)
         if rec is None:
             rec = self._docs[key] = DocRecord()
-            state = self.store.load_now(key)
+            state = self.store.load_now(key, self)
             if state is None:
                 rec.loading = True
                 self.store.load(self, key)
@@ -457,12 +457,13 @@ class Replica:
         try:
             if changes:
                 subscribers = self._subscribers
-                nf = Notification("commit", changes, tx)
-                if len(subscribers) == 1:  # `_notify` for one subscriber (a scheduler)
+                if not subscribers:  # (a replica alone: counted, with nobody to hand it to)
                     self.stats.notifications += 1
-                    subscribers[0](nf)
+                elif len(subscribers) == 1:  # `_notify` for one subscriber (a scheduler)
+                    self.stats.notifications += 1
+                    subscribers[0](Notification("commit", changes, tx))
                 else:
-                    self._notify(nf)
+                    self._notify(Notification("commit", changes, tx))
         finally:
             batch = self._batch
             if batch is not None:

@@ -558,10 +558,13 @@ class Transaction:
 
     def commit(self) -> Pending[CommitResult]:
         """Apply locally (notifying at once), send to the store, return the pending verdict."""
-        self._require_open("commit")
+        if self.status != "open":
+            self._require_open("commit")
         self.status = "committing"
         self._values = None
-        pending = self.done()
+        pending = self._pending
+        if pending is None:
+            pending = self._pending = Pending(self._replica.mailbox)
         self._replica._commit(self)
         return pending
 
