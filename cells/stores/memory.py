@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from functools import partial
 
+import attrs
+
 from .._address import DocKey, Path
 from .._store import (
     NO_STATE,
@@ -438,18 +440,19 @@ class MemoryStore(StoreBase):
             assert self._ever_written(key)
 
 
+@attrs.define(eq=False)
 class _Resolved:
     """One session's commits that have a verdict: every local seq up to `low`, and
     those in `above` (resolved out of order, when a test gate reorders); `rejected`
     names the rejected ones (few). O(1) memory per session in the usual run, instead of
-    an entry per commit."""
+    an entry per commit.
 
-    __slots__ = ("above", "low", "rejected")
+    attrs, not hand-written slots: one is made per session, and reading its fields
+    (every commit does) costs the same."""
 
-    def __init__(self) -> None:
-        self.low = 0
-        self.above: set[int] = set()
-        self.rejected: set[int] = set()
+    low: int = 0
+    above: set[int] = attrs.field(factory=set)
+    rejected: set[int] = attrs.field(factory=set)
 
     def resolved(self, local_seq: int) -> bool:
         return local_seq <= self.low or local_seq in self.above
