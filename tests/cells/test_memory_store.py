@@ -204,6 +204,7 @@ def test_a_commit_during_a_held_load_reaches_the_loading_replica(w: World) -> No
     w.put(DOC, {"n": 1})
     with w.store.testing.hold_loads(DOC) as gate:
         assert w.b.visible(DOC) is MISSING  # the load waits
+        assert gate.waiting() == 1
         w.write(w.a, DOC, ("n",), 2)
         w.pump()
         assert not w.b.is_loaded(DOC)
