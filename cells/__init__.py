@@ -55,7 +55,7 @@ from ._pending import running_loop as running_loop
 from ._replica import Change as Change
 from ._replica import Notification as Notification
 from ._replica import Replica as Replica
-from ._replica import edit_with_retry as edit_with_retry
+from ._retry import edit_with_retry as edit_with_retry
 from ._store import LoadGate as LoadGate
 from ._store import StoreBase as StoreBase
 from ._store import VerdictGate as VerdictGate
