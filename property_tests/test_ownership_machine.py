@@ -67,7 +67,9 @@ from runner import Runtime
 from runner import _docs as docs
 from runner._lists import child_link, element_keys
 from runner._registrations import Registration
-from runner._runner import Runner, _list_nodes, run_keys
+from runner._runner import Runner
+from runner._start import list_nodes as _list_nodes
+from runner._start import run_keys
 from scheduler import BACKOFF_CAP, ManualClock
 
 # --------------------------------------------------------------------------- the world

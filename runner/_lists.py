@@ -124,7 +124,7 @@ from ._list_functions import ElementFunctions
 from ._registrations import Registration
 
 if TYPE_CHECKING:
-    from ._runner import Runner
+    from ._core import Launcher
 
 ElementKey = tuple[Any, ...]
 
@@ -334,7 +334,7 @@ class _State:
 class Coordinator:
     def __init__(
         self,
-        runner: Runner,
+        runner: Launcher,
         reg: Registration,
         pattern: Pattern,
         spec: NodeSpec,
