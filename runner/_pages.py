@@ -116,7 +116,7 @@ class Pages:
         authority: Authority,
         runner: Runner,
         host: SchedulerHost,
-        navigated: Callable[[Cell], None],
+        navigated: Callable[[Identity, Link], None],
     ) -> None:
         self.space = space
         self.replica = replica
@@ -126,7 +126,8 @@ class Pages:
         self.scheduler: Scheduler = runner.scheduler
         self.host = host
         self.navigated = navigated
-        """Called with each page an open started (the runtime's `on_navigate`)."""
+        """Called with the identity and link of each page an open started (the runtime's
+        `on_navigate` hears of it)."""
         self.by_pid: dict[tuple[str, str], PageRecord] = {}
         self.by_key: dict[Key, dict[str, PageRecord]] = {}
         """Pages on each result, per principal (two principals may open one shared result)."""
@@ -325,7 +326,7 @@ class Pages:
                 return
             page.opening -= 1
             page.opened = True
-            self.navigated(Cell(self.replica, identity, link, host=self.host))
+            self.navigated(identity, link)
             result._resolve(True)
 
         # Re-issued only while the page is not stopped: a retry landing after the stop's

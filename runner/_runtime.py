@@ -43,6 +43,7 @@ from cells import (
     Cell,
     CellweaveError,
     Identity,
+    Link,
     MemoryStore,
     Pending,
     Replica,
@@ -410,13 +411,14 @@ class Runtime:
         self._require_open()
         return self.scheduler.errors()
 
-    def _navigated(self, cell: Cell) -> None:
+    def _navigated(self, identity: Identity, link: Link) -> None:
         """A page an open started is running: tell `on_navigate`. An error it raises is
         contained and recorded (it must not escape into whatever delivered the store's
         answer)."""
         fn = self.on_navigate
         if fn is None:
             return
+        cell = Cell(self.replica, identity, link, host=self._host)
         try:
             fn(cell)
         except Exception as exc:
