@@ -12,7 +12,8 @@ Incremental: the coordinator reads the list's structure only — one deep read
 when it holds links and scalars (an edit made through a link lands in
 another document), else its length and the identity of each position that
 is not an inline container — so editing inside an element re-runs only that
-element's child (which reads its element through a link); a structural
+element's child (which reads its element through a link); a filter, whose
+output holds its inline elements themselves, reads the list deeply; a structural
 change re-runs the coordinator once and sets up only new elements, or moved
 ones whose op reads `index`. Over a list of links the diff is O(changed)
 (`_reconcile_middle`: the common prefix and suffix found by C-level slice
@@ -256,23 +257,21 @@ class Coordinator:
     ) -> None:
         """Read what decides the children and the aggregate, and nothing inside an element
         that only its child reads."""
-        kinds = set(map(type, items))
-        if kinds <= {Link} or (self.kind == "filter" and not kinds & {dict, list}):
-            # Links only (or a filter's links and scalars, whose values its output holds):
-            # one deep read sees exactly what matters (a link re-pointed, a scalar
-            # changed, the length), while an edit made *through* a link changes another
-            # document and re-runs only that element's child.
+        if self.kind == "filter" or set(map(type, items)) <= {Link}:
+            # Links only: one deep read sees exactly what matters (a link re-pointed, the
+            # length), while an edit made *through* a link changes another document and
+            # re-runs only that element's child. A filter's output holds its inline
+            # elements themselves, so an edit inside one (an inline dict's field) must
+            # reach the output even when the element's verdict stays: it reads deeply.
             tx.read(list_key, base)
             return
         # Inline values: an edit inside one must not re-run the coordinator, so skip
         # inline containers and read every other position shallowly (a link, or a
-        # scalar's kind: a new value of an inline scalar re-runs only its child). A
-        # filter's output holds its elements, so it reads a scalar deeply.
-        deep = self.kind == "filter"
+        # scalar's kind: a new value of an inline scalar re-runs only its child).
         for i, x in enumerate(items):
             t = type(x)
             if t is not dict and t is not list:
-                tx.read(list_key, (*base, i), shallow=not deep or t is Link)
+                tx.read(list_key, (*base, i), shallow=True)
 
     @staticmethod
     def _repoint(state: State, place: Link) -> None:
