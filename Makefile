@@ -46,6 +46,7 @@ test: venv system
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
 	$(BIN)/mypy --strict cellweave cells scheduler runner bench
+	$(BIN)/lint-imports
 	$(BIN)/pytest tests
 	$(BIN)/pytest property_tests
 	$(MAKE) --no-print-directory docs
@@ -87,5 +88,5 @@ crash-trials-pg: venv system
 # needs it recreates it). Keeps .hypothesis/ (its example database holds the
 # failures Hypothesis found) and .cellweave/ (data a program wrote).
 clean:
-	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache .import_linter_cache
 	find . -path ./.git -prune -o -type d -name __pycache__ -prune -exec rm -rf {} +

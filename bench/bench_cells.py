@@ -127,7 +127,10 @@ def memory_commit() -> Run:
             pending = tx.commit()
             replica.pump()  # the verdict: confirm the layer, settle the transaction
             _check_ok(pending.result(), "MemoryStore commit")
-        return counter.counts(reads=MEMORY_OPS, writes=MEMORY_OPS)
+        counts = counter.counts(reads=MEMORY_OPS, writes=MEMORY_OPS)
+        if counts["commits"] != MEMORY_OPS or counts["accepted"] != MEMORY_OPS:
+            raise BenchError(f"MemoryStore commit: counted {counts}, not {MEMORY_OPS} commits")
+        return counts
 
     return run
 

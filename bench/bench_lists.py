@@ -26,7 +26,9 @@ Groups
     card, an `Effect` per card that shows it; the group's baseline at the
     largest N), a naive reaktiv design (the whole list in one `Signal`, every
     card in one `Computed`: the same work as recomputing everything), and
-    plain Python recomputing every card.
+    plain Python recomputing every card. Two more rows per N edit a linked
+    task under `items.filter(Keep)` (its verdict flips) and under
+    `items.flat_map(Tag)` (its items change), then pull the output's first item.
 ``lists sink``
     One op is one element edited, then the pass that re-delivers the whole
     mapped list to a plain `sink` on `out` (what a view without patches
@@ -38,7 +40,9 @@ Groups
     now in its place; the whole list of links reversed, then a pull of card 0.
     The insert and remove groups also make the same change by writing the
     whole new list (`items.set([...])`, what a client without the incremental
-    calls does).
+    calls does), and the same `insert` / `remove` calls on the list of inline
+    dicts (keyed by position: every position from the change on holds another
+    element).
 
 The change groups reuse one set-up world per N and list shape for all their
 samples (built once per process, untimed, on the first sample that needs
@@ -172,6 +176,37 @@ def LineBoard(items):  # type: ignore[no-untyped-def]
     return {"out": items.map(Line)}
 
 
+def kept(title: Any, body: Any) -> bool:
+    """A filter's verdict: as much work as `score`, kept when the title ends in "!"."""
+    score(title, body)
+    return str(title).endswith("!")
+
+
+def tagged(title: Any, body: Any) -> list[Any]:
+    """A flat_map's result: the title and its score (two items per task)."""
+    return [title, score(title, body)]
+
+
+@pattern
+def Keep(element):  # type: ignore[no-untyped-def]
+    return lift(kept)(element["title"], element["body"])
+
+
+@pattern
+def Tag(element):  # type: ignore[no-untyped-def]
+    return lift(tagged)(element["title"], element["body"])
+
+
+@pattern
+def KeptBoard(items):  # type: ignore[no-untyped-def]
+    return {"out": items.filter(Keep)}
+
+
+@pattern
+def TagBoard(items):  # type: ignore[no-untyped-def]
+    return {"out": items.flat_map(Tag)}
+
+
 LINKS, DICTS, SCALARS = "links", "inline dicts", "inline scalars"
 """How the list holds its tasks: links to task cells, inline dicts, inline title strings."""
 
@@ -204,6 +239,8 @@ class _World:
         self.cells: list[Cell] = []
         self.tasks: list[dict[str, Any]] = []
         self.made = 0
+        self.board: Any = None
+        """The pattern run over the list (None: `Board`, or `LineBoard` for scalars)."""
         Board.graph  # noqa: B018  traced before any timed region
         Card.graph  # noqa: B018
         LineBoard.graph  # noqa: B018
@@ -239,7 +276,7 @@ class _World:
 
     async def run_board(self) -> None:
         tx = self.rt.edit()
-        board = LineBoard if self.kind == SCALARS else Board
+        board = self.board or (LineBoard if self.kind == SCALARS else Board)
         self.rt.run(tx, board, {"items": self.items}, self.res)
         if not (await tx.commit()).ok:
             raise BenchError(f"rt.run of a {self.n}-element board: the commit failed")
@@ -325,17 +362,24 @@ def _fresh(n: int, **kw: Any) -> _World:
     return world
 
 
-def _built(n: int, *, kind: str = LINKS) -> _World:
-    """The shared, set-up and fully computed world of `n` elements (built once per process)."""
+def _built(n: int, *, kind: str = LINKS, board: Any = None) -> _World:
+    """The shared, set-up and fully computed world of `n` elements (built once per process);
+    `board`: another pattern than `Board` over the list of links (its output pulled whole
+    once, unchecked)."""
     _clean_up()
-    world = _shared.get((n, kind))
+    name = kind if board is None else f"{kind} {board.__qualname__}"
+    world = _shared.get((n, name))
     if world is None:
-        world = _shared[(n, kind)] = _World(n, kind=kind)
+        world = _shared[(n, name)] = _World(n, kind=kind)
+        world.board = board
 
         async def build() -> None:
             await world.write_tasks()
             await world.run_board()
-            await world.pull_all()
+            if board is None:
+                await world.pull_all()
+            else:
+                await world.res.key("out").pull()
             await world.rt.idle()
 
         world.drive(build)
@@ -514,6 +558,54 @@ for _kind in (LINKS, DICTS, SCALARS):
         _edit_bench(_n, _kind)
 
 
+def _aggregate_edit_bench(n: int, board: Any, op: str) -> None:
+    @bench(group="lists edit", name=f"cellweave {op}, one result changed N={n} (links)", ops=EDITS)
+    def edit_aggregate() -> Run:
+        """One task's title edited through its link so that its element's result changes
+        (a filter's verdict flips; a flat_map's items change), then a pull of the output's
+        first item. The element's one node runs, and so does the coordinator's reconcile,
+        which rebuilds the output from every element's result: O(N) (issue 14 item 5 asks
+        for O(1): not met)."""
+        world = _built(n, board=board)
+        step = max(1, n // EDITS)
+        positions = [(k * step + world.made) % n for k in range(EDITS)]
+        world.made += 1
+
+        def first(tasks: list[dict[str, Any]]) -> Any:
+            if op == "flat_map":
+                return tasks[0]["title"]
+            return next((t for t in tasks if t["title"].endswith("!")), None)
+
+        async def main() -> None:
+            for i in positions:
+                title = world.tasks[i]["title"]
+                await world.edit(i, title[:-1] if title.endswith("!") else f"{title}!")
+                got = await world.res.key("out", 0).pull()
+                if got != first(world.tasks):
+                    raise BenchError(f"{op} edit of {i}: pulled {got!r}")
+
+        def run() -> Counts:
+            counted = world.counter()
+            world.drive(main)
+            counts = counted()
+            _expect(
+                f"{op} edit at N={n}",
+                counts,
+                calls=EDITS,  # the element's one lift (`score` inside it)
+                computations=2 * EDITS,  # the lift and the reconcile
+                reconciles=EDITS,
+                registrations=0,
+            )
+            return counts
+
+        return run
+
+
+for _n in SIZES:
+    _aggregate_edit_bench(_n, KeptBoard, "filter")
+    _aggregate_edit_bench(_n, TagBoard, "flat_map")
+
+
 def _peer_benches(n: int) -> None:
     @bench(
         group="lists edit",
@@ -682,7 +774,82 @@ def _structure_benches(n: int) -> None:
     for whole in (False, True):
         _insert_bench(n, whole)
         _remove_bench(n, whole)
+    _inline_insert_bench(n)
+    _inline_remove_bench(n)
     _reverse_bench(n)
+
+
+def _inline_insert_bench(n: int) -> None:
+    @bench(
+        group="lists insert", name=f"cellweave insert at front N={n} (inline dicts)", ops=CHANGES
+    )
+    def insert_inline() -> Run:
+        """`items.insert(0, {...})` into a list of inline dicts, then a pull of card 0.
+        Inline elements are keyed by position: the element at each position changes,
+        so the reconcile walks the whole list and every position's child is
+        invalidated (only the demanded card 0 and the new last position's child run)."""
+        world = _built(n, kind=DICTS)
+        made = world.made
+        world.made += CHANGES
+        new_tasks = [task(made + k, f"inserted {made + k}") for k in range(CHANGES)]
+
+        async def main() -> None:
+            for t in new_tasks:
+                world.tasks.insert(0, t)
+                await world.items.insert(0, t)
+                got = await world.res.key("out", 0, "label").pull()
+                if got != expected(world.tasks[0])["label"]:
+                    raise BenchError(f"inline insert: pulled {got!r}")
+
+        def run() -> Counts:
+            counted = world.counter()
+            world.drive(main)
+            counts = counted()
+            _expect(
+                f"inline insert at N={n}",
+                counts,
+                # card 0 (a new element at its position) and the new last position's child
+                calls=2 * NODES_PER_CARD * CHANGES,
+                computations=(2 * NODES_PER_CARD + 1) * CHANGES,  # + one reconcile each
+                reconciles=CHANGES,
+                registrations=CHANGES,
+            )
+            return counts
+
+        return run
+
+
+def _inline_remove_bench(n: int) -> None:
+    @bench(group="lists remove", name=f"cellweave remove middle N={n} (inline dicts)", ops=CHANGES)
+    def remove_inline() -> Run:
+        """`items.remove(i)` of the middle inline dict, then a pull of the card now at i:
+        every position from i on holds another element (see the insert row)."""
+        world = _built(n, kind=DICTS)
+
+        async def main() -> None:
+            for _ in range(CHANGES):
+                i = len(world.tasks) // 2
+                del world.tasks[i]
+                await world.items.remove(i)
+                got = await world.res.key("out", i, "label").pull()
+                if got != expected(world.tasks[i])["label"]:
+                    raise BenchError(f"inline remove: pulled {got!r}")
+
+        def run() -> Counts:
+            counted = world.counter()
+            world.drive(main)
+            counts = counted()
+            _expect(
+                f"inline remove at N={n}",
+                counts,
+                calls=NODES_PER_CARD * CHANGES,  # the card at i: another element now
+                computations=(NODES_PER_CARD + 1) * CHANGES,  # + one reconcile each
+                reconciles=CHANGES,
+                registrations=-CHANGES,  # the last position's child
+            )
+            return counts
+
+        return run
 
 
 def _insert_bench(n: int, whole: bool) -> None:

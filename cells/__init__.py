@@ -58,7 +58,7 @@ from ._pending import running_loop as running_loop
 from ._replica import Change as Change
 from ._replica import Notification as Notification
 from ._replica import Replica as Replica
-from ._replica import edit_with_retry as edit_with_retry
+from ._retry import edit_with_retry as edit_with_retry
 from ._store import CommitRequest as CommitRequest
 from ._store import Fence as Fence
 from ._store import LoadGate as LoadGate

@@ -1,13 +1,14 @@
 """The replica: one runtime's client-side view of a store.
 
-Per document it keeps the *confirmed* state (the store's, as last heard)
-and *pending layers* (this replica's commits still waiting for a verdict);
-the *visible* value is the layers folded over the confirmed state. Every
-visible change is announced on the one change channel as a value-bearing
-`Notification` (`commit`, `revert`, `integrate`, `load`), with the whole
-document before and after.
+Per document it keeps a `DocRecord` (`cells._records`): the *confirmed* state
+(the store's, as last heard) and *pending layers* (this replica's commits
+still waiting for a verdict); the *visible* value is the layers folded over
+the confirmed state. Every visible change is announced on the one change
+channel as a value-bearing `Notification` (`commit`, `revert`, `integrate`,
+`load`), with the whole document before and after.
 
-- `commit`: synchronously inside `Transaction.commit()`, after the local apply.
+- `commit`: synchronously inside `Transaction.commit()`, after the local apply
+  (`_commit`: staged by `cells._staging`, applied by `_apply_local`, sent by `_send`).
 - `revert`: after a rejection drops the layer; computed against the current
   confirmed state, so it never stomps newer integrated values.
 - `integrate`: another session's accepted commit (or an own acceptance that
@@ -25,172 +26,50 @@ from __future__ import annotations
 
 import collections
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from types import FrameType
-from typing import Any, Literal
 
-import attrs
 import msgspec
 
 from ._access import Authority
-from ._address import DocKey, Identity, Path
+from ._address import DocKey, Identity
 from ._args import bad_arg, check_arg, check_callable
 from ._outcome import CommitResult, Outcome
 from ._pending import Mailbox, Pending
+from ._records import (
+    Change,
+    DocRecord,
+    Layer,
+    Notification,
+    NotificationKind,
+    ReplicaStats,
+    adopt_oldest_layer,
+    push_layer,
+)
+from ._staging import (
+    Staged,
+    basis_moved,
+    read_claims,
+    stage_writes,
+    stale_message,
+)
 from ._store import CommitRequest, DocState, Fence, ReadClaim, StoreBase, Verdict, Write
 from ._transaction import LIBRARY_DIRS, Transaction, TxDoc
-from ._values import MISSING, Value, get_path, same_value, set_path
-from .errors import (
-    InconsistentBasisError,
-    InvalidValueError,
-    OwnershipError,
-    TransactionError,
-)
+from ._values import MISSING, Value, same_value
+from .errors import InconsistentBasisError, OwnershipError, TransactionError
 
-NotificationKind = Literal["commit", "revert", "integrate", "load"]
-
-
-class Change(msgspec.Struct, frozen=True, gc=False):
-    """One document's visible value before and after a change.
-
-    `paths`, when known (a local commit), are the full-document paths written: the
-    two values differ only at or below them (writes copy only along their path), so
-    a reader index can look for readers there alone. None means unknown (a fold of
-    layers, a foreign commit): compare everywhere.
-
-    `gc=False`: it holds a key, two values and paths, which never refer back to it.
-    """
-
-    key: DocKey
-    before: Value
-    after: Value
-    paths: tuple[Path, ...] | None = None
-
-
-class Notification(msgspec.Struct, frozen=True):
-    """One visible transition of the replica (the only change channel)."""
-
-    kind: NotificationKind
-    changes: tuple[Change, ...]
-    source: Transaction | None = None
-    reason: BaseException | None = None
-
-
-class Layer(msgspec.Struct, gc=False):
-    """One pending commit's writes to one document.
-
-    A Struct because one is made per commit; `gc=False` because it holds only
-    paths and values, which never refer back to it.
-    """
-
-    seq: int
-    writes: Sequence[tuple[Path, Value]]
-
-    def __repr__(self) -> str:
-        return f"Layer({self.seq}, {self.writes!r})"
-
-
-class DocRecord(msgspec.Struct, gc=False):
-    """One document's state in the replica.
-
-    A Struct with `gc=False`: one exists per document for the replica's life,
-    and it holds only values, seqs and its layers, which never refer back to it,
-    so the collector need not scan it (and it needs no collector header).
-    """
-
-    confirmed: Value = MISSING
-    confirmed_seq: int = 0
-    # A tuple while there are at most one pending layer (the shared empty tuple, or
-    # a 1-tuple), a deque only for more: a deque costs 760 bytes, most documents
-    # (every computation's output) have none, and a scheduler run's commit has one
-    # in flight until its verdict.
-    layers: collections.deque[Layer] | tuple[Layer, ...] = ()
-    visible: Value = MISSING
-    version: int = 0
-    loaded: bool = False
-    loading: bool = False
-
-    def fold(self) -> Value:
-        v = self.confirmed
-        for layer in self.layers:
-            for path, value in layer.writes:
-                try:
-                    v = set_path(v, path, value)
-                except InvalidValueError:
-                    # A newer value put a scalar above this blind write, so it does not
-                    # apply (the store refuses it the same way); raising here would wedge
-                    # every later delivery to this replica.
-                    continue
-        return v
-
-
-@attrs.define
-class ReplicaStats:
-    """Counted work (for benchmarks and diagnostics; observes, never decides)."""
-
-    commits_sent: int = 0
-    commits_elided: int = 0
-    local_stale: int = 0
-    accepted: int = 0
-    rejected: int = 0
-    notifications: int = 0
-    loads: int = 0
-
+__all__ = [
+    "Change",
+    "DocRecord",
+    "Layer",
+    "Notification",
+    "NotificationKind",
+    "Replica",
+    "ReplicaStats",
+]
 
 _OK = CommitResult(Outcome.OK)
 _NO_KEYS: frozenset[DocKey] = frozenset()
-
-
-def _created_level(working: Value, visible: Value, path: Path) -> Path | None:
-    """The shortest prefix of `path` that exists in `working` but not in `visible`."""
-    for i in range(len(path)):
-        prefix = path[:i]
-        if get_path(visible, prefix) is MISSING and get_path(working, prefix) is not MISSING:
-            return prefix
-    return None
-
-
-def _path_order(p: Path) -> tuple[int, list[str]]:
-    return (len(p), [str(e) for e in p])
-
-
-def _compact(paths: Iterable[Path]) -> list[Path]:
-    """Sorted unique paths with every path below another one removed."""
-    unique = list(dict.fromkeys(paths))
-    if len(unique) <= 1:
-        return unique
-    # Shortest first, so a covering path is kept before the paths below it; the set
-    # makes the prefix test O(len(p)) instead of one comparison per kept path.
-    out: list[Path] = []
-    kept: set[Path] = set()
-    for p in sorted(unique, key=_path_order):
-        if not any(p[:i] in kept for i in range(len(p) + 1)):
-            out.append(p)
-            kept.add(p)
-    return out
-
-
-def _adopt_oldest_layer(
-    rec: DocRecord, layers: collections.deque[Layer] | tuple[Layer, ...], value: Value, seq: int
-) -> None:
-    """The store applied exactly `rec`'s oldest pending layer on exactly its confirmed
-    state (verdicts arrive in order), giving `value` at `seq`: that layer folded over
-    confirmed, so the visible value (the rest folded on top) does not move. Adopt it
-    without re-folding or comparing documents, which would cost O(document x layers)
-    per verdict. With no layer left the store's value equals the visible one: keep
-    only one of the two (values are never changed in place) instead of a copy of
-    every written document on each side (184 bytes for a one-field document)."""
-    if isinstance(layers, tuple):
-        layers = rec.layers = layers[1:]
-    else:
-        layers.popleft()
-        if not layers:
-            rec.layers = ()
-    rec.confirmed = value
-    if not layers:
-        rec.visible = value
-    rec.confirmed_seq = seq
-    rec.loaded = True
 
 
 class Replica:
@@ -411,7 +290,7 @@ class Replica:
         rec = self._docs.get(key)
         if rec is None:
             rec = self._docs[key] = DocRecord()
-            state = self.store.load_now(key)
+            state = self.store.load_now(key, self)
             if state is None:
                 rec.loading = True
                 self.store.load(self, key)
@@ -448,224 +327,135 @@ class Replica:
             changes.append(Change(key, before, after))
 
     # ------------------------------------------------------------------ commit
-    def _ops_for(self, td: TxDoc, rec: DocRecord) -> tuple[Sequence[tuple[Path, Value]], bool]:
-        """The writes a layer carries, and whether any of them changes the visible value.
-
-        A write equal to the visible value is elided only when the document has no
-        pending local layer. Otherwise it is kept as a *shadow* write that changes
-        nothing now: a pending layer may still fail (the write must then survive
-        it), and pending layers confirmed later land *before* this write, so the
-        durable order must include it even when the confirmed value agrees. (Without
-        this, a setup re-issued on top of an earlier pending setup commits nothing
-        and is lost if the earlier fails; and a computation's fresh value, equal to
-        what is shown, is overwritten when older pending writes are confirmed.)
-        """
-        visible = rec.visible
-        written = td.written
-        assert written is not None  # only called for written documents
-        # (`_commit` decides one changed top-level field of a dict document itself.)
-        pending = bool(rec.layers)
-        changes = False
-        ops: list[tuple[Path, Value]] = []
-        for path in written if len(written) == 1 else _compact(written):
-            target = path
-            # Lift a write that changed a list's length to the list: list elements
-            # are addressed by position, so a leaf write cannot say "insert" or
-            # "remove". Writes that create dict levels stay leaf writes (the store
-            # creates the levels, and records the first created one for conflict
-            # checks), so two sessions creating different fields both keep theirs.
-            for i in range(len(path)):
-                prefix = path[:i]
-                if i:
-                    base = get_path(td.baseline, prefix)
-                    work = get_path(td.working, prefix)
-                else:
-                    base, work = td.baseline, td.working
-                if type(base) is list and (type(work) is not list or len(work) != len(base)):
-                    target = prefix
-                    break
-            new = get_path(td.working, target)
-            if same_value(new, get_path(visible, target)):
-                # The leaf did not change, but a level this transaction created and
-                # then emptied (`{}` left behind) must still be written.
-                created = _created_level(td.working, visible, target)
-                if created is not None:
-                    target, new = created, get_path(td.working, created)
-                    changes = True
-                elif not pending:
-                    continue
-            else:
-                changes = True
-            ops.append((target, new))
-        if len(ops) > 1:
-            keep = set(_compact(p for p, _ in ops))
-            ops = [(p, v) for p, v in ops if p in keep]
-        return ops, changes
-
     def _commit(self, tx: Transaction) -> None:
+        """Stage `tx`'s commit (the steps of `cells._staging`), apply it here, send it.
+
+        `tx` settles at once when it is stale (a read document's basis moved, or a
+        write no longer applies) or elided (nothing to write); otherwise it stays in
+        flight until its verdict (`on_verdict`).
+        """
         records = self._docs
         docs = tx._docs
-        if len(docs) == 1 and not tx._create_only:
-            ((key, td),) = docs.items()
-            if not td.written:
-                # A transaction that read one document and wrote nothing (an effect's
-                # run): only its basis can fail; otherwise it is elided, no claims built.
-                if td.read and records[key].version != td.version:
-                    self._stale(tx, f"{key} changed locally after this transaction first read it")
+        if tx._create_only is None:
+            n = len(docs)
+            if n == 2:
+                if self._commit_usual(tx, records, docs):
                     return
-                self.stats.commits_elided += 1
-                tx._settle(_OK)
-                return
-        elif len(docs) == 2 and not tx._create_only:
-            (rkey, rtd), (wkey, wtd) = docs.items()
-            rpaths, written = rtd.reads, wtd.written
-            if (
-                rpaths is not None
-                and len(rpaths) == 1
-                and not rtd.written
-                and written is not None
-                and len(written) == 1
-                and not wtd.read
-            ):
-                # The usual computation: one read of its input, one write of a field of
-                # its output (the general path's one-field shortcut, without its loop).
-                rec = records[wkey]
-                path = written[0]
-                working, visible = wtd.working, rec.visible
-                if (
-                    len(path) == 1
-                    and type(path[0]) is str
-                    and type(working) is dict
-                    and visible is wtd.baseline
-                    and type(visible) is dict
-                ):
-                    if records[rkey].version != rtd.version:
-                        self._stale(
-                            tx, f"{rkey} changed locally after this transaction first read it"
-                        )
+            elif n == 1:
+                ((key, td),) = docs.items()
+                if not td.written:
+                    # A run that read one document and wrote nothing (most effect runs:
+                    # the cellx and kairo rows elide thousands per op): only its basis
+                    # can fail; otherwise it is elided with nothing staged or built.
+                    if td.read and records[key].version != td.version:
+                        self._stale(tx, stale_message(key))
                         return
-                    new = working.get(path[0], MISSING)
-                    old = visible.get(path[0], MISSING)
-                    t = type(new)
-                    if t is type(old) and (t is int or t is str):
-                        changed = new != old
-                    else:
-                        changed = not same_value(new, old)
-                    if not changed:
-                        self.stats.commits_elided += 1
-                        tx._settle(_OK)
-                        return
-                    seq = self._next_seq
-                    self._next_seq = seq + 1
-                    layers = rec.layers
-                    if not layers:
-                        rec.layers = (Layer(seq, ((path, new),)),)
-                    elif isinstance(layers, tuple):
-                        rec.layers = collections.deque((*layers, Layer(seq, ((path, new),))))
-                    else:
-                        layers.append(Layer(seq, ((path, new),)))
-                    change = Change(wkey, visible, working, (path,))
-                    rec.visible = working
-                    rec.version += 1
-                    ((rpath, shallow),) = rpaths
-                    request = CommitRequest(
-                        self.session_id,
-                        seq,
-                        (ReadClaim(rkey, rpath, shallow, rtd.basis_seq),),
-                        rtd.deps,
-                        (Write(wkey, path, new),),
-                        _NO_KEYS,
-                    )
-                    self._send(tx, seq, request, (change,))
+                    self.stats.commits_elided += 1
+                    tx._settle(_OK)
                     return
-        # One pass: check every read document's basis, stage every written one and
-        # collect the read claims. Staging only computes, so a stale document found
-        # later discards it safely.
-        staged: list[tuple[DocKey, DocRecord, Sequence[tuple[Path, Value]], Value, bool]] = []
-        reads: list[ReadClaim] = []
-        deps: tuple[int, ...] = ()
-        merged = False
-        for key, td in tx._docs.items():
-            rec = records[key]
-            if td.read:
-                if rec.version != td.version:
-                    self._stale(tx, f"{key} changed locally after this transaction first read it")
-                    return
-                if td.deps:
-                    if deps:
-                        deps = (*deps, *td.deps)
-                        merged = True
-                    else:
-                        deps = td.deps  # ascending: a document's layers are in seq order
-                td_reads = td.reads
-                assert td_reads is not None  # a read document has read paths
-                if type(td_reads) is tuple:  # read at one place (however often)
-                    path, shallow = td_reads[0]
-                    reads.append(ReadClaim(key, path, shallow, td.basis_seq))
-                else:
-                    self._claims(key, td, reads)
-            written = td.written
-            if written:
-                visible = rec.visible
-                if len(written) == 1:
-                    path = written[0]
-                    working, baseline = td.working, td.baseline
-                    if (
-                        len(path) == 1
-                        and type(working) is dict
-                        and type(visible) is dict
-                        and type(baseline) is not list
-                        and type(path[0]) is str
-                    ):
-                        # One write to a top-level field of a dict document (the usual
-                        # scheduler write): nothing to lift, and two lookups decide it.
-                        new = working.get(path[0], MISSING)
-                        old = visible.get(path[0], MISSING)
-                        t = type(new)
-                        if t is type(old) and (t is int or t is str):
-                            changed = new != old  # what same_value decides for two ints or strs
-                        else:
-                            changed = not same_value(new, old)
-                        if changed:
-                            # On the state the transaction started from, the working copy
-                            # is that write applied to the visible value.
-                            after = working if visible is baseline else set_path(visible, path, new)
-                            # `ops` a tuple: it can leave the collector's view.
-                            staged.append((key, rec, ((path, new),), after, True))
-                            continue
-                ops, visible_change = self._ops_for(td, rec)
-                if len(written) == 1 and visible is td.baseline and ops and ops[0][0] is written[0]:
-                    # The one write, unlifted, on the state the transaction started
-                    # from: the working copy is that write applied to the visible value.
-                    staged.append((key, rec, ops, td.working, visible_change))
-                elif ops:
-                    after = visible
-                    try:
-                        for path, value in ops:
-                            after = set_path(after, path, value)
-                    except InvalidValueError as exc:
-                        # A blind write below a place that became a scalar since this
-                        # transaction first saw it: nothing applied, re-run on fresh state.
-                        self._stale(tx, f"write to {key} no longer applies: {exc}")
-                        return
-                    staged.append((key, rec, ops, after, visible_change))
+        moved = basis_moved(records, docs)
+        if moved is not None:
+            self._stale(tx, stale_message(moved))
+            return
+        staged = stage_writes(records, docs)
+        if isinstance(staged, str):
+            self._stale(tx, staged)
+            return
         create_only = tx._create_only
         if not staged and not create_only:
             self.stats.commits_elided += 1
             tx._settle(_OK)
             return
+        reads, deps = read_claims(docs)
         seq = self._next_seq
         self._next_seq = seq + 1
+        changes, writes = self._apply_local(seq, staged)
+        request = CommitRequest(
+            self.session_id,
+            seq,
+            reads,
+            deps,
+            writes,
+            frozenset(create_only) if create_only else _NO_KEYS,
+        )
+        self._send(tx, seq, request, changes)
+
+    def _commit_usual(
+        self, tx: Transaction, records: dict[DocKey, DocRecord], docs: dict[DocKey, TxDoc]
+    ) -> bool:
+        """`_commit` of the usual computation's transaction, if `tx` is one; False if not.
+
+        The shape: one read, at one place, of its input; one write of a top-level
+        field of its dict output, which it did not read, on the state the
+        transaction started from. The general path decides the same, with its
+        lists and loops; this shortcut is what a scheduler node run costs (the
+        chain, broad and memory commit benchmarks measure it).
+        """
+        (rkey, rtd), (wkey, wtd) = docs.items()
+        rpaths, written = rtd.reads, wtd.written
+        if (
+            rpaths is None
+            or len(rpaths) != 1
+            or rtd.written
+            or written is None
+            or len(written) != 1
+            or wtd.read
+        ):
+            return False
+        rec = records[wkey]
+        path = written[0]
+        working, visible = wtd.working, rec.visible
+        if not (
+            len(path) == 1
+            and type(path[0]) is str
+            and type(working) is dict
+            and visible is wtd.baseline
+            and type(visible) is dict
+        ):
+            return False
+        if records[rkey].version != rtd.version:
+            self._stale(tx, stale_message(rkey))
+            return True
+        # (`changed_field` and `push_layer`, inlined: this runs once per node update.)
+        new = working.get(path[0], MISSING)
+        old = visible.get(path[0], MISSING)
+        t = type(new)
+        if (new == old) if t is type(old) and (t is int or t is str) else same_value(new, old):
+            self.stats.commits_elided += 1
+            tx._settle(_OK)
+            return True
+        seq = self._next_seq
+        self._next_seq = seq + 1
+        layers = rec.layers
+        if not layers:
+            rec.layers = (Layer(seq, ((path, new),)),)
+        else:
+            push_layer(rec, Layer(seq, ((path, new),)))
+        change = Change(wkey, visible, working, (path,))
+        rec.visible = working
+        rec.version += 1
+        ((rpath, shallow),) = rpaths
+        request = CommitRequest(
+            self.session_id,
+            seq,
+            (ReadClaim(rkey, rpath, shallow, rtd.basis_seq),),
+            rtd.deps,
+            (Write(wkey, path, new),),
+            _NO_KEYS,
+        )
+        self._send(tx, seq, request, (change,))
+        return True
+
+    @staticmethod
+    def _apply_local(
+        seq: int, staged: list[Staged]
+    ) -> tuple[tuple[Change, ...], tuple[Write, ...]]:
+        """Put the staged writes of local commit `seq` on top of their documents: a layer
+        each, the visible values moved. Returns the visible changes and the store writes."""
         changes: list[Change] = []
         writes: list[Write] = []
         for key, rec, ops, after, visible_change in staged:
-            layers = rec.layers
-            if not layers:
-                rec.layers = (Layer(seq, ops),)
-            elif isinstance(layers, tuple):
-                rec.layers = collections.deque((*layers, Layer(seq, ops)))
-            else:
-                layers.append(Layer(seq, ops))
+            push_layer(rec, Layer(seq, ops))
             if visible_change:
                 # A shadow write (equal to a still-pending value) changes nothing now.
                 paths = (ops[0][0],) if len(ops) == 1 else tuple([op[0] for op in ops])
@@ -674,15 +464,7 @@ class Replica:
                 rec.version += 1
             for path, value in ops:
                 writes.append(Write(key, path, value))
-        request = CommitRequest(
-            self.session_id,
-            seq,
-            tuple(reads),
-            tuple(sorted(set(deps))) if merged else deps,
-            tuple(writes),
-            frozenset(create_only) if create_only else _NO_KEYS,
-        )
-        self._send(tx, seq, request, tuple(changes))
+        return tuple(changes), tuple(writes)
 
     def _send(
         self, tx: Transaction, seq: int, request: CommitRequest, changes: tuple[Change, ...]
@@ -703,12 +485,13 @@ class Replica:
         try:
             if changes:
                 subscribers = self._subscribers
-                nf = Notification("commit", changes, tx)
-                if len(subscribers) == 1:  # `_notify` for one subscriber (a scheduler)
+                if not subscribers:  # (a replica alone: counted, with nobody to hand it to)
                     self.stats.notifications += 1
-                    subscribers[0](nf)
+                elif len(subscribers) == 1:  # `_notify` for one subscriber (a scheduler)
+                    self.stats.notifications += 1
+                    subscribers[0](Notification("commit", changes, tx))
                 else:
-                    self._notify(nf)
+                    self._notify(Notification("commit", changes, tx))
         finally:
             batch = self._batch
             if batch is not None:
@@ -719,19 +502,6 @@ class Replica:
     def _stale(self, tx: Transaction, message: str) -> None:
         self.stats.local_stale += 1
         tx._settle(CommitResult(Outcome.STALE_BASIS, InconsistentBasisError(message)))
-
-    @staticmethod
-    def _claims(key: DocKey, td: TxDoc, out: list[ReadClaim]) -> None:
-        """The read claims of a document read at more than one place: deep paths compacted."""
-        assert td.reads is not None
-        deep = _compact(p for p, shallow in td.reads if not shallow)
-        out.extend(ReadClaim(key, p, False, td.basis_seq) for p in deep)
-        shallow_paths = {p for p, s in td.reads if s}
-        out.extend(
-            ReadClaim(key, p, True, td.basis_seq)
-            for p in sorted(shallow_paths, key=str)
-            if not any(p[: len(q)] == q for q in deep)
-        )
 
     # ------------------------------------------------------------------ store listener
     def on_accepted(self, request: CommitRequest, seq: int, base_seq: int, value: Value) -> None:
@@ -746,7 +516,7 @@ class Replica:
         if not (layers and layers[0].seq == local_seq and base_seq == rec.confirmed_seq):
             self._apply_verdict(tx, request, Verdict(seq, {key: value}, base_seqs={key: base_seq}))
             return
-        _adopt_oldest_layer(rec, layers, value, seq)
+        adopt_oldest_layer(rec, layers, value, seq)
         self.stats.accepted += 1
         tx._settle(CommitResult(Outcome.OK, None, seq))
 
@@ -769,7 +539,7 @@ class Replica:
                 and layers[0].seq == request.local_seq
                 and verdict.base_seqs.get(key, -1) == rec.confirmed_seq
             ):
-                _adopt_oldest_layer(rec, layers, verdict.docs[key], seq)
+                adopt_oldest_layer(rec, layers, verdict.docs[key], seq)
                 continue
             kept = [lay for lay in layers if lay.seq != request.local_seq]
             rec.layers = collections.deque(kept) if kept else ()
@@ -838,43 +608,3 @@ class Replica:
                 assert s in self._in_flight, f"layer {s} of {key} has no commit in flight"
         for seq, tx in self._in_flight.items():
             assert tx.status == "committing", (seq, tx)
-
-
-async def edit_with_retry(
-    replica: Replica,
-    identity: Identity,
-    fn: Callable[[Transaction], Any],
-    *,
-    attempts: int = 5,
-) -> CommitResult:
-    """Run `fn(tx)` in a fresh transaction and commit; retry only allow-listed outcomes.
-
-    Retries happen for `RETRYABLE` outcomes (STALE_BASIS, LIVENESS) up to
-    `attempts` times in all; every other outcome is returned at once.
-    """
-    from ._outcome import RETRYABLE
-
-    where = "edit_with_retry()"
-    check_arg(replica, Replica, where=where, name="replica", accepts="a Replica")
-    check_arg(identity, Identity, where=where, name="identity", accepts="an Identity")
-    check_callable(fn, where=where, name="fn")
-    check_arg(attempts, int, where=where, name="attempts", accepts="an int >= 1")
-    if attempts < 1:
-        raise bad_arg(attempts, where=where, name="attempts", accepts="an int >= 1", kind="value")
-    result: CommitResult | None = None
-    for _ in range(attempts):
-        tx = replica.edit(identity)
-        try:
-            fn(tx)
-        except BaseException:
-            if tx.is_open:  # every transaction settles, also when `fn` raises
-                tx.abort("edit_with_retry: fn raised")
-            raise
-        if tx.status == "aborted":
-            assert tx.result is not None
-            return tx.result
-        result = await tx.commit()
-        if result.ok or result.outcome not in RETRYABLE:
-            return result
-    assert result is not None
-    return result

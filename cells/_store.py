@@ -27,7 +27,7 @@ import abc
 import functools
 import itertools
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
@@ -223,9 +223,12 @@ def validate_commit(
                 " which has no verdict yet"
             )
     reads = request.reads
+    # Many deps are looked up in a set (one lookup per newer revision of every read
+    # document: in the tuple, a commit reading N documents with pending writes was O(N^2)).
+    built_on = deps if len(deps) <= 8 else frozenset(deps)
     if len(reads) == 1:  # the common case (a scheduler run reads one place): no grouping
         only = reads[0]
-        error = _check_claims(request, only.key, only.basis_seq, reads, revisions_since)
+        error = _check_claims(request, only.key, only.basis_seq, reads, revisions_since, built_on)
         if error is not None:
             return error
     elif reads:
@@ -233,7 +236,7 @@ def validate_commit(
         for claim in reads:
             by_key.setdefault((claim.key, claim.basis_seq), []).append(claim)
         for (key, basis), claims in by_key.items():
-            error = _check_claims(request, key, basis, claims, revisions_since)
+            error = _check_claims(request, key, basis, claims, revisions_since, built_on)
             if error is not None:
                 return error
     for key in sorted(request.create_only, key=str) if request.create_only else ():
@@ -250,10 +253,12 @@ def _check_claims(
     basis: int,
     claims: Sequence[ReadClaim],
     revisions_since: Callable[[DocKey, int], Iterable[Revision]],
+    built_on: Collection[int],
 ) -> CommitRejected | None:
-    """The first conflict between `claims` (reads of `key` at `basis`) and later writes."""
+    """The first conflict between `claims` (reads of `key` at `basis`) and later writes
+    (`built_on`: the request's deps)."""
     for rev in revisions_since(key, basis):
-        if rev.session_id == request.session_id and rev.local_seq in request.deps:
+        if rev.session_id == request.session_id and rev.local_seq in built_on:
             continue  # the commit saw these writes as pending layers
         for claim in claims:
             for path in rev.paths:
@@ -580,8 +585,13 @@ class StoreBase(abc.ABC):
                 return gate
         return None
 
-    def load_now(self, key: DocKey) -> DocState | None:
-        """The document's state now, or None if a load gate holds it."""
+    def load_now(self, key: DocKey, listener: SessionListener | None = None) -> DocState | None:
+        """The document's state now, or None if a load gate holds it.
+
+        `listener`, if given, holds the document from now on (as after `load`): a
+        store may send foreign commits only to the sessions holding the documents
+        they write (`MemoryStore` does), so a replica names itself here.
+        """
         self._check_open()
         if self._held_by(key) is not None:
             return None

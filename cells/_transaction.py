@@ -49,7 +49,8 @@ if INTERNAL_PREFIX != "cw:":  # pragma: no cover - a guard for whoever changes i
     raise ImportError("cells._transaction spells INTERNAL_PREFIX as 'cw:'; update both")
 
 if TYPE_CHECKING:
-    from ._replica import Layer, Replica
+    from ._records import Layer
+    from ._replica import Replica
 
 Status = Literal["open", "committing", "committed", "rejected", "aborted"]
 SettleCallback = Callable[["Transaction", CommitResult], None]
@@ -557,10 +558,13 @@ class Transaction:
 
     def commit(self) -> Pending[CommitResult]:
         """Apply locally (notifying at once), send to the store, return the pending verdict."""
-        self._require_open("commit")
+        if self.status != "open":
+            self._require_open("commit")
         self.status = "committing"
         self._values = None
-        pending = self.done()
+        pending = self._pending
+        if pending is None:
+            pending = self._pending = Pending(self._replica.mailbox)
         self._replica._commit(self)
         return pending
 

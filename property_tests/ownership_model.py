@@ -277,7 +277,8 @@ class World:
 
     presync_child_arguments: bool = False
     """Whether the dependency pre-sync also syncs each descendant's argument document
-    (an implementation detail the spec leaves open; the machine sets it to match)."""
+    (the spec leaves it open; the machine's world states which, and the machine's load
+    holds check that the runtime agrees)."""
 
     def presync(self, doc: str) -> list[str]:
         """The run's own documents: its argument, then every descendant's result doc

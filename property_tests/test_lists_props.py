@@ -22,13 +22,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from address_oracle import base_container, child_link, element_keys, whole
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from cells import MISSING, Link, MemoryStore, Outcome, VerdictGate, read_value
 from runner import Runtime
-from runner import _docs as docs
-from runner._lists import child_link, element_keys
 from scheduler import BACKOFF_CAP, ManualClock
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests" / "runner"))
@@ -287,9 +286,16 @@ class ListMachine(RuleBasedStateMachine):
         assert reference(values) == {k: got[k] for k in OUTPUTS}, (items, values, got)
         # The sink's kept, partly re-read value is what a full read gives.
         assert got == self.sunk[-1], (got, self.sunk[-1])
+        # The oracle's keys (`address_oracle`): one child per element key per list node,
+        # keyed from the output cell the result projects (read from the result document).
         expected = {rt.key(self.res)}
-        for _name, (index, kind) in OUTPUTS.items():
-            container = docs.internal_link(self.res.link(), index)
+        result_doc = rt.replica.visible(self.res.doc_key)
+        assert type(result_doc) is dict
+        list_scope = self.items.link().scope
+        for name, (_index, kind) in OUTPUTS.items():
+            output = result_doc["value"][name]
+            assert type(output) is Link, output
+            container = base_container(whole(output), list_scope)
             for key in element_keys(items):
                 expected.add(child_link(kind, container, key).key(rt.identity))
         pages = self.pages & rt.lifetimes()

@@ -56,8 +56,8 @@ from ._builder import navigate_to as navigate_to
 from ._builder import pattern as pattern
 from ._claims import PageServer as PageServer
 from ._runtime import Runtime as Runtime
-from ._runtime import Session as Session
 from ._sent import Sent as Sent
+from ._session import Session as Session
 from ._state import state as state
 from ._when import unless as unless
 from ._when import when as when

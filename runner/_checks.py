@@ -31,15 +31,15 @@ from ._builder import Pattern
 from ._cancel import CancelGroup
 
 if TYPE_CHECKING:
-    from ._runner import Runner
+    from ._core import Launcher
 
-_STREAMS: weakref.WeakKeyDictionary[Runner, dict[DocKey, Callable[[Any], Any]]] = (
+_STREAMS: weakref.WeakKeyDictionary[Launcher, dict[DocKey, Callable[[Any], Any]]] = (
     weakref.WeakKeyDictionary()
 )
 
 
 def bind_event_check(
-    runner: Runner, stream: DocKey, convert: Callable[[Any], Any], group: CancelGroup
+    runner: Launcher, stream: DocKey, convert: Callable[[Any], Any], group: CancelGroup
 ) -> None:
     """Record the converter of a typed handler's stream while the handler is bound."""
     streams = _STREAMS.setdefault(runner, {})
@@ -57,7 +57,7 @@ def plain_event(event: Any) -> Any:
     return msgspec.to_builtins(event) if isinstance(event, msgspec.Struct) else event
 
 
-def check_event(runner: Runner, target: Cell, event: Any) -> Any:
+def check_event(runner: Launcher, target: Cell, event: Any) -> Any:
     """`event` checked against the type of the handler bound at `target` and as plain
     data; unchanged when that handler is untyped (or not bound here)."""
     streams = _STREAMS.get(runner)
@@ -70,7 +70,7 @@ def check_event(runner: Runner, target: Cell, event: Any) -> Any:
 
 
 def check_node(
-    runner: Runner,
+    runner: Launcher,
     pattern: Pattern,
     result: Link,
     identity: Identity,

@@ -42,7 +42,7 @@ import contextlib
 import os
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from cells import (
     Cell,
@@ -68,7 +68,25 @@ if TYPE_CHECKING:
     # error, a new owner): `import runner` stays cheap for programs that never serve.
     import asyncio
 
-    from ._runtime import Runtime
+    from cells import Replica, StoreBase
+
+    from ._host import SchedulerHost
+    from ._pages import Pages
+    from ._runner import Runner
+
+
+class Serving(Protocol):
+    """What a `PageServer` uses of its runtime (the runtime hands it these parts)."""
+
+    space: str
+    store: StoreBase
+    replica: Replica
+    runner: Runner
+    host: SchedulerHost
+    pages: Pages
+
+    @property
+    def closed(self) -> bool: ...
 
 
 def _log_error(message: str, *args: object) -> None:
@@ -137,7 +155,7 @@ class PageServer:
 
     def __init__(
         self,
-        rt: Runtime,
+        rt: Serving,
         *,
         lease: float,
         heartbeat: float,
@@ -230,7 +248,7 @@ class PageServer:
         """Index the registrations installed since the last scan; whether there were any."""
         seen = self._regs_seen
         new = []
-        for reg in reversed(self.rt.runner.registrations._by_key.values()):
+        for reg in reversed(self.rt.runner.registrations.by_key.values()):
             if seen.get(reg.key) is reg:
                 break
             new.append(reg)
@@ -242,7 +260,7 @@ class PageServer:
             if held is not None:
                 self._index_reg(held, reg)
         if len(seen) > 2 * len(self.rt.runner.registrations) + 64:
-            live = self.rt.runner.registrations._by_key
+            live = self.rt.runner.registrations.by_key
             self._regs_seen = {k: r for k, r in seen.items() if live.get(k) is r}
         return bool(new)
 
@@ -555,8 +573,8 @@ class PageServer:
                 if (reg.chain[0] if reg.chain else reg.key) == root:
                     self._index_reg(held, reg)
         identity = Identity(principal, session)
-        cell = Cell(self.rt.replica, identity, target, host=self.rt._host)
-        started = self.rt._pages_book.resume_one(pid, cell, identity)
+        cell = Cell(self.rt.replica, identity, target, host=self.rt.host)
+        started = self.rt.pages.resume_one(pid, cell, identity)
 
         def after(p: Pending[bool]) -> None:
             try:
@@ -566,7 +584,7 @@ class PageServer:
                 ok = False
             if self.held.get(ref) is not held:
                 return
-            rec = self.rt._pages_book.by_pid.get(ref)
+            rec = self.rt.pages.by_pid.get(ref)
             held.key = rec.key if rec is not None else None
             if held.key is not None and held.key not in self._root_ref:
                 # A page that follows a slot runs the result the slot led to.
@@ -585,7 +603,7 @@ class PageServer:
         here is rejected, never sent unfenced."""
         if why != "claim lost":
             self._unindex(held)
-        book = self.rt._pages_book
+        book = self.rt.pages
         rec = book.by_pid.get((held.principal, held.pid))
         if rec is None or self.rt.closed:
             return
@@ -605,29 +623,6 @@ class PageServer:
             "takeovers": list(self.takeovers),
             "lost": list(self.lost),
         }
-
-
-def close_claim(rt: Runtime, principal: str, pid: str) -> None:
-    """After a page's stop is durable (from any process): end its claim, so the process
-    serving it has its commits for it rejected at once, not only after its next tick
-    found the record gone. A failure is logged: the stop stands, and the owner stops
-    the page at its next tick all the same."""
-    try:
-        if rt.store.claims.close(rt.space, principal, pid):
-            rt.runner.trace.record("page-claim-closed", pid, principal=principal)
-    except Exception as exc:
-        _log_error("cellweave: closing the claim of stopped page %s failed: %r", pid, exc)
-
-
-def reopen_claim(rt: Runtime, principal: str, pid: str) -> None:
-    """After a page's open record is durable: a claim an earlier stop closed becomes
-    claimable again (a serving process then picks the page up). A failure is logged:
-    the open stands, and is served once a later open or an operator reopens it."""
-    try:
-        if rt.store.claims.reopen(rt.space, principal, pid):
-            rt.runner.trace.record("page-claim-reopened", pid, principal=principal)
-    except Exception as exc:
-        _log_error("cellweave: reopening the claim of page %s failed: %r", pid, exc)
 
 
 def _future(pending: Pending[Any]) -> asyncio.Future[Any]:

@@ -44,53 +44,40 @@ from typing import TYPE_CHECKING, Any
 from cells import (
     MISSING,
     Cell,
-    CellweaveError,
     CommitResult,
     DocKey,
     Identity,
     Link,
     Linkable,
-    Outcome,
     Transaction,
-    read_value,
     resolve,
-    running_loop,
-    thaw,
 )
-from scheduler import Node, QueuedEvent
+from scheduler import QueuedEvent
 
 from . import _docs as docs
 from ._builder import LIST_KINDS, Navigate, NodeSpec, Pattern, PatternInstance, find_pattern
 from ._cancel import CancelGroup
 from ._checks import bind_event_check, check_node
+from ._computed import (
+    ComputedLaunches,
+    computed_child,
+    declared_reads,
+    materialize,
+    need_loop,
+    node_label,
+)
+from ._lists import Coordinator
 from ._registrations import Registration
 from ._types import event_converter
+from ._when import instantiate_when
 from .errors import PatternError
 
 if TYPE_CHECKING:
-    from ._runner import Runner
-
-
-def _declared(tree: Any, identity: Identity) -> list[tuple[DocKey, tuple[Any, ...], bool]]:
-    return [(ln.key(identity), (docs.VALUE, *ln.path), False) for ln in docs.links_in(tree)]
-
-
-def materialize(tx: Transaction, tree: Any) -> Any:
-    """A bound tree as plain values: every link read (and followed) through `tx`; an
-    absent value reads as None (functions never see the MISSING sentinel)."""
-    t = type(tree)
-    if t is Link:
-        value = read_value(tx, tree)
-        return None if value is MISSING else thaw(value)
-    if t is dict:
-        return {k: materialize(tx, v) for k, v in tree.items()}
-    if t is list:
-        return [materialize(tx, v) for v in tree]
-    return tree
+    from ._core import Launcher
 
 
 def instantiate(
-    runner: Runner,
+    runner: Launcher,
     reg: Registration,
     pattern: Pattern,
     result: Link,
@@ -114,14 +101,10 @@ def instantiate(
         elif spec.kind == "navigate":
             _navigate(runner, reg, pattern, spec, result, identity, group)
         elif spec.kind == "when":
-            from ._when import instantiate_when
-
             instantiate_when(runner, reg, pattern, spec, result, identity, group)
         elif spec.kind in ("state", "branch"):
             pass  # a cell the setup wrote / a child a `when` node launches
         elif spec.kind in LIST_KINDS:
-            from ._lists import Coordinator
-
             coordinator = runner.list_coordinators.get((reg, spec.index))
             if coordinator is None:
                 coordinator = Coordinator(runner, reg, pattern, spec, result)
@@ -144,15 +127,11 @@ def _track(reg: Registration, index: int, node: Any, group: CancelGroup) -> None
     group.add(forget)
 
 
-def _label(pattern: Pattern, spec: NodeSpec) -> str:
-    return f"{pattern.__qualname__}.n{spec.index} {spec.kind} {spec.target}"
-
-
 # --------------------------------------------------------------------------- lifts
 
 
 def _lift(
-    runner: Runner,
+    runner: Launcher,
     reg: Registration,
     pattern: Pattern,
     spec: NodeSpec,
@@ -166,9 +145,9 @@ def _lift(
     kwargs_tree: dict[str, Any] = bound["kwargs"]
     out = docs.internal_link(result, spec.index)
     out_key = out.key(identity)
-    label = _label(pattern, spec)
+    label = node_label(pattern, spec)
     chain = (*reg.chain, reg.key)
-    launches = _ComputedLaunches()
+    launches = ComputedLaunches()
     is_async = inspect.iscoroutinefunction(fn)
 
     def child_link(at: tuple[str | int, ...]) -> Link:
@@ -207,7 +186,7 @@ def _lift(
     def put(tx: Transaction, value: Any) -> None:
         if isinstance(value, PatternInstance):
             let_go({})
-            _computed_child(runner, tx, value, out, chain, label, launches, node)
+            computed_child(runner, tx, value, out, chain, label, launches, node)
             return
         if tx.peek(out_key, (docs.PATTERN,)) is not MISSING:
             # It returned a pattern before and a plain value now: let the child go.
@@ -226,10 +205,10 @@ def _lift(
                 child = child_link(at)
                 key = child.key(tx.identity)
                 held = launches.many.get(key)
-                own = held[1] if held is not None else _ComputedLaunches()
+                own = held[1] if held is not None else ComputedLaunches()
                 launches.many[key] = (child, own)
                 keep[key] = child
-                _computed_child(runner, tx, inst, child, chain, label, own, node)
+                computed_child(runner, tx, inst, child, chain, label, own, node)
             let_go(keep)
         tx.write(out_key, (docs.VALUE,), value)  # the write stores a returned cell as a link
 
@@ -238,7 +217,7 @@ def _lift(
         identity=identity,
         outputs=[(out_key, (docs.VALUE,))],
         label=label,
-        reads=_declared(bound, identity),
+        reads=declared_reads(bound, identity),
     )
     group.add(lambda: runner.scheduler.remove(node))
     _track(reg, spec.index, node, group)
@@ -246,16 +225,6 @@ def _lift(
     # install nothing of their own, so a token narrowed to one run would never match.
     group.add(lambda: runner.release_for(reg, out, identity, None, why=f"teardown of {label}"))
     group.add(lambda: let_go({}))
-
-
-def need_loop(label: str) -> None:
-    """An async function runs only on a running event loop: fail before calling it
-    (a coroutine made and never awaited would be lost, and warn)."""
-    if running_loop() is None:
-        raise CellweaveError(
-            f"{label} is async: it runs only while an event loop runs (await rt.idle(),"
-            " pull() or a send's handle instead of settle())"
-        )
 
 
 def _holds_instances(value: Any) -> bool:
@@ -287,72 +256,11 @@ def _children_in(
     return value
 
 
-class _ComputedLaunches:
-    """Which run of a lift last launched its child (only the latest may roll it back),
-    and the children of a list or dict it returned, by result key."""
-
-    __slots__ = ("failures", "latest", "many")
-
-    def __init__(self) -> None:
-        self.latest = 0
-        self.failures = 0
-        self.many: dict[DocKey, tuple[Link, _ComputedLaunches]] = {}
-
-
-MAX_OWED_RERUNS = 5
-"""Re-runs of a lift whose child setup keeps failing for good, before it waits for new input."""
-
-
-def _computed_child(
-    runner: Runner,
-    tx: Transaction,
-    inst: PatternInstance,
-    out: Link,
-    chain: tuple[DocKey, ...],
-    label: str,
-    launches: _ComputedLaunches,
-    node: Node,
-) -> None:
-    runner.stage_setup(tx, inst.pattern, inst.argument, out, label)
-    runner.launch(
-        tx,
-        inst.pattern,
-        out,
-        launch=f"computed by {label}",
-        chain=chain,
-        gated=False,
-        rollback=False,
-    )
-    launches.latest += 1
-    mine = launches.latest
-    key = out.key(tx.identity)
-
-    def settled(_tx: Transaction, res: CommitResult) -> None:
-        if res.ok:
-            launches.failures = 0
-            return
-        if res.outcome is Outcome.STALE_BASIS:
-            return  # the scheduler re-runs the lift, which stages the setup again
-        # Everything this run staged is gone, and a later run may have skipped writing
-        # equal values on top of it: those writes are owed, so the lift runs again.
-        runner.trace.record("debt", key, launch=f"computed by {label}")
-        if launches.latest == mine:
-            # The latest run failed for good: its child runs against writes that never
-            # landed. Let it go (a later run of the lift materializes it again).
-            runner.trace.record("rollback", key, launch=f"computed by {label}")
-            runner.release(key, None, why=f"rollback of a run of {label}")
-        launches.failures += 1
-        if launches.failures <= MAX_OWED_RERUNS:
-            runner.scheduler.invalidate(node)
-
-    tx.add_settle_callback(settled)
-
-
 # --------------------------------------------------------------------------- nested patterns
 
 
 def _nested(
-    runner: Runner,
+    runner: Launcher,
     reg: Registration,
     pattern: Pattern,
     spec: NodeSpec,
@@ -362,7 +270,7 @@ def _nested(
 ) -> None:
     child = find_pattern(spec.target)
     out = docs.internal_link(result, spec.index)
-    label = _label(pattern, spec)
+    label = node_label(pattern, spec)
     runner.stage_setup(tx, child, docs.bind(spec.inputs, result), out, label)
     token = runner.launch(
         tx, child, out, launch=f"nested in {label}", chain=(*reg.chain, reg.key), gated=False
@@ -378,7 +286,7 @@ def _nested(
 
 
 def _handler(
-    runner: Runner,
+    runner: Launcher,
     reg: Registration,
     pattern: Pattern,
     spec: NodeSpec,
@@ -388,8 +296,7 @@ def _handler(
     fn = pattern.function(spec.target)
     bound: dict[str, Any] = docs.bind(spec.inputs, result)
     stream = docs.internal_link(result, spec.index)
-    label = _label(pattern, spec)
-    rt = runner.rt
+    label = node_label(pattern, spec)
     chain = (*reg.chain, reg.key)
     convert = event_converter(
         fn, f"{getattr(fn, '__qualname__', spec.target)} in pattern {pattern.identity}"
@@ -400,7 +307,7 @@ def _handler(
         # a handler writes the user's cell, not over the link the argument holds.
         kwargs = {
             name: (
-                Cell(rt.replica, tx.identity, resolve(tx, tree), tx=tx, host=rt._host)
+                Cell(runner.replica, tx.identity, resolve(tx, tree), tx=tx, host=runner.host)
                 if type(tree) is Link
                 else materialize(tx, tree)
             )
@@ -411,9 +318,9 @@ def _handler(
     def on_result(tx: Transaction, ev: QueuedEvent, returned: Any) -> None:
         _handler_result(runner, reg, tx, ev, returned, stream, chain, label)
 
-    stream_cell = Cell(rt.replica, identity, stream, host=rt._host)
+    stream_cell = Cell(runner.replica, identity, stream, host=runner.host)
     handler = runner.scheduler.add_handler(
-        stream_cell, run, reads=_declared(bound, identity), label=label, on_result=on_result
+        stream_cell, run, reads=declared_reads(bound, identity), label=label, on_result=on_result
     )
     reg.group.add(lambda: runner.scheduler.remove_handler(handler))
     if convert is not None:
@@ -422,7 +329,7 @@ def _handler(
 
 
 def _handler_result(
-    runner: Runner,
+    runner: Launcher,
     reg: Registration,
     tx: Transaction,
     ev: QueuedEvent,
@@ -465,7 +372,7 @@ def _walk(value: Any) -> list[Any]:
 
 
 def _navigate_after_commit(
-    runner: Runner,
+    runner: Launcher,
     reg: Registration,
     tx: Transaction,
     target: Any,
@@ -492,7 +399,7 @@ def _navigate_after_commit(
     key = docs.root(link).key(tx.identity)
     pending = runner.pending.add(key, f"navigation from {label}", tx.identity)
     runner.trace.record("pending", key, launch=f"navigation from {label}")
-    reg.group.add(lambda: runner.pending.cancel_key(key, runner._cancel_pending))
+    reg.group.add(lambda: runner.pending.cancel_key(key, runner.cancel_pending))
     identity = tx.identity
 
     def settled(_tx: Transaction, res: CommitResult) -> None:
@@ -500,7 +407,7 @@ def _navigate_after_commit(
             return
         runner.pending.settle(pending)
         if res.ok:
-            runner.rt._open_page(link, identity, via=label, follow=follow)
+            runner.open_page(link, identity, via=label, follow=follow)
 
     tx.add_settle_callback(settled)
 
@@ -527,7 +434,7 @@ def _pin_slots(tx: Transaction, argument: dict[str, Any]) -> dict[str, Any]:
 
 
 def _navigate(
-    runner: Runner,
+    runner: Launcher,
     reg: Registration,
     pattern: Pattern,
     spec: NodeSpec,
@@ -536,10 +443,10 @@ def _navigate(
     group: CancelGroup,
 ) -> None:
     bound = docs.bind(spec.inputs, result)["target"]
+    label = node_label(pattern, spec)
     if type(bound) is not Link:
-        raise PatternError(f"{_label(pattern, spec)}: navigate_to needs a reference, got {bound!r}")
+        raise PatternError(f"{label}: navigate_to needs a reference, got {bound!r}")
     out_key = docs.internal_link(result, spec.index).key(identity)
-    label = _label(pattern, spec)
     follow = spec.inputs.get("follow") is True
     navigated: set[str] = set()
 
@@ -556,7 +463,7 @@ def _navigate(
             if res.ok:
                 if reg.ended:
                     return
-                runner.rt._open_page(bound, identity, via=label, follow=follow)
+                runner.open_page(bound, identity, via=label, follow=follow)
             else:
                 navigated.discard(page)  # a rejected commit: a later run navigates
 

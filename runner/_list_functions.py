@@ -29,11 +29,11 @@ from scheduler import Node
 
 from . import _docs as docs
 from ._builder import PatternInstance
-from ._instantiate import materialize, need_loop
+from ._computed import materialize, need_loop
 from .errors import PatternError
 
 if TYPE_CHECKING:
-    from ._runner import Runner
+    from ._core import Launcher
 
 
 def takes_index(fn: Callable[..., Any]) -> bool:
@@ -60,7 +60,7 @@ class _Element:
 class ElementFunctions:
     """The per-element computations of one function op."""
 
-    def __init__(self, runner: Runner, fn: Callable[..., Any], label: str) -> None:
+    def __init__(self, runner: Launcher, fn: Callable[..., Any], label: str) -> None:
         self.runner = runner
         self.fn = fn
         self.label = label

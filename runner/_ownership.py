@@ -17,7 +17,8 @@ Invariants (checked by `_check`)
 - a generation entry exists only while some active attempt tracks its key;
 - `by_key` mirrors the discovered keys of the active attempts exactly;
 - every pending start in the index is unsettled, under its own key.
-Not here: registrations themselves (`_registrations`), the cascade (`_runtime`).
+Not here: registrations themselves (`_registrations`), the cascade (`_start`), the
+rules that use these (`_core`).
 """
 
 from __future__ import annotations

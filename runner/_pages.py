@@ -63,24 +63,26 @@ from typing import TYPE_CHECKING, Any, Final
 from cells import (
     MISSING,
     RETRYABLE,
+    Authority,
     Cell,
     CommitResult,
     Identity,
     Link,
     Pending,
+    Replica,
     Transaction,
     describe,
     read_value,
 )
-from scheduler import Node
+from scheduler import Node, Scheduler
 
 from . import _docs as docs
-from ._claims import close_claim, reopen_claim
+from ._host import SchedulerHost
 from ._registrations import Key
 from .errors import PageError
 
 if TYPE_CHECKING:
-    from ._runtime import Runtime
+    from ._runner import Runner
 
 MAX_RECORD_RETRIES: Final = 10
 
@@ -107,8 +109,25 @@ class PageRecord:
 
 
 class Pages:
-    def __init__(self, rt: Runtime) -> None:
-        self.rt = rt
+    def __init__(
+        self,
+        space: str,
+        replica: Replica,
+        authority: Authority,
+        runner: Runner,
+        host: SchedulerHost,
+        navigated: Callable[[Identity, Link], None],
+    ) -> None:
+        self.space = space
+        self.replica = replica
+        self.authority = authority
+        """The runtime's capability for its own documents (page records are internal)."""
+        self.runner = runner
+        self.scheduler: Scheduler = runner.scheduler
+        self.host = host
+        self.navigated = navigated
+        """Called with the identity and link of each page an open started (the runtime's
+        `on_navigate` hears of it)."""
         self.by_pid: dict[tuple[str, str], PageRecord] = {}
         self.by_key: dict[Key, dict[str, PageRecord]] = {}
         """Pages on each result, per principal (two principals may open one shared result)."""
@@ -119,7 +138,7 @@ class Pages:
 
     # ------------------------------------------------------------------ records
     def _doc(self, identity: Identity) -> Any:
-        return docs.pages_link(self.rt.space).key(identity)
+        return docs.pages_link(self.space).key(identity)
 
     def _write(
         self,
@@ -136,7 +155,7 @@ class Pages:
         the final outcome, so a caller never acts on a first failure that a retry then
         overturns (nor on one no retry was wanted for: it sees that failure)."""
         # The records are internal documents: only the runtime's authority reaches them.
-        tx = self.rt.replica.edit(identity, authority=self.rt._authority)
+        tx = self.replica.edit(identity, authority=self.authority)
         tx.write(self._doc(identity), (docs.VALUE, pid), record)
 
         def settled(p: Pending[CommitResult]) -> None:
@@ -159,7 +178,7 @@ class Pages:
         return lambda: (principal, pid) not in self.by_pid
 
     def records(self, identity: Identity) -> dict[str, Any]:
-        doc = self.rt.replica.visible(self._doc(identity))
+        doc = self.replica.visible(self._doc(identity))
         value = doc.get(docs.VALUE) if type(doc) is dict else None
         return value if type(value) is dict else {}
 
@@ -170,7 +189,7 @@ class Pages:
         principal = identity.principal
         pid = docs.page_id(cell.link())
         own = self.by_pid.get((principal, pid))
-        key = self.rt.key(cell)
+        key = docs.root(cell.link()).key(cell.identity)
         if own is None:
             # A page opened through a slot is pinned: find it by the result the slot
             # leads to now.
@@ -207,7 +226,7 @@ class Pages:
             def look(tx: Transaction) -> None:
                 read_value(tx, link)
 
-            self.demand[rec] = self.rt.scheduler.register(
+            self.demand[rec] = self.scheduler.register(
                 look,
                 identity=identity,
                 kind="effect",
@@ -218,7 +237,7 @@ class Pages:
     def _forget(self, rec: PageRecord) -> None:
         node = self.demand.pop(rec, None)
         if node is not None:
-            self.rt.scheduler.remove(node)
+            self.scheduler.remove(node)
         if self.by_pid.get((rec.principal, rec.pid)) is rec:
             del self.by_pid[(rec.principal, rec.pid)]
         if rec.key is not None:
@@ -233,7 +252,7 @@ class Pages:
         """The result a list slot `link` leads to (the element it holds), as the replica
         sees it now; None if `link` does not go through a link held in a list, or the
         way there is not loaded. O(hops)."""
-        tx = self.rt.replica.edit(identity)
+        tx = self.replica.edit(identity)
         try:
             target, slot = docs.run_target(tx, link)
         finally:
@@ -246,7 +265,6 @@ class Pages:
         """Record `link` as an open page of `identity`'s principal; once that is durable,
         start it. Resolves True once it runs with a lifetime of its own. Unless
         `follow`, a link that leads to a result through a slot is pinned to that result."""
-        rt = self.rt
         if not follow:
             link = self.pin(link, identity) or link
         pid = docs.page_id(link)
@@ -259,9 +277,9 @@ class Pages:
             self.by_pid[(rec.principal, pid)] = rec
         page = rec
         page.opening += 1
-        result: Pending[bool] = Pending(rt.replica.mailbox)
+        result: Pending[bool] = Pending(self.replica.mailbox)
         record = {"target": link, "open": True, "session": identity.session, "via": via}
-        rt.runner.trace.record("page-open", str(link), via=via)
+        self.runner.trace.record("page-open", str(link), via=via)
 
         def last() -> bool:
             """This open is over; whether it alone decides the record's fate (no other
@@ -277,14 +295,14 @@ class Pages:
             if not res.ok:
                 if last():
                     self._forget(page)
-                rt.runner.trace.record("page-open-failed", str(link), outcome=res.outcome.name)
+                self.runner.trace.record("page-open-failed", str(link), outcome=res.outcome.name)
                 result._fail(
                     res.error
                     or PageError(f"the record of page {describe(link)} did not become durable")
                 )
                 return
-            reopen_claim(rt, identity.principal, pid)  # served elsewhere, if stopped before
-            started = rt.runner.start(
+            self.reopen_claim(identity.principal, pid)  # served elsewhere, if stopped before
+            started = self.runner.start(
                 link,
                 identity,
                 label=f"page via {via}",
@@ -309,10 +327,7 @@ class Pages:
                 return
             page.opening -= 1
             page.opened = True
-            if rt.on_navigate is not None:
-                rt._callback(
-                    "on_navigate", rt.on_navigate, Cell(rt.replica, identity, link, host=rt._host)
-                )
+            self.navigated(identity, link)
             result._resolve(True)
 
         # Re-issued only while the page is not stopped: a retry landing after the stop's
@@ -322,7 +337,7 @@ class Pages:
 
     def _withdraw(self, rec: PageRecord, identity: Identity) -> None:
         self._forget(rec)
-        self.rt.runner.trace.record("page-withdrawn", str(rec.link))
+        self.runner.trace.record("page-withdrawn", str(rec.link))
         self._write(identity, rec.pid, MISSING, wanted=self._no_open_since(rec.principal, rec.pid))
 
     # ------------------------------------------------------------------ stop
@@ -338,7 +353,7 @@ class Pages:
             for (principal, _pid), r in self.by_pid.items()
             if principal == rec.principal and r is not rec and key is not None and r.key == key
         ]
-        durable: Pending[None] = Pending(self.rt.replica.mailbox)
+        durable: Pending[None] = Pending(self.replica.mailbox)
         pages = (rec, *same)
         waiting = [len(pages)]
         failures: list[BaseException] = []
@@ -346,8 +361,8 @@ class Pages:
         def one_done(page: PageRecord, res: CommitResult) -> None:
             if res.ok:
                 # A process serving the page under a claim may write for it no more.
-                close_claim(self.rt, page.principal, page.pid)
-                self.rt.runner.trace.record("page-stop-durable", str(page.link))
+                self.close_claim(page.principal, page.pid)
+                self.runner.trace.record("page-stop-durable", str(page.link))
             else:
                 error: BaseException = res.error or PageError(
                     f"the stop of page {describe(page.link)} did not become durable"
@@ -359,7 +374,7 @@ class Pages:
                     # recorded open, so say it is stop-failed rather than list or resume it.
                     page.stop_error = error
                     self.stop_failed[slot] = page
-                self.rt.runner.trace.record(
+                self.runner.trace.record(
                     "page-stop-failed", str(page.link), outcome=res.outcome.name
                 )
                 import logging  # (here, not at the top: `import runner` stays cheap)
@@ -384,7 +399,7 @@ class Pages:
             # Stopping a stop-failed page again retries; it is stop-failed again only if
             # this attempt fails too.
             self.stop_failed.pop((page.principal, page.pid), None)
-            self.rt.runner.trace.record("page-stop", str(page.link))
+            self.runner.trace.record("page-stop", str(page.link))
             self._write(
                 identity,
                 page.pid,
@@ -401,7 +416,7 @@ class Pages:
         None if the document is loaded and records no such page; otherwise a `Pending`
         that resolves once the document was checked (loading it first if needed) and any
         such record's removal is durable."""
-        replica = self.rt.replica
+        replica = self.replica
         doc = self._doc(identity)
         # The link itself, or (a page opened through a list slot is pinned) the result
         # the slot leads to now.
@@ -448,14 +463,13 @@ class Pages:
     def open_cells(self, identity: Identity) -> list[tuple[str, Cell]]:
         """The pages recorded open for `identity`'s principal, less the stop-failed ones
         (stopped here, though their record could not be removed)."""
-        rt = self.rt
         principal = identity.principal
         out: list[tuple[str, Cell]] = []
         for pid, record in self.records(identity).items():
             if type(record) is dict and record.get("open") is True:
                 target = record.get("target")
                 if type(target) is Link and (principal, pid) not in self.stop_failed:
-                    out.append((pid, Cell(rt.replica, identity, target, host=rt._host)))
+                    out.append((pid, Cell(self.replica, identity, target, host=self.host)))
         return out
 
     def compact(self, identity: Identity) -> int:
@@ -471,25 +485,53 @@ class Pages:
         ]
         if not stale:
             return 0
-        tx = self.rt.replica.edit(identity, authority=self.rt._authority)  # internal document
+        tx = self.replica.edit(identity, authority=self.authority)  # internal document
         for pid in stale:
             tx.read(key, (docs.VALUE, pid), log=False)
             tx.write(key, (docs.VALUE, pid), MISSING)
         tx.commit()
-        self.rt.runner.trace.record(
-            "page-compact", str(docs.pages_link(self.rt.space)), removed=len(stale)
+        self.runner.trace.record(
+            "page-compact", str(docs.pages_link(self.space)), removed=len(stale)
         )
         return len(stale)
 
+    def close_claim(self, principal: str, pid: str) -> None:
+        """After a page's stop is durable (from any process): end its claim, so the
+        process serving it has its commits for it rejected at once, not only after its
+        next tick found the record gone. A failure is logged: the stop stands, and the
+        owner stops the page at its next tick all the same."""
+        try:
+            if self.replica.store.claims.close(self.space, principal, pid):
+                self.runner.trace.record("page-claim-closed", pid, principal=principal)
+        except Exception as exc:
+            import logging  # (here: `import runner` stays cheap)
+
+            logging.getLogger("cellweave").error(
+                "cellweave: closing the claim of stopped page %s failed: %r", pid, exc
+            )
+
+    def reopen_claim(self, principal: str, pid: str) -> None:
+        """After a page's open record is durable: a claim an earlier stop closed becomes
+        claimable again (a serving process then picks the page up). A failure is logged:
+        the open stands, and is served once a later open or an operator reopens it."""
+        try:
+            if self.replica.store.claims.reopen(self.space, principal, pid):
+                self.runner.trace.record("page-claim-reopened", pid, principal=principal)
+        except Exception as exc:
+            import logging  # (here: `import runner` stays cheap)
+
+            logging.getLogger("cellweave").error(
+                "cellweave: reopening the claim of page %s failed: %r", pid, exc
+            )
+
     def resume_one(self, pid: str, cell: Cell, identity: Identity) -> Pending[bool]:
-        rt = self.rt
         rec = self.by_pid.get((identity.principal, pid))
         if rec is None:
             rec = self.by_pid[(identity.principal, pid)] = PageRecord(
                 identity.principal, pid, cell.link()
             )
         page = rec
-        return rt.runner.start(
+        return self.runner.start(
             cell.link(),
             identity,
             label="resume",

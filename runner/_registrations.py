@@ -111,6 +111,11 @@ class Registrations:
     def keys(self) -> frozenset[Key]:
         return frozenset(self._by_key)
 
+    @property
+    def by_key(self) -> dict[Key, Registration]:
+        """The live registrations by key, oldest first (the table itself: read, never write)."""
+        return self._by_key
+
     def get(self, key: Key) -> Registration | None:
         return self._by_key.get(key)
 

@@ -1,25 +1,20 @@
-"""The runner: setup, start, stop and release of pattern runs, and who may end each.
+"""The runner: setting up, launching, joining and switching pattern runs.
 
-`Runner` owns one runtime's registrations (`_registrations`), start attempts
-and pending starts (`_ownership`), independent lifetimes and the lifecycle
-trace. It turns a traced `PatternGraph` into scheduler nodes
-(`_instantiate`) and applies the two authorities of the spec:
+`Runner` is the ownership core (`_core.Ownership`: registrations, attempts,
+pending starts, lifetimes, stop and release) plus what installs runs into it:
 
-- `stop(key)` is authoritative over the result: it ends whatever registration
-  it finds, drops the lifetime, cancels every pending start for the key, and
-  tombstones start attempts that have not discovered the key yet;
-- `release(key, token)` is authoritative over the registration its launch
-  installed: it declines on a token mismatch, on an independent lifetime, and
-  while a start attempt is in flight (and remembers that last decline, so the
-  release applies if the start then claims nothing: no zombie); with nothing
-  registered it cancels the pending starts held for the key; it never
-  tombstones an unresolved start.
-
-The start cascade (`start`) is a generator of `Pending` stages — root sync,
-each link hop, the pattern load, the dependency pre-sync — driven by store
-answers, so it works with or without a running event loop, a held load holds
-it at exactly that stage, and the lifetime claim always happens in a later
-mailbox step, never inside the `start` call.
+- `stage_setup` writes a run's setup (argument, pattern identity, result
+  projection) into a transaction;
+- `launch` starts a result for a launch (a `rt.run`, a nested node, a list
+  element, a computation's child) and registers its rollback: a non-stale
+  failure of the launch's transaction releases what it installed
+  (token-checked); a stale basis keeps it and owes the setup writes; a
+  commit-gated launch holds a pending start until its commit;
+- `start_core` installs the registration and instantiates the run's nodes
+  (`_instantiate`), undoing both if that throws;
+- `switch` runs another pattern in a running registration (`rt.setup` of a
+  running result);
+- `start` is the start cascade (`_start`).
 
 Instances (S69): a registration runs for every identity that demanded it.
 The first launch or start installs it and instantiates its nodes for its own
@@ -33,75 +28,58 @@ own identity unless it demanded the result too. Stop and release stay per
 registration: ending it ends every instance. A join whose transaction fails
 for good is undone for that identity alone; a stale one owes its writes.
 
+Instantiation, computed children and the list coordinators see this class
+only through `_core.Launcher`, and the start cascade through `_core.Starter`.
+
 Invariants (checked by `_check`)
-- every registration runs for at least one identity, and each of its
-  identities selects its key (a user-scoped key's principal, a
-  session-scoped key's principal and session);
-- a list coordinator reconciles for exactly its registration's identities;
-- a lifetime exists only for a registered key;
-- every remembered declined release names the current registration of its key;
-- the registrations, attempts, pending starts and trace pass their own checks.
+- the core's (`Ownership._check`);
+- a list coordinator reconciles for exactly its registration's identities.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Callable
+from typing import Any
 
 from cells import (
-    MAX_HOPS,
     MISSING,
     CommitResult,
     Identity,
+    InternalError,
     Link,
-    LinkCycleError,
     Outcome,
     Pending,
+    Replica,
     Transaction,
-    describe,
-    first_link,
-    instance_key,
-    resolve,
 )
+from scheduler import Scheduler
 
 from . import _docs as docs
-from ._builder import Pattern, find_pattern
+from ._builder import Pattern
 from ._cancel import CancelGroup
-from ._ownership import Attempts, PendingStart, PendingStarts, StartAttempt
-from ._registrations import Key, Registration, Registrations
+from ._core import MAX_NESTING, OpenPage, Ownership, Token
+from ._host import SchedulerHost
+from ._instantiate import instantiate
+from ._lists import Coordinator
+from ._ownership import PendingStart
+from ._registrations import Key, Registration
+from ._start import stage_tree, start, start_settled
 from ._state import stage_state
-from ._trace import LifecycleTrace
-from .errors import PatternCycleError, PatternError, PatternLoadError
-
-if TYPE_CHECKING:
-    from ._lists import Coordinator
-    from ._runtime import Runtime
-
-MAX_NESTING: Final = 64
-"""Deepest chain of results launching results before `PatternCycleError`."""
-
-MAX_START_REISSUES: Final = 5
-"""Times a start re-issues its nested children's setup writes after stale-basis rejections."""
-
-Token = Registration | PendingStart | None
+from .errors import PatternCycleError
 
 
-class Runner:
-    def __init__(self, runtime: Runtime) -> None:
-        self.rt = runtime
-        self.replica = runtime.replica
-        self.scheduler = runtime.scheduler
-        self.trace = LifecycleTrace()
-        self.registrations = Registrations(on_end=self._on_end)
-        self.attempts = Attempts()
-        self.pending = PendingStarts()
-        self.lifetimes: set[Key] = set()
-        self.claimants: dict[Key, set[str | None]] = {}
-        """Whose starts claimed each lifetime (principals; None: the runtime's own), so
-        a session letting go of a shared run gives up only its own principal's claim."""
-        self._declined: dict[Key, Registration] = {}
-        """Releases that declined only because a start was in flight (DESIGN §4.3 item 4)."""
-        self._idle_waiters: list[Callable[[], None]] = []
+def _no_pages(link: Link, identity: Identity, *, via: str, follow: bool = False) -> Pending[bool]:
+    raise InternalError(f"navigation from {via} to {link}: no pages are attached to this runner")
+
+
+class Runner(Ownership):
+    def __init__(self, replica: Replica, scheduler: Scheduler, host: SchedulerHost) -> None:
+        super().__init__(scheduler)
+        self.replica = replica
+        self.host = host
+        """The host of the cells runs hand out (a handler's arguments, its stream)."""
+        self.open_page: OpenPage = _no_pages
+        """How a navigation opens its target as a page (the runtime attaches its pages)."""
         self.coordinators: set[Coordinator] = set()
         """Live list coordinators (for `_check` and diagnostics)."""
         self.list_coordinators: dict[tuple[Registration, int], Coordinator] = {}
@@ -191,7 +169,7 @@ class Runner:
     ) -> Callable[[Transaction, CommitResult], None]:
         # A switch's own transaction stages the new nested children's setups: owed on a
         # stale basis, as a start's are.
-        return lambda _tx, res: self._start_settled(key, pattern, result, identity, res)
+        return lambda _tx, res: start_settled(self, key, pattern, result, identity, res)
 
     # ------------------------------------------------------------------ launching
     def launch(
@@ -227,10 +205,9 @@ class Runner:
                     # teardown releases it): the installing launch's rollback must not end
                     # it under this parent.
                     existing.adopted = True
-                if self._declined.get(key) is existing:
+                if self.take_over_declined(key, existing):
                     # This launch now holds the running result: a release that an earlier
                     # launch deferred behind a start in flight must not end it later ...
-                    del self._declined[key]
                     self.trace.record("adopt", key, launch=launch)
 
                     def adopted(_tx: Transaction, res: CommitResult) -> None:
@@ -351,8 +328,6 @@ class Runner:
         self, tx: Transaction, reg: Registration, pattern: Pattern, result: Link
     ) -> None:
         """Instantiate `reg`'s nodes for `tx.identity`, in a cancel group of that instance."""
-        from ._instantiate import instantiate
-
         identity = tx.identity
         # Every instance has a group of its own, the first one too: a session's stop of a
         # run other principals also launched ends its own instances only (`let_go`), and
@@ -360,17 +335,9 @@ class Runner:
         # (Labelled by identity only: the registration's own group names the key, and
         # formatting a key for every run costs a microsecond the churn benchmark sees.)
         group = CancelGroup(_who(identity))
-        reg.group.add(lambda: self._drop_instance(reg, identity, group))
+        reg.group.add(lambda: self.drop_instance(reg, identity, group))
         reg.identities[identity] = group
         instantiate(self, reg, pattern, result, tx, group)
-
-    def _drop_instance(self, reg: Registration, identity: Identity, group: CancelGroup) -> None:
-        # The identity leaves first: its cleanups then see which identities still hold a
-        # child they share (`release_for`). A later instance's drop runs before an earlier
-        # one's (the registration's group runs newest first), so the first releases last.
-        if reg.identities.get(identity) is group:
-            del reg.identities[identity]
-        group.cancel()
 
     def join(
         self,
@@ -401,7 +368,7 @@ class Runner:
             group = reg.identities.get(identity)
             self.trace.record("join-failed", reg.key, launch=launch, error=type(exc).__name__)
             if group is not None:
-                self._drop_instance(reg, identity, group)
+                self.drop_instance(reg, identity, group)
             raise
         group = reg.identities[identity]
 
@@ -415,7 +382,7 @@ class Runner:
             if not rollback:
                 return
             self.trace.record("rollback", reg.key, launch=launch, identity=_who(identity))
-            self._drop_instance(reg, identity, group)
+            self.drop_instance(reg, identity, group)
 
         tx.add_settle_callback(settled)
 
@@ -452,136 +419,7 @@ class Runner:
         reg = self.registrations.get(key)
         return f"{reg.pattern}@{key.id[:10]}" if reg is not None else f"?@{key.id[:10]}"
 
-    # ------------------------------------------------------------------ ending
-    def _on_end(self, reg: Registration) -> None:
-        # No orphaned lifetime: the record goes whenever its registration goes.
-        self.lifetimes.discard(reg.key)
-        self.claimants.pop(reg.key, None)
-        # Its observers complete: the run producing what they observe ended.
-        self.scheduler.end_observations(reg.key)
-        if self._declined.get(reg.key) is reg:
-            del self._declined[reg.key]
-
-    def _cancel_pending(self, pending: PendingStart) -> None:
-        self.trace.record("tombstone", pending.key, launch=pending.label)
-        reg = pending.installed
-        if reg is not None and self.registrations.get(pending.key) is reg:
-            self.registrations.end(pending.key, token=reg)
-
-    def stop(
-        self,
-        key: Key,
-        *,
-        generation: int | None = None,
-        why: str = "stop",
-        principal: str | None = None,
-    ) -> None:
-        """The authoritative end (see the module docstring). A session's stop passes its
-        `principal`: the tombstones it leaves reach only that principal's start attempts
-        (another principal's start through a link to `key` is not its to end)."""
-        if generation is not None:
-            reg = self.registrations.get(key)
-            if reg is None or reg.generation != generation:
-                self.trace.record("decline", key, reason="stale generation", op="stop")
-                return
-        if self.attempts.tombstone_undiscovered(key, principal):
-            self.trace.record("tombstone", key, reason="unresolved start attempts")
-        self.stop_result(key, why=why)
-
-    def stop_result(self, key: Key, *, why: str) -> None:
-        self.lifetimes.discard(key)
-        self.pending.cancel_key(key, self._cancel_pending)
-        self.attempts.bump(key)
-        if self.registrations.end(key) is not None:
-            self.trace.record("stop", key, reason=why)
-
-    def release(self, key: Key, token: Registration | None = None, *, why: str = "release") -> bool:
-        """The launch-scoped end; returns True if it ended a registration."""
-        reg = self.registrations.get(key)
-        if token is not None and reg is not None and token is not reg:
-            self.trace.record("decline", key, reason="token mismatch", op=why)
-            return False
-        if key in self.lifetimes:
-            self.trace.record("decline", key, reason="independent lifetime", op=why)
-            return False
-        if self.attempts.in_flight(key):
-            self.trace.record("decline", key, reason="start in flight", op=why)
-            if reg is not None:
-                self._declined[key] = reg  # applied if that start claims nothing
-            return False
-        if reg is None:
-            if self.pending.cancel_key(key, self._cancel_pending):
-                self.trace.record("release", key, reason=f"{why}: cancelled pending starts")
-            return False
-        self.lifetimes.discard(key)
-        self.pending.cancel_key(key, self._cancel_pending)
-        self.attempts.bump(key)
-        self.registrations.end(key, token=reg)
-        self.trace.record("release", key, reason=why)
-        return True
-
-    def holders(self, key: Key) -> set[str | None]:
-        """Who launched or started what a stop or release of `key` would end: the
-        principals its registration runs for, else those of its pending starts and start
-        attempts in flight (None: the runtime's own internal work). O(instances)."""
-        reg = self.registrations.get(key)
-        if reg is not None:
-            return {identity.principal for identity in reg.identities}
-        return self.pending.principals(key) | self.attempts.principals(key)
-
-    def declines_release(self, key: Key, token: Registration | None, why: str) -> bool:
-        """Whether a release of `key` with `token` declines for the reasons a release
-        does when a registration is there (a replacement, a lifetime, a start in flight)."""
-        reg = self.registrations.get(key)
-        if token is not None and reg is not None and token is not reg:
-            self.trace.record("decline", key, reason="token mismatch", op=why)
-            return True
-        if key in self.lifetimes:
-            self.trace.record("decline", key, reason="independent lifetime", op=why)
-            return True
-        if self.attempts.in_flight(key):
-            self.trace.record("decline", key, reason="start in flight", op=why)
-            return True
-        return False
-
-    def let_go(self, key: Key, principal: str, *, why: str) -> None:
-        """End `principal`'s instances of the registration under `key` and its claim on
-        the independent lifetime, and leave the others' running: a session's stop of a
-        run other principals launched too ends only its own part. The lifetime stays
-        while another principal's start claimed it too; otherwise the others' launches
-        hold the run now, and end it as they end. When no instance is left, this is a
-        full stop. O(instances)."""
-        reg = self.registrations.get(key)
-        claimants = self.claimants.get(key)
-        if claimants is not None:
-            claimants.discard(principal)
-            if not claimants:
-                del self.claimants[key]
-                self.lifetimes.discard(key)
-        if reg is None:
-            return
-        for identity, group in list(reg.identities.items()):
-            if identity.principal == principal:
-                self._drop_instance(reg, identity, group)
-        self.trace.record("let-go", key, principal=principal, reason=why)
-        if not reg.identities and self.registrations.get(key) is reg:
-            self.stop_result(key, why=f"{why}: its last instance left")
-
-    def stop_if_current(self, key: Key, reg: Registration, why: str) -> None:
-        """Deferred ownership after installation: stop only the exact registration."""
-        if self.registrations.get(key) is reg:
-            self.stop_result(key, why=why)
-
-    def stop_all(self) -> None:
-        self.attempts.invalidate_all()
-        self.pending.cancel_all(self._cancel_pending)
-        self.lifetimes.clear()
-        self.claimants.clear()
-        self._declined.clear()
-        ended = self.registrations.end_all()
-        self.trace.record("stop-all", "*", ended=len(ended))
-
-    # ------------------------------------------------------------------ start cascade
+    # ------------------------------------------------------------------ starting
     def start(
         self,
         link: Link,
@@ -590,220 +428,15 @@ class Runner:
         label: str = "start",
         on_claim: Callable[[Key], None] | None = None,
     ) -> Pending[bool]:
-        """Start the result `link` names (following links). See the module docstring.
+        """Start the result `link` names, following links (the cascade: `_start`).
 
         `on_claim(key)` runs when this start claims a lifetime for the result `key`.
         """
-        attempt = self.attempts.begin(label, identity)
-        attempt.on_claim = on_claim
-        self.attempts.track(attempt, docs.root(link).key(identity))
-        result: Pending[bool] = Pending(self.replica.mailbox)
-        gen = self._cascade(attempt, link, identity)
-        self._step(gen, attempt, result, None, None)
-        return result
-
-    def _step(
-        self,
-        gen: Generator[Pending[Any], Any, bool],
-        attempt: StartAttempt,
-        result: Pending[bool],
-        value: Any,
-        error: BaseException | None,
-    ) -> None:
-        try:
-            stage = gen.send(value) if error is None else gen.throw(error)
-        except StopIteration as stop:
-            running = bool(stop.value)
-            # The claim runs in a later step: code after `start(...)` (a stop, a re-run)
-            # must be able to supersede it first.
-            self.replica.mailbox.post(lambda: self._settle_attempt(attempt, running, result, None))
-            return
-        except Exception as exc:
-            failure = exc
-            self.replica.mailbox.post(lambda: self._settle_attempt(attempt, False, result, failure))
-            return
-
-        def next_stage(p: Pending[Any]) -> None:
-            try:
-                got = p.result()
-            except Exception as exc:
-                self._step(gen, attempt, result, None, exc)
-            else:
-                self._step(gen, attempt, result, got, None)
-
-        stage.add_done_callback(next_stage)
-
-    def _settle_attempt(
-        self,
-        attempt: StartAttempt,
-        running: bool,
-        result: Pending[bool],
-        error: BaseException | None,
-    ) -> None:
-        target = attempt.target
-        claimed = (
-            error is None
-            and running
-            and target is not None
-            and self.attempts.current_for(attempt, target)
-            and target in self.registrations
-        )
-        if claimed:
-            assert target is not None
-            if target not in self.lifetimes:
-                self.claimants.pop(target, None)  # claims of a lifetime since dropped
-            self.lifetimes.add(target)
-            claimant = attempt.identity.principal if attempt.identity is not None else None
-            self.claimants.setdefault(target, set()).add(claimant)
-            self.trace.record("claim", target, attempt=attempt.number)
-            if attempt.on_claim is not None:
-                attempt.on_claim(target)
-        elif target is not None:
-            self.trace.record("no-claim", target, attempt=attempt.number, failed=error is not None)
-        keys = list(attempt.generations)
-        self.attempts.finish(attempt)
-        for key in keys:
-            reg = self._declined.get(key)
-            if reg is not None and not self.attempts.in_flight(key):
-                del self._declined[key]
-                self.release(key, reg, why="release that waited for a start")
-        self._wake_idle()
-        if error is not None:
-            result._fail(error)
-        else:
-            result._resolve(claimed)
-
-    def _current(self, attempt: StartAttempt, key: Key, stage: str) -> bool:
-        if self.attempts.current(attempt):
-            return True
-        self.trace.record("superseded", key, attempt=attempt.number, stage=stage)
-        return False
-
-    def _cascade(
-        self, attempt: StartAttempt, link: Link, identity: Identity
-    ) -> Generator[Pending[Any], Any, bool]:
-        given = link
-        for _ in range(MAX_HOPS + 1):
-            key = docs.root(link).key(identity)
-            self.attempts.track(attempt, key)
-            yield self.replica.sync([key])
-            if not self._current(attempt, key, "root sync" if link is given else "link hop"):
-                return False
-            doc = self.replica.visible(key)
-            if type(doc) is dict and docs.PATTERN in doc:
-                break
-            found = first_link(doc.get(docs.VALUE) if type(doc) is dict else None, link.path)
-            if found is None:
-                raise PatternError(
-                    f"cannot start {describe(given)}: {describe(key)} holds no pattern run (set"
-                    " one up with rt.setup or rt.run first) and no link to follow"
-                )
-            at, hop = found
-            link = hop.child(*link.path[at:])
-        else:
-            raise LinkCycleError(f"cannot start {describe(given)}: more than {MAX_HOPS} link hops")
-        target = docs.root(link)
-        attempt.target = key
-        running = self.registrations.get(key)
-        if running is not None and identity in running.identities:
-            return True
-        identity_name = doc[docs.PATTERN]
-        if not isinstance(identity_name, str):
-            raise PatternLoadError(
-                f"cannot start {describe(key)}: its pattern identity is {identity_name!r},"
-                " not a str",
-                identity=str(identity_name),
-            )
-        yield self.replica.sync([docs.pattern_link(key.space, identity_name).key(identity)])
-        if not self._current(attempt, key, "pattern load"):
-            return False
-        pattern = find_pattern(identity_name)
-        yield self.replica.sync(run_keys(pattern, target, identity))
-        if not self._current(attempt, key, "dependency pre-sync"):
-            return False
-        if _list_nodes(pattern, target):
-            # Lists: their input documents, then every element child they hold now,
-            # derived exactly as the coordinators derive them on first setup.
-            yield self.replica.sync(list_input_keys(self, pattern, target, identity))
-            if not self._current(attempt, key, "list pre-sync"):
-                return False
-            yield self.replica.sync(element_run_keys(self, pattern, target, identity))
-            if not self._current(attempt, key, "element pre-sync"):
-                return False
-        running = self.registrations.get(key)
-        if running is not None and (
-            identity in running.identities or running.pattern != pattern.identity
-        ):
-            return True
-        tx = self.replica.edit(identity)
-        if running is not None:
-            # Running for other identities: this start is a new demander, and joins it.
-            self.join(tx, running, pattern, target, launch="start", rollback=False)
-        else:
-            self.start_core(tx, pattern, target, launch="start", chain=())
-        tx.add_settle_callback(
-            lambda _tx, res: self._start_settled(key, pattern, target, identity, res)
-        )
-        tx.commit_detached()
-        return True
-
-    def _start_settled(
-        self,
-        key: Key,
-        pattern: Pattern,
-        target: Link,
-        identity: Identity,
-        res: CommitResult,
-        reissues: int = 0,
-    ) -> None:
-        """A start's own transaction (its nested children's setups) did not land: those
-        writes are owed; issue them again while the run is still registered. The
-        re-issue is watched the same way (a re-issue that goes stale too is owed
-        again), up to `MAX_START_REISSUES` times."""
-        if res.ok or key not in self.registrations:
-            return
-        self.trace.record("debt", key, launch="start", outcome=res.outcome.name)
-        if res.outcome is not Outcome.STALE_BASIS:
-            return  # not retryable: the nested children read what did land
-        if reissues >= MAX_START_REISSUES:
-            self.trace.record("debt-abandoned", key, reissues=reissues)
-            return
-        tx = self.replica.edit(identity)
-        stage_tree(self, tx, pattern, target, depth=0)
-        tx.add_settle_callback(
-            lambda _tx, again: self._start_settled(
-                key, pattern, target, identity, again, reissues + 1
-            )
-        )
-        tx.commit_detached()
-
-    # ------------------------------------------------------------------ waiting
-    def busy(self) -> bool:
-        return bool(self.attempts.active)
-
-    def add_idle_waiter(self, fn: Callable[[], None]) -> None:
-        self._idle_waiters.append(fn)
-
-    def _wake_idle(self) -> None:
-        waiters, self._idle_waiters = self._idle_waiters, []
-        for fn in waiters:
-            fn()
+        return start(self, link, identity, label=label, on_claim=on_claim)
 
     # ------------------------------------------------------------------ diagnostics
     def _check(self) -> None:
-        self.registrations._check()
-        self.attempts._check()
-        self.pending._check()
-        self.trace._check()
-        assert self.lifetimes <= self.registrations.keys(), self.lifetimes
-        assert self.claimants.keys() <= self.registrations.keys(), self.claimants
-        for key, reg in self._declined.items():
-            assert self.registrations.get(key) is reg, (key, reg)
-        for reg in self.registrations:
-            assert reg.identities, reg
-            for identity in reg.identities:
-                key = reg.key
-                assert instance_key(key.space, key.id, key.scope, identity) == key, (reg, identity)
+        super()._check()
         for coordinator in self.coordinators:
             assert not coordinator.reg.ended, coordinator
             assert set(coordinator.nodes) == set(coordinator.reg.identities), coordinator
@@ -814,100 +447,3 @@ class Runner:
 
 def _who(identity: Identity) -> str:
     return f"{identity.principal}/{identity.session}"
-
-
-def run_keys(pattern: Pattern, result: Link, identity: Identity, depth: int = 0) -> list[Any]:
-    """Every document a run of `pattern` at `result` owns, nested children included,
-    derived exactly as setup derives them (the cold-resume pre-sync reads these)."""
-    graph = pattern.graph
-    keys = [docs.argument_link(result).key(identity)]
-    for node in graph.nodes:
-        out = docs.internal_link(result, node.index)
-        keys.append(out.key(identity))
-        if node.kind == "pattern" and depth < MAX_NESTING:
-            try:
-                child = find_pattern(node.target)
-            except PatternLoadError:
-                continue  # instantiation reports it with the node's place
-            keys.extend(run_keys(child, out, identity, depth + 1))
-    return keys
-
-
-def _list_nodes(
-    pattern: Pattern, result: Link, depth: int = 0
-) -> list[tuple[Any, Link, Pattern, str, Link]]:
-    """(node, bound list link, op, kind, container) for every list node of a run's tree."""
-    from ._builder import LIST_KINDS
-
-    out: list[tuple[Any, Link, Pattern, str, Link]] = []
-    for node in pattern.graph.nodes:
-        if node.kind in LIST_KINDS:
-            bound = docs.bind(node.inputs, result)["list"]
-            try:
-                op = find_pattern(node.target)
-            except PatternLoadError:
-                continue
-            out.append((node, bound, op, node.kind, docs.internal_link(result, node.index)))
-        elif node.kind == "pattern" and depth < MAX_NESTING:
-            try:
-                child = find_pattern(node.target)
-            except PatternLoadError:
-                continue
-            out.extend(_list_nodes(child, docs.internal_link(result, node.index), depth + 1))
-    return out
-
-
-def list_input_keys(
-    runner: Runner, pattern: Pattern, result: Link, identity: Identity
-) -> list[Any]:
-    """The documents the run's lists live in (read through the synced argument links)."""
-    tx = runner.replica.edit(identity)
-    try:
-        return [resolve(tx, bound).key(identity) for _n, bound, *_ in _list_nodes(pattern, result)]
-    finally:
-        tx.abort("pre-sync probe")
-
-
-def element_run_keys(
-    runner: Runner, pattern: Pattern, result: Link, identity: Identity
-) -> list[Any]:
-    """Every document of every element child the run's lists hold now, derived exactly as
-    the coordinators derive them (container, element key, scope)."""
-    from ._lists import base_container, child_link, element_keys
-
-    keys: list[Any] = []
-    tx = runner.replica.edit(identity)
-    try:
-        for _node, bound, op, kind, container in _list_nodes(pattern, result):
-            place = resolve(tx, bound)
-            items = tx.peek(place.key(identity), (docs.VALUE, *place.path))
-            if type(items) is not list:
-                continue
-            base = base_container(container, place.scope)
-            for key in element_keys(items):
-                child = child_link(kind, base, key)
-                keys.append(child.key(identity))
-                keys.extend(run_keys(op, child, identity))
-    finally:
-        tx.abort("pre-sync probe")
-    return keys
-
-
-def stage_tree(
-    runner: Runner, tx: Transaction, pattern: Pattern, result: Link, depth: int
-) -> list[Registration]:
-    """Re-issue the setup writes of every nested child of a run (the owed debt); returns
-    the nested children's registrations whose debt this cleared."""
-    paid: list[Registration] = []
-    for node in pattern.graph.nodes:
-        if node.kind != "pattern" or depth >= MAX_NESTING:
-            continue
-        child = find_pattern(node.target)
-        out = docs.internal_link(result, node.index)
-        runner.stage_setup(tx, child, docs.bind(node.inputs, result), out, f"node {node.index}")
-        reg = runner.registrations.get(out.key(tx.identity))
-        if reg is not None and reg.owed:
-            reg.owed = False
-            paid.append(reg)
-        paid.extend(stage_tree(runner, tx, child, out, depth + 1))
-    return paid

@@ -27,25 +27,33 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from cells import Cell, CellweaveError, Identity, Link, Pending, normalize, resolve
+from cells import Cell, CellweaveError, Identity, Link, Pending, Replica, normalize, resolve
+from scheduler import Scheduler
 
 from . import _docs as docs
 from ._builder import LIST_KINDS, Pattern, find_pattern
 from ._checks import check_event, plain_event
+from ._core import MAX_NESTING
+from ._host import SchedulerHost
 from ._registrations import Key
-from ._runner import MAX_NESTING
+from ._sent import bind_event, fail_parked, settle_hook
 from .errors import PatternLoadError
 
 if TYPE_CHECKING:
-    from ._runtime import Runtime
+    from ._runner import Runner
     from ._sent import Sent
 
 
 class Sends:
     """Sends parked behind the start of the result their stream belongs to."""
 
-    def __init__(self, rt: Runtime) -> None:
-        self.rt = rt
+    def __init__(
+        self, replica: Replica, scheduler: Scheduler, host: SchedulerHost, runner: Runner
+    ) -> None:
+        self.replica = replica
+        self.scheduler = scheduler
+        self.host = host
+        self.runner = runner
         self.parked: dict[Key, list[tuple[Cell, Any, str | None, Identity, Sent]]] = {}
 
     def send(
@@ -53,8 +61,7 @@ class Sends:
     ) -> None:
         """Queue (or park) the event; `sent` is the handle that hears how it ends."""
         event = plain_event(event)
-        rt = self.rt
-        sch = rt.scheduler
+        sch = self.scheduler
         for attempt in ("as it is", "computed"):
             if attempt == "computed":
                 # Compute the path to the stream (a list nobody pulled yet launches its
@@ -62,11 +69,16 @@ class Sends:
                 sch.pull_now(stream)
             target = self._place(stream)
             if sch.has_handler(target) or sch.had_handler(target):
-                event = check_event(rt.runner, target, event)  # a bad event is never queued
-                sent._bind(
+                event = check_event(self.runner, target, event)  # a bad event is never queued
+                bind_event(
+                    sent,
                     sch.send(
-                        target, event, event_id=event_id, actor=identity, on_settle=sent._settled
-                    )
+                        target,
+                        event,
+                        event_id=event_id,
+                        actor=identity,
+                        on_settle=settle_hook(sent),
+                    ),
                 )
                 return
             run = self._unstarted_run(stream, identity)
@@ -78,23 +90,23 @@ class Sends:
 
     def _place(self, stream: Cell) -> Cell:
         """The stream cell with every link followed (a stream is a handler's own cell)."""
-        tx = self.rt.replica.edit(stream.identity)
+        tx = self.replica.edit(stream.identity)
         try:
             link = resolve(tx, stream.link())
         finally:
             tx.abort("send probe")
-        return Cell(self.rt.replica, stream.identity, link, host=self.rt._host)
+        return Cell(self.replica, stream.identity, link, host=self.host)
 
     def _unstarted_run(self, stream: Cell, identity: Identity) -> Link | None:
         """The run `stream` is in (or leads to), if it is set up and not running here."""
-        tx = self.rt.replica.edit(identity)
+        tx = self.replica.edit(identity)
         try:
             target, _slot = docs.run_target(tx, stream.link())
         finally:
             tx.abort("send probe")
         if target is None:
             return None
-        reg = self.rt.runner.registrations.get(target.key(identity))
+        reg = self.runner.registrations.get(target.key(identity))
         if reg is not None and identity in reg.identities:
             return None
         return target
@@ -104,7 +116,7 @@ class Sends:
         (nested children included) has its stream there, or the tree holds lists or
         lifts (their children are known only once they run), or its pattern does not
         load here (the start then reports why)."""
-        tx = self.rt.replica.edit(identity)
+        tx = self.replica.edit(identity)
         try:
             name = tx.peek(run.key(identity), (docs.PATTERN,))
         finally:
@@ -133,9 +145,8 @@ class Sends:
             parked.append((stream, event, event_id, identity, sent))  # behind that start
             return
         self.parked[key] = [(stream, event, event_id, identity, sent)]
-        rt = self.rt
-        rt.runner.trace.record("start-for-send", key)
-        started: Pending[bool] = rt.runner.start(run, identity, label="start for a send")
+        self.runner.trace.record("start-for-send", key)
+        started: Pending[bool] = self.runner.start(run, identity, label="start for a send")
         started.add_done_callback(lambda p: self._deliver(key, p))
 
     def _deliver(self, key: Key, started: Pending[bool]) -> None:
@@ -145,20 +156,21 @@ class Sends:
             started.result()
         except Exception as exc:
             start_error = exc
-        sch = self.rt.scheduler
+        sch = self.scheduler
         for stream, event, event_id, identity, sent in waiting:
             error = start_error  # (one send finding no handler does not fail the next)
             if error is None:
                 target = self._place(stream)
                 if sch.has_handler(target) or sch.had_handler(target):
-                    sent._bind(
+                    bind_event(
+                        sent,
                         sch.send(
                             target,
                             event,
                             event_id=event_id,
                             actor=identity,
-                            on_settle=sent._settled,
-                        )
+                            on_settle=settle_hook(sent),
+                        ),
                     )
                     continue
                 error = CellweaveError(
@@ -168,13 +180,13 @@ class Sends:
             # Its homes: the send's handle, and the runtime's record (and log).
             dropped = CellweaveError(f"an event sent to {stream!r} was dropped: {error}")
             dropped.__cause__ = error
-            sent._fail(dropped)
+            fail_parked(sent, dropped)
             sch.report_error(dropped, cell=str(stream.link()))
 
     def _check(self) -> None:
         for key, waiting in self.parked.items():
             assert waiting, key
-            assert self.rt.runner.attempts.in_flight(key), key
+            assert self.runner.attempts.in_flight(key), key
 
 
 def _tree_may_bind(pattern: Pattern, result: Link, place: Link, depth: int) -> bool:

@@ -140,3 +140,21 @@ class Sent:
                 break
             await fut
         return self.outcome()
+
+
+# What the runtime's sends do to a handle (the handle's state is this module's own):
+
+
+def bind_event(sent: Sent, event: QueuedEvent) -> None:
+    """`sent` is the handle of the queued `event` from now on."""
+    sent._bind(event)
+
+
+def settle_hook(sent: Sent) -> Callable[[QueuedEvent], None]:
+    """The `on_settle` callback of `sent`'s event: wakes whoever awaits the handle."""
+    return sent._settled
+
+
+def fail_parked(sent: Sent, error: BaseException) -> None:
+    """A parked send that will never be queued: `sent` fails with `error`."""
+    sent._fail(error)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from cells import MISSING, DocKey, Link, Transaction
+from cells import MISSING, DocKey, Link, Replica, Transaction
 
 from . import _docs as docs
 from ._builder import NodeSpec, Ref, _active, _bind, _bindings_in, find_pattern
@@ -25,7 +25,6 @@ from .errors import PatternError, PatternLoadError
 
 if TYPE_CHECKING:
     from ._registrations import Registration
-    from ._runner import Runner
 
 
 def state(initial: Any = None, *, name: str | None = None) -> Ref:
@@ -62,7 +61,7 @@ def stage_state(tx: Transaction, node: NodeSpec, result: Link) -> None:
         tx.write(key, (docs.VALUE,), node.inputs["initial"])
 
 
-def describe(runner: Runner, reg: Registration) -> dict[str, Any]:
+def describe(replica: Replica, reg: Registration) -> dict[str, Any]:
     """The state cells of a registration's run: name -> {"id", "value"} (for `inspect()`)."""
     key: DocKey = reg.key
     try:
@@ -76,7 +75,7 @@ def describe(runner: Runner, reg: Registration) -> dict[str, Any]:
     identity = next(iter(reg.identities), None)
     if identity is None:
         return {}
-    tx = runner.replica.edit(identity)
+    tx = replica.edit(identity)
     try:
         out: dict[str, Any] = {}
         for n in nodes:

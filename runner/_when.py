@@ -14,7 +14,7 @@ Inside a body, `when` records a *when node*. Each branch is
 Switching branches releases the child of the branch left (tokenless, as a
 computation's child: a page opened on it keeps it running, since a page holds a
 lifetime of its own). A child is launched in the node's transaction as a
-computed child (`_instantiate._computed_child`): if that transaction fails for
+computed child (`_computed.computed_child`): if that transaction fails for
 good it is rolled back (released) and the node runs again; on a stale basis
 the scheduler re-runs the node, which reads the condition again. The run's
 teardown releases the child it holds.
@@ -44,11 +44,12 @@ from ._builder import (
     find_pattern,
 )
 from ._cancel import CancelGroup
+from ._computed import ComputedLaunches, computed_child, declared_reads, materialize, node_label
 from .errors import PatternError
 
 if TYPE_CHECKING:
+    from ._core import Launcher
     from ._registrations import Registration
-    from ._runner import Runner
 
 
 def when(condition: Any, then: Any, otherwise: Any = None) -> Ref:
@@ -99,7 +100,7 @@ def _branch(trace: Any, value: Any, where: str) -> dict[str, Any]:
 
 
 def instantiate_when(
-    runner: Runner,
+    runner: Launcher,
     reg: Registration,
     pattern: Pattern,
     spec: NodeSpec,
@@ -108,17 +109,15 @@ def instantiate_when(
     group: CancelGroup,
 ) -> None:
     """Register one instance's when node; its cleanups (node, held child) in `group`."""
-    from ._instantiate import _computed_child, _ComputedLaunches, _declared, _label, materialize
-
     condition = docs.bind(spec.inputs["condition"], result)
     negate = spec.inputs.get("negate") is True
     branches: list[dict[str, Any]] = spec.inputs["branches"]
     out = docs.internal_link(result, spec.index)
     out_key = out.key(identity)
-    label = _label(pattern, spec)
+    label = node_label(pattern, spec)
     chain = (*reg.chain, reg.key)
     held: dict[int, Link] = {}
-    launches = [_ComputedLaunches(), _ComputedLaunches()]
+    launches = [ComputedLaunches(), ComputedLaunches()]
 
     def let_go(keep: int | None, why: str) -> None:
         for i in [i for i in held if i != keep]:
@@ -136,7 +135,7 @@ def instantiate_when(
             inst = PatternInstance(
                 find_pattern(node_spec.target), docs.bind(node_spec.inputs, result)
             )
-            _computed_child(runner, tx, inst, child, chain, label, launches[chosen], node)
+            computed_child(runner, tx, inst, child, chain, label, launches[chosen], node)
             held[chosen] = child
             tx.write(out_key, (docs.VALUE,), child)
         elif "ref" in branch:
@@ -151,7 +150,7 @@ def instantiate_when(
         kind="effect" if has_child else "computation",
         outputs=[(out_key, (docs.VALUE,))],
         label=label,
-        reads=_declared(condition, identity),
+        reads=declared_reads(condition, identity),
     )
     group.add(lambda: runner.scheduler.remove(node))
     group.add(lambda: let_go(None, f"teardown of {label}"))

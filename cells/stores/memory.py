@@ -17,6 +17,9 @@ Invariants (checked by `_check`)
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from functools import partial
+
+import attrs
 
 from .._address import DocKey, Path
 from .._claims import MemoryClaimTable
@@ -66,6 +69,13 @@ class MemoryStore(StoreBase):
         """Per session: which of its commits (local seqs) have a verdict, and which were
         rejected. Kept as a watermark, not one entry per commit: it would otherwise grow
         with every commit the store ever evaluated."""
+        self._holders: dict[DocKey, str | tuple[str, ...]] = {}
+        """Per document, the sessions holding it (they loaded it): its foreign commits go
+        to these alone, so a commit costs O(sessions holding what it wrote), not
+        O(sessions). Session ids, not listeners, so a closed runtime's replica is not
+        kept alive here; a disconnected id is skipped, and dropped when met."""
+        self._session_of: dict[int, str] = {}
+        """id(listener) -> its session id, while connected."""
         # Bound once: validate_commit runs for every commit.
         self._revisions_since_fn = self._revisions_since
         self._resolution_fn = self._resolution
@@ -77,6 +87,83 @@ class MemoryStore(StoreBase):
     @property
     def seq(self) -> int:
         return self._seq
+
+    # -- sessions and who holds what
+    def connect(self, listener: SessionListener, session_id: str | None = None) -> str:
+        sid = super().connect(listener, session_id)
+        self._session_of[id(listener)] = sid
+        return sid
+
+    def disconnect(self, session_id: str) -> None:
+        with self._lock:
+            listener = self._listeners.get(session_id)
+            if listener is not None:
+                self._session_of.pop(id(listener), None)
+            super().disconnect(session_id)
+
+    def _hold(self, listener: SessionListener, key: DocKey) -> None:
+        """`listener` holds `key` from now on: it hears the document's foreign commits.
+
+        Called before the load reads the document (under the lock, which every
+        commit is applied under): a commit either precedes the read (the load
+        carries it) or is sent to this session (which integrates it after the load).
+        """
+        sid = self._session_of.get(id(listener))
+        if sid is None:
+            return  # not connected (closed): it hears nothing
+        holders = self._holders
+        held = holders.get(key)
+        if held is None:
+            holders[key] = sid
+        elif type(held) is str:
+            if held != sid:
+                holders[key] = (held, sid)
+        elif sid not in held:
+            holders[key] = (*held, sid)
+
+    def load_now(self, key: DocKey, listener: SessionListener | None = None) -> DocState | None:
+        if listener is None:
+            return super().load_now(key)
+        with self._lock:
+            self._hold(listener, key)
+            return super().load_now(key)
+
+    def load(self, listener: SessionListener, key: DocKey) -> None:
+        with self._lock:
+            self._hold(listener, key)
+            super().load(listener, key)
+
+    def _broadcast(self, origin: str, seq: int, docs: dict[DocKey, Value]) -> None:
+        """Send an accepted commit of `origin`'s to the other sessions holding a document
+        it wrote (each once, with all of `docs`: `on_foreign` skips what it lacks)."""
+        listeners = self._listeners
+        if len(listeners) == 1 and origin in listeners:
+            return  # nobody else to tell (the common single-runtime case)
+        holders = self._holders
+        targets: dict[str, SessionListener] = {}
+        with self._lock:
+            for key in docs:
+                held = holders.get(key)
+                if held is None:
+                    continue
+                for sid in (held,) if type(held) is str else held:
+                    if sid == origin or sid in targets:
+                        continue
+                    lis = listeners.get(sid)
+                    if lis is None:
+                        self._drop_holder(key, sid)  # disconnected
+                    else:
+                        targets[sid] = lis
+        for lis in targets.values():
+            lis.mailbox.post(partial(lis.on_foreign, seq, docs))
+
+    def _drop_holder(self, key: DocKey, sid: str) -> None:
+        held = self._holders[key]
+        if type(held) is str or len(held) == 1:
+            del self._holders[key]
+            return
+        rest = tuple(s for s in held if s != sid)
+        self._holders[key] = rest[0] if len(rest) == 1 else rest
 
     def _ever_written(self, key: DocKey) -> bool:
         return key in self._heads or key in self._claimed
@@ -113,6 +200,28 @@ class MemoryStore(StoreBase):
     def _record_rejection(self, request: CommitRequest) -> None:
         with self._lock:
             self._resolve(request.session_id, request.local_seq, None)
+
+    def _submit_evaluation(self, listener: SessionListener, request: CommitRequest) -> None:
+        if type(self)._evaluate is not MemoryStore._evaluate:
+            # A subclass hooks `_evaluate` (to count or to inject faults): go through it.
+            self._evaluate_and_answer(listener, request)
+            return
+        # An accepted one-write commit (the usual) is answered with `on_accepted`, as in
+        # a batch: no `Verdict` and no per-document dicts, on either side.
+        with self._lock:
+            accepted = self._apply_one(request)
+            verdict = self._evaluate_general(request) if accepted is None else None
+        self.commits_evaluated += 1
+        if verdict is None:
+            assert accepted is not None
+            seq, base_seq, value = accepted
+            listener.mailbox.post(partial(listener.on_accepted, request, seq, base_seq, value))
+            if len(self._listeners) > 1:
+                self._broadcast(request.session_id, seq, {request.writes[0].key: value})
+            return
+        self._answer(listener, request, verdict)
+        if verdict.error is None and verdict.seq is not None and len(self._listeners) > 1:
+            self._broadcast(request.session_id, verdict.seq, verdict.docs)
 
     def _submit_batch_evaluation(
         self, listener: SessionListener, requests: Sequence[CommitRequest]
@@ -169,6 +278,7 @@ class MemoryStore(StoreBase):
         session_id = request.session_id
         deps = request.deps
         resolutions = self._resolutions.get(session_id)
+        built_on: tuple[int, ...] | frozenset[int] = deps
         if deps:
             if resolutions is None:
                 return None
@@ -176,6 +286,11 @@ class MemoryStore(StoreBase):
             for dep in deps:
                 if (dep > low and dep not in above) or dep in rejected:
                     return None  # not evaluated yet, or rejected
+            if len(deps) > 8:
+                # Many deps (a commit reading N documents that hold pending writes has
+                # up to N) are looked up in a set: in the tuple, that cost O(N^2) here.
+                built_on = frozenset(deps)
+        floors = self._floors
         revisions = self._revisions
         for claim in request.reads:
             revs = revisions.get(claim.key)
@@ -186,12 +301,14 @@ class MemoryStore(StoreBase):
                 i = len(revs) - 1
                 while i >= 0 and revs[i].seq > basis:
                     rev = revs[i]
-                    if rev.session_id != session_id or rev.local_seq not in deps:
+                    if rev.session_id != session_id or rev.local_seq not in built_on:
                         return None
                     i -= 1
-            elif revs.seq > basis and (revs.session_id != session_id or revs.local_seq not in deps):
+            elif revs.seq > basis and (
+                revs.session_id != session_id or revs.local_seq not in built_on
+            ):
                 return None
-            if basis < self._floors.get(claim.key, 0):
+            if floors and basis < floors.get(claim.key, 0):
                 return None
         w = writes[0]
         key, path, new = w.key, w.path, w.value
@@ -320,6 +437,9 @@ class MemoryStore(StoreBase):
         for session_id, resolved in self._resolutions.items():
             assert all(s > resolved.low for s in resolved.above), session_id
             assert all(resolved.resolved(s) for s in resolved.rejected), session_id
+        for key, held in self._holders.items():
+            sids = (held,) if type(held) is str else held
+            assert len(sids) == len(set(sids)) and (type(held) is str or len(held) > 1), key
         for key, revs in self._revisions.items():
             assert not isinstance(revs, list) or len(revs) > 1, f"a one-revision list of {key}"
             seqs = [r.seq for r in revs] if isinstance(revs, list) else [revs.seq]
@@ -329,18 +449,19 @@ class MemoryStore(StoreBase):
             assert self._ever_written(key)
 
 
+@attrs.define(eq=False)
 class _Resolved:
     """One session's commits that have a verdict: every local seq up to `low`, and
     those in `above` (resolved out of order, when a test gate reorders); `rejected`
     names the rejected ones (few). O(1) memory per session in the usual run, instead of
-    an entry per commit."""
+    an entry per commit.
 
-    __slots__ = ("above", "low", "rejected")
+    attrs, not hand-written slots: one is made per session, and reading its fields
+    (every commit does) costs the same."""
 
-    def __init__(self) -> None:
-        self.low = 0
-        self.above: set[int] = set()
-        self.rejected: set[int] = set()
+    low: int = 0
+    above: set[int] = attrs.field(factory=set)
+    rejected: set[int] = attrs.field(factory=set)
 
     def resolved(self, local_seq: int) -> bool:
         return local_seq <= self.low or local_seq in self.above

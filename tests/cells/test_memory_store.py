@@ -177,6 +177,56 @@ def test_foreign_commits_to_documents_a_replica_never_loaded_are_not_announced(w
     assert w.b.visible(DOC) == 1
 
 
+def test_a_commit_is_handed_only_to_the_replicas_holding_what_it_wrote(w: World) -> None:
+    c = w.replica()
+    w.put(DOC, {"n": 1})
+    assert w.b.visible(DOC) == {"n": 1}  # b holds DOC; c holds nothing
+    w.write(w.a, DOC, ("n",), 2)
+    assert len(w.b.mailbox) == 1  # the foreign commit
+    assert len(c.mailbox) == 0  # not even queued: c never loaded DOC
+    w.pump()
+    assert w.b.visible(DOC) == {"n": 2}
+    assert w.log(c) == []
+
+
+def test_a_replica_that_loads_a_document_later_catches_up_and_then_integrates(w: World) -> None:
+    w.put(DOC, {"n": 1})
+    w.write(w.a, DOC, ("n",), 2)
+    w.pump()
+    assert w.b.visible(DOC) == {"n": 2}  # loads now: the store's current state
+    w.write(w.a, DOC, ("n",), 3)
+    w.pump()
+    assert [nf.kind for nf in w.log(w.b)] == ["integrate"]
+    assert w.b.visible(DOC) == {"n": 3}
+
+
+def test_a_commit_during_a_held_load_reaches_the_loading_replica(w: World) -> None:
+    w.put(DOC, {"n": 1})
+    with w.store.testing.hold_loads(DOC) as gate:
+        assert w.b.visible(DOC) is MISSING  # the load waits
+        assert gate.waiting() == 1
+        w.write(w.a, DOC, ("n",), 2)
+        w.pump()
+        assert not w.b.is_loaded(DOC)
+    w.pump()  # the load reads the store now
+    assert w.b.visible(DOC) == {"n": 2}
+    w.write(w.a, DOC, ("n",), 3)
+    w.pump()
+    assert w.b.visible(DOC) == {"n": 3}
+
+
+def test_a_closed_replica_is_dropped_from_the_holders_of_its_documents(w: World) -> None:
+    c = w.replica()
+    w.put(DOC, {"n": 1})
+    assert w.b.visible(DOC) == c.visible(DOC) == {"n": 1}
+    w.b.close()
+    w.write(w.a, DOC, ("n",), 2)
+    w.pump()
+    assert len(w.b.mailbox) == 0
+    assert c.visible(DOC) == {"n": 2}
+    assert w.store._holders[DOC] == (w.a.session_id, c.session_id)
+
+
 def test_a_foreign_commit_under_a_pending_layer_changes_nothing_visible(w: World) -> None:
     w.put(DOC, {"a": 0, "b": 0})
     with w.store.testing.hold_verdicts() as gate:

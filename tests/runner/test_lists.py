@@ -208,6 +208,33 @@ def test_a_filter_over_inline_scalars_shows_their_new_values() -> None:
     arun(main)
 
 
+def open_note(note: Any) -> bool:
+    return bool(note["open"])
+
+
+@pattern
+def OpenNotes(items):  # type: ignore[no-untyped-def]
+    return {"out": items.filter(open_note)}
+
+
+def test_a_filter_over_inline_dicts_shows_an_edit_that_keeps_the_verdict() -> None:
+    # The output holds the element itself: a field edited inside a kept element must
+    # reach it although the element's verdict (its child's result) did not change.
+    async def main() -> None:
+        async with Runtime() as rt:
+            notes = [{"open": True, "t": "a"}, {"open": False, "t": "b"}]
+            items, res = await run_list(rt, OpenNotes, notes)
+            assert [{"open": True, "t": "a"}] == await res.key("out").pull()
+            items.key(0, "t").set("A")
+            assert [{"open": True, "t": "A"}] == await res.key("out").pull()
+            items.key(1, "open").set(True)
+            assert [{"open": True, "t": "A"}, {"open": True, "t": "b"}] == await res.key(
+                "out"
+            ).pull()
+
+    arun(main)
+
+
 def test_reversing_a_list_of_links_runs_no_child_with_index_free_ops() -> None:
     async def main() -> None:
         async with Runtime() as rt:

@@ -565,7 +565,7 @@ def test_S40_deferred_ownership_after_installation_stops_only_its_own_registrati
             await tx.commit()
             r2 = rt.registration(res)
             assert r2 is not None and r2 is not r1
-            rt.runner._cancel_pending(pending)
+            rt.runner.cancel_pending(pending)
             assert r2 is rt.registration(res) and not r2.ended
             assert isinstance(pending, PendingStart)
 

@@ -470,7 +470,7 @@ def test_owners_fail_closed_on_pages() -> None:
             tx = alice.edit()
             alice.run(tx, Child, {"value": 1}, res)
             await tx.commit()
-            await rt._open_page(res.link(), alice.identity, via="test")  # type: ignore[misc]
+            await rt.runner.open_page(res.link(), alice.identity, via="test")  # type: ignore[misc]
             assert [res.id] == [c.id for c in alice.pages()]
             assert [] == bob.pages()
             with pytest.raises(OwnershipError, match="alice"):

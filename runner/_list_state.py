@@ -1,0 +1,128 @@
+"""A list coordinator's bookkeeping: one entry per element child, one state per identity.
+
+Setup debt: issuing an element's setup stamps the entry with the issuing
+reconcile (an `Issuance`). When that reconcile's transaction fails (a stale
+basis too), every entry it still stamps owes its setup again, and only the
+latest issuer decides.
+
+Bookkeeping is kept per resolution identity `(principal, session)` (a
+`State` each): one identity's completed setup never satisfies another's.
+
+Invariants (checked by `State._check`)
+- entry keys are unique and each entry's child id derives from its key and the
+  state's base container;
+- a document is awaited (syncing) or has a failed load to report, never both;
+- when a state records its last clean reconcile (`State.items`), its link
+  counts are those of that list, every element key has an entry, and the
+  recorded map aggregate is those entries' children.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cells import DocKey, Identity, Link
+
+from ._list_keys import ElementKey, child_link, keys_and_counts, keys_at
+
+
+class Issuance:
+    """One reconcile's transaction: the token that stamps the setups it issued."""
+
+    __slots__ = ("number",)
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+
+    def __repr__(self) -> str:
+        return f"<reconcile #{self.number}>"
+
+
+class Entry:
+    """One element's child, and its position as of the last reconcile that matched it.
+
+    A reconcile that diffs only the middle (`Coordinator._reconcile_middle`) moves only the
+    middle's entries; for an op that reads `index` it runs only when the length is
+    unchanged, so nothing else moved. For the other ops a shifted prefix or suffix
+    keeps its older `index`, which nothing reads (updating it would be O(N))."""
+
+    __slots__ = ("child", "created_by", "index", "issuer", "key", "owed")
+
+    def __init__(self, key: ElementKey, child: Link, index: int) -> None:
+        self.key = key
+        self.child = child
+        self.index = index
+        self.owed = True
+        self.issuer: Issuance | None = None
+        self.created_by: Issuance | None = None
+
+    def __repr__(self) -> str:
+        state = " owed" if self.owed else ""
+        return f"<element {self.key!r} @{self.index}{state}>"
+
+
+class State:
+    """A coordinator's bookkeeping for one resolution identity.
+
+    `items`, `counts` and `aggregate` describe the last reconcile that finished
+    cleanly over a list of links only (else `items` is None): the list it read (the
+    stored object itself, not a copy), how often each link occurs in it, and the
+    aggregate list object it wrote (map only). No key list is kept: a key is the
+    link and its occurrence, which `keys_at` derives for the part it needs (a new
+    N-element list per change is what the collector's young-generation passes pay
+    for at N = 10,000). Any failure (a raising release or setup, a transaction that
+    does not land, a child still loading) clears `items`, so the next reconcile
+    walks the whole list again.
+    """
+
+    __slots__ = (
+        "aggregate",
+        "base",
+        "counts",
+        "entries",
+        "failures",
+        "identity",
+        "items",
+        "load_errors",
+        "place",
+        "syncing",
+    )
+
+    def __init__(self, identity: Identity) -> None:
+        self.identity = identity
+        self.entries: dict[ElementKey, Entry] = {}
+        self.failures = 0
+        self.place: Link | None = None
+        """Where the list was read last (an inline element's argument points into it)."""
+        self.syncing: set[DocKey] = set()
+        """Documents this identity's reconciles wait for: one sync each, shared."""
+        self.load_errors: dict[DocKey, BaseException] = {}
+        """A list document whose load failed, for the next reconcile to report."""
+        self.base: Link | None = None
+        """The base container the entries' children derive from (None before the first
+        reconcile that read a loaded list)."""
+        self.items: list[Any] | None = None
+        self.counts: dict[Link, int] = {}
+        self.aggregate: list[Any] | None = None
+
+    def __repr__(self) -> str:
+        return f"<list state for {self.identity.principal}/{self.identity.session}>"
+
+    def _check(self, kind: str) -> None:
+        assert not self.syncing & self.load_errors.keys(), self.load_errors
+        assert self.base is not None or not self.entries, self
+        for key, entry in self.entries.items():
+            assert entry.key == key, entry
+            assert self.base is not None
+            assert entry.child == child_link(kind, self.base, key), entry
+        if self.items is not None:
+            # What the next reconcile diffs against is exactly the last clean one.
+            keys, counts = keys_and_counts(self.items)
+            assert self.counts == counts, (self.counts, counts)
+            assert sum(counts.values()) == len(self.items), "links only"
+            for start in range(len(keys) + 1):
+                assert keys[start:] == keys_at(self.items, counts, start, len(keys))
+            for key in keys:
+                assert key in self.entries, key
+            if self.aggregate is not None:
+                assert self.aggregate == [self.entries[k].child for k in keys]
