@@ -319,6 +319,27 @@ class ReaderIndex:
         shallow = self.shallow.get(key)
         trie = self.tries.get(key)
         if trie is None and shallow is None and deep is not None and len(deep) < TRIE_READERS:
+            if len(deep) == 1:
+                # One reader (a chain's every link): `_matching` for it, inlined.
+                ((node, paths),) = deep.items()
+                if len(paths) == 1:
+                    p = paths[0]
+                    self.comparisons += 1
+                    if (
+                        len(p) == 1
+                        and type(p[0]) is str
+                        and type(before) is dict
+                        and type(after) is dict
+                    ):
+                        b = before.get(p[0], MISSING)
+                        a = after.get(p[0], MISSING)
+                        if b is a:
+                            return []
+                        t = type(b)
+                        if t is type(a) and (t is int or t is str):
+                            return [node] if b != a else []
+                        return [node] if changed_at(b, a, (), shallow=False) else []
+                    return [node] if changed_at(before, after, p, shallow=False) else []
             return self._matching(deep.items(), before, after, False)  # the usual document
         if trie is None and len(deep or ()) + len(shallow or ()) >= TRIE_READERS:
             trie = self.tries[key] = _Trie()
