@@ -33,6 +33,7 @@ from ._cell import Space as Space
 from ._cell import check_same_store as check_same_store
 from ._claims import ClaimRow as ClaimRow
 from ._claims import ClaimTable as ClaimTable
+from ._claims import Fence as Fence
 from ._claims import Owner as Owner
 from ._codec import canonical_bytes as canonical_bytes
 from ._codec import cause_of as cause_of
@@ -60,7 +61,6 @@ from ._replica import Notification as Notification
 from ._replica import Replica as Replica
 from ._retry import edit_with_retry as edit_with_retry
 from ._store import CommitRequest as CommitRequest
-from ._store import Fence as Fence
 from ._store import LoadGate as LoadGate
 from ._store import StoreBase as StoreBase
 from ._store import VerdictGate as VerdictGate

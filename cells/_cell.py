@@ -24,7 +24,7 @@ from ._outcome import CommitResult
 from ._pending import Pending
 from ._replica import Replica
 from ._store import StoreBase
-from ._transaction import Transaction
+from ._transaction import Transaction, TxReplica
 from ._values import MISSING, Value, thaw
 from .errors import CellweaveError, InvalidArgumentError, InvalidValueError, OwnershipError
 
@@ -311,7 +311,7 @@ class Cell:
         return self._need_host("observe_patches").observe_patches(self)
 
 
-def check_same_store(cell: Cell, replica: Replica, where: str) -> None:
+def check_same_store(cell: Cell, replica: Replica | TxReplica, where: str) -> None:
     """Raise `InvalidArgumentError` unless `cell`'s documents live in `replica`'s store.
 
     A cell stands for its address (space, id, scope, path), and an address means

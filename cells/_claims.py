@@ -39,8 +39,17 @@ from collections.abc import Callable, Iterable, Sequence
 import msgspec
 
 from ._address import DocKey
-from ._store import Fence
 from .errors import FencedError
+
+
+class Fence(msgspec.Struct, frozen=True, gc=False):
+    """A page's claim, as a commit carries it: the page and the claim's generation."""
+
+    space: str
+    principal: str
+    page: str
+    generation: int
+
 
 PageRef = tuple[str, str]
 """(principal, page id): a page within a space."""

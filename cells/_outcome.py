@@ -9,7 +9,6 @@ failure is not retried until someone argues that a re-run can converge.
 
 from __future__ import annotations
 
-import enum
 from typing import Final
 
 import msgspec
@@ -17,59 +16,17 @@ import msgspec
 from .errors import (
     CommitRejected,
     ConflictError,
-    DependencyRejectedError,
-    InconsistentBasisError,
     InvalidArgumentError,
     LivenessError,
     PreconditionFailedError,
     TerminalCommitError,
     TransactionAborted,
 )
-
-
-class Outcome(enum.Enum):
-    """How a transaction settled."""
-
-    OK = "ok"
-    STALE_BASIS = "stale-basis"
-    """A conflict or a local inconsistency: a re-run against fresher state can succeed."""
-    PERMANENT = "permanent"
-    """A commit-time precondition failed (a create-only document already exists)."""
-    TERMINAL = "terminal"
-    """The store refuses the data itself."""
-    LIVENESS = "liveness"
-    """Never evaluated (connection lost, a load failed)."""
-    ABORTED = "aborted"
-    """`abort()` was called before the commit."""
-    NON_RETRYABLE = "non-retryable"
-    """Everything else, including every unknown error."""
-
-    def __repr__(self) -> str:
-        return f"Outcome.{self.name}"
-
-
-_BY_CLASS: Final[tuple[tuple[type[BaseException], Outcome], ...]] = (
-    (ConflictError, Outcome.STALE_BASIS),
-    (InconsistentBasisError, Outcome.STALE_BASIS),
-    (DependencyRejectedError, Outcome.STALE_BASIS),
-    (PreconditionFailedError, Outcome.PERMANENT),
-    (TerminalCommitError, Outcome.TERMINAL),
-    (LivenessError, Outcome.LIVENESS),
-    (TransactionAborted, Outcome.ABORTED),
-)
+from .errors import Outcome as Outcome
+from .errors import classify as classify
 
 RETRYABLE: Final[frozenset[Outcome]] = frozenset({Outcome.STALE_BASIS, Outcome.LIVENESS})
 """Outcomes `edit_with_retry` retries. ABORTED is not here: an abort is the caller's decision."""
-
-
-def classify(error: BaseException | None) -> Outcome:
-    """The outcome for `error` (`None` means success). Total: unknown errors are NON_RETRYABLE."""
-    if error is None:
-        return Outcome.OK
-    for cls, outcome in _BY_CLASS:
-        if isinstance(error, cls):
-            return outcome
-    return Outcome.NON_RETRYABLE
 
 
 def error_for(outcome: Outcome, message: str) -> CommitRejected:

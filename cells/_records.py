@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
 import attrs
 import msgspec
@@ -26,8 +26,14 @@ from ._address import DocKey, Path
 from ._values import MISSING, Value, set_path
 from .errors import InvalidValueError
 
-if TYPE_CHECKING:
-    from ._transaction import Transaction
+
+class Source(Protocol):
+    """What a notification says of the transaction it reports (a `Transaction`):
+    `source`, who ran it (a scheduler node), so its own commit does not invalidate it."""
+
+    @property
+    def source(self) -> object: ...
+
 
 NotificationKind = Literal["commit", "revert", "integrate", "load"]
 
@@ -54,7 +60,7 @@ class Notification(msgspec.Struct, frozen=True):
 
     kind: NotificationKind
     changes: tuple[Change, ...]
-    source: Transaction | None = None
+    source: Source | None = None
     reason: BaseException | None = None
 
 

@@ -34,6 +34,7 @@ import msgspec
 from ._access import Authority
 from ._address import DocKey, Identity
 from ._args import bad_arg, check_arg, check_callable
+from ._claims import Fence
 from ._outcome import CommitResult, Outcome
 from ._pending import Mailbox, Pending
 from ._records import (
@@ -53,7 +54,7 @@ from ._staging import (
     stage_writes,
     stale_message,
 )
-from ._store import CommitRequest, DocState, Fence, ReadClaim, StoreBase, Verdict, Write
+from ._store import CommitRequest, DocState, ReadClaim, StoreBase, Verdict, Write
 from ._transaction import LIBRARY_DIRS, Transaction, TxDoc
 from ._values import MISSING, Value, same_value
 from .errors import InconsistentBasisError, OwnershipError, TransactionError

@@ -35,6 +35,7 @@ import msgspec
 
 from ._address import DocKey, Path
 from ._args import bad_arg, check_arg
+from ._claims import Fence
 from ._outcome import Outcome, error_for
 from ._pending import Mailbox
 from ._values import MISSING, Value, get_path
@@ -77,15 +78,6 @@ class Write(msgspec.Struct, frozen=True, gc=False):
     key: DocKey
     path: Path
     value: Value
-
-
-class Fence(msgspec.Struct, frozen=True, gc=False):
-    """A page's claim, as a commit carries it: the page and the claim's generation."""
-
-    space: str
-    principal: str
-    page: str
-    generation: int
 
 
 class CommitRequest(msgspec.Struct, frozen=True, gc=False):

@@ -23,7 +23,7 @@ import os
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from types import CodeType, TracebackType
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 import msgspec
 
@@ -32,7 +32,7 @@ from ._address import DocKey, Identity, Link, Path, check_path
 from ._args import bad_arg, check_callable
 from ._codec import describe
 from ._outcome import CommitResult, Outcome
-from ._pending import Pending
+from ._pending import Mailbox, Pending
 from ._values import MAX_DEPTH, MAX_INT, MISSING, Value, get_path, normalize, set_path
 from .errors import (
     CommitRejected,
@@ -49,8 +49,26 @@ if INTERNAL_PREFIX != "cw:":  # pragma: no cover - a guard for whoever changes i
     raise ImportError("cells._transaction spells INTERNAL_PREFIX as 'cw:'; update both")
 
 if TYPE_CHECKING:
-    from ._records import Layer
-    from ._replica import Replica
+    from ._records import DocRecord, Layer
+    from ._store import StoreBase
+
+
+class TxReplica(Protocol):
+    """What a transaction uses of its replica (`cells._replica.Replica` is the one
+    implementation; the transaction is its friend, so this names private members).
+    A protocol keeps `_transaction` below `_replica`: no import circle."""
+
+    session_id: str
+    store: StoreBase
+    mailbox: Mailbox
+    _docs: dict[DocKey, DocRecord]
+
+    def _check_authority(self, authority: object) -> bool: ...
+
+    def _record(self, key: DocKey) -> DocRecord: ...
+
+    def _commit(self, tx: Transaction) -> None: ...
+
 
 Status = Literal["open", "committing", "committed", "rejected", "aborted"]
 SettleCallback = Callable[["Transaction", CommitResult], None]
@@ -168,7 +186,7 @@ class Transaction:
 
     def __init__(
         self,
-        replica: Replica,
+        replica: TxReplica,
         identity: Identity,
         *,
         source: object = None,
@@ -215,7 +233,7 @@ class Transaction:
         return meta
 
     @property
-    def replica(self) -> Replica:
+    def replica(self) -> TxReplica:
         return self._replica
 
     @property

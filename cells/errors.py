@@ -4,16 +4,15 @@ Every error the library raises on purpose derives from `CellweaveError`, mixed
 with the builtin a user would naturally catch (`InvalidValueError` is also a
 `ValueError`). Messages name the object, the value and the place.
 
-Commit rejections carry the `Outcome` a classifier assigns them (see
-`cells._outcome.classify`); `CommitRejected` is their common base.
+Commit rejections carry the `Outcome` a classifier assigns them (`classify`,
+at the end of this module, beside the classes it sorts); `CommitRejected` is
+their common base.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from ._outcome import Outcome
+import enum
+from typing import Any, Final
 
 
 class CellweaveError(Exception):
@@ -83,8 +82,6 @@ class CommitRejected(CellweaveError, RuntimeError):
     @property
     def outcome(self) -> Outcome:
         """The outcome this rejection stands for (`classify(self)`)."""
-        from ._outcome import classify
-
         return classify(self)
 
 
@@ -154,3 +151,48 @@ class OwnershipError(CellweaveError, PermissionError):
 
     `runner.OwnershipError` is this same class.
     """
+
+
+# --------------------------------------------------------------------------- outcomes
+
+
+class Outcome(enum.Enum):
+    """How a transaction settled."""
+
+    OK = "ok"
+    STALE_BASIS = "stale-basis"
+    """A conflict or a local inconsistency: a re-run against fresher state can succeed."""
+    PERMANENT = "permanent"
+    """A commit-time precondition failed (a create-only document already exists)."""
+    TERMINAL = "terminal"
+    """The store refuses the data itself."""
+    LIVENESS = "liveness"
+    """Never evaluated (connection lost, a load failed)."""
+    ABORTED = "aborted"
+    """`abort()` was called before the commit."""
+    NON_RETRYABLE = "non-retryable"
+    """Everything else, including every unknown error."""
+
+    def __repr__(self) -> str:
+        return f"Outcome.{self.name}"
+
+
+_BY_CLASS: Final[tuple[tuple[type[BaseException], Outcome], ...]] = (
+    (ConflictError, Outcome.STALE_BASIS),
+    (InconsistentBasisError, Outcome.STALE_BASIS),
+    (DependencyRejectedError, Outcome.STALE_BASIS),
+    (PreconditionFailedError, Outcome.PERMANENT),
+    (TerminalCommitError, Outcome.TERMINAL),
+    (LivenessError, Outcome.LIVENESS),
+    (TransactionAborted, Outcome.ABORTED),
+)
+
+
+def classify(error: BaseException | None) -> Outcome:
+    """The outcome for `error` (`None` means success). Total: unknown errors are NON_RETRYABLE."""
+    if error is None:
+        return Outcome.OK
+    for cls, outcome in _BY_CLASS:
+        if isinstance(error, cls):
+            return outcome
+    return Outcome.NON_RETRYABLE

@@ -22,8 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Final, TypeVar
 
-from .._claims import CLOSED_AT, ClaimRow, ClaimTable, Owner, PageRef, fenced_message
-from .._store import Fence
+from .._claims import CLOSED_AT, ClaimRow, ClaimTable, Fence, Owner, PageRef, fenced_message
 from ..errors import FencedError
 
 T = TypeVar("T")
