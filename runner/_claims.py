@@ -402,7 +402,7 @@ class PageServer:
         if new:
             self.loading.update(new)
             try:
-                await _future(rt.replica.sync(new))
+                await rt.replica.sync(new)  # (a Pending is awaitable)
             finally:
                 self.loading.difference_update(new)
             self.watched.update(new)
@@ -623,20 +623,3 @@ class PageServer:
             "takeovers": list(self.takeovers),
             "lost": list(self.lost),
         }
-
-
-def _future(pending: Pending[Any]) -> asyncio.Future[Any]:
-    import asyncio
-
-    fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-
-    def done(p: Pending[Any]) -> None:
-        if fut.done():
-            return
-        try:
-            fut.set_result(p.result())
-        except Exception as exc:
-            fut.set_exception(exc)
-
-    pending.add_done_callback(done)
-    return fut

@@ -11,16 +11,12 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from browser_support import shot
+from browser_support import free_port, served, shot
 from playwright.sync_api import Browser, Page, expect
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
@@ -60,12 +56,6 @@ def notebook(cells: list[str]) -> dict[str, Any]:
     }
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 # (the server's module, the notebook's address under it, what shows the kernel
 # connected and idle, the screenshot's name)
 FRONTENDS = {
@@ -92,43 +82,23 @@ def lab(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[tuple[str, st
     env = {**os.environ, "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg")}
     env["JUPYTER_RUNTIME_DIR"] = str(tmp_path / "rt")
     env["JUPYTERLAB_WORKSPACES_DIR"] = str(tmp_path / "ws")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            module,
-            "--no-browser",
-            "--allow-root",
-            "--ip=127.0.0.1",
-            f"--port={port}",
-            f"--IdentityProvider.token={token}",
-            f"--ServerApp.root_dir={tmp_path}",
-            "--LabApp.news_url=",
-            "--LabServerApp.extension_manager=readonly",
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    argv = [
+        sys.executable,
+        "-m",
+        module,
+        "--no-browser",
+        "--allow-root",
+        "--ip=127.0.0.1",
+        f"--port={port}",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={tmp_path}",
+        "--LabApp.news_url=",
+        "--LabServerApp.extension_manager=readonly",
+    ]
     base = f"http://127.0.0.1:{port}"
-    end = time.monotonic() + DEADLINE
-    while True:
-        try:
-            urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2)
-            break
-        except OSError:
-            if time.monotonic() > end or proc.poll() is not None:
-                proc.kill()
-                raise AssertionError(f"{module} did not start") from None
-            time.sleep(0.2)
-    try:
+    ready = f"{base}/api/status?token={token}"
+    with served(argv, ready, what=module, deadline=DEADLINE, env=env):
         yield f"{base}{address}?token={token}", idle, name
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def accept_kernel_dialog(page: Page) -> None:

@@ -11,17 +11,14 @@ show the write, polled with a deadline).
 
 from __future__ import annotations
 
-import socket
-import subprocess
 import sys
 import textwrap
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from browser_support import shot
+from browser_support import free_port, served, shot
 from playwright.sync_api import Browser, expect
 
 from cellweave import Runtime, SQLiteStore
@@ -60,52 +57,25 @@ def app_source(db: Path) -> str:
     )
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def marimo_app(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     db = tmp_path / "board.db"
     (tmp_path / "board.py").write_text(app_source(db))
     port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "marimo",
-            "run",
-            str(tmp_path / "board.py"),
-            "--headless",
-            "--host=127.0.0.1",
-            f"--port={port}",
-            "--no-token",
-        ],
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    argv = [
+        sys.executable,
+        "-m",
+        "marimo",
+        "run",
+        str(tmp_path / "board.py"),
+        "--headless",
+        "--host=127.0.0.1",
+        f"--port={port}",
+        "--no-token",
+    ]
     base = f"http://127.0.0.1:{port}/"
-    end = time.monotonic() + DEADLINE
-    while True:
-        try:
-            urllib.request.urlopen(base, timeout=2)
-            break
-        except OSError:
-            if time.monotonic() > end or proc.poll() is not None:
-                proc.kill()
-                raise AssertionError("marimo did not start") from None
-            time.sleep(0.2)
-    try:
+    with served(argv, base, what="marimo", deadline=DEADLINE, cwd=tmp_path):
         yield base, db
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def stored_tasks(db: Path) -> object:
