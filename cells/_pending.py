@@ -269,6 +269,16 @@ class Pending(Generic[T]):
     def _fail(self, error: BaseException) -> None:
         self._finish(None, error)
 
+    def set_result(self, value: T) -> None:
+        """Resolve with `value`. For the code that made this `Pending` (as with
+        `asyncio.Future.set_result`); a second resolve raises `TransactionError`."""
+        self._resolve(value)
+
+    def set_exception(self, error: BaseException) -> None:
+        """Resolve with `error` (awaiting, `wait()` and `result()` raise it). For the
+        code that made this `Pending`; a second resolve raises `TransactionError`."""
+        self._finish(None, error)
+
     def _finish(self, value: T | None, error: BaseException | None) -> None:
         if self._done:
             raise TransactionError("a Pending result was resolved twice (this is a bug)")

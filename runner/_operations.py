@@ -443,7 +443,7 @@ def _check_parameters(pattern: Pattern, argument: Mapping[str, Any], where: str)
 
 def _resolved() -> Pending[None]:
     done: Pending[None] = Pending()
-    done._resolve(None)
+    done.set_result(None)
     return done
 
 

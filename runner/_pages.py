@@ -290,13 +290,13 @@ class Pages:
         def recorded(res: CommitResult) -> None:
             if page.stopped:
                 page.opening -= 1
-                result._resolve(False)  # stopped while opening: the stop's record wins
+                result.set_result(False)  # stopped while opening: the stop's record wins
                 return
             if not res.ok:
                 if last():
                     self._forget(page)
                 self.runner.trace.record("page-open-failed", str(link), outcome=res.outcome.name)
-                result._fail(
+                result.set_exception(
                     res.error
                     or PageError(f"the record of page {describe(link)} did not become durable")
                 )
@@ -316,19 +316,19 @@ class Pages:
             except Exception as exc:
                 if last():
                     self._withdraw(page, identity)
-                result._fail(exc)
+                result.set_exception(exc)
                 return
             if not ok or page.stopped:
                 # Superseded (a stop won): withdrawn, so a restart never resumes it (unless
                 # another open of the same page is still going, or one succeeded).
                 if last() and not page.stopped:
                     self._withdraw(page, identity)
-                result._resolve(False)
+                result.set_result(False)
                 return
             page.opening -= 1
             page.opened = True
             self.navigated(identity, link)
-            result._resolve(True)
+            result.set_result(True)
 
         # Re-issued only while the page is not stopped: a retry landing after the stop's
         # removal would record open a page whose stop was acknowledged.
@@ -388,9 +388,9 @@ class Pages:
             waiting[0] -= 1
             if waiting[0] == 0:
                 if failures:
-                    durable._fail(failures[0])
+                    durable.set_exception(failures[0])
                 else:
-                    durable._resolve(None)
+                    durable.set_result(None)
 
         for page in pages:
             page.stopped = True
@@ -441,20 +441,20 @@ class Pages:
             try:
                 p.result()
             except Exception as exc:
-                result._fail(exc)
+                result.set_exception(exc)
             else:
-                result._resolve(None)
+                result.set_result(None)
 
         def loaded(p: Pending[None]) -> None:
             try:
                 p.result()
             except Exception as exc:
-                result._fail(exc)
+                result.set_exception(exc)
                 return
             if recorded_open():
                 close().add_done_callback(forward)
             else:
-                result._resolve(None)
+                result.set_result(None)
 
         replica.sync([doc]).add_done_callback(loaded)
         return result

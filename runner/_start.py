@@ -116,9 +116,9 @@ def _settle(
 ) -> None:
     claimed = runner.settle_attempt(attempt, running, error)
     if error is not None:
-        result._fail(error)
+        result.set_exception(error)
     else:
-        result._resolve(claimed)
+        result.set_result(claimed)
 
 
 def _current(runner: Starter, attempt: StartAttempt, key: Key, stage: str) -> bool:
