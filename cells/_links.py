@@ -334,7 +334,7 @@ class Materializer:
         self._forget()
 
     def read(self, tx: Transaction, link: Link) -> Value:
-        log = tx._log
+        log = tx.reads
         root = self._root
         if tx._docs or log or tx._values is not None:
             # Not a fresh transaction: its reads so far would hide entries from the kept
@@ -417,7 +417,7 @@ class Materializer:
         self, tx: Transaction, memo: _Memo, active: frozenset[tuple[object, Path]]
     ) -> Value:
         """Read `memo.link` as `_read` does, keeping what it read and made."""
-        log = tx._log
+        log = tx.reads
         start = len(log)
         hops: list[tuple[DocKey, Path]] = []
         final, key = _resolve(tx, memo.link, True, hops)
@@ -508,7 +508,7 @@ class Materializer:
         reads and its kids' logs: O(kids), no re-read of the other kids.
 
         Raises `_Fallback` when this link itself now reads other places than it did."""
-        log = tx._log
+        log = tx.reads
         if not memo.dirty:
             log.extend(memo.log)
             return memo.out

@@ -480,7 +480,7 @@ class Replica:
         # and the read log now, so what stays in flight until the verdict is small (a
         # drain keeps every commit it made in flight, and the collector walks them).
         tx._docs = {}
-        tx._log = []
+        tx.reads = []
         self._in_flight[seq] = tx
         self.stats.commits_sent += 1
         try:

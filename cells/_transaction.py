@@ -168,7 +168,6 @@ class Transaction:
     __slots__ = (
         "_create_only",
         "_docs",
-        "_log",
         "_meta",
         "_on_failure",
         "_pending",
@@ -179,6 +178,7 @@ class Transaction:
         "_system",
         "_values",
         "identity",
+        "reads",
         "result",
         "source",
         "status",
@@ -201,7 +201,13 @@ class Transaction:
         self.status: Status = "open"
         self.result: CommitResult | None = None
         self._docs: dict[DocKey, TxDoc] = {}
-        self._log: list[tuple[DocKey, Path, bool]] = []
+        self.reads: list[tuple[DocKey, Path, bool]] = []
+        """Logged reads in first-read order: (document, full-document path, shallow).
+        Read it, never change it. A repeated read is not logged again (unless a read
+        of its document skipped the log, see `read`), so this is the read set with few
+        or no duplicates. Empty once a commit that changed something is handed to the
+        store (its request carries the reads from then on): read it before committing.
+        A plain attribute, not a property: the scheduler reads it on every run."""
         # Made on first use: the scheduler opens one transaction per node run, and
         # most never need annotations, create-only keys, callbacks or effects.
         self._meta: dict[str, Any] | None = None
@@ -323,7 +329,7 @@ class Transaction:
             )  # fmt: skip
             self._docs[key] = td
             if log:
-                self._log.append((key, path, shallow))
+                self.reads.append((key, path, shallow))
             else:
                 td.unlogged = True
         else:
@@ -342,7 +348,7 @@ class Transaction:
                 # this document skipped the log (then log it again: a duplicate log
                 # entry is harmless, a missing one would lose a trigger).
                 if log and td.unlogged:
-                    self._log.append((key, path, shallow))
+                    self.reads.append((key, path, shallow))
             else:
                 if reads is None:
                     td.reads = (entry,)
@@ -351,7 +357,7 @@ class Transaction:
                 else:
                     reads[entry] = None
                 if log:
-                    self._log.append((key, path, shallow))
+                    self.reads.append((key, path, shallow))
                 else:
                     td.unlogged = True
         working = td.working
@@ -376,17 +382,6 @@ class Transaction:
         if rec is None:
             rec = self._replica._record(key)
         return get_path(rec.visible, path)
-
-    @property
-    def reads(self) -> list[tuple[DocKey, Path, bool]]:
-        """Logged reads in first-read order: (document, full-document path, shallow).
-
-        A repeated read is not logged again (unless a read of its document skipped
-        the log, see `read`), so this is the read set with few or no duplicates.
-        Empty once a commit that changed something is handed to the store (its
-        request carries the reads from then on): read it before committing.
-        """
-        return self._log
 
     def documents(self) -> dict[DocKey, TxDoc]:
         """The documents this transaction touched, with their basis and working copy

@@ -481,7 +481,7 @@ class Passes:
             self._current_tx = previous_tx
         if node.registered:
             # Keep the read set even after an error: the node re-runs when its inputs change.
-            log = tx._log  # `tx.reads`, without the property call
+            log = tx.reads
             if len(log) == 1:
                 # One read: compare with the read set itself, and keep no log.
                 key, path, shallow = log[0]
