@@ -9,6 +9,12 @@
 import { applyPatch } from "./vendor/fast-json-patch/core.mjs";
 
 const STREAM = "$stream";
+// A table with more rows than this is drawn windowed: only the rows in and
+// near its scroll box's viewport are in the DOM, with spacer rows standing
+// for the others (a browser lays out 10,000 rows in hundreds of ms per frame).
+export const WINDOW_ABOVE = 300;
+const OVERSCAN = 20; // rows drawn beyond each edge of the viewport
+const ROW_GUESS = 26; // px per row until one is measured
 
 function ptr(path) {
   return path.map((p) => "/" + String(p).replace(/~/g, "~0").replace(/\//g, "~1")).join("");
@@ -72,12 +78,22 @@ export class ValueView {
     this.actions = actions;
     this.value = undefined;
     this.nodes = new Map(); // pointer -> element rendering the value at that pointer
+    this.windows = new Map(); // pointer of a windowed list -> its Window
+    this.windowAbove = WINDOW_ABOVE;
   }
 
   snapshot(value) {
     this.value = value;
     this.nodes.clear();
+    this.windows.clear();
     this.el.replaceChildren(this.render(value, []));
+    this.settle();
+  }
+
+  settle() {
+    // Windows drawn before they were in the page guessed their size: now
+    // that they are, draw as many rows as fill them.
+    for (const win of this.windows.values()) if (!win.measured) win.draw(win.start, win.fit(win.start));
   }
 
   patch(ops) {
@@ -104,6 +120,14 @@ export class ValueView {
   }
 
   redraw(pointer) {
+    const win = this.windowOver(pointer);
+    if (win !== null) {
+      if (win.pointer === pointer) return win.relist();
+      // A row outside the window is only held in this.value: it is drawn
+      // from there when it scrolls in.
+      const index = Number(unptr(pointer.slice(win.pointer.length))[0]);
+      if (!win.shows(index)) return;
+    }
     let path = unptr(pointer);
     while (path.length > 0 && !this.nodes.has(ptr(path))) path = path.slice(0, -1);
     const at = ptr(path);
@@ -115,6 +139,7 @@ export class ValueView {
     this.forget(old);
     const fresh = this.render(value, this.typed(path), old.tagName);
     old.replaceWith(fresh);
+    this.settle();
   }
 
   typed(path) {
@@ -134,10 +159,32 @@ export class ValueView {
     return value;
   }
 
+  windowOver(pointer) {
+    // The windowed list this pointer is in or names (the innermost one), or null.
+    let best = null;
+    for (const [p, win] of this.windows) {
+      if ((pointer === p || pointer.startsWith(p + "/")) && (best === null || p.length > best.pointer.length)) best = win;
+    }
+    return best;
+  }
+
+  reveal(pointer) {
+    // Scroll every windowed table on the way so the row holding `pointer` is
+    // drawn, and return its element (or null when nothing renders it).
+    for (const win of [...this.windows.values()].sort((a, b) => a.pointer.length - b.pointer.length)) {
+      if (!pointer.startsWith(win.pointer + "/")) continue;
+      win.scrollTo(Number(unptr(pointer.slice(win.pointer.length))[0]));
+    }
+    const el = this.nodes.get(pointer) || null;
+    if (el !== null) el.scrollIntoView({ block: "nearest" });
+    return el;
+  }
+
   forget(el) {
     for (const node of [el, ...el.querySelectorAll("[data-ptr]")]) {
       const p = node.getAttribute("data-ptr");
       if (p !== null && this.nodes.get(p) === node) this.nodes.delete(p);
+      if (p !== null && this.windows.get(p)?.box === node) this.windows.delete(p);
     }
   }
 
@@ -177,8 +224,14 @@ export class ValueView {
     }
     const head = h("tr", {}, ...cols.map((c) => h("th", {}, c)), h("th", {}, ""));
     const body = h("tbody");
+    const table = h("table", { class: "cw-table" }, h("thead", {}, head), body);
+    if (items.length > this.windowAbove) {
+      const win = new Window(this, path, cols, table, body);
+      this.windows.set(win.pointer, win);
+      return win.box;
+    }
     items.forEach((v, i) => body.append(this.row(v, [...path, i], cols)));
-    return h("table", { class: "cw-table" }, h("thead", {}, head), body);
+    return table;
   }
 
   row(obj, path, cols) {
@@ -239,6 +292,122 @@ export class ValueView {
   }
 }
 
+// A long table drawn windowed: its own scroll box, a spacer row above and one
+// below standing for the rows not drawn, and the rows [start, end) between.
+class Window {
+  constructor(view, path, cols, table, body) {
+    this.view = view;
+    this.path = path;
+    this.pointer = ptr(path);
+    this.cols = cols;
+    this.body = body;
+    this.rowHeight = ROW_GUESS;
+    this.measured = false;
+    this.start = 0;
+    this.end = 0;
+    const spacer = () => h("tr", { class: "cw-spacer", "aria-hidden": "true" }, h("td", { colspan: String(cols.length + 1) }));
+    this.top = spacer();
+    this.bottom = spacer();
+    this.box = h("div", { class: "cw-window" }, table);
+    this.box.addEventListener("scroll", () => this.follow());
+    this.draw(0, this.fit(0));
+  }
+
+  items() {
+    return this.view.valueAt(this.path) || [];
+  }
+
+  shows(index) {
+    return index >= this.start && index < this.end;
+  }
+
+  fit(first) {
+    // How many rows fill the box from `first`, with the overscan on both sides.
+    const height = this.box.clientHeight || window.innerHeight || 800;
+    return first + Math.ceil(height / this.rowHeight) + OVERSCAN;
+  }
+
+  follow() {
+    // Redraw only when the viewport comes near an edge of the drawn rows.
+    const n = this.items().length;
+    const first = Math.floor(this.box.scrollTop / this.rowHeight);
+    const last = first + Math.ceil(this.box.clientHeight / this.rowHeight);
+    const margin = OVERSCAN / 4;
+    const short = (first < this.start + margin && this.start > 0) || (last > this.end - margin && this.end < n);
+    if (short) this.draw(Math.max(0, first - OVERSCAN), this.fit(first));
+  }
+
+  scrollTo(index) {
+    // Scroll the box so row `index` is mid-viewport, and draw the rows there.
+    this.box.scrollTop = Math.max(0, index * this.rowHeight - this.box.clientHeight / 2);
+    const first = Math.floor(this.box.scrollTop / this.rowHeight);
+    if (!this.shows(index) || !this.shows(first)) this.draw(Math.max(0, first - OVERSCAN), Math.max(this.fit(first), index + 1));
+  }
+
+  relist() {
+    // The list itself changed (an insert or a removal): the window's rows
+    // shifted; a list that is no longer a table of the same columns is redrawn whole.
+    const items = this.items();
+    const cols = Array.isArray(items) ? tableColumns(items) : null;
+    if (cols === null || cols.join("\u0000") !== this.cols.join("\u0000") || items.length <= this.view.windowAbove) {
+      this.view.windows.delete(this.pointer);
+      const fresh = this.view.render(items, this.view.typed(this.path));
+      this.view.forget(this.box);
+      this.box.replaceWith(fresh);
+      return;
+    }
+    this.draw(this.start, this.end, true);
+  }
+
+  draw(start, end, whole = false) {
+    // Show rows [start, end). Rows drawn already and still in the window stay
+    // as they are (an editor open in one survives a scroll); `whole` redraws
+    // them all (the list changed under them).
+    const items = this.items();
+    end = Math.min(end, items.length);
+    start = Math.min(start, end);
+    const make = (from, to) => {
+      const rows = [];
+      for (let i = from; i < to; i++) rows.push(this.view.row(items[i], [...this.path, i], this.cols));
+      return rows;
+    };
+    const overlap = !whole && start < this.end && this.start < end;
+    if (overlap) {
+      for (let i = this.start; i < this.end; i++) {
+        if (i >= start && i < end) continue;
+        const tr = this.view.nodes.get(ptr([...this.path, i]));
+        if (tr === undefined) continue;
+        this.view.forget(tr);
+        tr.remove();
+      }
+      const above = make(start, Math.min(end, this.start));
+      const below = make(Math.max(start, this.end), end);
+      this.top.after(...above);
+      this.bottom.before(...below);
+    } else {
+      for (const tr of this.body.querySelectorAll(":scope > tr[data-ptr]")) this.view.forget(tr);
+      this.body.replaceChildren(this.top, ...make(start, end), this.bottom);
+    }
+    this.start = start;
+    this.end = end;
+    this.measure();
+    this.top.style.height = `${start * this.rowHeight}px`;
+    this.bottom.style.height = `${(items.length - end) * this.rowHeight}px`;
+  }
+
+  measure() {
+    // Rows are as tall as their contents: take the drawn rows' mean height.
+    const first = this.top.nextElementSibling;
+    const last = this.bottom.previousElementSibling;
+    if (!this.box.isConnected || first === this.bottom || this.end <= this.start) return;
+    const height = (last.getBoundingClientRect().bottom - first.getBoundingClientRect().top) / (this.end - this.start);
+    if (height > 0) {
+      this.rowHeight = height;
+      this.measured = true;
+    }
+  }
+}
+
 // ---------------------------------------------------------------- web shell
 
 export function connectShell(el, location) {
@@ -246,6 +415,10 @@ export function connectShell(el, location) {
   const scheme = location.protocol === "https:" ? "wss" : "ws";
   const ws = new WebSocket(`${scheme}://${location.host}/ws?token=${encodeURIComponent(token)}`);
   const shell = new Shell(el, (msg) => ws.send(JSON.stringify(msg)));
+  // `?window_above=N` windows tables longer than N rows (default WINDOW_ABOVE;
+  // `Infinity` never windows, to compare).
+  const above = new URLSearchParams(location.search).get("window_above");
+  if (above !== null && !Number.isNaN(Number(above))) shell.view.windowAbove = Number(above);
   ws.addEventListener("open", () => shell.start());
   ws.addEventListener("message", (e) => {
     shell.bytesIn += e.data.length;

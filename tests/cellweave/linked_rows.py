@@ -22,10 +22,19 @@ def Rows(items: Ref) -> Any:
     return {"rows": items.map(Row)}
 
 
-def rows_app(rt: Any, tx: Any) -> Cell:
-    """Three inline items mapped to rows: a row's title is a link into its item."""
+def _app(rt: Any, tx: Any, n: int) -> Cell:
     items = rt.get_cell("linked-items", tx=tx)
-    items.set([{"n": i, "title": f"item {i}"} for i in range(3)])
+    items.set([{"n": i, "title": f"item {i}"} for i in range(n)])
     result = rt.get_cell("linked-rows", tx=tx)
     made: Cell = rt.run(tx, Rows, {"items": items}, result)
     return made
+
+
+def rows_app(rt: Any, tx: Any) -> Cell:
+    """Three inline items mapped to rows: a row's title is a link into its item."""
+    return _app(rt, tx, 3)
+
+
+def long_rows_app(rt: Any, tx: Any) -> Cell:
+    """2,000 of them: a table long enough to be drawn windowed."""
+    return _app(rt, tx, 2000)

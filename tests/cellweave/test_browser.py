@@ -167,3 +167,52 @@ def test_a_digit_dict_key_in_a_patch_stays_a_key(browser: Browser, tmp_path: Any
         sent = page.evaluate(DIGIT_KEYS_JS)
         assert [["slots", "1", "go"], ["list", 1]] == sent
         page.close()
+
+
+def test_a_long_table_is_windowed_and_patched_in_and_out_of_its_window(
+    browser: Browser, tmp_path: Any
+) -> None:
+    # 2,000 rows: drawn are the rows in and near the table's scroll box, with
+    # spacers for the others; a far row is reached by scrolling, edited, patched.
+    with shell(tmp_path, target="linked_rows:long_rows_app") as server:
+        page = browser.new_page(viewport={"width": 900, "height": 640})
+        page.goto(f"{server.url}/?token={ALICE}")
+        box = page.locator(".cw-window")
+        # Mapping 2,000 rows takes the server a while on a loaded machine.
+        expect(page.locator("[data-ptr='/rows/0/title']")).to_have_text("item 0", timeout=120_000)
+        drawn = page.locator(".cw-window tbody tr[data-ptr]").count()
+        assert 0 < drawn < 200
+        assert 0 == page.locator("[data-ptr='/rows/1500']").count()
+        # Scroll the box to row 1500 as a person would, by its scroll position.
+        box.evaluate("b => { b.scrollTop = b.scrollHeight * 1500 / 2000; }")
+        far = page.locator("[data-ptr='/rows/1500/title']")
+        expect(far).to_be_visible()
+        expect(far).to_have_text("item 1500")
+        assert 0 == page.locator("[data-ptr='/rows/0']").count()
+        far.dblclick()
+        page.locator("input.cw-edit").fill("far edit")
+        page.locator("input.cw-edit").press("Enter")
+        expect(page.locator("[data-ptr='/rows/1500/line']")).to_have_text("#1500 far edit")
+        expect(far).to_have_text("far edit")
+        # Row 10 is out of the window: its patch changes the held value and
+        # touches no DOM node (a MutationObserver on the table sees nothing).
+        page.evaluate(
+            """() => {
+              window.mutations = 0;
+              new MutationObserver((rs) => { window.mutations += rs.length; })
+                .observe(document.querySelector('.cw-window'),
+                         {childList: true, subtree: true, characterData: true, attributes: true});
+              window.cellweave.ask({op: 'set', cell: 'root', path: ['rows', 10, 'title'],
+                                    value: 'patched away', basis: 'item 10'});
+            }"""
+        )
+        page.wait_for_function(
+            "() => window.cellweave.view.valueAt(['rows', 10, 'line']) === '#10 patched away'"
+        )
+        assert 0 == page.evaluate("() => window.mutations")
+        assert 0 == page.locator("[data-ptr='/rows/10']").count()
+        box.evaluate("b => { b.scrollTop = 0; }")
+        expect(page.locator("[data-ptr='/rows/10/title']")).to_have_text("patched away")
+        expect(page.locator("[data-ptr='/rows/10/line']")).to_have_text("#10 patched away")
+        shot(page, "shell-long-table")
+        page.close()
