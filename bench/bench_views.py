@@ -29,6 +29,8 @@ import contextlib
 import functools
 import os
 import shutil
+import statistics
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -66,13 +68,28 @@ def rows_app(rt: Any, tx: Any) -> Cell:
     return made
 
 
-# One edit from the page: send the set, resolve when the row's title shows it.
+# One edit from the page: bring the row into view (untimed: the window draws
+# it), send the set, and note in the page when a MutationObserver sees the new
+# text in that row (the DOM mutation) and when the next frame after it has
+# been rendered (a requestAnimationFrame callback runs before the frame's
+# style, layout and paint; a message posted from it is handled after them).
 EDIT_JS = """
-async ([i, title, watch]) => {
+async ([i, title]) => {
   const shell = window.cellweave;
-  const target = document.querySelector(`[data-ptr='/rows/${i}/title']`).closest("td");
+  const frame = () => new Promise((resolve) => requestAnimationFrame(() => resolve()));
+  const rendered = () => new Promise((resolve) => requestAnimationFrame(() => {
+    const ch = new MessageChannel();
+    ch.port1.onmessage = () => resolve(performance.now());
+    ch.port2.postMessage(null);
+  }));
+  const at = `/rows/${i}/title`;
+  if (shell.view.reveal(at) === null) throw new Error(`row ${i} is not drawn`);
+  await frame();
+  await frame();
+  const basis = shell.view.nodes.get(at).textContent;
   const before = shell.bytesIn;
   let redrawn = 0;
+  let mutated = 0;
   const seen = new Promise((resolve) => {
     const obs = new MutationObserver((records) => {
       for (const r of records) {
@@ -81,16 +98,21 @@ async ([i, title, watch]) => {
           if (n.querySelectorAll) redrawn += n.querySelectorAll("tr").length;
         }
       }
-      const cell = document.querySelector(`[data-ptr='/rows/${i}/title']`);
-      if (cell && cell.textContent === title) { obs.disconnect(); resolve(); }
+      const cell = shell.view.nodes.get(at);
+      if (cell && cell.isConnected && cell.textContent === title) {
+        mutated = performance.now();
+        obs.disconnect();
+        resolve(rendered());
+      }
     });
     const all = {childList: true, subtree: true, characterData: true};
     obs.observe(document.querySelector(".cw-content"), all);
   });
-  const basis = document.querySelector(`[data-ptr='/rows/${i}/title']`).textContent;
+  const sent = performance.now();
   shell.ask({op: "set", cell: "root", path: ["rows", i, "title"], value: title, basis});
-  await seen;
-  return [shell.bytesIn - before, redrawn];
+  const painted = await seen;
+  return [shell.bytesIn - before, redrawn, Math.round((mutated - sent) * 1000),
+          Math.round((painted - sent) * 1000)];
 }
 """
 
@@ -117,7 +139,7 @@ def _browser() -> Any:
 
 
 @contextlib.contextmanager
-def _served(full: bool) -> Iterator[Any]:
+def _served(full: bool, windowed: bool) -> Iterator[Any]:
     import uvicorn
 
     from cellweave._shell import make_app, serving
@@ -137,8 +159,9 @@ def _served(full: bool) -> Iterator[Any]:
     port = server.servers[0].sockets[0].getsockname()[1]
     page = _browser().new_page()
     page.set_default_timeout(120_000)
-    page.goto(f"http://127.0.0.1:{port}/?token={token}")
-    page.wait_for_selector(f"[data-ptr='/rows/{N - 1}/title']")
+    above = "" if windowed else "&window_above=Infinity"
+    page.goto(f"http://127.0.0.1:{port}/?token={token}{above}")
+    page.wait_for_selector("[data-ptr='/rows/0/title']")
     if full:
         # Re-watch the root asking for whole values on every change.
         page.evaluate(
@@ -150,7 +173,7 @@ def _served(full: bool) -> Iterator[Any]:
             }"""
         )
         page.wait_for_function("() => document.body.getAttribute('data-seen') === 'snapshot'")
-        page.wait_for_selector(f"[data-ptr='/rows/{N - 1}/title']")
+        page.wait_for_selector("[data-ptr='/rows/0/title']")
     try:
         yield page
     finally:
@@ -159,42 +182,91 @@ def _served(full: bool) -> Iterator[Any]:
         thread.join(30)
 
 
-def _edits(page: Any, start: int) -> Counts:
+_in_page: dict[str, list[tuple[float, float]]] = {}
+"""Per kind, per sample: the medians (ms) of edit -> DOM mutation and edit ->
+next rendered frame over that sample's edits, as the page timed them."""
+
+
+def _edits(kind: str, page: Any, start: int) -> Counts:
     received = redrawn = 0
+    dom: list[int] = []
+    frame: list[int] = []
     for k in range(EDITS):
         i = (start * 7919 + k * 104_729) % N
-        got, drawn = page.evaluate(EDIT_JS, [i, f"edited {start}.{k}", 0])
+        got, drawn, dom_us, frame_us = page.evaluate(EDIT_JS, [i, f"edited {start}.{k}"])
         received += got
         redrawn += drawn
-    return {"edits": EDITS, "chars_received": received, "rows_redrawn": redrawn}
+        dom.append(dom_us)
+        frame.append(frame_us)
+    _in_page.setdefault(kind, []).append(
+        (statistics.median(dom) / 1000, statistics.median(frame) / 1000)
+    )
+    return {
+        "edits": EDITS,
+        "chars_received": received,
+        "rows_redrawn": redrawn,
+        "dom_us": sum(dom),
+        "frame_us": sum(frame),
+    }
+
+
+def _summary() -> None:
+    """The in-page times: median over samples of each sample's median edit, with
+    the spread (max - min) / median over samples, as the harness reports time."""
+    for kind, samples in _in_page.items():
+        for name, values in (
+            ("edit -> DOM mutation", [d for d, _ in samples]),
+            ("edit -> next frame rendered", [f for _, f in samples]),
+        ):
+            med = statistics.median(values)
+            spread = (max(values) - min(values)) / med if med > 0 else 0.0
+            print(
+                f"views in page, {kind} N={N}: {name}: median {med:.1f} ms "
+                f"over {len(values)} samples, spread {spread:.0%}",
+                file=sys.stderr,
+            )
+
+
+atexit.register(_summary)
+
+KINDS = {
+    "windowed": (False, True),
+    "not windowed": (False, False),
+    "full": (True, True),
+}
 
 
 @functools.cache
-def _session(full: bool) -> Any:
+def _session(kind: str) -> Any:
     """One served app and page per row, shared by its samples, closed at exit."""
     stack = contextlib.ExitStack()
-    page = stack.enter_context(_served(full))
+    page = stack.enter_context(_served(*KINDS[kind]))
     atexit.register(stack.close)
     return page, stack
 
 
-_samples = {"patches": 0, "full": 0}
+_samples = dict.fromkeys(KINDS, 0)
 
 
 def _run(kind: str) -> Run:
-    page, _stack = _session(kind == "full")
+    page, _stack = _session(kind)
     _samples[kind] += 1
     start = _samples[kind]
 
     def run() -> Counts:
-        return _edits(page, start)
+        return _edits(kind, page, start)
 
     return run
 
 
-@bench(group="views", name=f"patches N={N}", ops=EDITS)
+@bench(group="views", name=f"patches, windowed table N={N}", ops=EDITS)
 def view_patches() -> Run:
-    return _run("patches")
+    return _run("windowed")
+
+
+@bench(group="views", name=f"patches, every row drawn N={N}", ops=EDITS)
+def view_patches_unwindowed() -> Run:
+    return _run("not windowed")
 
 
 @bench(group="views", name=f"whole value resent (naive) N={N}", ops=EDITS, baseline=True)

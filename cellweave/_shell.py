@@ -31,7 +31,7 @@ from importlib import resources
 from typing import Any
 
 from cells import MISSING, Cell, CellweaveError, MemoryStore, SQLiteStore, StoreBase, value_equal
-from runner import Pattern, Runtime, Session
+from runner import Pattern, Runtime, Session, load_pattern
 
 from . import _wire as wire
 from ._wire import ProtocolError
@@ -128,6 +128,49 @@ class Shell:
         self.title = title
         self.connections: set[Connection] = set()
         self._sessions = itertools.count(1)
+        self._events: dict[tuple[str, str], Any] = {}
+
+    def event_schema(self, label: str, field: str) -> Any:
+        """The JSON Schema of the event the handler labelled `label` takes (its
+        pattern's `schema()["events"]` entry, looked up by the `field` that shows
+        the stream, else by the handler function's name), or None when it is
+        unannotated or its pattern is not found.
+        Cached per label and field: a pattern's code does not change under a
+        running shell."""
+        at = (label, field)
+        if at not in self._events:
+            self._events[at] = self._find_event_schema(label, field)
+        return self._events[at]
+
+    def _find_event_schema(self, label: str, field: str) -> Any:
+        # A handler's label is "<pattern qualname>.n<node index> handler <target>",
+        # the target "<module>:<function>". The pattern is looked for in the
+        # handler's module first, then among the running patterns (any
+        # principal's: only its code is read, for a stream this viewer sees).
+        head, _, rest = label.partition(" ")
+        qualname, _, node = head.rpartition(".n")
+        if not node.isdigit():
+            return None
+        index = int(node)
+        module = rest.rpartition(" ")[2].partition(":")[0]
+        identities = [f"{module}:{qualname}"]
+        for r in self.rt.inspect()["registrations"]:
+            if r["pattern"] not in identities and r["pattern"].partition(":")[2] == qualname:
+                identities.append(r["pattern"])
+        for identity in identities:
+            try:
+                pattern = load_pattern(identity)
+                nodes = pattern.graph.nodes
+                if index >= len(nodes) or nodes[index].kind != "handler":
+                    continue
+                events = pattern.schema()["events"]
+                name = getattr(pattern.function(nodes[index].target), "__name__", "")
+            except (CellweaveError, ImportError):
+                continue
+            for key in (field, name):
+                if key in events:
+                    return events[key]
+        return None
 
     def principal_for(self, token: str | None) -> str | None:
         """The principal a token names, compared in constant time; None if unknown."""
@@ -169,6 +212,7 @@ class Connection:
             self.handles[ROOT] = session.cell(shell.root)
         self.watches: dict[int, Callable[[], None]] = {}
         self._page_handles: dict[str, str] = {}
+        self._described: set[tuple[str, str]] = set()  # (label, field) sent as "events"
 
     @property
     def principal(self) -> str:
@@ -241,7 +285,25 @@ class Connection:
         cell = self._cell(msg)
         if watch in self.watches:
             raise ProtocolError(f"watch {watch} is already in use on this connection")
-        label_of = self.shell.rt.handler_label
+        handler_label = self.shell.rt.handler_label
+        fresh: dict[str, Any] = {}
+
+        def label_of(stream: Cell) -> str | None:
+            # A stream's label names its handler; the client learns each
+            # handler's event schema once, before the value that shows it.
+            label = handler_label(stream)
+            if label is not None and stream.path:
+                field = str(stream.path[-1])
+                if (label, field) not in self._described:
+                    self._described.add((label, field))
+                    fresh[f"{label}|{field}"] = self.shell.event_schema(label, field)
+            return label
+
+        def send(msg: dict[str, Any]) -> None:
+            if fresh:
+                self._send({"type": "events", "events": dict(fresh)})
+                fresh.clear()
+            self._send(msg)
 
         mirror = wire.Mirror(None)
 
@@ -249,16 +311,16 @@ class Connection:
             if len(ops) == 1 and ops[0]["op"] == "replace" and ops[0]["path"] == "":
                 mirror.value = ops[0]["value"]
                 value = wire.mark_streams(label_of, cell, ops[0]["value"])
-                self._send({"type": "snapshot", "watch": watch, "value": value})
+                send({"type": "snapshot", "watch": watch, "value": value})
             else:
                 marked = wire.mark_patch(label_of, cell, ops, mirror)
-                self._send({"type": "patch", "watch": watch, "ops": marked})
+                send({"type": "patch", "watch": watch, "ops": marked})
 
         if msg.get("full") is True:
             # A client that cannot apply patches: the whole value on every change.
             def whole(value: Any) -> None:
                 marked = wire.mark_streams(label_of, cell, value)
-                self._send({"type": "snapshot", "watch": watch, "value": marked})
+                send({"type": "snapshot", "watch": watch, "value": marked})
 
             self.watches[watch] = cell.sink(whole)
             return

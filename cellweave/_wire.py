@@ -29,6 +29,9 @@ Client -> server, each with an optional `ref` echoed in the answer:
   end a run from the inspector (the answer says whether it ended).
 
 Server -> client: `hello`, `snapshot`, `patch`, `pages`, `ok`,
+`events` (`{"events": {"<label>|<field>": schema}}`, sent before the first
+value that shows a handler's stream in that field: the JSON Schema of the
+event it takes, None when unannotated),
 `error` (with `message`, and `value` when a write met a newer value).
 
 Handler streams are shown in values as `{"$stream": label}`, so a view can

@@ -55,6 +55,54 @@ function tableColumns(list) {
   return list.every(same) ? cols : null;
 }
 
+function resolveRef(schema, root) {
+  // msgspec names structs in $defs and points at them with $ref.
+  if (schema && typeof schema.$ref === "string" && schema.$ref.startsWith("#/$defs/")) {
+    return (root.$defs || {})[schema.$ref.slice("#/$defs/".length)] || {};
+  }
+  return schema || {};
+}
+
+function eventShape(schema) {
+  // What a handler's event schema asks of a person: {none: value} when it
+  // takes no payload (null, or an object without fields), else {example}:
+  // a value to prefill the form with when the schema is simple (undefined if not).
+  const s = resolveRef(schema, schema);
+  if (s.type === "null") return { none: null };
+  if (s.type === "object" && Object.keys(s.properties || {}).length === 0 && !s.additionalProperties) return { none: {} };
+  return { example: exampleOf(s, schema, 0) };
+}
+
+function exampleOf(schema, root, depth) {
+  const s = resolveRef(schema, root);
+  if ("default" in s) return s.default;
+  if (depth > 3) return undefined;
+  if (Array.isArray(s.enum) && s.enum.length) return s.enum[0];
+  const type = Array.isArray(s.type) ? s.type.find((t) => t !== "null") : s.type;
+  switch (type) {
+    case "string": return "";
+    case "integer": case "number": return 0;
+    case "boolean": return false;
+    case "array": return [];
+    case "null": return null;
+    case "object": {
+      const out = {};
+      for (const [k, v] of Object.entries(s.properties || {})) {
+        const ex = exampleOf(v, root, depth + 1);
+        if (ex === undefined) return undefined;
+        out[k] = ex;
+      }
+      return out;
+    }
+  }
+  const options = s.anyOf || s.oneOf;
+  if (Array.isArray(options)) {
+    const first = options.find((o) => resolveRef(o, root).type !== "null");
+    return first === undefined ? null : exampleOf(first, root, depth + 1);
+  }
+  return undefined;
+}
+
 function leafText(v) {
   if (typeof v === "string") return v;
   return JSON.stringify(v);
@@ -80,6 +128,7 @@ export class ValueView {
     this.nodes = new Map(); // pointer -> element rendering the value at that pointer
     this.windows = new Map(); // pointer of a windowed list -> its Window
     this.windowAbove = WINDOW_ABOVE;
+    this.events = new Map(); // "<handler label>|<field>" -> the JSON Schema of its event (null: untyped)
   }
 
   snapshot(value) {
@@ -246,7 +295,18 @@ export class ValueView {
   }
 
   stream(label, path) {
-    const input = h("input", { class: "cw-event", placeholder: "event (JSON)", size: "14" });
+    const name = path.length ? String(path[path.length - 1]) : label;
+    const schema = this.events.get(`${label}|${name}`);
+    const shape = schema === undefined || schema === null ? { example: undefined } : eventShape(schema);
+    if ("none" in shape) {
+      // The handler takes no payload: a plain button.
+      const go = () => this.actions.send(path, shape.none);
+      return h("span", { class: "cw-stream" }, h("button", { class: "cw-send", title: label, onclick: go }, name));
+    }
+    const typed = schema !== undefined && schema !== null;
+    const input = h("input", { class: "cw-event", placeholder: "event (JSON)", size: typed ? "28" : "14" });
+    if (shape.example !== undefined) input.value = JSON.stringify(shape.example);
+    if (typed) input.setAttribute("title", `event schema: ${JSON.stringify(schema)}`);
     const send = () => {
       let event = {};
       if (input.value.trim() !== "") {
@@ -258,7 +318,6 @@ export class ValueView {
       }
       this.actions.send(path, event);
     };
-    const name = path.length ? String(path[path.length - 1]) : label;
     return h("span", { class: "cw-stream" }, h("button", { class: "cw-send", title: label, onclick: send }, name), input);
   }
 
@@ -485,6 +544,9 @@ export class Shell {
       case "pages":
         this.pages = msg.pages;
         this.drawTabs();
+        break;
+      case "events":
+        for (const [at, schema] of Object.entries(msg.events)) this.view.events.set(at, schema);
         break;
       case "snapshot":
         if (msg.watch === this.watchId) this.view.snapshot(msg.value);

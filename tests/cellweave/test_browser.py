@@ -216,3 +216,35 @@ def test_a_long_table_is_windowed_and_patched_in_and_out_of_its_window(
         expect(page.locator("[data-ptr='/rows/10/line']")).to_have_text("#10 patched away")
         shot(page, "shell-long-table")
         page.close()
+
+
+def test_handler_buttons_follow_the_event_schema(browser: Browser, tmp_path: Any) -> None:
+    # `bump` takes no payload (event: None): a plain button. `add` takes an
+    # `Add` struct: a form prefilled from its schema. `reset` is untyped: the box.
+    with shell(tmp_path, target="typed_app:counter_app") as server:
+        page = browser.new_page(viewport={"width": 900, "height": 640})
+        page.goto(f"{server.url}/?token={ALICE}")
+        count = page.locator("[data-ptr='/count']")
+        expect(count).to_have_text("0")
+        bump = page.locator("[data-ptr='/bump']")
+        assert 0 == bump.locator("input").count()
+        bump.locator("button.cw-send").click()
+        expect(count).to_have_text("1")
+        form = page.locator("[data-ptr='/add'] input.cw-event")
+        expect(form).to_have_value('{"by":0,"note":"from the form"}')
+        form.fill('{"by": 5, "note": "five"}')
+        page.locator("[data-ptr='/add'] button.cw-send").click()
+        expect(count).to_have_text("6")
+        expect(page.locator("[data-ptr='/notes/0']")).to_have_text("five")
+        # A payload the schema refuses shows the runtime's error; nothing changes.
+        form.fill('{"by": "lots"}')
+        page.locator("[data-ptr='/add'] button.cw-send").click()
+        expect(page.locator(".cw-status")).to_contain_text("by")
+        expect(count).to_have_text("6")
+        untyped = page.locator("[data-ptr='/reset'] input.cw-event")
+        expect(untyped).to_have_value("")
+        untyped.fill('{"to": 2}')
+        page.locator("[data-ptr='/reset'] button.cw-send").click()
+        expect(count).to_have_text("2")
+        shot(page, "shell-typed-handlers")
+        page.close()
