@@ -39,6 +39,10 @@ from ._wire import ProtocolError
 log = logging.getLogger("cellweave.shell")
 
 ROOT = "root"
+INSPECT_POLL_S = 1.0
+"""How often a watched inspector checks for changes the shell did not make (seconds)."""
+ACTIONS = frozenset({"send", "set", "open", "stop", "end"})
+"""Ops after which every watched inspector is checked at once."""
 
 
 class ShellError(CellweaveError, ValueError):
@@ -192,6 +196,11 @@ class Shell:
         conn.close()
         self.connections.discard(conn)
 
+    def inspect_changed(self) -> None:
+        """Something may have started or ended: watched inspectors check now."""
+        for conn in list(self.connections):
+            conn.push_inspect()
+
     def pages_changed(self, principal: str) -> None:
         for conn in list(self.connections):
             if conn.session.identity.principal == principal:
@@ -213,6 +222,8 @@ class Connection:
         self.watches: dict[int, Callable[[], None]] = {}
         self._page_handles: dict[str, str] = {}
         self._described: set[tuple[str, str]] = set()  # (label, field) sent as "events"
+        self._inspecting: asyncio.Task[None] | None = None
+        self._last_inspect: Any = None
 
     @property
     def principal(self) -> str:
@@ -222,6 +233,31 @@ class Connection:
         for cancel in self.watches.values():
             cancel()
         self.watches.clear()
+        self._stop_inspecting()
+
+    def push_inspect(self, force: bool = False) -> None:
+        """Send the inspector's view if it is watched and changed since the last one sent."""
+        if self._inspecting is None:
+            return
+        data = self.session.inspect()
+        if force or data != self._last_inspect:
+            self._last_inspect = data
+            self._send({"type": "inspect", "inspect": data})
+
+    async def _inspect_poll(self) -> None:
+        while True:
+            await asyncio.sleep(INSPECT_POLL_S)
+            try:
+                self.push_inspect()
+            except CellweaveError as exc:  # the runtime closed under the shell
+                self._send({"type": "error", "ref": None, "message": str(exc)})
+                return
+
+    def _stop_inspecting(self) -> None:
+        if self._inspecting is not None:
+            self._inspecting.cancel()
+            self._inspecting = None
+            self._last_inspect = None
 
     def hello(self) -> None:
         ident = self.session.identity
@@ -264,6 +300,8 @@ class Connection:
                 raise ProtocolError(f"unknown op {op!r}; expected one of {sorted(wire.OPS)}")
             answer = await getattr(self, f"_op_{op}")(msg)
             self._send({"type": "ok", "ref": ref, **(answer or {})})
+            if op in ACTIONS:
+                self.shell.inspect_changed()
         except CellweaveError as exc:
             self._send({"type": "error", "ref": ref, "message": str(exc), **_extra(exc)})
         except Exception as exc:  # a bug must not take the connection down
@@ -374,6 +412,14 @@ class Connection:
 
     async def _op_inspect(self, msg: Mapping[str, Any]) -> dict[str, Any]:
         return {"inspect": self.session.inspect()}
+
+    async def _op_inspect_watch(self, msg: Mapping[str, Any]) -> None:
+        if self._inspecting is None:
+            self._inspecting = asyncio.get_running_loop().create_task(self._inspect_poll())
+        self.push_inspect(force=True)
+
+    async def _op_inspect_unwatch(self, msg: Mapping[str, Any]) -> None:
+        self._stop_inspecting()
 
     async def _op_inspect_run(self, msg: Mapping[str, Any]) -> dict[str, Any]:
         key = wire.field(msg, "key", str)

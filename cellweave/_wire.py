@@ -27,8 +27,14 @@ Client -> server, each with an optional `ref` echoed in the answer:
   (`Session.inspect()`); `{"op": "inspect_run", "key": K}`: one run's pattern
   graph with run counts; `{"op": "end", "key": K, "how": "stop" | "release"}`:
   end a run from the inspector (the answer says whether it ended).
+- `{"op": "inspect_watch"}` / `{"op": "inspect_unwatch"}`: receive `inspect`
+  messages (`{"inspect": ...}`, what `inspect` answers) now and whenever it
+  changes: right after an action of any tab of the shell (send, set, open,
+  stop, end), and otherwise when a check every `INSPECT_POLL_S` seconds finds
+  it changed (the runner has no public hook for its lifecycle, so changes
+  made outside the shell are seen by that check; an unchanged view is not sent).
 
-Server -> client: `hello`, `snapshot`, `patch`, `pages`, `ok`,
+Server -> client: `hello`, `snapshot`, `patch`, `pages`, `ok`, `inspect`,
 `events` (`{"events": {"<label>|<field>": schema}}`, sent before the first
 value that shows a handler's stream in that field: the JSON Schema of the
 event it takes, None when unannotated),
@@ -53,7 +59,20 @@ MAX_PATH: Final = 64
 STREAM: Final = "$stream"
 
 OPS: Final = frozenset(
-    {"hello", "watch", "unwatch", "send", "set", "open", "stop", "inspect", "inspect_run", "end"}
+    {
+        "hello",
+        "watch",
+        "unwatch",
+        "send",
+        "set",
+        "open",
+        "stop",
+        "inspect",
+        "inspect_watch",
+        "inspect_unwatch",
+        "inspect_run",
+        "end",
+    }
 )
 
 

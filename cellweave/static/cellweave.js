@@ -545,6 +545,9 @@ export class Shell {
         this.pages = msg.pages;
         this.drawTabs();
         break;
+      case "inspect":
+        this.drawInspector(msg.inspect);
+        break;
       case "events":
         for (const [at, schema] of Object.entries(msg.events)) this.view.events.set(at, schema);
         break;
@@ -569,14 +572,13 @@ export class Shell {
 
   show(handle) {
     if (this.watchId) this.send({ op: "unwatch", watch: this.watchId });
-    clearInterval(this.polling);
+    if (this.active === "inspector" && handle !== "inspector") this.send({ op: "inspect_unwatch" });
     this.active = handle;
     this.watchId += 1;
     if (handle === "inspector") {
-      // The inspector asks again every second while it is shown.
+      // The server pushes the inspector's view while it is shown, when it changes.
       this.content.replaceChildren(h("p", {}, "loading…"));
-      this.ask({ op: "inspect" });
-      this.polling = setInterval(() => this.ask({ op: "inspect" }), 1000);
+      this.send({ op: "inspect_watch" });
     } else {
       this.send({ op: "watch", watch: this.watchId, cell: handle });
     }

@@ -248,3 +248,28 @@ def test_handler_buttons_follow_the_event_schema(browser: Browser, tmp_path: Any
         expect(count).to_have_text("2")
         shot(page, "shell-typed-handlers")
         page.close()
+
+
+def test_the_inspector_shows_a_stop_at_once_without_a_poll(
+    browser: Browser, tmp_path: Any, monkeypatch: Any
+) -> None:
+    # The server's own check would come only in an hour: a page closed in one
+    # tab leaves the other tab's inspector because the shell pushes it.
+    import cellweave._shell
+
+    monkeypatch.setattr(cellweave._shell, "INSPECT_POLL_S", 3600.0)
+    with shell(tmp_path) as server:
+        tab1 = open_tab(browser, server.url, ALICE)
+        tab2 = open_tab(browser, server.url, ALICE)
+        add_task(tab1, "Milk")
+        tab1.locator(".cw-table tbody tr").first.locator("button.cw-open").click()
+        expect(tab1.locator(".cw-tab", has_text="Milk")).to_be_visible()
+        tab2.locator(".cw-tab", has_text="inspector").click()
+        page_run = tab2.locator(".cw-runs tbody tr", has_text="Card").filter(has_text="page")
+        expect(page_run).to_have_count(1)
+        tab1.locator(".cw-close").click()
+        expect(tab1.locator(".cw-tab", has_text="Milk")).to_have_count(0)
+        expect(page_run).to_have_count(0)
+        # And a page opened meanwhile shows up the same way.
+        tab1.locator(".cw-table tbody tr").first.locator("button.cw-open").click()
+        expect(page_run).to_have_count(1)
