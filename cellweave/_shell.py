@@ -343,15 +343,35 @@ class Connection:
                 fresh.clear()
             self._send(msg)
 
+        def is_result(place: Cell) -> bool:
+            # A record is a nested result when its place leads, through links,
+            # to the whole document of a run.
+            try:
+                target = place.resolve()
+            except CellweaveError:
+                return False
+            return not target.path and self.shell.rt.registration(target) is not None
+
+        def results(at: tuple[str | int, ...], value: Any, reset: bool) -> None:
+            found = wire.result_places(is_result, cell.key(*at), value, at)
+            if at and type(at[-1]) is str and isinstance(value, dict) and is_result(cell.key(*at)):
+                found.insert(0, at)
+            if found or reset:
+                send({"type": "results", "watch": watch, "paths": found, "reset": reset})
+
         mirror = wire.Mirror(None)
 
         def deliver(ops: list[dict[str, Any]]) -> None:
             if len(ops) == 1 and ops[0]["op"] == "replace" and ops[0]["path"] == "":
                 mirror.value = ops[0]["value"]
                 value = wire.mark_streams(label_of, cell, ops[0]["value"])
+                results((), ops[0]["value"], True)
                 send({"type": "snapshot", "watch": watch, "value": value})
             else:
                 marked = wire.mark_patch(label_of, cell, ops, mirror)
+                for op in ops:
+                    if isinstance(op.get("value"), dict | list):
+                        results(mirror.typed(op["path"]), op["value"], False)
                 send({"type": "patch", "watch": watch, "ops": marked})
 
         if msg.get("full") is True:

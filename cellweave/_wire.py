@@ -35,6 +35,9 @@ Client -> server, each with an optional `ref` echoed in the answer:
   made outside the shell are seen by that check; an unchanged view is not sent).
 
 Server -> client: `hello`, `snapshot`, `patch`, `pages`, `ok`, `inspect`,
+`results` (`{"watch": W, "paths": [[...], ...], "reset": bool}`, sent before
+the snapshot or patch that shows them: where a record is a nested result,
+reached through a link, which `open` can open; `reset` starts a new set),
 `events` (`{"events": {"<label>|<field>": schema}}`, sent before the first
 value that shows a handler's stream in that field: the JSON Schema of the
 event it takes, None when unannotated),
@@ -121,6 +124,28 @@ def mark_streams(label_of: Callable[[Cell], str | None], cell: Cell, value: Any)
     if isinstance(value, list):
         return [mark_streams(label_of, cell.key(i), v) for i, v in enumerate(value)]
     return value
+
+
+def result_places(
+    is_result: Callable[[Cell], bool], cell: Cell, value: Any, at: tuple[str | int, ...] = ()
+) -> list[tuple[str | int, ...]]:
+    """The paths (from `at`, where `cell` is) of the records inside `value` that
+    a link to a pattern's result put there (a nested child), so a view can offer
+    to open them. Only a dict's record-valued fields are probed (one
+    `is_result` each); a list's elements are not (a view offers "open" on every
+    row already), their insides are. O(size of value) walks."""
+    out: list[tuple[str | int, ...]] = []
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if isinstance(v, dict) and is_result(cell.key(k)):
+                out.append((*at, k))
+            if isinstance(v, dict | list):
+                out.extend(result_places(is_result, cell.key(k), v, (*at, k)))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            if isinstance(v, dict | list):
+                out.extend(result_places(is_result, cell.key(i), v, (*at, i)))
+    return out
 
 
 def pointer_path(pointer: str) -> tuple[str, ...]:

@@ -129,6 +129,7 @@ export class ValueView {
     this.windows = new Map(); // pointer of a windowed list -> its Window
     this.windowAbove = WINDOW_ABOVE;
     this.events = new Map(); // "<handler label>|<field>" -> the JSON Schema of its event (null: untyped)
+    this.results = new Set(); // pointers of records that are nested results (the server says which)
   }
 
   snapshot(value) {
@@ -255,7 +256,10 @@ export class ValueView {
   record(obj, path) {
     const dl = h("dl", { class: "cw-record" });
     for (const [k, v] of Object.entries(obj)) {
-      dl.append(h("dt", {}, k), h("dd", {}, this.render(v, [...path, k])));
+      const at = [...path, k];
+      // A nested result (a link to a child's result) can be opened as a page.
+      const open = isRecord(v) && this.results.has(ptr(at)) ? [this.openButton(at)] : [];
+      dl.append(h("dt", {}, k, ...open), h("dd", {}, this.render(v, at)));
     }
     return dl;
   }
@@ -547,6 +551,11 @@ export class Shell {
         break;
       case "inspect":
         this.drawInspector(msg.inspect);
+        break;
+      case "results":
+        if (msg.watch !== this.watchId) break;
+        if (msg.reset) this.view.results.clear();
+        for (const path of msg.paths) this.view.results.add(ptr(path));
         break;
       case "events":
         for (const [at, schema] of Object.entries(msg.events)) this.view.events.set(at, schema);

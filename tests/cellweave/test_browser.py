@@ -273,3 +273,27 @@ def test_the_inspector_shows_a_stop_at_once_without_a_poll(
         # And a page opened meanwhile shows up the same way.
         tab1.locator(".cw-table tbody tr").first.locator("button.cw-open").click()
         expect(page_run).to_have_count(1)
+
+
+def test_a_nested_result_has_open_and_opens_as_a_page(browser: Browser, tmp_path: Any) -> None:
+    # `summary` is a nested child's result (a link in the parent's result), not
+    # a list row: its field offers "open"; a plain record field would not.
+    with shell(tmp_path, target="typed_app:child_app") as server:
+        page = browser.new_page(viewport={"width": 900, "height": 640})
+        page.goto(f"{server.url}/?token={ALICE}")
+        expect(page.locator("[data-ptr='/summary/double']")).to_have_text("2")
+        opens = page.locator(".cw-record dt button.cw-open")
+        expect(opens).to_have_count(1)
+        page.locator(".cw-record dt", has_text="summary").locator("button.cw-open").click()
+        tab = page.locator(".cw-tab", has_text="Summary")
+        expect(tab).to_be_visible()
+        tab.click()
+        expect(page.locator("[data-ptr='/double']")).to_have_text("2")
+        # The page is live: a bump in the root shows in it.
+        page.locator(".cw-tab", has_text="root").click()
+        page.locator("[data-ptr='/bump'] button.cw-send").click()
+        expect(page.locator("[data-ptr='/count']")).to_have_text("2")
+        tab.click()
+        expect(page.locator("[data-ptr='/double']")).to_have_text("4")
+        shot(page, "shell-nested-open")
+        page.close()

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from cells import MemoryStore, Replica, Space
-from cellweave._wire import Mirror, ProtocolError, mark_patch
+from cellweave._wire import Mirror, ProtocolError, mark_patch, result_places
 
 
 def test_a_pointers_digits_are_a_list_index_or_a_dict_key_by_the_container() -> None:
@@ -49,3 +49,26 @@ def test_a_stream_under_a_digit_dict_key_is_marked_at_its_own_place() -> None:
     got = mark_patch(label_of, cell, [{"op": "add", "path": "/slots/1/go", "value": None}], mirror)
     assert [{"op": "add", "path": "/slots/1/go", "value": {"$stream": "go"}}] == got
     assert [("slots", "1", "go")] == asked
+
+
+def test_result_places_probes_record_fields_and_not_list_elements() -> None:
+    cell = Space(Replica(MemoryStore()), "sp").cell("doc")
+    value = {
+        "child": {"x": 1, "inner": {"y": 2}},
+        "plain": {"z": 3},
+        "rows": [{"a": {"b": 1}}, {"a": {"b": 2}}],
+        "n": 4,
+    }
+    asked = []
+
+    def is_result(at: Any) -> bool:
+        asked.append(at.path)
+        return at.path in {("child",), ("child", "inner"), ("rows", 1, "a"), ("rows", 0)}
+
+    assert [("child",), ("child", "inner"), ("rows", 1, "a")] == result_places(
+        is_result, cell, value
+    )
+    # Every record field was asked about; the list's elements themselves were not.
+    assert [("child",), ("child", "inner"), ("plain",), ("rows", 0, "a"), ("rows", 1, "a")] == (
+        asked
+    )

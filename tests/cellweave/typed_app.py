@@ -7,7 +7,7 @@ from typing import Any
 import msgspec
 
 from cells import Cell
-from runner import Ref, handler, pattern
+from runner import Ref, handler, lift, pattern
 
 
 class Add(msgspec.Struct):
@@ -52,4 +52,29 @@ def counter_app(rt: Any, tx: Any) -> Cell:
     notes.set([])
     result = rt.get_cell("typed-counter", tx=tx)
     made: Cell = rt.run(tx, Counter, {"count": count, "notes": notes}, result)
+    return made
+
+
+def _double(n: Any) -> int:
+    return 2 * int(n or 0)
+
+
+@pattern
+def Summary(count: Ref) -> Any:
+    return {"title": "Summary", "double": lift(_double)(count)}
+
+
+@pattern
+def WithChild(count: Ref, notes: Ref) -> Any:
+    return {"count": count, "summary": Summary(count=count), "bump": bump(count=count)}
+
+
+def child_app(rt: Any, tx: Any) -> Cell:
+    """A result with a nested child (`summary`), reached through a link."""
+    count = rt.get_cell("child-count", tx=tx)
+    count.set(1)
+    notes = rt.get_cell("child-notes", tx=tx)
+    notes.set([])
+    result = rt.get_cell("with-child", tx=tx)
+    made: Cell = rt.run(tx, WithChild, {"count": count, "notes": notes}, result)
     return made
