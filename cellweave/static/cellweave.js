@@ -417,6 +417,7 @@ class Window {
       const fresh = this.view.render(items, this.view.typed(this.path));
       this.view.forget(this.box);
       this.box.replaceWith(fresh);
+      this.view.settle();
       return;
     }
     this.draw(this.start, this.end, true);
@@ -683,7 +684,10 @@ function render({ model, el }) {
   const shell = new Shell(el, (msg) => model.send(msg));
   model.on("msg:custom", (msg) => shell.receive(msg));
   shell.start();
-  return () => shell.send({ op: "unwatch", watch: shell.watchId });
+  return () => {
+    shell.send({ op: "unwatch", watch: shell.watchId });
+    if (shell.active === "inspector") shell.send({ op: "inspect_unwatch" });
+  };
 }
 
 export default { render };
