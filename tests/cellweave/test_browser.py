@@ -297,3 +297,42 @@ def test_a_nested_result_has_open_and_opens_as_a_page(browser: Browser, tmp_path
         expect(page.locator("[data-ptr='/double']")).to_have_text("4")
         shot(page, "shell-nested-open")
         page.close()
+
+
+WINDOW_SHIFT_JS = """
+async () => {
+  const { ValueView } = await import("/static/cellweave.js");
+  const el = document.createElement("div");
+  document.body.append(el);
+  const view = new ValueView(el, { send() {}, set() {}, open() {}, error() {} });
+  const rows = Array.from({ length: 1000 }, (_, i) => ({ n: i }));
+  view.snapshot({ rows });
+  const drawn = () => [...el.querySelectorAll("tbody tr[data-ptr]")].map((tr) => tr.textContent);
+  const before = drawn();
+  // An insert at the top and a removal far below the window: the drawn rows shift.
+  view.patch([
+    { op: "add", path: "/rows/0", value: { n: -1 } },
+    { op: "remove", path: "/rows/900" },
+  ]);
+  const after = drawn();
+  // A list that shrinks under the threshold is drawn whole, not windowed.
+  view.patch([{ op: "replace", path: "/rows", value: rows.slice(0, 5) }]);
+  const small = [el.querySelectorAll(".cw-window").length, drawn().length];
+  el.remove();
+  const count = [before.length, after.length];
+  return { before: before.slice(0, 2), after: after.slice(0, 2), count, small };
+}
+"""
+
+
+def test_a_windowed_table_shifts_on_insert_and_unwindows_when_short(
+    browser: Browser, tmp_path: Any
+) -> None:
+    with shell(tmp_path) as server:
+        page = open_tab(browser, server.url, ALICE)
+        got = page.evaluate(WINDOW_SHIFT_JS)
+        assert ["0open", "1open"] == got["before"]
+        assert ["-1open", "0open"] == got["after"]
+        assert got["count"][0] == got["count"][1] and got["count"][0] < 200
+        assert [0, 5] == got["small"]
+        page.close()
