@@ -352,12 +352,19 @@ class Connection:
                 return False
             return not target.path and self.shell.rt.registration(target) is not None
 
-        def results(at: tuple[str | int, ...], value: Any, reset: bool) -> None:
-            found = wire.result_places(is_result, cell.key(*at), value, at)
-            if at and type(at[-1]) is str and isinstance(value, dict) and is_result(cell.key(*at)):
-                found.insert(0, at)
-            if found or reset:
-                send({"type": "results", "watch": watch, "paths": found, "reset": reset})
+        held = wire.Results(is_result, cell)
+
+        def results(found: list[wire.Place], dropped: list[wire.Place], reset: bool) -> None:
+            if found or dropped or reset:
+                send(
+                    {
+                        "type": "results",
+                        "watch": watch,
+                        "paths": found,
+                        "drop": dropped,
+                        "reset": reset,
+                    }
+                )
 
         mirror = wire.Mirror(None)
 
@@ -365,19 +372,18 @@ class Connection:
             if len(ops) == 1 and ops[0]["op"] == "replace" and ops[0]["path"] == "":
                 mirror.value = ops[0]["value"]
                 value = wire.mark_streams(label_of, cell, ops[0]["value"])
-                results((), ops[0]["value"], True)
+                results(held.snapshot(ops[0]["value"]), [], True)
                 send({"type": "snapshot", "watch": watch, "value": value})
             else:
                 marked = wire.mark_patch(label_of, cell, ops, mirror)
-                for op in ops:
-                    if isinstance(op.get("value"), dict | list):
-                        results(mirror.typed(op["path"]), op["value"], False)
+                results(*held.patch(ops, mirror), False)
                 send({"type": "patch", "watch": watch, "ops": marked})
 
         if msg.get("full") is True:
             # A client that cannot apply patches: the whole value on every change.
             def whole(value: Any) -> None:
                 marked = wire.mark_streams(label_of, cell, value)
+                results(held.snapshot(value), [], True)
                 send({"type": "snapshot", "watch": watch, "value": marked})
 
             self.watches[watch] = cell.sink(whole)

@@ -35,9 +35,10 @@ Client -> server, each with an optional `ref` echoed in the answer:
   made outside the shell are seen by that check; an unchanged view is not sent).
 
 Server -> client: `hello`, `snapshot`, `patch`, `pages`, `ok`, `inspect`,
-`results` (`{"watch": W, "paths": [[...], ...], "reset": bool}`, sent before
-the snapshot or patch that shows them: where a record is a nested result,
-reached through a link, which `open` can open; `reset` starts a new set),
+`results` (`{"watch": W, "paths": [[...], ...], "drop": [[...], ...],
+"reset": bool}`, sent before the snapshot or patch that shows the change:
+where a record is a nested result, reached through a link, which `open` can
+open, and where one no longer is; `reset` starts a new set),
 `events` (`{"events": {"<label>|<field>": schema}}`, sent before the first
 value that shows a handler's stream in that field: the JSON Schema of the
 event it takes, None when unannotated),
@@ -148,6 +149,67 @@ def result_places(
     return out
 
 
+Place = tuple[str | int, ...]
+
+
+class Results:
+    """Where a watch's value holds nested results (`result_places`), kept in
+    step with its patches, so the client can be told which places to add and
+    which to drop (a result replaced by a plain record loses its "open")."""
+
+    __slots__ = ("cell", "held", "is_result")
+
+    def __init__(self, is_result: Callable[[Cell], bool], cell: Cell) -> None:
+        self.is_result = is_result
+        self.cell = cell
+        self.held: set[Place] = set()
+
+    def snapshot(self, value: Any) -> list[Place]:
+        found = self._scan((), value)
+        self.held = set(found)
+        return found
+
+    def patch(self, ops: list[dict[str, Any]], mirror: Mirror) -> tuple[list[Place], list[Place]]:
+        """After `mirror` applied `ops`: the places found and the places dropped.
+        A place an operation changed is scanned again; an insert, removal or
+        move in a list shifts its elements, so the list is scanned again. O(held
+        places + size of what is scanned again)."""
+        pointers: set[str] = set()
+        for op in ops:
+            for key in ("path", "from"):
+                pointer = op.get(key)
+                if not isinstance(pointer, str):
+                    continue
+                parent = pointer.rpartition("/")[0]
+                shifts = op["op"] != "replace" or key == "from"
+                if pointer and shifts and isinstance(mirror.node(parent), list):
+                    pointer = parent
+                pointers.add(pointer)
+        found: list[Place] = []
+        dropped: list[Place] = []
+        for pointer in sorted(pointers, key=len):
+            if any(pointer == q or pointer.startswith(q + "/") for q in pointers if q != pointer):
+                continue  # under another place scanned again
+            try:
+                at = mirror.typed(pointer)
+            except ProtocolError:
+                continue
+            gone = [p for p in self.held if p[: len(at)] == at]
+            self.held.difference_update(gone)
+            fresh = self._scan(at, mirror.node(pointer))
+            self.held.update(fresh)
+            dropped.extend(p for p in gone if p not in fresh)
+            found.extend(p for p in fresh if p not in gone)
+        return found, dropped
+
+    def _scan(self, at: Place, value: Any) -> list[Place]:
+        found = result_places(self.is_result, self.cell.key(*at), value, at)
+        own = at and type(at[-1]) is str and isinstance(value, dict)
+        if own and self.is_result(self.cell.key(*at)):
+            found.insert(0, at)
+        return found
+
+
 def pointer_path(pointer: str) -> tuple[str, ...]:
     """The elements of an RFC 6901 pointer ("" is the whole value)."""
     if pointer == "":
@@ -198,6 +260,18 @@ class Mirror:
                 out.append(elem)
                 node = node.get(elem) if isinstance(node, dict) else None
         return tuple(out)
+
+    def node(self, pointer: str) -> Any:
+        """The value at `pointer` (None where there is none)."""
+        node = self.value
+        for elem in pointer_path(pointer):
+            if isinstance(node, list):
+                node = node[int(elem)] if elem.isdigit() and int(elem) < len(node) else None
+            elif isinstance(node, dict):
+                node = node.get(elem)
+            else:
+                return None
+        return node
 
     def apply(self, op: Mapping[str, Any]) -> tuple[str | int, ...]:
         """Apply one RFC 6902 operation (`add`, `remove`, `replace`, `move`); returns

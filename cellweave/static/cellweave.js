@@ -556,6 +556,7 @@ export class Shell {
       case "results":
         if (msg.watch !== this.watchId) break;
         if (msg.reset) this.view.results.clear();
+        for (const path of msg.drop || []) this.view.results.delete(ptr(path));
         for (const path of msg.paths) this.view.results.add(ptr(path));
         break;
       case "events":

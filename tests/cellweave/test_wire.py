@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from cells import MemoryStore, Replica, Space
-from cellweave._wire import Mirror, ProtocolError, mark_patch, result_places
+from cellweave._wire import Mirror, ProtocolError, Results, mark_patch, result_places
 
 
 def test_a_pointers_digits_are_a_list_index_or_a_dict_key_by_the_container() -> None:
@@ -72,3 +72,33 @@ def test_result_places_probes_record_fields_and_not_list_elements() -> None:
     assert [("child",), ("child", "inner"), ("plain",), ("rows", 0, "a"), ("rows", 1, "a")] == (
         asked
     )
+
+
+def test_results_follow_patches_adding_and_dropping_places() -> None:
+    cell = Space(Replica(MemoryStore()), "sp").cell("doc")
+    results_at = {("child",), ("rows", 1, "kid")}
+
+    def is_result(at: Any) -> bool:
+        return at.path in results_at
+
+    held = Results(is_result, cell)
+    value = {"child": {"x": 1}, "rows": [{"kid": {"y": 0}}, {"kid": {"y": 1}}]}
+    mirror = Mirror(value)
+    assert [("child",), ("rows", 1, "kid")] == held.snapshot(value)
+    # The child becomes a plain record: its place is dropped. A row inserted at
+    # the top shifts the others: the list is scanned again.
+    results_at = {("rows", 2, "kid")}
+    ops: list[dict[str, Any]] = [
+        {"op": "replace", "path": "/child", "value": {"x": 2}},
+        {"op": "add", "path": "/rows/0", "value": {"kid": {"y": -1}}},
+    ]
+    for op in ops:
+        mirror.apply(op)
+    found, dropped = held.patch(ops, mirror)
+    assert [("rows", 2, "kid")] == found
+    assert {("child",), ("rows", 1, "kid")} == set(dropped)
+    assert {("rows", 2, "kid")} == held.held
+    # A leaf edit inside a row scans nothing that holds a result: nothing changes.
+    op = {"op": "replace", "path": "/rows/2/kid/y", "value": 5}
+    mirror.apply(op)
+    assert ([], []) == held.patch([op], mirror)
