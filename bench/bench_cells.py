@@ -12,7 +12,12 @@ Groups
     doing the same in a ``BEGIN IMMEDIATE`` transaction (WAL, FULL).
 ``sqlite batched``
     One op is one write; 100 writes go into each commit. Baseline: raw
-    ``sqlite3`` with 100 upserts per ``BEGIN IMMEDIATE`` transaction.
+    ``sqlite3`` upserting 100 rows with one ``executemany`` per ``BEGIN
+    IMMEDIATE`` transaction (WAL, FULL): the idiomatic durable equivalent.
+
+Both SQLite groups count ``wal_pages``: the pages each side appended to its
+write-ahead log, read after every commit from the WAL-index header in the
+``-shm`` file (``_WalPages``), the same way on both sides.
 
 Every SQLite benchmark works on a fresh database file in its own temporary
 directory. Files are removed (and connections closed) by the next setup of
@@ -26,6 +31,7 @@ import atexit
 import os
 import shutil
 import sqlite3
+import sys
 import tempfile
 from collections.abc import Callable
 
@@ -138,7 +144,32 @@ def memory_commit() -> Run:
 # ---------------------------------------------------------------------------- sqlite commit
 
 
-def _raw_connection(label: str) -> sqlite3.Connection:
+class _WalPages:
+    """Pages SQLite appended to a database's write-ahead log, counted from the WAL-index
+    header at the start of its ``-shm`` file (SQLite's documented WAL format): ``mxFrame``
+    (offset 16) is the number of valid frames, one page each; the salts (offset 32)
+    change when the log restarts from its first frame after a checkpoint. Call
+    ``tick()`` after every commit (a restart loses nothing then: the frames after it are
+    all the commit's). One ``pread`` per call."""
+
+    def __init__(self, db: str) -> None:
+        fd = self._fd = os.open(db + "-shm", os.O_RDONLY)
+        _leftovers.append(lambda: os.close(fd))
+        self.pages = 0
+        self._last = self._read()
+
+    def _read(self) -> tuple[int, bytes]:
+        header = os.pread(self._fd, 48, 0)
+        return int.from_bytes(header[16:20], sys.byteorder), header[32:40]
+
+    def tick(self) -> None:
+        frames, salt = self._read()
+        last, last_salt = self._last
+        self.pages += frames - last if salt == last_salt and frames >= last else frames
+        self._last = (frames, salt)
+
+
+def _raw_connection(label: str) -> tuple[sqlite3.Connection, _WalPages]:
     path = os.path.join(_temp_dir(label), "raw.db")
     # Autocommit mode: the benchmark issues BEGIN IMMEDIATE / COMMIT itself.
     con = sqlite3.connect(path, isolation_level=None)
@@ -149,22 +180,23 @@ def _raw_connection(label: str) -> sqlite3.Connection:
     con.execute("PRAGMA synchronous = FULL")
     con.execute("CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
     con.execute("""INSERT INTO kv VALUES ('a', '{"value": 1}'), ('b', '{"value": 0}')""")
-    return con
+    return con, _WalPages(path)
 
 
-def _sqlite_space(label: str) -> Space:
+def _sqlite_space(label: str) -> tuple[Space, _WalPages]:
     path = os.path.join(_temp_dir(label), "cells.db")
     store = SQLiteStore(path, synchronous="FULL")
     _leftovers.append(store.close)
     space = Space(store, "bench")
     _leftovers.append(space.replica.close)  # runs first: leftovers close in reverse order
-    return space
+    return space, _WalPages(path)
 
 
 @bench(group="sqlite commit", name="raw sqlite3", ops=SQLITE_OPS, baseline=True)
 def raw_sqlite_commit() -> Run:
     _clean_up()
-    con = _raw_connection("raw")
+    con, wal = _raw_connection("raw")
+    wal.tick()  # (from here on)
 
     def run() -> Counts:
         for i in range(SQLITE_OPS):
@@ -172,9 +204,15 @@ def raw_sqlite_commit() -> Run:
             row = con.execute("SELECT value FROM kv WHERE key = 'a'").fetchone()
             con.execute("UPDATE kv SET value = ? WHERE key = 'b'", (f'{{"value": {i}}}',))
             con.execute("COMMIT")
+            wal.tick()
             if row is None:
                 raise BenchError("raw sqlite3: row 'a' is missing")
-        return {"commits": SQLITE_OPS, "reads": SQLITE_OPS, "writes": SQLITE_OPS}
+        return {
+            "commits": SQLITE_OPS,
+            "reads": SQLITE_OPS,
+            "writes": SQLITE_OPS,
+            "wal_pages": wal.pages,
+        }
 
     return run
 
@@ -182,9 +220,10 @@ def raw_sqlite_commit() -> Run:
 @bench(group="sqlite commit", name="SQLiteStore commit", ops=SQLITE_OPS)
 def sqlite_store_commit() -> Run:
     _clean_up()
-    space = _sqlite_space("store")
+    space, wal = _sqlite_space("store")
     a, b = _two_cells(space)
     counter = _Counter(space.replica)
+    wal.tick()  # (from here on)
 
     def run() -> Counts:
         for i in range(SQLITE_OPS):
@@ -192,7 +231,8 @@ def sqlite_store_commit() -> Run:
             v = a.with_tx(tx).get()
             b.with_tx(tx).set(v + i)
             _check_ok(tx.commit().wait(), "SQLiteStore commit")  # durable when this returns
-        return counter.counts(reads=SQLITE_OPS, writes=SQLITE_OPS)
+            wal.tick()
+        return counter.counts(reads=SQLITE_OPS, writes=SQLITE_OPS, wal_pages=wal.pages)
 
     return run
 
@@ -208,7 +248,7 @@ def sqlite_store_commit() -> Run:
 )
 def raw_sqlite_batched() -> Run:
     _clean_up()
-    con = _raw_connection("raw-batched")
+    con, wal = _raw_connection("raw-batched")
     upsert = (
         "INSERT INTO kv (key, value) VALUES (?, ?)"
         " ON CONFLICT (key) DO UPDATE SET value = excluded.value"
@@ -216,16 +256,17 @@ def raw_sqlite_batched() -> Run:
 
     def write_batch(n: int) -> None:
         con.execute("BEGIN IMMEDIATE")
-        for j in range(BATCH):
-            con.execute(upsert, (f"k{j}", f'{{"value": {n}}}'))
+        con.executemany(upsert, [(f"k{j}", f'{{"value": {n}}}') for j in range(BATCH)])
         con.execute("COMMIT")
+        wal.tick()
 
     write_batch(-1)  # untimed: the rows exist, so every timed write is an update
+    wal.pages = 0
 
     def run() -> Counts:
         for n in range(BATCHED_COMMITS):
             write_batch(n)
-        return {"commits": BATCHED_COMMITS, "writes": SQLITE_BATCHED_OPS}
+        return {"commits": BATCHED_COMMITS, "writes": SQLITE_BATCHED_OPS, "wal_pages": wal.pages}
 
     return run
 
@@ -237,7 +278,7 @@ def raw_sqlite_batched() -> Run:
 )
 def sqlite_store_batched() -> Run:
     _clean_up()
-    space = _sqlite_space("store-batched")
+    space, wal = _sqlite_space("store-batched")
     cells = [space.get_cell({"bench": "k", "n": j}) for j in range(BATCH)]
 
     def write_batch(n: int) -> None:
@@ -245,13 +286,15 @@ def sqlite_store_batched() -> Run:
         for cell in cells:
             cell.with_tx(tx).set(n)
         _check_ok(tx.commit().wait(), "SQLiteStore batched")  # durable when this returns
+        wal.tick()
 
     write_batch(-1)  # untimed: the documents exist and are loaded in the replica
     counter = _Counter(space.replica)
+    wal.pages = 0
 
     def run() -> Counts:
         for n in range(BATCHED_COMMITS):
             write_batch(n)
-        return counter.counts(writes=SQLITE_BATCHED_OPS)
+        return counter.counts(writes=SQLITE_BATCHED_OPS, wal_pages=wal.pages)
 
     return run

@@ -115,12 +115,15 @@ from .memory import REVISIONS_KEPT
 T = TypeVar("T")
 
 FORMAT: Final = "cellweave-store"
-VERSION: Final = 2
+VERSION: Final = 3
 """The store format version this module writes (and reads, with every older one).
 
-2: history is pruned (`revision_floor`); an older cellweave must not write such a file,
-as its conflict checks would take pruned revisions for none. Opening a version 1
-file upgrades it."""
+2: history is pruned (per document, a floor); an older cellweave must not write such a
+file, as its conflict checks would take pruned revisions for none.
+3: history is stored by commit (`revision` keyed by seq, then the document's number),
+so one commit's history rows are contiguous; each revision names its document's previous
+one, and the head row carries the document's revision count and floor. Opening a
+version 1 or 2 file upgrades it in one transaction (`_upgrade`)."""
 
 _SQLITE_HEADER: Final = b"SQLite format 3\x00"
 _BUSY_TIMEOUT_S: Final = 5.0
@@ -130,70 +133,126 @@ _NO_ORIGIN: Final = ""
 
 _KEY_COLS: Final = ", ".join(KEY_COLUMNS)
 _KEY_MATCH: Final = "space = ? AND doc_id = ? AND scope = ? AND principal = ? AND session = ?"
-_R_KEY_MATCH: Final = (
-    "r.space = ? AND r.doc_id = ? AND r.scope = ? AND r.principal = ? AND r.session = ?"
-)
 
+# Version 3. A commit writes one `commit_log` row, one `revision` row per document (all
+# under its seq, so next to each other) and updates each document's `head` row in place:
+# a 100-document commit dirties a few pages, not one per document's history.
 _SCHEMA: Final = (
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
     """CREATE TABLE commit_log (
         seq INTEGER PRIMARY KEY,
         session_id TEXT NOT NULL,
-        local_seq INTEGER NOT NULL,
-        UNIQUE (session_id, local_seq)
+        local_seq INTEGER NOT NULL
     )""",
-    # Commits rejected after (or without) evaluation: `resolution()` must tell
-    # "rejected" (None) from "no verdict yet" (False).
+    # Commits rejected after (or without) evaluation. No longer written (verdicts are
+    # kept in memory, `SessionVerdicts`); kept so older files keep their meaning.
     """CREATE TABLE rejection (
         session_id TEXT NOT NULL,
         local_seq INTEGER NOT NULL,
         PRIMARY KEY (session_id, local_seq)
     ) WITHOUT ROWID""",
-    f"""CREATE TABLE revision (
-        space TEXT NOT NULL, doc_id TEXT NOT NULL, scope TEXT NOT NULL,
-        principal TEXT NOT NULL, session TEXT NOT NULL,
-        seq INTEGER NOT NULL REFERENCES commit_log (seq),
-        paths TEXT NOT NULL,
-        PRIMARY KEY ({_KEY_COLS}, seq)
-    ) WITHOUT ROWID""",
-    "CREATE INDEX revision_by_seq ON revision (seq)",
-    # A head row exists for every document ever written; value NULL means
-    # deleted, and the row still counts as "ever written" for create-only.
+    # A head row exists for every document ever written; value NULL means deleted, and
+    # the row still counts as "ever written" for create-only. `doc` is the document's
+    # number (its revisions name it); `seq` its last revision, `revisions` how many of
+    # its revisions are kept, `floor` the newest pruned one's seq (NULL: none pruned),
+    # `next_floor` the floor its next pruning sets: its (REVISIONS_KEPT + 1)-th oldest
+    # kept revision (NULL while it keeps fewer), so pruning walks only what it deletes.
     f"""CREATE TABLE head (
+        doc INTEGER PRIMARY KEY,
         space TEXT NOT NULL, doc_id TEXT NOT NULL, scope TEXT NOT NULL,
         principal TEXT NOT NULL, session TEXT NOT NULL,
-        seq INTEGER NOT NULL REFERENCES commit_log (seq),
+        seq INTEGER NOT NULL,
+        revisions INTEGER NOT NULL,
+        floor INTEGER,
+        next_floor INTEGER,
         value TEXT,
-        PRIMARY KEY ({_KEY_COLS})
+        UNIQUE ({_KEY_COLS})
+    )""",
+    # Seq first: a commit's rows are contiguous, and pruning below a seq is one range.
+    # `prev` is the document's previous revision's seq (0: none); the conflict check
+    # walks it back from the head instead of an index by document, which every write
+    # would have to update at a page of its own.
+    """CREATE TABLE revision (
+        seq INTEGER NOT NULL,
+        doc INTEGER NOT NULL,
+        prev INTEGER NOT NULL,
+        paths TEXT NOT NULL,
+        PRIMARY KEY (seq, doc)
     ) WITHOUT ROWID""",
     # Create-only keys of accepted commits, written or not (MemoryStore: its heads and `_claimed`).
     f"""CREATE TABLE claimed (
         space TEXT NOT NULL, doc_id TEXT NOT NULL, scope TEXT NOT NULL,
         principal TEXT NOT NULL, session TEXT NOT NULL,
-        seq INTEGER NOT NULL REFERENCES commit_log (seq),
+        seq INTEGER NOT NULL,
         PRIMARY KEY ({_KEY_COLS})
     ) WITHOUT ROWID""",
+    # Pruning deletes a commit_log row only once no claim names its seq.
+    "CREATE INDEX claimed_by_seq ON claimed (seq)",
 )
-_UPGRADE_TO_2: Final = (
-    # Per document, the newest pruned revision's seq: a read with an older basis conflicts.
+_TABLES: Final = frozenset({"meta", "commit_log", "rejection", "revision", "head", "claimed"})
+_TABLES_BEFORE_3: Final = {1: _TABLES, 2: _TABLES | {"revision_floor"}}
+
+_UPGRADE_1_TO_2: Final = (
     f"""CREATE TABLE revision_floor (
         space TEXT NOT NULL, doc_id TEXT NOT NULL, scope TEXT NOT NULL,
         principal TEXT NOT NULL, session TEXT NOT NULL,
         seq INTEGER NOT NULL,
         PRIMARY KEY ({_KEY_COLS})
     ) WITHOUT ROWID""",
-    # Deleting a commit_log row checks the rows naming its seq (foreign keys, and
-    # whether it is still needed): without these, each check would scan the table.
-    "CREATE INDEX head_by_seq ON head (seq)",
-    "CREATE INDEX claimed_by_seq ON claimed (seq)",
 )
-_TABLES_1: Final = frozenset({"meta", "commit_log", "rejection", "revision", "head", "claimed"})
-_TABLES: Final = _TABLES_1 | {"revision_floor"}
+_V2_JOIN: Final = " AND ".join(f"{{a}}.{c} = {{b}}.{c}" for c in KEY_COLUMNS)
+
+
+def _upgrade_2_to_3(kept: int) -> tuple[str, ...]:
+    """Version 2 to 3 (`kept`: REVISIONS_KEPT, for each document's `next_floor`)."""
+    key_h = ", ".join(f"h.{c}" for c in KEY_COLUMNS)
+    r_h, f_h = _V2_JOIN.format(a="r", b="h"), _V2_JOIN.format(a="f", b="h")
+    return (
+        # The version 2 tables step aside (their foreign keys and indexes go with them) ...
+        "ALTER TABLE commit_log RENAME TO commit_log_2",
+        "ALTER TABLE revision RENAME TO revision_2",
+        "ALTER TABLE head RENAME TO head_2",
+        "ALTER TABLE claimed RENAME TO claimed_2",
+        "DROP INDEX IF EXISTS revision_by_seq",
+        "DROP INDEX IF EXISTS head_by_seq",
+        "DROP INDEX IF EXISTS claimed_by_seq",
+        # ... the version 3 ones are made (meta and rejection stay) ...
+        *(s for s in _SCHEMA if not s.startswith(("CREATE TABLE meta", "CREATE TABLE rejection"))),
+        # ... and filled: the same commits, documents, revisions, floors and claims.
+        "INSERT INTO commit_log (seq, session_id, local_seq)"
+        " SELECT seq, session_id, local_seq FROM commit_log_2",
+        f"INSERT INTO head ({_KEY_COLS}, seq, revisions, floor, next_floor, value)"
+        f" SELECT {key_h}, h.seq, (SELECT COUNT(*) FROM revision_2 r WHERE {r_h}), f.seq,"
+        f" (SELECT r.seq FROM revision_2 r WHERE {r_h} ORDER BY r.seq LIMIT 1 OFFSET {kept}),"
+        f" h.value FROM head_2 h LEFT JOIN revision_floor f ON {f_h} ORDER BY {key_h}",
+        # A document's oldest kept revision follows its newest pruned one: the floor.
+        "INSERT INTO revision (seq, doc, prev, paths)"
+        " SELECT r.seq, h.doc, COALESCE(LAG(r.seq) OVER"
+        f" (PARTITION BY h.doc ORDER BY r.seq), h.floor, 0), r.paths"
+        f" FROM revision_2 r JOIN head h ON {r_h}",
+        f"INSERT INTO claimed ({_KEY_COLS}, seq) SELECT {_KEY_COLS}, seq FROM claimed_2",
+        # Children first: dropping commit_log_2 checks the foreign keys that named it.
+        "DROP TABLE revision_2",
+        "DROP TABLE head_2",
+        "DROP TABLE claimed_2",
+        "DROP TABLE revision_floor",
+        "DROP TABLE commit_log_2",
+    )
+
 
 _Change = tuple[int, dict[DocKey, Value]]
+_Head = tuple[int, int, int, "str | None"]
+"""A head row as a commit needs it: (doc number, last revision's seq, kept revisions, value)."""
 _CHUNK: Final = 150
-"""Documents per statement that reads or checks many at once (at most 6 parameters
-each: under the 999 an older SQLite allows)."""
+"""Documents per statement that reads many at once (at most 6 parameters each: under
+the 999 an older SQLite allows)."""
+
+_CHAIN: Final = (
+    # A document's revisions from its head back, newest first, while `prev` > the bound.
+    "WITH RECURSIVE chain (seq) AS (VALUES (?) UNION ALL"
+    " SELECT r.prev FROM chain JOIN revision r ON r.seq = chain.seq AND r.doc = ?"
+    " WHERE r.prev > ?)"
+)
 
 
 _k = key_params
@@ -313,7 +372,7 @@ def _validate(conn: sqlite3.Connection, file: str) -> int:
         raise CorruptStoreError(
             f"{file}: invalid store format version {version}; the file was left untouched"
         )
-    missing = (_TABLES if version >= 2 else _TABLES_1) - tables
+    missing = _TABLES_BEFORE_3.get(version, _TABLES) - tables
     if missing:
         raise CorruptStoreError(
             f"{file}: cellweave store is damaged: missing tables {sorted(missing)};"
@@ -468,16 +527,14 @@ class SQLiteStore(WriterStore):
                 # initialized (or claimed) the file since `_inspect`.
                 version = _validate(conn, self._file)
                 if version == 0:
-                    for stmt in (*_SCHEMA, *_UPGRADE_TO_2):
+                    for stmt in _SCHEMA:
                         conn.execute(stmt)
                     conn.executemany(
                         "INSERT INTO meta (key, value) VALUES (?, ?)",
                         [("format", FORMAT), ("version", str(VERSION))],
                     )
-                elif version < 2:
-                    for stmt in _UPGRADE_TO_2:
-                        conn.execute(stmt)
-                    conn.execute("UPDATE meta SET value = ? WHERE key = 'version'", (str(VERSION),))
+                elif version < VERSION:
+                    self._upgrade(conn, version)
                 else:
                     # A write that changes nothing: a file this process may read but not
                     # write is refused here, at open, rather than failing every commit.
@@ -491,6 +548,16 @@ class SQLiteStore(WriterStore):
                 raise
         except sqlite3.Error as exc:
             raise self._wrap(exc, "cannot initialize the store") from exc
+
+    def _upgrade(self, conn: sqlite3.Connection, version: int) -> None:
+        """Bring a version 1 or 2 file to `VERSION`, inside the caller's transaction (so an
+        interrupted upgrade leaves the old file as it was). Every commit, document,
+        revision, floor and claim is kept; only the layout changes."""
+        steps = {1: _UPGRADE_1_TO_2, 2: _upgrade_2_to_3(REVISIONS_KEPT)}
+        for step in range(version, VERSION):
+            for stmt in steps[step]:
+                conn.execute(stmt)
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'version'", (str(VERSION),))
 
     def _in_write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """`fn(conn)` in a write transaction of its own (the claims' statements)."""
@@ -574,16 +641,21 @@ class SQLiteStore(WriterStore):
     def _revisions_since(
         conn: sqlite3.Connection, session_id: str, session_key: str, key: DocKey, seq: int
     ) -> list[Revision]:
-        floor = conn.execute(
-            f"SELECT seq FROM revision_floor WHERE {_KEY_MATCH}", _k(key)
+        head = conn.execute(
+            f"SELECT doc, seq, floor FROM head WHERE {_KEY_MATCH}", _k(key)
         ).fetchone()
-        if floor is not None and seq < floor[0]:
-            return [pruned_revision(int(floor[0]))]
+        if head is None or head[1] <= seq:
+            return []  # not written since the basis (the usual case): one index lookup
+        doc, last, floor = head
+        if floor is not None and seq < floor:
+            return [pruned_revision(int(floor))]
+        # The revisions after the basis, walked back from the head (each names the one
+        # before): one primary-key lookup per revision, whatever else was committed.
         rows = conn.execute(
-            "SELECT r.seq, c.session_id, c.local_seq, r.paths FROM revision r"
-            " JOIN commit_log c ON c.seq = r.seq"
-            f" WHERE {_R_KEY_MATCH} AND r.seq > ? ORDER BY r.seq",
-            (*_k(key), seq),
+            f"{_CHAIN} SELECT r.seq, c.session_id, c.local_seq, r.paths FROM chain"
+            " JOIN revision r ON r.seq = chain.seq AND r.doc = ?"
+            " JOIN commit_log c ON c.seq = r.seq ORDER BY r.seq",
+            (last, doc, seq, doc),
         ).fetchall()
         return revisions_from_rows(rows, session_id, session_key)
 
@@ -654,16 +726,23 @@ class SQLiteStore(WriterStore):
                 )
                 docs: dict[DocKey, Value] = {}
                 paths: dict[DocKey, list[Path]] = {}
+                heads: dict[DocKey, _Head] = {}
                 if error is None:
                     try:
-                        # Every written document's head in one statement per chunk (a
-                        # whole-document write needs none): one query per document was
-                        # most of a large commit's CPU.
-                        docs = self._heads(conn, [w.key for w in request.writes if w.path])
+                        # Every written document's head row in one statement per chunk:
+                        # one query per document was most of a large commit's CPU.
+                        heads = self._heads(conn, [w.key for w in request.writes])
                         for w in request.writes:
-                            current = docs.get(w.key, MISSING)
-                            docs[w.key] = set_path(current, w.path, w.value, where="commit")
-                            paths.setdefault(w.key, []).append(revision_path(current, w.path))
+                            key = w.key
+                            if key in docs:
+                                current = docs[key]
+                            elif w.path:
+                                head = heads.get(key)
+                                current = MISSING if head is None else self._decode(head[3], key)
+                            else:
+                                current = MISSING  # (a whole-document write reads nothing)
+                            docs[key] = set_path(current, w.path, w.value, where="commit")
+                            paths.setdefault(key, []).append(revision_path(current, w.path))
                     except InvalidValueError as exc:
                         # A blind write below something another writer has since
                         # replaced: re-running against the fresh value can succeed.
@@ -675,7 +754,7 @@ class SQLiteStore(WriterStore):
                     verdict = Verdict(None, error=error)
                 else:
                     seq = top + 1
-                    self._apply(conn, request, session_key, seq, docs, paths)
+                    self._apply(conn, request, session_key, seq, docs, paths, heads)
                     verdict = Verdict(seq, docs)
                 conn.execute("COMMIT")
             except BaseException:
@@ -687,28 +766,31 @@ class SQLiteStore(WriterStore):
             self._delivered = max(self._delivered, top, verdict.seq or 0)
             return verdict
 
-    def _heads(self, conn: sqlite3.Connection, keys: list[DocKey]) -> dict[DocKey, Value]:
-        """The current value of each of `keys` (MISSING: never written, or deleted)."""
+    @staticmethod
+    def _heads(conn: sqlite3.Connection, keys: list[DocKey]) -> dict[DocKey, _Head]:
+        """The head row of each of `keys` that has one (never written: absent)."""
         unique = list(dict.fromkeys(keys))
-        out: dict[DocKey, Value] = {}
+        out: dict[DocKey, _Head] = {}
         for start in range(0, len(unique), _CHUNK):
             chunk = unique[start : start + _CHUNK]
             if len(chunk) == 1:
                 key = chunk[0]
-                row = conn.execute(f"SELECT value FROM head WHERE {_KEY_MATCH}", _k(key)).fetchone()
-                out[key] = MISSING if row is None else self._decode(row[0], key)
+                row = conn.execute(
+                    f"SELECT doc, seq, revisions, value FROM head WHERE {_KEY_MATCH}", _k(key)
+                ).fetchone()
+                if row is not None:
+                    out[key] = row
                 continue
             values = ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(chunk))
             rows = conn.execute(
                 f"WITH k (n, {_KEY_COLS}) AS (VALUES {values})"
-                " SELECT k.n, h.value FROM k JOIN head h ON h.space = k.space"
-                " AND h.doc_id = k.doc_id AND h.scope = k.scope"
+                " SELECT k.n, h.doc, h.seq, h.revisions, h.value FROM k JOIN head h"
+                " ON h.space = k.space AND h.doc_id = k.doc_id AND h.scope = k.scope"
                 " AND h.principal = k.principal AND h.session = k.session",
                 [p for n, key in enumerate(chunk) for p in (n, *_k(key))],
             ).fetchall()
-            found = {int(n): raw for n, raw in rows}
-            for n, key in enumerate(chunk):
-                out[key] = self._decode(found.get(n), key)
+            for n, doc, seq, revisions, raw in rows:
+                out[chunk[n]] = (doc, seq, revisions, raw)
         return out
 
     @staticmethod
@@ -719,104 +801,97 @@ class SQLiteStore(WriterStore):
         seq: int,
         docs: dict[DocKey, Value],
         paths: dict[DocKey, list[Path]],
+        heads: dict[DocKey, _Head],
     ) -> None:
+        """Write the commit: its `commit_log` row, a `revision` row per document (all under
+        `seq`: contiguous) and each document's head, updated in place. One statement per
+        table (executemany), then the pruning of documents past 2 * REVISIONS_KEPT."""
         conn.execute(
             "INSERT INTO commit_log (seq, session_id, local_seq) VALUES (?, ?, ?)",
             (seq, session_key, request.local_seq),
         )
-        # One statement per table for the whole commit (executemany): a 100-document
-        # commit was 300 `execute` round trips, most of its CPU outside SQLite.
-        ks = [_k(key) for key in docs]
+        new = [key for key in docs if key not in heads]
+        if new:  # first writes: a head row each, then their numbers
+            conn.executemany(
+                f"INSERT INTO head ({_KEY_COLS}, seq, revisions, value)"
+                " VALUES (?, ?, ?, ?, ?, ?, 0, ?)",
+                [(*_k(key), seq, encode_value(docs[key])) for key in new],
+            )
+            made = SQLiteStore._heads(conn, new)
+            heads = {**heads, **{key: (h[0], 0, 0, None) for key, h in made.items()}}
+        revisions: list[tuple[int, int, int, str]] = []
+        updates: list[tuple[int, int, int, str | None, int]] = []
+        due: list[tuple[str, str, str, str, str]] = []
+        kept = REVISIONS_KEPT
+        for key, value in docs.items():
+            doc, last, count, _ = heads[key]
+            revisions.append((seq, doc, last, encode_paths(paths[key])))
+            updates.append((kept, seq, seq, encode_value(value), doc))
+            if count >= 2 * kept:
+                due.append(_k(key))
+        # The write that makes a document's kept revisions REVISIONS_KEPT + 1 is the
+        # floor its next pruning sets.
         conn.executemany(
-            f"INSERT INTO revision ({_KEY_COLS}, seq, paths) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [(*k, seq, encode_paths(paths[key])) for k, key in zip(ks, docs, strict=True)],
+            "UPDATE head SET next_floor = CASE revisions WHEN ? THEN ? ELSE next_floor END,"
+            " seq = ?, revisions = revisions + 1, value = ? WHERE doc = ?",
+            updates,
         )
+        revisions.sort()  # (in key order: appended at the end of the tree)
         conn.executemany(
-            f"INSERT INTO head ({_KEY_COLS}, seq, value) VALUES (?, ?, ?, ?, ?, ?, ?)"
-            f" ON CONFLICT ({_KEY_COLS}) DO UPDATE SET seq = excluded.seq,"
-            " value = excluded.value",
-            [(*k, seq, encode_value(value)) for k, value in zip(ks, docs.values(), strict=True)],
+            "INSERT INTO revision (seq, doc, prev, paths) VALUES (?, ?, ?, ?)", revisions
         )
         if request.create_only:
             conn.executemany(
                 f"INSERT OR IGNORE INTO claimed ({_KEY_COLS}, seq) VALUES (?, ?, ?, ?, ?, ?)",
                 [(*_k(key), seq) for key in request.create_only],
             )
-        for k in SQLiteStore._due_for_pruning(conn, ks, seq):
-            SQLiteStore._prune(conn, k, seq)
-
-    @staticmethod
-    def _due_for_pruning(
-        conn: sqlite3.Connection, ks: list[tuple[str, str, str, str, str]], seq: int
-    ) -> list[tuple[str, str, str, str, str]]:
-        """The documents among `ks` (just written at `seq`) whose oldest kept revision is
-        at least 2 * REVISIONS_KEPT seqs back: only those can have too many (see
-        `_prune`). One statement per `_CHUNK` documents, each an index lookup
-        inside SQLite, instead of one query per document."""
-        due: list[tuple[str, str, str, str, str]] = []
-        if len(ks) == 1:  # (the usual commit: the plain query is cheaper)
-            oldest = conn.execute(
-                f"SELECT MIN(seq) FROM revision WHERE {_KEY_MATCH}", ks[0]
-            ).fetchone()[0]
-            if oldest is not None and seq - int(oldest) >= 2 * REVISIONS_KEPT:
-                due.append(ks[0])
-            return due
-        for start in range(0, len(ks), _CHUNK):
-            chunk = ks[start : start + _CHUNK]
-            values = ", ".join(["(?, ?, ?, ?, ?)"] * len(chunk))
-            rows = conn.execute(
-                f"WITH k ({_KEY_COLS}) AS (VALUES {values})"
-                " SELECT k.space, k.doc_id, k.scope, k.principal, k.session,"
-                " (SELECT MIN(r.seq) FROM revision r WHERE r.space = k.space"
-                " AND r.doc_id = k.doc_id AND r.scope = k.scope"
-                " AND r.principal = k.principal AND r.session = k.session) FROM k",
-                [p for k in chunk for p in k],
-            ).fetchall()
-            due.extend(
-                (space, doc_id, scope, principal, session)
-                for space, doc_id, scope, principal, session, oldest in rows
-                if oldest is not None and seq - int(oldest) >= 2 * REVISIONS_KEPT
-            )
-        return due
-
-    @staticmethod
-    def _prune(conn: sqlite3.Connection, k: tuple[str, str, str, str, str], seq: int) -> None:
-        """Keep a document's newest `REVISIONS_KEPT` revisions once it has more than twice
-        that many (as `MemoryStore` does), and the commit_log rows nothing names any more.
-
-        `seq` is the revision just written. Seqs are unique, so a document whose oldest
-        kept revision is fewer than 2 * REVISIONS_KEPT seqs back cannot have too many:
-        one index lookup (`_due_for_pruning`, for every document of a commit at once)
-        decides the usual case, and only the documents it returns come here (a document
-        written at every commit counts its revisions only when it must be pruned). The
-        count walks at
-        most 2 * REVISIONS_KEPT index entries; deletes happen once per REVISIONS_KEPT
-        commits of the document, so the amortized cost per commit is O(1) rows.
-        """
-        newest_first = f"SELECT seq FROM revision WHERE {_KEY_MATCH} ORDER BY seq DESC"
-        if conn.execute(f"{newest_first} LIMIT 1 OFFSET ?", (*k, 2 * REVISIONS_KEPT)).fetchone():
-            floor = conn.execute(f"{newest_first} LIMIT 1 OFFSET ?", (*k, REVISIONS_KEPT))
-            cutoff = int(floor.fetchone()[0])
-            pruned = [
-                (int(row[0]),) * 4
-                for row in conn.execute(
-                    f"SELECT seq FROM revision WHERE {_KEY_MATCH} AND seq <= ?", (*k, cutoff)
-                )
-            ]
-            conn.execute(f"DELETE FROM revision WHERE {_KEY_MATCH} AND seq <= ?", (*k, cutoff))
-            conn.execute(
-                f"INSERT INTO revision_floor ({_KEY_COLS}, seq) VALUES (?, ?, ?, ?, ?, ?)"
-                f" ON CONFLICT ({_KEY_COLS}) DO UPDATE SET seq = excluded.seq",
-                (*k, cutoff),
-            )
+        if due:
+            pruned = sorted({s for k in due for s in SQLiteStore._prune(conn, k, seq)})
             # A commit that wrote several documents keeps its row while another names it.
             conn.executemany(
                 "DELETE FROM commit_log WHERE seq = ?"
                 " AND NOT EXISTS (SELECT 1 FROM revision WHERE seq = ?)"
-                " AND NOT EXISTS (SELECT 1 FROM head WHERE seq = ?)"
                 " AND NOT EXISTS (SELECT 1 FROM claimed WHERE seq = ?)",
-                pruned,
+                [(s, s, s) for s in pruned],
             )
+
+    @staticmethod
+    def _prune(conn: sqlite3.Connection, k: tuple[str, str, str, str, str], seq: int) -> list[int]:
+        """Keep a document's newest `REVISIONS_KEPT` revisions once it has more than twice
+        that many (as `MemoryStore` does); returns the seqs of the revisions deleted (the
+        caller deletes the commit_log rows nothing names any more).
+
+        `seq` is the revision just written. The head row counts the document's kept
+        revisions, so a commit decides which of its documents to prune without a query,
+        and names the floor this pruning sets (`next_floor`): the revisions to delete are
+        that one and those before it down to the old floor, walked back one primary-key
+        lookup each (REVISIONS_KEPT + 1 of them). Deletes happen once per REVISIONS_KEPT
+        commits of the document, so the amortized cost per commit is O(1) rows. A head
+        whose count or `next_floor` does not fit (a file upgraded from version 1, which
+        never pruned) is pruned by walking all its revisions from the newest.
+        """
+        head = conn.execute(
+            f"SELECT doc, seq, revisions, floor, next_floor FROM head WHERE {_KEY_MATCH}", k
+        ).fetchone()
+        kept = REVISIONS_KEPT
+        if head is None or head[2] <= 2 * kept:
+            return []
+        doc, last, count, floor, next_floor = head
+        walk = f"{_CHAIN} SELECT seq FROM chain"
+        pruned: list[int] = []
+        if next_floor is not None:
+            pruned = [int(r[0]) for r in conn.execute(walk, (next_floor, doc, floor or 0))]
+        if count - len(pruned) != kept:  # (the usual case never gets here)
+            newest_first = [int(r[0]) for r in conn.execute(walk, (last, doc, floor or 0))]
+            pruned = newest_first[kept:]
+        conn.executemany(
+            "DELETE FROM revision WHERE seq = ? AND doc = ?", [(s, doc) for s in pruned]
+        )
+        conn.execute(
+            "UPDATE head SET revisions = ?, floor = ?, next_floor = NULL WHERE doc = ?",
+            (count - len(pruned), pruned[0], doc),
+        )
+        return pruned
 
     def _record_rejection(self, request: CommitRequest) -> None:
         with self._write_lock:
@@ -837,8 +912,8 @@ class SQLiteStore(WriterStore):
             if not self._listeners:
                 return top, []  # nobody to tell; a later session loads fresh state
         rows = conn.execute(
-            "SELECT r.seq, r.space, r.doc_id, r.scope, r.principal, r.session, h.value"
-            " FROM revision r JOIN head h USING (space, doc_id, scope, principal, session)"
+            "SELECT r.seq, h.space, h.doc_id, h.scope, h.principal, h.session, h.value"
+            " FROM revision r JOIN head h ON h.doc = r.doc"
             " WHERE r.seq > ? AND r.seq <= ? AND h.seq = r.seq ORDER BY r.seq",
             (after, top),
         ).fetchall()
@@ -947,40 +1022,62 @@ class SQLiteStore(WriterStore):
 
     @staticmethod
     def _checks() -> Iterator[tuple[str, str]]:
-        match = " AND ".join(f"r.{c} = h.{c}" for c in _KEY_COLS.split(", "))
-        floor = " AND ".join(f"r.{c} = f.{c}" for c in _KEY_COLS.split(", "))
+        per_doc = "(SELECT doc, COUNT(*) AS n, MAX(seq) AS last FROM revision GROUP BY doc)"
         yield (
             "SELECT COUNT(*) FROM rejection x JOIN commit_log c USING (session_id, local_seq)",
             "a commit is recorded as both accepted and rejected",
         )
         yield (
-            f"SELECT COUNT(*) FROM revision r JOIN revision_floor f ON {floor}"
-            " WHERE r.seq <= f.seq",
+            "SELECT COUNT(*) FROM revision r JOIN head h ON h.doc = r.doc WHERE r.seq <= h.floor",
             "a revision at or below its document's floor was kept",
         )
         yield (
-            "SELECT COUNT(*) FROM revision_floor f WHERE"
-            f" (SELECT COUNT(*) FROM revision r WHERE {floor}) < {REVISIONS_KEPT}",
+            f"SELECT COUNT(*) FROM head h LEFT JOIN {per_doc} c ON c.doc = h.doc"
+            " WHERE h.revisions IS NOT COALESCE(c.n, 0)",
+            "a head's revision count is not its document's number of revisions",
+        )
+        yield (
+            "SELECT COUNT(*) FROM head h LEFT JOIN (SELECT doc, seq FROM (SELECT doc, seq,"
+            " ROW_NUMBER() OVER (PARTITION BY doc ORDER BY seq) AS i FROM revision)"
+            f" WHERE i = {REVISIONS_KEPT + 1}) n ON n.doc = h.doc"
+            " WHERE h.next_floor IS NOT n.seq",
+            "a head's next floor is not its (REVISIONS_KEPT + 1)-th oldest kept revision",
+        )
+        yield (
+            "SELECT COUNT(*) FROM head h WHERE h.floor IS NOT NULL"
+            f" AND h.revisions < {REVISIONS_KEPT}",
             f"a pruned document keeps fewer than {REVISIONS_KEPT} revisions",
         )
         yield (
-            f"SELECT COUNT(*) FROM revision r WHERE (SELECT COUNT(*) FROM revision q WHERE"
-            f" {match.replace('h.', 'q.')}) > {2 * REVISIONS_KEPT}",
+            f"SELECT COUNT(*) FROM head h WHERE h.revisions > {2 * REVISIONS_KEPT}",
             f"a document keeps more than {2 * REVISIONS_KEPT} revisions",
         )
         yield (
-            "SELECT COUNT(*) FROM head h WHERE h.seq IS NOT"
-            f" (SELECT MAX(r.seq) FROM revision r WHERE {match})",
+            f"SELECT COUNT(*) FROM head h LEFT JOIN {per_doc} c ON c.doc = h.doc"
+            " WHERE h.seq IS NOT c.last",
             "a head's seq is not its document's last revision",
         )
         yield (
-            "SELECT COUNT(*) FROM revision r"
-            f" WHERE NOT EXISTS (SELECT 1 FROM head h WHERE {match})",
-            "a revised document has no head",
+            "SELECT COUNT(*) FROM revision r WHERE NOT EXISTS (SELECT 1 FROM head h"
+            " WHERE h.doc = r.doc)",
+            "a revision names no document",
+        )
+        yield (
+            # Each revision names the document's one before it; the oldest kept one,
+            # the newest pruned (its floor), or none (0).
+            "SELECT COUNT(*) FROM (SELECT r.prev, LAG(r.seq) OVER"
+            " (PARTITION BY r.doc ORDER BY r.seq) AS before, h.floor FROM revision r"
+            " JOIN head h ON h.doc = r.doc) WHERE prev IS NOT COALESCE(before, floor, 0)",
+            "a revision does not name its document's previous revision",
         )
         yield (
             "SELECT COUNT(*) FROM commit_log c WHERE NOT EXISTS"
             " (SELECT 1 FROM revision r WHERE r.seq = c.seq)"
             " AND NOT EXISTS (SELECT 1 FROM claimed k WHERE k.seq = c.seq)",
             "a commit wrote nothing and claimed nothing",
+        )
+        yield (
+            "SELECT COUNT(*) FROM revision r WHERE NOT EXISTS"
+            " (SELECT 1 FROM commit_log c WHERE c.seq = r.seq)",
+            "a revision names no commit",
         )

@@ -121,7 +121,14 @@ def test_poll_and_seq_on_a_damaged_file_raise_store_errors(tmp_path: FsPath) -> 
         watching.get_cell(0).get()  # a session: polls deliver to it
         writer = Space(w, "x")
         assert writer.get_cell(150).set({"i": "new"}).wait(10).ok
-        w.close()  # checkpoints the commit into the file
+        w.close()
+        # Fold the commit into the file and empty the log: reads must go to the file's
+        # pages (the log held every page the commit wrote, which is all the poll reads).
+        conn = sqlite3.connect(file)
+        try:
+            assert 0 == conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+        finally:
+            conn.close()
         _damage(file)
         failures: list[BaseException] = []
         for call in (watcher.poll, lambda: watcher.seq):

@@ -3,11 +3,13 @@
 Each document keeps its newest `REVISIONS_KEPT` revisions (pruned when it has twice
 that many); a read whose basis is older than what was pruned conflicts; pollers that
 fell behind the pruned window still catch up on every document; commit_log keeps
-only rows something names. A version 1 file is upgraded when opened.
+only rows something names. Files of format versions 1 and 2 (written here with the
+DDL those versions used) are upgraded when opened, keeping every decision.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path as FsPath
@@ -15,7 +17,17 @@ from typing import Any
 
 import pytest
 
-from cells import MISSING, ConflictError, Outcome, Space, SQLiteStore
+from cells import (
+    MISSING,
+    ConflictError,
+    DocKey,
+    MemoryStore,
+    Outcome,
+    Space,
+    SQLiteStore,
+    StoreError,
+)
+from cells.stores._sql import encode_value, key_params
 from cells.stores.memory import REVISIONS_KEPT
 from cells.stores.sqlite import VERSION
 
@@ -88,7 +100,7 @@ def test_history_stays_bounded_when_each_commit_writes_many_documents(
         assert tx.commit().wait(WAIT).ok
     assert [cycles - 1] * len(docs) == [store.read_durable(c.doc_key)["value"] for c in docs]
     assert rows(db, "revision") <= len(docs) * (REVISIONS_KEPT + 2)
-    assert rows(db, "revision_floor") == len(docs)
+    assert rows(db, "head WHERE floor IS NOT NULL") == len(docs)
     store._check()
 
 
@@ -204,22 +216,195 @@ def test_commits_built_on_many_pending_layers_resolve_after_pruning(
     assert 0 == rows(db, "rejection")
 
 
-def test_a_version_1_file_is_upgraded_when_opened(stores: Make, db: FsPath) -> None:
-    with SQLiteStore(db, poll_interval=0) as store:
-        assert Space(store, "h").get_cell("doc").set(1).wait(WAIT).ok
-    conn = sqlite3.connect(db)
-    conn.executescript(
-        "DROP TABLE revision_floor; DROP INDEX head_by_seq; DROP INDEX claimed_by_seq;"
-        " UPDATE meta SET value = '1' WHERE key = 'version';"
+# ---------------------------------------------------------------- older formats
+# The DDL of store format version 2, as cellweave wrote it before version 3 (history
+# keyed by document); version 1 is the same without `revision_floor` and two indexes.
+_KEY = "space TEXT NOT NULL, doc_id TEXT NOT NULL, scope TEXT NOT NULL,"
+_KEY += " principal TEXT NOT NULL, session TEXT NOT NULL"
+_PK = "space, doc_id, scope, principal, session"
+_MATCH = "space = ? AND doc_id = ? AND scope = ? AND principal = ? AND session = ?"
+V1_DDL = (
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE commit_log (seq INTEGER PRIMARY KEY, session_id TEXT NOT NULL,"
+    " local_seq INTEGER NOT NULL, UNIQUE (session_id, local_seq))",
+    "CREATE TABLE rejection (session_id TEXT NOT NULL, local_seq INTEGER NOT NULL,"
+    " PRIMARY KEY (session_id, local_seq)) WITHOUT ROWID",
+    f"CREATE TABLE revision ({_KEY}, seq INTEGER NOT NULL REFERENCES commit_log (seq),"
+    f" paths TEXT NOT NULL, PRIMARY KEY ({_PK}, seq)) WITHOUT ROWID",
+    "CREATE INDEX revision_by_seq ON revision (seq)",
+    f"CREATE TABLE head ({_KEY}, seq INTEGER NOT NULL REFERENCES commit_log (seq),"
+    f" value TEXT, PRIMARY KEY ({_PK})) WITHOUT ROWID",
+    f"CREATE TABLE claimed ({_KEY}, seq INTEGER NOT NULL REFERENCES commit_log (seq),"
+    f" PRIMARY KEY ({_PK})) WITHOUT ROWID",
+)
+V2_DDL = (
+    *V1_DDL,
+    f"CREATE TABLE revision_floor ({_KEY}, seq INTEGER NOT NULL, PRIMARY KEY ({_PK}))"
+    " WITHOUT ROWID",
+    "CREATE INDEX head_by_seq ON head (seq)",
+    "CREATE INDEX claimed_by_seq ON claimed (seq)",
+)
+
+OldCommit = tuple[dict[DocKey, tuple[Any, list[list[Any]]]], list[DocKey]]
+"""One commit: the documents it writes (value, paths written), and the keys it claims."""
+
+
+def write_old_file(db: FsPath, version: int, commits: list[OldCommit]) -> None:
+    """A file as cellweave wrote it in format `version` (1 or 2), holding `commits`
+    (seq 1, 2, ...): version 2 prunes history as it did (a document past 2 *
+    REVISIONS_KEPT revisions keeps its newest REVISIONS_KEPT and records a floor;
+    commit_log keeps the rows something names); version 1 keeps everything."""
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("BEGIN")
+    for stmt in V2_DDL if version == 2 else V1_DDL:
+        conn.execute(stmt)
+    conn.executemany(
+        "INSERT INTO meta VALUES (?, ?)", [("format", "cellweave-store"), ("version", str(version))]
     )
+    newest_first = f"SELECT seq FROM revision WHERE {_MATCH} ORDER BY seq DESC LIMIT 1 OFFSET ?"
+    for seq, (writes, claims) in enumerate(commits, 1):
+        conn.execute("INSERT INTO commit_log VALUES (?, ?, ?)", (seq, "old@1", seq))
+        for key, (value, paths) in writes.items():
+            k = key_params(key)
+            conn.execute(
+                "INSERT INTO revision VALUES (?, ?, ?, ?, ?, ?, ?)", (*k, seq, json.dumps(paths))
+            )
+            conn.execute(
+                "INSERT INTO head VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO UPDATE"
+                " SET seq = excluded.seq, value = excluded.value",
+                (*k, seq, encode_value(value)),
+            )
+            if version == 2 and conn.execute(newest_first, (*k, 2 * REVISIONS_KEPT)).fetchone():
+                floor = conn.execute(newest_first, (*k, REVISIONS_KEPT)).fetchone()[0]
+                conn.execute(f"DELETE FROM revision WHERE {_MATCH} AND seq <= ?", (*k, floor))
+                conn.execute(
+                    "INSERT INTO revision_floor VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO UPDATE"
+                    " SET seq = excluded.seq",
+                    (*k, floor),
+                )
+                conn.execute(
+                    "DELETE FROM commit_log WHERE seq NOT IN (SELECT seq FROM revision"
+                    " UNION SELECT seq FROM head UNION SELECT seq FROM claimed)"
+                )
+        for key in claims:
+            conn.execute("INSERT INTO claimed VALUES (?, ?, ?, ?, ?, ?)", (*key_params(key), seq))
+    conn.execute("COMMIT")
     conn.close()
-    store = stores(db)
-    space = Space(store, "h")
-    assert 1 == space.get_cell("doc").get()
-    for i in range(3 * REVISIONS_KEPT):
-        assert space.get_cell("doc").set(i).wait(WAIT).ok
+
+
+History = dict[DocKey, tuple[int | None, list[tuple[int, tuple[tuple[Any, ...], ...]]]]]
+
+
+def old_history(db: FsPath) -> History:
+    """Per document of an old-format file: its floor, and its kept (seq, paths) revisions."""
     conn = sqlite3.connect(db)
-    version = conn.execute("SELECT value FROM meta WHERE key = 'version'").fetchone()[0]
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+        out: History = {}
+        for row in conn.execute(f"SELECT {_PK} FROM head").fetchall():
+            floor = None
+            if "revision_floor" in tables:
+                got = conn.execute(f"SELECT seq FROM revision_floor WHERE {_MATCH}", row).fetchone()
+                floor = None if got is None else got[0]
+            revs = conn.execute(f"SELECT seq, paths FROM revision WHERE {_MATCH} ORDER BY seq", row)
+            out[DocKey(*row)] = (
+                floor,
+                [(seq, tuple(tuple(p) for p in json.loads(paths))) for seq, paths in revs],
+            )
+        return out
+    finally:
+        conn.close()
+
+
+def meta_version(db: FsPath) -> str:
+    conn = sqlite3.connect(db)
+    try:
+        return str(conn.execute("SELECT value FROM meta WHERE key = 'version'").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def keys(*names: str) -> list[DocKey]:
+    space = Space(MemoryStore(), "h")
+    return [space.get_cell(name).doc_key for name in names]
+
+
+def old_commits() -> list[OldCommit]:
+    """A history with every kind of row: a document written past two prunes (alternating
+    paths, so which revisions a basis meets decides conflicts), one written once, one
+    deleted, a commit of several documents, a create-only claim that wrote nothing."""
+    churned, once, deleted, claimed = keys("churned", "once", "deleted", "claimed")
+    commits: list[OldCommit] = [
+        ({once: ({"value": {"x": 1}}, [["value"]]), deleted: ({"value": 1}, [[]])}, []),
+        ({}, [claimed]),
+    ]
+    for i in range(3 * REVISIONS_KEPT + 7):
+        writes = {churned: ({"value": {"x": i, "y": i}}, [["value", "xy"[i % 2]]])}
+        if i == 5:
+            writes[deleted] = (MISSING, [[]])
+        commits.append((writes, []))
+    return commits
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_an_older_format_file_is_upgraded_when_opened(
+    stores: Make, db: FsPath, version: int
+) -> None:
+    commits = old_commits()
+    write_old_file(db, version, commits)
+    before = old_history(db)
+    churned, once, deleted, claimed = keys("churned", "once", "deleted", "claimed")
+    assert (before[churned][0] is not None) is (version == 2)  # version 2 pruned it
+    store = stores(db)
+    assert str(VERSION) == meta_version(db)
+    if version == 2:  # (version 1 kept more than 2 * REVISIONS_KEPT: pruned at next write)
+        store._check()  # counts, floors, next floors, each revision naming the one before
+    assert len(commits) == store.seq
+    assert {"value": {"x": 1}} == store.read_durable(once)
+    assert MISSING is store.read_durable(deleted)
+    last = 3 * REVISIONS_KEPT + 6
+    assert {"value": {"x": last, "y": last}} == store.read_durable(churned)
+    # Every basis meets exactly the revisions the old file kept after it (or its floor),
+    # with the session and local seq of the commit that wrote each.
+    conn = store._reader_conn()
+    for key, (floor, revs) in before.items():
+        for basis in range(len(commits) + 1):
+            got = store._revisions_since(conn, "s", "s@1", key, basis)
+            if floor is not None and basis < floor:
+                assert [(floor, ((),))] == [(r.seq, r.paths) for r in got]
+                continue
+            assert [(seq, p) for seq, p in revs if seq > basis] == [
+                (r.seq, r.paths) for r in got
+            ], (key, basis)
+            assert all(r.session_id == "old@1" and r.local_seq == r.seq for r in got)
+    # And the store goes on: create-only still meets the old claim; a document of the
+    # version 1 file, never pruned, is pruned at its next write; history stays bounded.
+    space = Space(store, "h")
+    tx = space.edit()
+    tx.create_only(claimed)
+    tx.write(claimed, ("value",), 1)
+    assert Outcome.PERMANENT is tx.commit().wait(WAIT).outcome
+    for i in range(3 * REVISIONS_KEPT):
+        assert space.get_cell("churned").key("x").set(-i).wait(WAIT).ok
+    assert rows(db, "revision") <= 2 * REVISIONS_KEPT + 2
+    store._check()
+
+
+def test_a_failed_upgrade_leaves_the_file_as_it_was(db: FsPath) -> None:
+    write_old_file(db, 2, old_commits())
+    conn = sqlite3.connect(db)
+    conn.executescript(  # damaged: the revisions lost their paths
+        "ALTER TABLE revision RENAME TO r; CREATE TABLE revision AS SELECT space, doc_id,"
+        " scope, principal, session, seq FROM r; DROP TABLE r;"
+    )
+    content = list(conn.iterdump())
     conn.close()
-    assert str(VERSION) == version
-    assert rows(db, "revision") <= 2 * REVISIONS_KEPT
+    with pytest.raises(StoreError, match="cannot initialize the store") as info:
+        SQLiteStore(db, poll_interval=0)
+    assert "paths" in str(info.value)
+    assert "2" == meta_version(db)
+    conn = sqlite3.connect(db)
+    try:  # the upgrade rolled back: every table, row and index as it was
+        assert content == list(conn.iterdump())
+    finally:
+        conn.close()
