@@ -7,13 +7,26 @@ shared `validate_commit`, answered from SQL inside the same `BEGIN IMMEDIATE`
 transaction that applies the commit, so the verdict and the data can never
 disagree, even with other processes writing the same file.
 
+Layout (format version 3): what one commit writes is close together
+- `revision` is keyed by (seq, document number): a commit's rows are contiguous,
+  so a 100-document commit dirties a page or two of history, not one per
+  document. Each row names its document's previous revision (`prev`); a conflict
+  check walks back from the head, one primary-key lookup per revision newer than
+  the read's basis (none when the document was not written since: the usual case).
+- `head` is numbered (`doc`, which revisions name), updated in place, and carries
+  what a commit needs to decide about history without a query: the document's
+  kept revision count, its floor and the floor its next pruning sets.
+- The writer remembers the head rows it last committed (`_known`), valid while no
+  other writer has committed since: a commit rewriting them reads none.
+
 Bounded history (as `MemoryStore`'s)
 - Each document keeps its newest `REVISIONS_KEPT` revisions: when it has more
-  than twice that many, the older ones are deleted and `revision_floor` records
+  than twice that many, the older ones are deleted and its head's `floor` records
   the newest deleted seq. A read whose basis is older than its document's floor
   conflicts (re-run), which over-approximates as conflict checks may.
-- A `commit_log` row is kept while a revision, a head or a create-only claim
-  names its seq, so the newest commit's row (the seq counter) always stays.
+- A `commit_log` row is kept while a revision or a create-only claim names its
+  seq (a head's seq is its last revision's), so the newest commit's row (the seq
+  counter) always stays.
 - Which commits of a session have a verdict (for dependency checks) is kept in
   memory, per store object: a session key is unique to one store object, so no
   other process ever asks. Nothing per rejected commit is written.
@@ -56,9 +69,14 @@ Invariants (checked by `_check`)
 - `commit_log` holds the max seq and at most max rows; every row is named by a
   revision or a claim; no commit is both accepted and rejected;
 - a document keeps at most 2 * REVISIONS_KEPT revisions, all above its floor,
-  and at least REVISIONS_KEPT once it has a floor;
-- every head's seq is its document's last revision seq, and every revised
-  document has a head; every commit wrote a document or claimed a create-only key;
+  and at least REVISIONS_KEPT once it has a floor; its head counts them, and its
+  `next_floor` is its (REVISIONS_KEPT + 1)-th oldest (NULL while it has fewer);
+- each revision's `prev` is its document's previous kept revision, or for the
+  oldest its floor (0 if none); every revision names a commit and a head;
+- every head's seq is its document's last revision seq; every commit wrote a
+  document or claimed a create-only key;
+- what the writer remembers of head rows (`_known`) is what the file holds,
+  whenever the file's max seq is still the one it was remembered at;
 - this store has delivered every seq up to `_delivered`, which never exceeds max seq.
 """
 
@@ -86,7 +104,7 @@ from .._store import (
     revision_path,
     validate_commit,
 )
-from .._values import MISSING, Value, set_path
+from .._values import MISSING, Value, set_path, value_equal
 from ..errors import (
     CommitRejected,
     ConflictError,
@@ -256,6 +274,24 @@ _CHAIN: Final = (
 
 
 _k = key_params
+
+_KNOWN_KEPT: Final = 4096
+"""Documents whose head row the writer keeps (`SQLiteStore._known`)."""
+
+_PATHS_TEXT: dict[Path, str] = {}
+_PATHS_TEXT_KEPT: Final = 256
+
+
+def _paths_text(paths: list[Path]) -> str:
+    """`encode_paths`, remembered for the few one-path lists most commits write (bounded)."""
+    if len(paths) != 1 or not all(type(part) is str for part in paths[0]):
+        return encode_paths(paths)  # (1 == True: only text parts make a safe key)
+    text = _PATHS_TEXT.get(paths[0])
+    if text is None:
+        text = encode_paths(paths)
+        if len(_PATHS_TEXT) < _PATHS_TEXT_KEPT:
+            _PATHS_TEXT[paths[0]] = text
+    return text
 
 
 def _errorname(exc: sqlite3.Error) -> str:
@@ -443,6 +479,14 @@ class SQLiteStore(WriterStore):
         self._stop = threading.Event()
         self._sessions = SessionVerdicts()
         """Per session: its key in the file, and which of its commits have a verdict."""
+        self._known: dict[DocKey, tuple[int, int, int, Value]] = {}
+        """The head rows this store's writer last committed, of up to `_KNOWN_KEPT`
+        documents: (doc number, seq, kept revisions, value), true of the file while its
+        max seq is `_known_top` (no other writer has committed since: any commit raises
+        it). A commit writing those documents then reads nor decodes no head row.
+        Entries are made only once COMMIT returned; values are never changed in place.
+        Under `_write_lock`."""
+        self._known_top = -1
 
         _inspect(self._file)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -714,6 +758,9 @@ class SQLiteStore(WriterStore):
             conn.execute("BEGIN IMMEDIATE")
             try:
                 top, behind = self._changes_after(conn, self._delivered)
+                if top != self._known_top:  # another writer committed: it may have changed any
+                    self._known.clear()
+                    self._known_top = top
                 error: CommitRejected | None = (
                     None if request.fence is None else self.claims.fence_error(conn, request.fence)
                 ) or validate_commit(
@@ -727,18 +774,16 @@ class SQLiteStore(WriterStore):
                 docs: dict[DocKey, Value] = {}
                 paths: dict[DocKey, list[Path]] = {}
                 heads: dict[DocKey, _Head] = {}
+                counts: dict[DocKey, tuple[int, int]] = {}
                 if error is None:
                     try:
-                        # Every written document's head row in one statement per chunk:
-                        # one query per document was most of a large commit's CPU.
-                        heads = self._heads(conn, [w.key for w in request.writes])
+                        heads = self._written_heads(conn, [w.key for w in request.writes])
                         for w in request.writes:
                             key = w.key
                             if key in docs:
                                 current = docs[key]
                             elif w.path:
-                                head = heads.get(key)
-                                current = MISSING if head is None else self._decode(head[3], key)
+                                current = self._current(key, heads.get(key))
                             else:
                                 current = MISSING  # (a whole-document write reads nothing)
                             docs[key] = set_path(current, w.path, w.value, where="commit")
@@ -754,17 +799,61 @@ class SQLiteStore(WriterStore):
                     verdict = Verdict(None, error=error)
                 else:
                     seq = top + 1
-                    self._apply(conn, request, session_key, seq, docs, paths, heads)
+                    counts = self._apply(conn, request, session_key, seq, docs, paths, heads)
                     verdict = Verdict(seq, docs)
                 conn.execute("COMMIT")
             except BaseException:
                 _rollback(conn)
+                self._known.clear()
+                self._known_top = -1
                 raise
             # Durable from here on.
+            if verdict.seq is not None:
+                self._remember(verdict.seq, docs, counts)
             self._resolve(session_key, request.local_seq, rejected=verdict.seq is None)
             self._deliver(behind)
             self._delivered = max(self._delivered, top, verdict.seq or 0)
             return verdict
+
+    def _written_heads(self, conn: sqlite3.Connection, keys: list[DocKey]) -> dict[DocKey, _Head]:
+        """The head row of each of `keys` that has one: from `_known` (the usual case for a
+        store that is the file's only writer), the others in one statement per chunk
+        (one query per document was most of a large commit's CPU)."""
+        known = self._known
+        heads: dict[DocKey, _Head] = {}
+        missing: list[DocKey] = []
+        for key in keys:
+            got = known.get(key)
+            if got is not None:
+                heads[key] = (got[0], got[1], got[2], None)
+            else:
+                missing.append(key)
+        if missing:
+            heads.update(self._heads(conn, missing))
+        return heads
+
+    def _current(self, key: DocKey, head: _Head | None) -> Value:
+        """The stored value of `key` whose head row is `head` (None: never written)."""
+        if head is None:
+            return MISSING
+        known = self._known.get(key)
+        if known is not None and known[1] == head[1]:
+            return known[3]
+        return self._decode(head[3], key)
+
+    def _remember(
+        self, seq: int, docs: dict[DocKey, Value], counts: dict[DocKey, tuple[int, int]]
+    ) -> None:
+        """After COMMIT: the head rows the commit at `seq` left (`counts`: each document's
+        number and kept revisions)."""
+        known = self._known
+        for key, value in docs.items():
+            doc, revisions = counts[key]
+            known.pop(key, None)  # (re-inserted: the oldest entries go first)
+            known[key] = (doc, seq, revisions, value)
+        while len(known) > _KNOWN_KEPT:
+            del known[next(iter(known))]
+        self._known_top = seq
 
     @staticmethod
     def _heads(conn: sqlite3.Connection, keys: list[DocKey]) -> dict[DocKey, _Head]:
@@ -802,10 +891,11 @@ class SQLiteStore(WriterStore):
         docs: dict[DocKey, Value],
         paths: dict[DocKey, list[Path]],
         heads: dict[DocKey, _Head],
-    ) -> None:
+    ) -> dict[DocKey, tuple[int, int]]:
         """Write the commit: its `commit_log` row, a `revision` row per document (all under
         `seq`: contiguous) and each document's head, updated in place. One statement per
-        table (executemany), then the pruning of documents past 2 * REVISIONS_KEPT."""
+        table (executemany), then the pruning of documents past 2 * REVISIONS_KEPT.
+        Returns each written document's number and kept revisions."""
         conn.execute(
             "INSERT INTO commit_log (seq, session_id, local_seq) VALUES (?, ?, ?)",
             (seq, session_key, request.local_seq),
@@ -813,22 +903,23 @@ class SQLiteStore(WriterStore):
         new = [key for key in docs if key not in heads]
         if new:  # first writes: a head row each, then their numbers
             conn.executemany(
-                f"INSERT INTO head ({_KEY_COLS}, seq, revisions, value)"
-                " VALUES (?, ?, ?, ?, ?, ?, 0, ?)",
-                [(*_k(key), seq, encode_value(docs[key])) for key in new],
+                f"INSERT INTO head ({_KEY_COLS}, seq, revisions) VALUES (?, ?, ?, ?, ?, ?, 0)",
+                [(*_k(key), seq) for key in new],
             )
             made = SQLiteStore._heads(conn, new)
             heads = {**heads, **{key: (h[0], 0, 0, None) for key, h in made.items()}}
         revisions: list[tuple[int, int, int, str]] = []
         updates: list[tuple[int, int, int, str | None, int]] = []
-        due: list[tuple[str, str, str, str, str]] = []
+        due: list[DocKey] = []
+        counts: dict[DocKey, tuple[int, int]] = {}
         kept = REVISIONS_KEPT
         for key, value in docs.items():
             doc, last, count, _ = heads[key]
-            revisions.append((seq, doc, last, encode_paths(paths[key])))
+            revisions.append((seq, doc, last, _paths_text(paths[key])))
             updates.append((kept, seq, seq, encode_value(value), doc))
+            counts[key] = (doc, count + 1)
             if count >= 2 * kept:
-                due.append(_k(key))
+                due.append(key)
         # The write that makes a document's kept revisions REVISIONS_KEPT + 1 is the
         # floor its next pruning sets.
         conn.executemany(
@@ -846,14 +937,20 @@ class SQLiteStore(WriterStore):
                 [(*_k(key), seq) for key in request.create_only],
             )
         if due:
-            pruned = sorted({s for k in due for s in SQLiteStore._prune(conn, k, seq)})
+            pruned: set[int] = set()
+            for key in due:
+                gone = SQLiteStore._prune(conn, _k(key), seq)
+                doc, count = counts[key]
+                counts[key] = (doc, count - len(gone))
+                pruned.update(gone)
             # A commit that wrote several documents keeps its row while another names it.
             conn.executemany(
                 "DELETE FROM commit_log WHERE seq = ?"
                 " AND NOT EXISTS (SELECT 1 FROM revision WHERE seq = ?)"
                 " AND NOT EXISTS (SELECT 1 FROM claimed WHERE seq = ?)",
-                [(s, s, s) for s in pruned],
+                [(s, s, s) for s in sorted(pruned)],
             )
+        return counts
 
     @staticmethod
     def _prune(conn: sqlite3.Connection, k: tuple[str, str, str, str, str], seq: int) -> list[int]:
@@ -1019,6 +1116,26 @@ class SQLiteStore(WriterStore):
                 conn.execute("COMMIT")
         with self._write_lock:
             self._sessions.check()
+            self._check_known()
+
+    def _check_known(self) -> None:
+        """What the writer knows of head rows is what the file says (if still current).
+        Under `_write_lock` (taken before `_read_lock`, as `poll` does)."""
+        with self._read_lock:
+            conn = self._reader_conn()
+            conn.execute("BEGIN")
+            try:
+                if self._known_top != self._max_seq(conn):
+                    return
+                for key, (doc, seq, revisions, value) in self._known.items():
+                    row = conn.execute(
+                        f"SELECT doc, seq, revisions, value FROM head WHERE {_KEY_MATCH}", _k(key)
+                    ).fetchone()
+                    assert row is not None, key
+                    assert (doc, seq, revisions) == tuple(row[:3]), (key, row)
+                    assert value_equal(value, self._decode(row[3], key)), key
+            finally:
+                conn.execute("COMMIT")
 
     @staticmethod
     def _checks() -> Iterator[tuple[str, str]]:
