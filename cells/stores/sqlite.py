@@ -284,8 +284,9 @@ _PATHS_TEXT_KEPT: Final = 256
 
 def _paths_text(paths: list[Path]) -> str:
     """`encode_paths`, remembered for the few one-path lists most commits write (bounded)."""
-    if len(paths) != 1 or not all(type(part) is str for part in paths[0]):
-        return encode_paths(paths)  # (1 == True: only text parts make a safe key)
+    if len(paths) != 1:
+        return encode_paths(paths)
+    # (A safe key: `check_path` admits no bool, so no part is a True equal to a 1.)
     text = _PATHS_TEXT.get(paths[0])
     if text is None:
         text = encode_paths(paths)
