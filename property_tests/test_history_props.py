@@ -117,7 +117,8 @@ def test_sqlite_prunes_and_decides_as_memory_does(script: list[tuple[Any, ...]])
                 outcomes, doc = run(sqlite, script)
                 sqlite._check()
                 with sqlite3.connect(file) as conn:
-                    floors = conn.execute("SELECT COUNT(*) FROM head WHERE floor IS NOT NULL").fetchone()[0]
+                    pruned = "SELECT COUNT(*) FROM head WHERE floor IS NOT NULL"
+                    floors = conn.execute(pruned).fetchone()[0]
                 event("pruned" if floors else "not pruned")
             assert expected_outcomes == outcomes
             assert value_equal(expected_doc, doc)

@@ -339,7 +339,9 @@ def old_commits() -> list[OldCommit]:
         ({}, [claimed]),
     ]
     for i in range(3 * REVISIONS_KEPT + 7):
-        writes = {churned: ({"value": {"x": i, "y": i}}, [["value", "xy"[i % 2]]])}
+        writes: dict[DocKey, tuple[Any, list[list[Any]]]] = {
+            churned: ({"value": {"x": i, "y": i}}, [["value", "xy"[i % 2]]])
+        }
         if i == 5:
             writes[deleted] = (MISSING, [[]])
         commits.append((writes, []))
