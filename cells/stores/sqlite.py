@@ -275,7 +275,7 @@ _CHAIN: Final = (
 
 _k = key_params
 
-_KNOWN_KEPT: Final = 4096
+_KNOWN_KEPT: Final = 1024
 """Documents whose head row the writer keeps (`SQLiteStore._known`)."""
 
 _PATHS_TEXT: dict[Path, str] = {}
