@@ -410,3 +410,21 @@ def test_a_failed_upgrade_leaves_the_file_as_it_was(db: FsPath) -> None:
         assert content == list(conn.iterdump())
     finally:
         conn.close()
+
+
+def test_a_writer_builds_on_what_another_writer_committed_since(stores: Make, db: FsPath) -> None:
+    # Each store's writer remembers the heads it committed; once another writer has
+    # committed, it must read them again: a blind write below a document builds on
+    # the stored value, the other writer's fields included.
+    a, b = stores(db), stores(db)
+    sa, sb = Space(a, "h"), Space(b, "h")
+    cells = [sa.get_cell(f"doc-{i}") for i in range(3)]
+    for field, (store_space, n) in enumerate([(sa, 1), (sb, 2), (sa, 3), (sb, 4), (sa, 5)]):
+        tx = store_space.edit()
+        for cell in cells:
+            tx.write(cell.doc_key, ("value", f"f{field}"), n)
+        assert tx.commit().wait(WAIT).ok
+    want = {"value": {"f0": 1, "f1": 2, "f2": 3, "f3": 4, "f4": 5}}
+    assert [want] * 3 == [a.read_durable(c.doc_key) for c in cells]
+    a._check()
+    b._check()
