@@ -320,6 +320,8 @@ class Launcher(Protocol):
     """The coordinator of each (registration, list node index)."""
     open_page: OpenPage
     """A navigation opens its target as a page through this."""
+    reuse: bool
+    """Whether a lift's first run may keep a stored output whose inputs did not change."""
 
     def stage_setup(
         self, tx: Transaction, pattern: Pattern, argument: Any, result: Link, where: str

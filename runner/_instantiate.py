@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from cells import (
     MISSING,
@@ -68,6 +68,7 @@ from ._computed import (
 )
 from ._lists import Coordinator
 from ._registrations import Registration
+from ._reuse import node_code_key, record, reused
 from ._types import event_converter
 from ._when import instantiate_when
 from .errors import PatternError
@@ -149,6 +150,8 @@ def _lift(
     chain = (*reg.chain, reg.key)
     launches = ComputedLaunches()
     is_async = inspect.iscoroutinefunction(fn)
+    # What the inputs record of each run is keyed on (None: never reused, see `_reuse`).
+    code = node_code_key(pattern, spec, fn) if runner.reuse else None
 
     def child_link(at: tuple[str | int, ...]) -> Link:
         return docs.computed_child_link(out, at)
@@ -161,6 +164,8 @@ def _lift(
             runner.release_for(reg, link, identity, None, why=f"{label} stopped returning it")
 
     def run(tx: Transaction) -> Any:
+        if node.runs == 1 and reused(tx, out_key, _VALUE_PATH, code):
+            return None  # this node's first run: the stored output stands (inputs unchanged)
         args = [materialize(tx, a) for a in args_tree]
         kwargs = {k: materialize(tx, v) for k, v in kwargs_tree.items()}
         if is_async:
@@ -187,6 +192,7 @@ def _lift(
         if isinstance(value, PatternInstance):
             let_go({})
             computed_child(runner, tx, value, out, chain, label, launches, node)
+            record(tx, out_key, _VALUE_PATH, None)  # a launching run is never skipped
             return
         if tx.peek(out_key, (docs.PATTERN,)) is not MISSING:
             # It returned a pattern before and a plain value now: let the child go.
@@ -210,7 +216,8 @@ def _lift(
                 keep[key] = child
                 computed_child(runner, tx, inst, child, chain, label, own, node)
             let_go(keep)
-        tx.write(out_key, (docs.VALUE,), value)  # the write stores a returned cell as a link
+        tx.write(out_key, _VALUE_PATH, value)  # the write stores a returned cell as a link
+        record(tx, out_key, _VALUE_PATH, None if found else code)
 
     node = runner.scheduler.register(
         run,
@@ -225,6 +232,9 @@ def _lift(
     # install nothing of their own, so a token narrowed to one run would never match.
     group.add(lambda: runner.release_for(reg, out, identity, None, why=f"teardown of {label}"))
     group.add(lambda: let_go({}))
+
+
+_VALUE_PATH: Final = (docs.VALUE,)
 
 
 def _holds_instances(value: Any) -> bool:

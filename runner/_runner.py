@@ -85,6 +85,9 @@ class Runner(Ownership):
         self.list_coordinators: dict[tuple[Registration, int], Coordinator] = {}
         """The coordinator of each (registration, list node index): a joining identity adds
         its reconcile node to it."""
+        self.reuse = True
+        """Whether a lift's first run may keep the stored output its inputs record vouches
+        for (`_reuse`); `Runtime(reuse=False)` turns it off."""
 
     # ------------------------------------------------------------------ setup
     def stage_setup(

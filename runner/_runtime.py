@@ -87,6 +87,12 @@ class Runtime:
     >>> _ = c.set({"title": "hi"}); rt.settle()
     >>> c.key("title").get()
     'hi'
+
+    A lift's first run on this runtime keeps the output an earlier run stored (on
+    this or another runtime, before a restart) when its code and everything it read
+    are unchanged, and does not call the function (`runner._reuse`); `reuse=False`
+    calls every function again instead (after changing code the check cannot see,
+    such as a mutable global a function reads).
     """
 
     def __init__(
@@ -98,6 +104,7 @@ class Runtime:
         session: str = "local",
         clock: Clock | None = None,
         on_navigate: Callable[[Cell], None] | None = None,
+        reuse: bool = True,
     ) -> None:
         if store is not None and not isinstance(store, StoreBase):
             raise ArgumentError(
@@ -117,6 +124,8 @@ class Runtime:
             )
         if on_navigate is not None and not callable(on_navigate):
             raise ArgumentError(f"Runtime: on_navigate must be callable, got {on_navigate!r}")
+        if type(reuse) is not bool:
+            raise ArgumentError(f"Runtime: reuse must be True or False, got {reuse!r}")
         self.store: StoreBase = store if store is not None else MemoryStore()
         self.replica = Replica(self.store)
         # The capability for the runtime's own bookkeeping (page records, receipts):
@@ -125,6 +134,7 @@ class Runtime:
         self.scheduler = Scheduler(self.replica, clock=clock, authority=self._authority)
         self._host = SchedulerHost(self, self.scheduler)
         self.runner = Runner(self.replica, self.scheduler, self._host)
+        self.runner.reuse = reuse
         self.on_navigate = on_navigate
         """Called with each page a navigation opened, once it is running (a UI shows it)."""
         self._pages_book = Pages(

@@ -1,0 +1,299 @@
+"""Reuse across restarts: a lift's stored output is trusted when nothing it read changed.
+
+Every run of a lift that returns a plain value (no pattern instance launched)
+writes, in the same commit as its output and in the same document, an
+*inputs record* at the document's `"inputs"` field:
+
+- `"code"`: the node's code key (below);
+- `"reads"`: the run's read log, each read as `[space, id, scope, path,
+  shallow]` (a canonical address: the instance is the reader's identity), in
+  one JSON string;
+- `"digest"`: a BLAKE2b digest over the code key, what each read saw (the whole
+  value at a deep read; at a shallow one only what a shallow reader sees: kind,
+  key set, length, link) and the output value written.
+
+The first run of a lift node in a runtime (`Node.runs == 1`: after a restart,
+or on a second runtime over the same store) first checks the record: when the
+code key is the same and the digest over what those places hold now equals
+the recorded one, the stored output is what the function would write again
+(functions are idempotent: same code, same inputs, same output), so the
+function is not called. The reads are logged as the recorded run logged them,
+so the node's read set is installed and a later change still re-runs it.
+Anything else (no record, other code, any input or the output changed, a
+document not loaded yet) runs the function as always. Deciding costs O(size
+of what the last run read and wrote), a hash of it, with no write.
+
+The code key says which computation wrote the record: the function's import
+path, a hash of its code object (bytecode, constants, names, nested code,
+recursively), its default arguments and closure values, the scalar constants
+(int, float, str, bool, None, tuples of them) and same-module functions (their
+code, recursively) it names as globals, the Python version, and the node's
+place in its traced graph (kind, target and input bindings). A function whose
+parts cannot be hashed this way (a closure over an arbitrary object, a
+`functools.partial`, a callable instance) gets no key: it is never reused. Not
+covered, by design: mutable module state (a global list or dict), and code the
+function reaches only through another module (a helper imported from
+elsewhere counts by its import path, not its code); `Runtime(reuse=False)`
+turns reuse off for a runtime whose code changed in such a way.
+
+Not here: what runs when (the scheduler), the lift itself (`_instantiate`).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import sys
+import types
+import weakref
+from collections.abc import Callable
+from typing import Any, Final
+
+import msgspec
+
+from cells import MISSING, DocKey, Link, Transaction, canonical_bytes, instance_key
+
+from ._builder import NodeSpec, Pattern
+
+INPUTS: Final = "inputs"
+"""The output document's field holding the inputs record."""
+
+_MAX_GLOBAL_DEPTH: Final = 8
+"""How deep same-module helper functions are followed for the code key."""
+
+
+class _Unhashable(Exception):
+    """A part of a function that the code key cannot cover."""
+
+
+# --------------------------------------------------------------------------- code keys
+
+_node_keys: weakref.WeakKeyDictionary[Pattern, dict[int, tuple[NodeSpec, str | None]]]
+_node_keys = weakref.WeakKeyDictionary()
+
+
+def node_code_key(pattern: Pattern, spec: NodeSpec, fn: Callable[..., Any]) -> str | None:
+    """The code key of lift node `spec` of `pattern` running `fn` (None: never reuse).
+    Computed once per pattern node."""
+    keys = _node_keys.setdefault(pattern, {})
+    held = keys.get(spec.index)
+    if held is not None and held[0] is spec:
+        return held[1]
+    fn_key = function_key(fn)
+    key = None
+    if fn_key is not None:
+        h = hashlib.blake2b(digest_size=16)
+        h.update(fn_key.encode())
+        h.update(msgspec.msgpack.encode([spec.kind, spec.target, spec.inputs]))
+        key = h.hexdigest()
+    keys[spec.index] = (spec, key)
+    return key
+
+
+@functools.lru_cache(maxsize=4096)
+def function_key(fn: Callable[..., Any]) -> str | None:
+    """A hex digest of `fn`'s code as the module docstring says, or None when some part
+    of it cannot be hashed (then nothing it computed is reused)."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(sys.implementation.cache_tag.encode())
+    try:
+        _function(fn, h, set(), 0)
+    except (_Unhashable, RecursionError):
+        return None
+    return h.hexdigest()
+
+
+def _function(fn: Any, h: Any, seen: set[int], depth: int) -> None:
+    if isinstance(fn, types.BuiltinFunctionType):
+        h.update(f"B{fn.__module__}:{fn.__qualname__};".encode())
+        return
+    if not isinstance(fn, types.FunctionType):
+        raise _Unhashable(fn)
+    h.update(f"F{fn.__module__}:{fn.__qualname__};".encode())
+    if id(fn) in seen:
+        return  # recursion (a function naming itself, two helpers naming each other)
+    seen.add(id(fn))
+    names: list[str] = []
+    _code(fn.__code__, h, names)
+    _value(fn.__defaults__, h, seen, depth)
+    _value(fn.__kwdefaults__, h, seen, depth)
+    for cell in fn.__closure__ or ():
+        try:
+            contents = cell.cell_contents
+        except ValueError:  # an empty cell (a name bound later in the enclosing scope)
+            h.update(b"E;")
+            continue
+        _value(contents, h, seen, depth)
+    module = fn.__module__
+    namespace = fn.__globals__
+    for name in dict.fromkeys(names):
+        held = namespace.get(name, MISSING)
+        if held is MISSING:
+            continue  # a builtin or an attribute name: named by the bytecode already
+        h.update(f"G{name}=".encode())
+        if isinstance(held, types.FunctionType):
+            if held.__module__ == module and depth < _MAX_GLOBAL_DEPTH:
+                _function(held, h, seen, depth + 1)
+            else:
+                h.update(f"{held.__module__}:{held.__qualname__};".encode())
+        elif _scalar(held):
+            h.update(repr(held).encode() + b";")
+        else:
+            # A module, class, pattern or mutable object: named, not hashed (see the
+            # module docstring: mutable state is not part of the key).
+            kind = type(held)
+            h.update(f"{kind.__module__}.{kind.__qualname__};".encode())
+
+
+def _scalar(value: Any) -> bool:
+    t = type(value)
+    if t in (int, float, str, bool, type(None), bytes):
+        return True
+    return t is tuple and all(_scalar(v) for v in value)
+
+
+def _code(code: types.CodeType, h: Any, names: list[str]) -> None:
+    h.update(code.co_code)
+    h.update(repr((code.co_argcount, code.co_kwonlyargcount, code.co_flags)).encode())
+    h.update(repr(code.co_names).encode())
+    names.extend(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            h.update(b"C")
+            _code(const, h, names)
+        else:
+            h.update(_const(const).encode() + b";")
+
+
+def _const(const: Any) -> str:
+    if isinstance(const, frozenset):  # its repr's order depends on the hash seed
+        return "frozenset(" + ",".join(sorted(_const(c) for c in const)) + ")"
+    if isinstance(const, tuple):
+        return "(" + ",".join(_const(c) for c in const) + ")"
+    return repr(const)
+
+
+def _value(value: Any, h: Any, seen: set[int], depth: int) -> None:
+    """A default argument or a closure value."""
+    if value is None or _scalar(value):
+        h.update(b"V" + repr(value).encode() + b";")
+    elif isinstance(value, (types.FunctionType, types.BuiltinFunctionType)):
+        _function(value, h, seen, depth + 1)
+    elif isinstance(value, dict) and all(type(k) is str for k in value):
+        h.update(b"D")
+        for k in sorted(value):
+            h.update(repr(k).encode())
+            _value(value[k], h, seen, depth)
+    elif isinstance(value, (list, tuple)):
+        h.update(b"L%d" % len(value))
+        for v in value:
+            _value(v, h, seen, depth)
+    elif isinstance(value, Link):
+        h.update(canonical_bytes(value))
+    else:
+        raise _Unhashable(value)
+
+
+# --------------------------------------------------------------------------- records
+
+# The reads are kept as one JSON string, not as lists: a string is one object the
+# garbage collector never scans, and a restart decodes one per lift.
+_encode_reads = msgspec.json.encode
+_decode_reads = msgspec.json.decode
+
+
+def _fingerprint(h: Any, value: Any, shallow: bool) -> None:
+    """Feed what a (deep or shallow) read of `value` sees into `h`."""
+    if value is MISSING:
+        h.update(b"M")
+        return
+    if not shallow:
+        t = type(value)
+        if t is int:  # the usual inputs (an element, a field): no normalize, no copy
+            h.update(b"i%d;" % value)
+        elif t is str:
+            data = value.encode("utf-8", "surrogatepass")
+            h.update(b"s%d:" % len(data))
+            h.update(data)
+        else:
+            h.update(b"V")
+            h.update(canonical_bytes(value))
+        return
+    t = type(value)
+    if t is dict:
+        h.update(b"d")
+        h.update(msgspec.msgpack.encode(sorted(value)))
+    elif t is list:
+        h.update(b"l%d;" % len(value))
+    elif t is Link:
+        h.update(b"k")
+        h.update(canonical_bytes(value))
+    else:
+        h.update(b"t" + t.__name__.encode() + b";")
+
+
+def _digest(
+    code: str,
+    reads: list[tuple[DocKey, tuple[Any, ...], bool]],
+    tx: Transaction,
+    out_key: DocKey,
+    value_path: tuple[Any, ...],
+) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    h.update(code.encode())
+    peek = tx.peek
+    for key, path, shallow in reads:
+        _fingerprint(h, peek(key, path), shallow)
+    h.update(b"O")
+    _fingerprint(h, peek(out_key, value_path), False)
+    return h.hexdigest()
+
+
+def record(tx: Transaction, out_key: DocKey, value_path: tuple[Any, ...], code: str | None) -> None:
+    """Stage the inputs record of the run `tx` made, whose output is at `value_path` of
+    `out_key` (already written); with `code` None (not reusable: no code key, or the
+    run launched children), drop any record the document holds instead."""
+    if code is None:
+        if tx.peek(out_key, (INPUTS,)) is not MISSING:
+            tx.write(out_key, (INPUTS,), MISSING)
+        return
+    reads = list(dict.fromkeys(tx.reads))
+    stored = _encode_reads([[k.space, k.id, k.scope, list(p), s] for k, p, s in reads])
+    digest = _digest(code, reads, tx, out_key, value_path)
+    tx.write(out_key, (INPUTS,), {"code": code, "reads": stored.decode(), "digest": digest})
+
+
+def reused(tx: Transaction, out_key: DocKey, value_path: tuple[Any, ...], code: str | None) -> bool:
+    """Whether the output stored at `value_path` of `out_key` can stand for a run in `tx`
+    (see the module docstring). When it can, the recorded reads are logged in `tx` (the
+    node's read set) and nothing is written; otherwise `tx` is left as it was."""
+    if code is None:
+        return False
+    held = tx.peek(out_key, (INPUTS,))
+    if type(held) is not dict or held.get("code") != code:
+        return False
+    digest = held.get("digest")
+    raw = held.get("reads")
+    if type(raw) is not str or type(digest) is not str:
+        return False
+    try:
+        stored = _decode_reads(raw)
+    except msgspec.DecodeError:
+        return False  # not a record this module wrote: run
+    if type(stored) is not list:
+        return False
+    identity = tx.identity
+    reads: list[tuple[DocKey, tuple[Any, ...], bool]] = []
+    try:
+        for space, id_, scope, path, shallow in stored:
+            if type(space) is not str or type(id_) is not str or type(path) is not list:
+                return False  # not a record this module wrote: run
+            reads.append((instance_key(space, id_, scope, identity), tuple(path), shallow is True))
+    except (TypeError, ValueError):
+        return False  # not a record this module wrote: run
+    if _digest(code, reads, tx, out_key, value_path) != digest:
+        return False
+    read = tx.read
+    for key, path, shallow in reads:
+        read(key, path, shallow=shallow)
+    return True
