@@ -1,8 +1,9 @@
 """Benchmarks of a restart: what reopening a durable runtime recomputes.
 
-Group ``restart``: a board maps a list of ``ELEMENTS`` numbers, one child with
-one lift per element (``items.map(Card)``), on a `SQLiteStore` file
-(``synchronous="NORMAL"``: the rows compare computation, not the disk's flush).
+Groups ``restart`` (``ELEMENTS``, 10,000 elements) and ``restart-1k`` (1,000):
+a board maps a list of numbers, one child with one lift per element
+(``items.map(Card)``), on a `SQLiteStore` file (``synchronous="NORMAL"``: the
+rows compare computation, not the disk's flush).
 
 - **first setup** (baseline), one op = one element: on a fresh file, set the
   list, run the board, commit, and pull the board's result (every card
@@ -10,7 +11,8 @@ one lift per element (``items.map(Card)``), on a `SQLiteStore` file
 - **restart**, one op = one element: on a file where that was done and the
   runtime closed, open a new store and runtime on it, start the board again
   and pull its result. Nothing changed, so the goal is no computation at all
-  (``runs`` 0) and at most 0.3x the first setup.
+  (``runs`` 0: each card's lift keeps its stored output, see `runner._reuse`)
+  and at most 0.3x the first setup.
 
 Counted work: ``runs``, calls of the cards' lift function (counted inside it),
 and ``sent``, transactions the runtime's replica sent to the store.
@@ -32,7 +34,9 @@ from cells import SQLiteStore
 from runner import Runtime, lift, pattern
 
 ELEMENTS = int(os.environ.get("BENCH_RESTART_ELEMENTS", "10000"))
-"""Elements of the board (``BENCH_RESTART_ELEMENTS`` overrides, for a quick look)."""
+"""Elements of the ``restart`` group's board (``BENCH_RESTART_ELEMENTS`` overrides)."""
+SMALL = 1000
+"""Elements of the ``restart-1k`` group's board."""
 RUNS = [0]
 _dirs: list[str] = []
 
@@ -67,37 +71,33 @@ def _fresh_file() -> str:
     return os.path.join(directory, "board.db")
 
 
-def _check(value: Any) -> None:
+def _check(value: Any, n: int) -> None:
     cards = value["cards"] if isinstance(value, dict) else None
     if (
         not isinstance(cards, list)
-        or len(cards) != ELEMENTS
-        or cards[-1]
-        != {
-            "n": ELEMENTS - 1,
-            "double": 2 * (ELEMENTS - 1),
-        }
+        or len(cards) != n
+        or cards[-1] != {"n": n - 1, "double": 2 * (n - 1)}
     ):
         raise BenchError("restart: the board's result is wrong")
 
 
-async def _first_setup(path: str) -> tuple[Runtime, SQLiteStore]:
+async def _first_setup(path: str, n: int) -> tuple[Runtime, SQLiteStore]:
     store = SQLiteStore(path, synchronous="NORMAL")
     rt = Runtime(store, space="bench")
     items, board = rt.get_cell("items"), rt.get_cell("board")
     async with rt.edit() as tx:
-        items.with_tx(tx).set(list(range(ELEMENTS)))
+        items.with_tx(tx).set(list(range(n)))
         rt.run(tx, Board, {"items": items}, board)
-    _check(await board.pull())
+    _check(await board.pull(), n)
     return rt, store
 
 
-async def _restart(path: str) -> tuple[Runtime, SQLiteStore]:
+async def _restart(path: str, n: int) -> tuple[Runtime, SQLiteStore]:
     store = SQLiteStore(path, synchronous="NORMAL")
     rt = Runtime(store, space="bench")
     board = rt.get_cell("board")
     await rt.start(board)
-    _check(await board.pull())
+    _check(await board.pull(), n)
     return rt, store
 
 
@@ -106,21 +106,21 @@ async def _close(rt: Runtime, store: SQLiteStore) -> None:
     store.close()
 
 
-def _timed(path: str, *, first: bool) -> Run:
+def _timed(path: str, n: int, *, first: bool) -> Run:
     """One sample: a first setup or a restart on `path`, on an event loop of its own."""
     loop = asyncio.new_event_loop()
 
     def run() -> Finish:
         runs = RUNS[0]
-        rt, store = loop.run_until_complete(_first_setup(path) if first else _restart(path))
+        rt, store = loop.run_until_complete(_first_setup(path, n) if first else _restart(path, n))
         ran = RUNS[0] - runs
 
         def finish() -> Counts:
             sent = rt.replica.stats.commits_sent
             loop.run_until_complete(_close(rt, store))
             loop.close()
-            if first and ran != ELEMENTS:
-                raise BenchError(f"restart: the first setup ran {ran} cards, not {ELEMENTS}")
+            if first and ran != n:
+                raise BenchError(f"restart: the first setup ran {ran} cards, not {n}")
             return {"runs": ran, "sent": sent}
 
         return finish
@@ -128,15 +128,19 @@ def _timed(path: str, *, first: bool) -> Run:
     return run
 
 
-@bench(group="restart", name=f"first setup ({ELEMENTS} elements)", ops=ELEMENTS, baseline=True)
-def first_setup() -> Run:
-    return _timed(_fresh_file(), first=True)
+def _register(group: str, n: int) -> None:
+    @bench(group=group, name=f"first setup ({n} elements)", ops=n, baseline=True)
+    def first_setup() -> Run:
+        return _timed(_fresh_file(), n, first=True)
+
+    @bench(group=group, name=f"restart ({n} elements)", ops=n)
+    def restart() -> Run:
+        path = _fresh_file()
+        loop = asyncio.new_event_loop()
+        loop.run_until_complete(_close(*loop.run_until_complete(_first_setup(path, n))))
+        loop.close()
+        return _timed(path, n, first=False)
 
 
-@bench(group="restart", name=f"restart ({ELEMENTS} elements)", ops=ELEMENTS)
-def restart() -> Run:
-    path = _fresh_file()
-    loop = asyncio.new_event_loop()
-    loop.run_until_complete(_close(*loop.run_until_complete(_first_setup(path))))
-    loop.close()
-    return _timed(path, first=False)
+_register("restart", ELEMENTS)
+_register("restart-1k", SMALL)
