@@ -11,7 +11,9 @@ address, so a re-run, a second runtime and a restart find the same documents:
 - the argument document: `entity_id({"argument": [R.id, R.scope]})`;
 - node `i`'s output ("internal" cell `n{i}`): `entity_id({"internal": [R.id,
   R.scope], "node": i})`. For a nested pattern node this document *is* the
-  child's result, so a child's id derives from its parent's output spot;
+  child's result, so a child's id derives from its parent's output spot. A
+  lift's output document also holds, at `"inputs"`, the record of what its last
+  run read (`_reuse`), which lets a restarted runtime keep the output;
 - a handler result launched by event `e`: `entity_id({"handler": ..., "event": e})`;
 - a child a lift returned inside a list or dict, at path `p` of its value:
   `entity_id({"computed": [out.id, out.scope], "at": p})`, `out` the lift's output;

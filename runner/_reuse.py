@@ -2,15 +2,15 @@
 
 Every run of a lift that returns a plain value (no pattern instance launched)
 writes, in the same commit as its output and in the same document, an
-*inputs record* at the document's `"inputs"` field:
+*inputs record* at the document's `"inputs"` field: one string (one object to
+hold in memory, which the garbage collector never scans), the concatenation of
 
-- `"code"`: the node's code key (below);
-- `"reads"`: the run's read log, each read as `[space, id, scope, path,
-  shallow]` (a canonical address: the instance is the reader's identity), in
-  one JSON string;
-- `"digest"`: a BLAKE2b digest over the code key, what each read saw (the whole
-  value at a deep read; at a shallow one only what a shallow reader sees: kind,
-  key set, length, link) and the output value written.
+- the node's code key (below), 32 hex digits;
+- a digest, 32 hex digits (16-byte BLAKE2b) over the code key, what each read
+  saw (the whole value at a deep read; at a shallow one only what a shallow
+  reader sees: kind, key set, length, link) and the output value written;
+- the run's read log as JSON, each read as `[space, id, scope, path,
+  shallow]` (a canonical address: the instance is the reader's identity).
 
 The first run of a lift node in a runtime (`Node.runs == 1`: after a restart,
 or on a second runtime over the same store) first checks the record: when the
@@ -19,9 +19,11 @@ the recorded one, the stored output is what the function would write again
 (functions are idempotent: same code, same inputs, same output), so the
 function is not called. The reads are logged as the recorded run logged them,
 so the node's read set is installed and a later change still re-runs it.
-Anything else (no record, other code, any input or the output changed, a
-document not loaded yet) runs the function as always. Deciding costs O(size
-of what the last run read and wrote), a hash of it, with no write.
+Anything else (no record, other code, any input or the output changed) runs
+the function as always. An input still loading reads as absent, as it would
+for the function, and its arrival runs the node again (the read is logged).
+Deciding costs O(size of what the last run read and wrote), a hash of it, and
+writes nothing.
 
 The code key says which computation wrote the record: the function's import
 path, a hash of its code object (bytecode, constants, names, nested code,
@@ -58,6 +60,8 @@ from ._builder import NodeSpec, Pattern
 INPUTS: Final = "inputs"
 """The output document's field holding the inputs record."""
 
+_KEY_CHARS: Final = 32
+"""Hex characters of a code key and of a digest (16-byte BLAKE2b)."""
 _MAX_GLOBAL_DEPTH: Final = 8
 """How deep same-module helper functions are followed for the code key."""
 
@@ -196,8 +200,6 @@ def _value(value: Any, h: Any, seen: set[int], depth: int) -> None:
 
 # --------------------------------------------------------------------------- records
 
-# The reads are kept as one JSON string, not as lists: a string is one object the
-# garbage collector never scans, and a restart decodes one per lift.
 _encode_reads = msgspec.json.encode
 _decode_reads = msgspec.json.decode
 
@@ -260,7 +262,7 @@ def record(tx: Transaction, out_key: DocKey, value_path: tuple[Any, ...], code: 
     reads = list(dict.fromkeys(tx.reads))
     stored = _encode_reads([[k.space, k.id, k.scope, list(p), s] for k, p, s in reads])
     digest = _digest(code, reads, tx, out_key, value_path)
-    tx.write(out_key, (INPUTS,), {"code": code, "reads": stored.decode(), "digest": digest})
+    tx.write(out_key, (INPUTS,), code + digest + stored.decode())
 
 
 def reused(tx: Transaction, out_key: DocKey, value_path: tuple[Any, ...], code: str | None) -> bool:
@@ -270,14 +272,11 @@ def reused(tx: Transaction, out_key: DocKey, value_path: tuple[Any, ...], code: 
     if code is None:
         return False
     held = tx.peek(out_key, (INPUTS,))
-    if type(held) is not dict or held.get("code") != code:
+    if type(held) is not str or not held.startswith(code):
         return False
-    digest = held.get("digest")
-    raw = held.get("reads")
-    if type(raw) is not str or type(digest) is not str:
-        return False
+    digest = held[_KEY_CHARS : 2 * _KEY_CHARS]
     try:
-        stored = _decode_reads(raw)
+        stored = _decode_reads(held[2 * _KEY_CHARS :])
     except msgspec.DecodeError:
         return False  # not a record this module wrote: run
     if type(stored) is not list:

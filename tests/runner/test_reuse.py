@@ -192,7 +192,7 @@ def test_a_launching_run_leaves_no_inputs_record(tmp_path: Path) -> None:
             assert rt.replica.visible(out).get(INPUTS) is None
             inner = res.key("child").resolve()
             child_out = docs.internal_link(inner.link(), 0).key(rt.identity)
-            assert isinstance(rt.replica.visible(child_out).get(INPUTS), dict)
+            assert isinstance(rt.replica.visible(child_out).get(INPUTS), str)
 
     arun(main)
 
