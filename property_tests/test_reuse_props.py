@@ -26,6 +26,7 @@ from reuse_defs import CALLS, BoardAt
 
 ELEMENTS = st.one_of(
     st.integers(-2, 2),
+    st.sampled_from([0.5, 1.0, -0.0]),
     st.sampled_from(["", "a", "é"]),
     st.none(),
     st.booleans(),

@@ -204,34 +204,48 @@ _encode_reads = msgspec.json.encode
 _decode_reads = msgspec.json.decode
 
 
-def _fingerprint(h: Any, value: Any, shallow: bool) -> None:
-    """Feed what a (deep or shallow) read of `value` sees into `h`."""
+def _tag(value: Any) -> Any:
+    """`value` as msgpack-able data that is equal for equal values (`value_equal`):
+    type-tagged, dict keys sorted, an integral float as its int. Values read from a
+    document are normalized already, so none is copied or checked again (what
+    `canonical_bytes` would spend most of its time on)."""
+    t = type(value)
+    if t is int or t is str:
+        return value  # (msgpack keeps the two apart)
+    if value is None or t is bool:
+        return ("b", value)
+    if t is dict:
+        return ("d", [(k, _tag(value[k])) for k in sorted(value)])
+    if t is list:
+        return ("l", [_tag(v) for v in value])
+    if t is float:
+        if value != value:
+            return ("f", "nan")
+        if value.is_integer() and -(2**63) <= value < 2**63:
+            return int(value)
+        return ("f", value.hex())
+    if t is Link:
+        return ("k", value.space, value.id, value.scope, list(value.path))
+    return ("v", canonical_bytes(value))  # anything else a document may hold
+
+
+def _seen(value: Any, shallow: bool) -> Any:
+    """What a (deep or shallow) read of `value` sees, as `_tag` data."""
     if value is MISSING:
-        h.update(b"M")
-        return
+        return ("m",)
     if not shallow:
-        t = type(value)
-        if t is int:  # the usual inputs (an element, a field): no normalize, no copy
-            h.update(b"i%d;" % value)
-        elif t is str:
-            data = value.encode("utf-8", "surrogatepass")
-            h.update(b"s%d:" % len(data))
-            h.update(data)
-        else:
-            h.update(b"V")
-            h.update(canonical_bytes(value))
-        return
+        return _tag(value)
     t = type(value)
     if t is dict:
-        h.update(b"d")
-        h.update(msgspec.msgpack.encode(sorted(value)))
-    elif t is list:
-        h.update(b"l%d;" % len(value))
-    elif t is Link:
-        h.update(b"k")
-        h.update(canonical_bytes(value))
-    else:
-        h.update(b"t" + t.__name__.encode() + b";")
+        return ("d", sorted(value))
+    if t is list:
+        return ("l", len(value))
+    if t is Link:
+        return _tag(value)
+    return ("t", t.__name__)
+
+
+_encode_seen = msgspec.msgpack.encode
 
 
 def _digest(
@@ -241,14 +255,11 @@ def _digest(
     out_key: DocKey,
     value_path: tuple[Any, ...],
 ) -> str:
-    h = hashlib.blake2b(digest_size=16)
-    h.update(code.encode())
     peek = tx.peek
-    for key, path, shallow in reads:
-        _fingerprint(h, peek(key, path), shallow)
-    h.update(b"O")
-    _fingerprint(h, peek(out_key, value_path), False)
-    return h.hexdigest()
+    seen = [code, [_seen(peek(key, path), shallow) for key, path, shallow in reads]]
+    out = peek(out_key, value_path)
+    seen.append(_seen(out, False))
+    return hashlib.blake2b(_encode_seen(seen), digest_size=16).hexdigest()
 
 
 def record(tx: Transaction, out_key: DocKey, value_path: tuple[Any, ...], code: str | None) -> None:
