@@ -151,7 +151,8 @@ def _lift(
     launches = ComputedLaunches()
     is_async = inspect.iscoroutinefunction(fn)
     # What the inputs record of each run is keyed on (None: never reused, see `_reuse`).
-    code = node_code_key(pattern, spec, fn) if runner.reuse else None
+    code = node_code_key(pattern, spec, fn)
+    reuse = runner.reuse
 
     def child_link(at: tuple[str | int, ...]) -> Link:
         return docs.computed_child_link(out, at)
@@ -164,7 +165,7 @@ def _lift(
             runner.release_for(reg, link, identity, None, why=f"{label} stopped returning it")
 
     def run(tx: Transaction) -> Any:
-        if node.runs == 1 and reused(tx, out_key, _VALUE_PATH, code):
+        if node.runs == 1 and reuse and reused(tx, out_key, _VALUE_PATH, code):
             return None  # this node's first run: the stored output stands (inputs unchanged)
         args = [materialize(tx, a) for a in args_tree]
         kwargs = {k: materialize(tx, v) for k, v in kwargs_tree.items()}

@@ -148,6 +148,10 @@ def test_reuse_false_calls_every_function_again(tmp_path: Path) -> None:
     CALLS.clear()
     assert expected_board(items) == arun(lambda: reopen_board(SQLiteStore(path), reuse=False))
     assert N == sum(card_calls().values())
+    # Those runs recorded again: the next runtime that reuses runs nothing.
+    CALLS.clear()
+    assert expected_board(items) == arun(lambda: reopen_board(SQLiteStore(path)))
+    assert {} == card_calls()
 
 
 def test_a_lift_that_launched_a_child_runs_again_and_its_child_is_reused(
