@@ -49,6 +49,7 @@ from ._cancel import CancelGroup
 from ._host import SchedulerHost
 from ._ownership import Attempts, PendingStart, PendingStarts, StartAttempt
 from ._registrations import Key, Registration, Registrations
+from ._reuse import Book
 from ._trace import LifecycleTrace
 
 MAX_NESTING: Final = 64
@@ -322,6 +323,8 @@ class Launcher(Protocol):
     """A navigation opens its target as a page through this."""
     reuse: bool
     """Whether a lift's first run may keep a stored output whose inputs did not change."""
+    reuse_book: Book
+    """The lifts that can leave an inputs record (`_reuse`)."""
 
     def stage_setup(
         self, tx: Transaction, pattern: Pattern, argument: Any, result: Link, where: str

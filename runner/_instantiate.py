@@ -68,7 +68,7 @@ from ._computed import (
 )
 from ._lists import Coordinator
 from ._registrations import Registration
-from ._reuse import node_code_key, record, reused
+from ._reuse import PENDING, REUSED, Entry, drop_record, node_code_key, reused
 from ._types import event_converter
 from ._when import instantiate_when
 from .errors import PatternError
@@ -152,7 +152,7 @@ def _lift(
     is_async = inspect.iscoroutinefunction(fn)
     # What the inputs record of each run is keyed on (None: never reused, see `_reuse`).
     code = node_code_key(pattern, spec, fn)
-    reuse = runner.reuse
+    entry: Entry | None = None
 
     def child_link(at: tuple[str | int, ...]) -> Link:
         return docs.computed_child_link(out, at)
@@ -165,8 +165,11 @@ def _lift(
             runner.release_for(reg, link, identity, None, why=f"{label} stopped returning it")
 
     def run(tx: Transaction) -> Any:
-        if node.runs == 1 and reuse and reused(tx, out_key, _VALUE_PATH, code):
-            return None  # this node's first run: the stored output stands (inputs unchanged)
+        if entry is not None:
+            if node.runs == 1 and runner.reuse and reused(tx, out_key, _VALUE_PATH, code):
+                entry.written = REUSED
+                return None  # this node's first run: the stored output stands
+            entry.written = PENDING  # until `put` (a run that raises leaves no record)
         args = [materialize(tx, a) for a in args_tree]
         kwargs = {k: materialize(tx, v) for k, v in kwargs_tree.items()}
         if is_async:
@@ -193,7 +196,7 @@ def _lift(
         if isinstance(value, PatternInstance):
             let_go({})
             computed_child(runner, tx, value, out, chain, label, launches, node)
-            record(tx, out_key, _VALUE_PATH, None)  # a launching run is never skipped
+            drop_record(tx, out_key)  # a launching run is never skipped
             return
         if tx.peek(out_key, (docs.PATTERN,)) is not MISSING:
             # It returned a pattern before and a plain value now: let the child go.
@@ -218,7 +221,10 @@ def _lift(
                 computed_child(runner, tx, inst, child, chain, label, own, node)
             let_go(keep)
         tx.write(out_key, _VALUE_PATH, value)  # the write stores a returned cell as a link
-        record(tx, out_key, _VALUE_PATH, None if found else code)
+        if found:
+            drop_record(tx, out_key)  # a launching run is never skipped
+        elif entry is not None:
+            entry.written = tx.peek(out_key, _VALUE_PATH)  # recorded at close (`_reuse`)
 
     node = runner.scheduler.register(
         run,
@@ -228,6 +234,9 @@ def _lift(
         reads=declared_reads(bound, identity),
     )
     group.add(lambda: runner.scheduler.remove(node))
+    if code is not None:
+        entry = runner.reuse_book.add(node, out_key, code)
+        group.add(lambda: runner.reuse_book.discard(node))
     _track(reg, spec.index, node, group)
     # Teardown lets the child go, tokenless: later runs re-drive one shared child and
     # install nothing of their own, so a token narrowed to one run would never match.

@@ -53,7 +53,18 @@ from typing import Any, Final
 
 import msgspec
 
-from cells import MISSING, DocKey, Link, Transaction, canonical_bytes, instance_key
+from cells import (
+    MISSING,
+    DocKey,
+    Identity,
+    Link,
+    Replica,
+    Transaction,
+    canonical_bytes,
+    instance_key,
+    value_equal,
+)
+from scheduler import Node
 
 from ._builder import NodeSpec, Pattern
 
@@ -262,18 +273,103 @@ def _digest(
     return hashlib.blake2b(_encode_seen(seen), digest_size=16).hexdigest()
 
 
-def record(tx: Transaction, out_key: DocKey, value_path: tuple[Any, ...], code: str | None) -> None:
-    """Stage the inputs record of the run `tx` made, whose output is at `value_path` of
-    `out_key` (already written); with `code` None (not reusable: no code key, or the
-    run launched children), drop any record the document holds instead."""
-    if code is None:
-        if tx.peek(out_key, (INPUTS,)) is not MISSING:
-            tx.write(out_key, (INPUTS,), MISSING)
-        return
-    reads = list(dict.fromkeys(tx.reads))
+def drop_record(tx: Transaction, out_key: DocKey) -> None:
+    """Stage the removal of `out_key`'s inputs record, if it holds one: a run that
+    launched children must never be skipped."""
+    if tx.peek(out_key, (INPUTS,)) is not MISSING:
+        tx.write(out_key, (INPUTS,), MISSING)
+
+
+def _record(
+    tx: Transaction,
+    out_key: DocKey,
+    value_path: tuple[Any, ...],
+    code: str,
+    reads: list[tuple[DocKey, tuple[Any, ...], bool]],
+) -> None:
+    """Stage the inputs record for `reads` and the output at `value_path` of `out_key`
+    as `tx` sees them (nothing when the document holds that record already)."""
     stored = _encode_reads([[k.space, k.id, k.scope, list(p), s] for k, p, s in reads])
-    digest = _digest(code, reads, tx, out_key, value_path)
-    tx.write(out_key, (INPUTS,), code + digest + stored.decode())
+    text = code + _digest(code, reads, tx, out_key, value_path) + stored.decode()
+    if tx.peek(out_key, (INPUTS,)) != text:
+        tx.write(out_key, (INPUTS,), text)
+
+
+PENDING: Final = object()
+"""`Entry.written` while a run is under way, failed or launched children: no record."""
+REUSED: Final = object()
+"""`Entry.written` of a node whose first run kept the stored output (its record stands)."""
+
+
+class Entry:
+    """One lift node's part in the book: where it writes and what its last run wrote."""
+
+    __slots__ = ("code", "out_key", "written")
+
+    def __init__(self, out_key: DocKey, code: str) -> None:
+        self.out_key = out_key
+        self.code = code
+        self.written: Any = PENDING
+
+
+class Book:
+    """The lift nodes of a runner that can leave an inputs record, and what each last
+    wrote (set by the node's run: two assignments per run, no other cost per update).
+
+    `checkpoint` writes the records: when the runtime closes (`Runtime.aclose`).
+    A run does not write its record itself: a second written field would cost every
+    update a general commit instead of the one-field commit a computation makes.
+    """
+
+    def __init__(self) -> None:
+        self.entries: dict[Node, Entry] = {}
+
+    def add(self, node: Node, out_key: DocKey, code: str) -> Entry:
+        entry = self.entries[node] = Entry(out_key, code)
+        return entry
+
+    def discard(self, node: Node) -> None:
+        self.entries.pop(node, None)
+
+    def checkpoint(self, replica: Replica) -> list[Transaction]:
+        """Stage, per identity, the inputs record of every node whose output stands for
+        its inputs now, and return those transactions (open: the caller commits them).
+
+        A node qualifies when its last run completed and wrote a plain value (not
+        `PENDING`: under way, raised or launched children), it is clean (nothing it
+        read changed since), it is not failing, and the visible output is still what
+        it wrote (a rejected commit's value never landed). A node that kept a stored
+        output (`REUSED`) already has its record. O(nodes + what they read).
+        """
+        txs: dict[Identity, Transaction] = {}
+        for node, entry in self.entries.items():
+            written = entry.written
+            if (
+                written is PENDING
+                or written is REUSED
+                or not node.registered
+                or node.status != "clean"
+                or node.error is not None
+            ):
+                continue
+            tx = txs.get(node.identity)
+            if tx is None:
+                tx = txs[node.identity] = replica.edit(node.identity)
+            if not value_equal(tx.peek(entry.out_key, _VALUE_PATH), written):
+                continue
+            reads = [
+                (key, path, shallow)
+                for key, (deep, shallow_paths) in node.reads.items()
+                for path, shallow in (
+                    *((p, False) for p in deep),
+                    *((p, True) for p in shallow_paths),
+                )
+            ]
+            _record(tx, entry.out_key, _VALUE_PATH, entry.code, reads)
+        return list(txs.values())
+
+
+_VALUE_PATH: Final = ("value",)
 
 
 def reused(tx: Transaction, out_key: DocKey, value_path: tuple[Any, ...], code: str | None) -> bool:

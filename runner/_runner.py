@@ -63,6 +63,7 @@ from ._instantiate import instantiate
 from ._lists import Coordinator
 from ._ownership import PendingStart
 from ._registrations import Key, Registration
+from ._reuse import Book
 from ._start import stage_tree, start, start_settled
 from ._state import stage_state
 from .errors import PatternCycleError
@@ -88,6 +89,8 @@ class Runner(Ownership):
         self.reuse = True
         """Whether a lift's first run may keep the stored output its inputs record vouches
         for (`_reuse`); `Runtime(reuse=False)` turns it off."""
+        self.reuse_book = Book()
+        """The lifts that can leave an inputs record, written at `Runtime.aclose`."""
 
     # ------------------------------------------------------------------ setup
     def stage_setup(

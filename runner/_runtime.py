@@ -92,7 +92,8 @@ class Runtime:
     this or another runtime, before a restart) when its code and everything it read
     are unchanged, and does not call the function (`runner._reuse`); `reuse=False`
     calls every function again instead (after changing code the check cannot see,
-    such as a mutable global a function reads).
+    such as a mutable global a function reads). What each output was computed from
+    is recorded when the runtime closes with `aclose()` (or `async with`).
     """
 
     def __init__(
@@ -210,8 +211,19 @@ class Runtime:
                 await self._server.stop()
             if not self._ops.closed:
                 await self.idle()
+                await self._checkpoint()
         finally:
             self.close()
+
+    async def _checkpoint(self) -> None:
+        """Write the inputs records of the lifts whose outputs stand for their inputs
+        now (`runner._reuse`), so a restart keeps those outputs, and wait for them."""
+        txs = self.runner.reuse_book.checkpoint(self.replica)
+        if not txs:
+            return
+        for tx in txs:
+            tx.commit_detached()  # a rejected record is only a lost shortcut
+        await self.idle()
 
     async def __aenter__(self) -> Runtime:
         # Deliveries from the store (other sessions' commits) wake this loop from now

@@ -16,6 +16,8 @@ CALLS: collections.Counter[Any] = collections.Counter()
 
 def card(x: Any) -> Any:
     CALLS[("card", x)] += 1
+    if x == "boom":
+        raise ValueError("boom")
     return {"n": x, "double": (x or 0) * 2}
 
 

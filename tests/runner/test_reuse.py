@@ -14,12 +14,13 @@ from typing import Any
 import pytest
 import reuse_defs
 from reuse_defs import CALLS, Board, Launcher
-from support import arun
+from support import arun, turns
 
-from cells import MemoryStore, SQLiteStore
+from cells import MISSING, MemoryStore, Outcome, SQLiteStore
 from runner import Runtime
 from runner import _docs as docs
 from runner._reuse import INPUTS, function_key
+from scheduler import NodeError
 
 N = 12
 
@@ -183,7 +184,7 @@ def test_a_lift_that_launched_a_child_runs_again_and_its_child_is_reused(
     assert {("child_of", 21): 1} == dict(CALLS)
 
 
-def test_a_launching_run_leaves_no_inputs_record(tmp_path: Path) -> None:
+def test_a_launching_run_leaves_no_inputs_record() -> None:
     store = MemoryStore()
 
     async def main() -> None:
@@ -192,13 +193,75 @@ def test_a_launching_run_leaves_no_inputs_record(tmp_path: Path) -> None:
             async with rt.edit() as tx:
                 rt.run(tx, Launcher, {"value": 1}, res)
             await res.key("child").pull()
-            out = docs.internal_link(res.link(), 0).key(rt.identity)
-            assert rt.replica.visible(out).get(INPUTS) is None
-            inner = res.key("child").resolve()
-            child_out = docs.internal_link(inner.link(), 0).key(rt.identity)
-            assert isinstance(rt.replica.visible(child_out).get(INPUTS), str)
+            # No record while the runtime runs: they are written when it closes.
+            child = res.key("child").resolve().link()
+            assert MISSING == rt.replica.visible(_out(rt, child)).get(INPUTS, MISSING)
+        async with Runtime(store, space="t") as rt:
+            out = _out(rt, rt.get_cell("res").link())
+            await rt.get_cell("res").pull()
+            assert MISSING == rt.replica.visible(out).get(INPUTS, MISSING)
+            assert isinstance(rt.replica.visible(_out(rt, child)).get(INPUTS), str)
 
     arun(main)
+
+
+def _out(rt: Runtime, result: Any) -> Any:
+    """The output document of node 0 of the run on `result`."""
+    return docs.internal_link(result, 0).key(rt.identity)
+
+
+def test_a_run_that_raised_leaves_no_record_and_runs_again() -> None:
+    # Card 3's function raises for this element: its output is absent, and closing
+    # records nothing for it, so the next runtime calls it again.
+    store = MemoryStore()
+    items: list[Any] = [0, 1, 2, "boom", 4]
+
+    async def first() -> None:
+        async with Runtime(store, space="t") as rt:
+            cells, board = rt.get_cell("items"), rt.get_cell("board")
+            async with rt.edit() as tx:
+                cells.with_tx(tx).set(items)
+                rt.run(tx, Board, {"items": cells}, board)
+            with pytest.raises(NodeError):
+                await board.pull()
+
+    arun(first)
+    assert 5 == sum(card_calls().values())
+    CALLS.clear()
+    with pytest.raises(NodeError):
+        arun(lambda: reopen_board(store))
+    assert {("card", "boom"): 1} == card_calls()
+
+
+def test_an_output_that_never_landed_leaves_no_record() -> None:
+    # A card's commit is refused for good: what it computed is not in the store, so
+    # closing records nothing for it and the next runtime computes it again.
+    store = MemoryStore()
+    items = list(range(4))
+
+    async def first() -> None:
+        async with Runtime(store, space="t") as rt:
+            cells, board = rt.get_cell("items"), rt.get_cell("board")
+            async with rt.edit() as tx:
+                cells.with_tx(tx).set(items)
+                rt.run(tx, Board, {"items": cells}, board)
+            cancel = rt.scheduler.sink(board, lambda _value: None)  # keeps it computed
+            await rt.idle()
+            with store.testing.hold_verdicts() as gate:
+                cells.key(2).set(20)
+                rt.settle()  # card 2 runs on the pending element
+                await turns()
+                assert 2 == gate.waiting()
+                gate.accept(0)  # the element
+                gate.reject(0, Outcome.PERMANENT)  # card 2's output
+            await rt.idle()
+            assert {"n": 2, "double": 4} == (await board.pull())["cards"][2]
+            cancel()
+
+    arun(first)
+    CALLS.clear()
+    arun(lambda: reopen_board(store))
+    assert ("card", 20) in card_calls()
 
 
 def test_a_second_runtime_on_the_same_store_reuses_what_the_first_computed() -> None:
