@@ -8,6 +8,9 @@ rows compare computation, not the disk's flush).
 - **first setup** (baseline), one op = one element: on a fresh file, set the
   list, run the board, commit, and pull the board's result (every card
   computes).
+- **close after setup**, one op = one element: `aclose()` of the runtime that
+  just did the first setup, which writes each card's inputs record (what its
+  output was computed from) in one commit per identity (``sent``).
 - **restart**, one op = one element: on a file where that was done and the
   runtime closed, open a new store and runtime on it, start the board again
   and pull its result. Nothing changed, so the goal is no computation at all
@@ -132,6 +135,25 @@ def _register(group: str, n: int) -> None:
     @bench(group=group, name=f"first setup ({n} elements)", ops=n, baseline=True)
     def first_setup() -> Run:
         return _timed(_fresh_file(), n, first=True)
+
+    @bench(group=group, name=f"close after setup ({n} elements)", ops=n)
+    def close_after_setup() -> Run:
+        path = _fresh_file()
+        loop = asyncio.new_event_loop()
+        rt, store = loop.run_until_complete(_first_setup(path, n))
+        loop.run_until_complete(rt.idle())
+        sent = rt.replica.stats.commits_sent
+
+        def run() -> Finish:
+            loop.run_until_complete(_close(rt, store))
+
+            def finish() -> Counts:
+                loop.close()
+                return {"runs": 0, "sent": rt.replica.stats.commits_sent - sent}
+
+            return finish
+
+        return run
 
     @bench(group=group, name=f"restart ({n} elements)", ops=n)
     def restart() -> Run:
