@@ -1,16 +1,24 @@
 """Reuse across restarts: a lift's stored output is trusted when nothing it read changed.
 
-Every run of a lift that returns a plain value (no pattern instance launched)
-writes, in the same commit as its output and in the same document, an
-*inputs record* at the document's `"inputs"` field: one string (one object to
+When the runtime closes (`Runtime.aclose`, through `Book.checkpoint`), each
+lift whose output stands for its inputs (its last run wrote a plain value
+that landed, and nothing it read changed since) gets, in its output document,
+an *inputs record* at the `"inputs"` field: one string (one object to
 hold in memory, which the garbage collector never scans), the concatenation of
 
 - the node's code key (below), 32 hex digits;
 - a digest, 32 hex digits (16-byte BLAKE2b) over the code key, what each read
   saw (the whole value at a deep read; at a shallow one only what a shallow
   reader sees: kind, key set, length, link) and the output value written;
-- the run's read log as JSON, each read as `[space, id, scope, path,
+- the node's read set as JSON, each read as `[space, id, scope, path,
   shallow]` (a canonical address: the instance is the reader's identity).
+
+Writing it at close, not with every run, keeps a lift's update the one-field
+commit the scheduler's fast path makes (a second written field cost about 40 µs
+per update). A record written at an earlier close stays valid: it vouches for
+an (inputs, output) pair, and its digest covers the output, so it matches
+only while the document holds that same output. A run that launches children
+removes the record in its own commit.
 
 The first run of a lift node in a runtime (`Node.runs == 1`: after a restart,
 or on a second runtime over the same store) first checks the record: when the
