@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cells import MemoryStore, value_equal
@@ -61,6 +61,9 @@ async def scenario(first: list[Any], then: list[Any]) -> tuple[Any, dict[int, in
     return value, runs
 
 
+# Each example opens three runtimes: no per-example deadline (a loaded machine
+# would turn the timing into a flaky failure).
+@settings(deadline=None)
 @given(st.lists(ELEMENTS, max_size=6), st.data())
 def test_a_restart_reruns_exactly_the_changed_elements(first: list[Any], data: Any) -> None:
     then = data.draw(
