@@ -290,7 +290,9 @@ def extract(repo: str, rev: str, into: str) -> str:
     )
     if archived.returncode != 0:
         raise BenchError(f"bench.compare: git archive {rev}: {archived.stderr.decode().strip()}")
-    target = tempfile.mkdtemp(prefix=f"bench-compare-{rev[:12]}-", dir=into)
+    # A revision may be a branch name with slashes ("origin/main"): not a file name.
+    tag = "".join(c if c.isalnum() else "-" for c in rev[:20])
+    target = tempfile.mkdtemp(prefix=f"bench-compare-{tag}-", dir=into)
     with tarfile.open(fileobj=io.BytesIO(archived.stdout), mode="r:") as tar:
         tar.extractall(target, filter="data")
     return target

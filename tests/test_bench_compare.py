@@ -114,8 +114,11 @@ def test_extract_unpacks_a_commit(tmp_path: Path) -> None:
     git("add", "f.txt")
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one")
     (repo / "f.txt").write_text("second")
-    out = Path(compare.extract(str(repo), "HEAD", str(tmp_path)))
-    assert "first" == (out / "f.txt").read_text()
+    git("branch", "team/one")
+    for rev in ("HEAD", "team/one"):
+        out = Path(compare.extract(str(repo), rev, str(tmp_path)))
+        assert tmp_path == out.parent
+        assert "first" == (out / "f.txt").read_text()
     with pytest.raises(BenchError, match="git archive nope"):
         compare.extract(str(repo), "nope", str(tmp_path))
 
