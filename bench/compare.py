@@ -47,7 +47,7 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
-from bench.harness import BenchError
+from bench.harness import BenchError, _fmt_time
 
 CHILD = r"""
 import json, sys
@@ -174,13 +174,6 @@ def select(rows: Sequence[tuple[str, str]], selectors: Sequence[str]) -> list[tu
     return [r for r in rows if r in chosen]
 
 
-def _fmt_ns(ns: float) -> str:
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
-        if ns >= scale:
-            return f"{ns / scale:.3g} {unit}"
-    return f"{ns:.3g} ns"
-
-
 def format_comparisons(results: Sequence[Comparison], a_label: str, b_label: str) -> str:
     header = ("row", f"a ({a_label})", f"b ({b_label})", "b/a", "paired b/a [min-max]", "counts")
     rows = [header]
@@ -195,8 +188,8 @@ def format_comparisons(results: Sequence[Comparison], a_label: str, b_label: str
         rows.append(
             (
                 f"{c.group}/{c.name}",
-                _fmt_ns(c.a_median),
-                _fmt_ns(c.b_median),
+                _fmt_time(c.a_median),
+                _fmt_time(c.b_median),
                 f"{c.ratio:.3f}",
                 f"{statistics.median(paired):.3f} [{min(paired):.2f}-{max(paired):.2f}]",
                 counts,
