@@ -97,6 +97,10 @@ def _log_error(message: str, *args: object) -> None:
 
 BATCH: Final = 64
 """Claims and takeovers per tick (a mass death drains over ticks)."""
+KEEP_CLOSED: Final = 6
+"""Leases a closed claim row (its page was stopped) is kept before a sweep deletes
+it: meanwhile a process whose view of the pages documents still shows the page
+open cannot claim it afresh (the closed row refuses the claim)."""
 TAKEOVERS_KEPT: Final = 100
 
 
@@ -207,11 +211,31 @@ class PageServer:
         self._node_counts: dict[str, int] = {}
         self.ticks = 0
         self.stopped = False
+        self.renewed_at: float | None = None
+        """When the store last confirmed this process's claims (a renew, or the first
+        claim since): the leases run from there."""
+        self.lapsed = 0
+        """Pages this process stopped running because it could not renew in time."""
+        self._unheld = False
+        """Claims may be ours in the store though not held here (after a lapse): the
+        next renew that works releases them for anyone to claim."""
+        self._swept_at = self.clock()
         import asyncio  # a PageServer is made inside a coroutine: a loop runs
 
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         rt.replica.fence_for = self.fence_for
+        book = rt.pages
+        self._pages_before: tuple[Any, Any, Any] | None = (
+            book.served,
+            book.recorded_hint,
+            book.claim_clock,
+        )
+        # This runtime's own opens are recorded for a server to claim (this one, after
+        # the wake-up, or another): run here unclaimed, they would run twice.
+        book.served = self.held.__contains__
+        book.recorded_hint = self._wake.set
+        book.claim_clock = self.clock
 
     def __repr__(self) -> str:
         return f"<PageServer {self.owner} holds {len(self.held)} pages>"
@@ -348,6 +372,11 @@ class PageServer:
 
     def close(self) -> None:
         """Synchronous part of `stop` (also run by `rt.close()`)."""
+        if not self.stopped or self._pages_before is not None:
+            book = self.rt.pages
+            if book.recorded_hint == self._wake.set and self._pages_before is not None:
+                book.served, book.recorded_hint, book.claim_clock = self._pages_before
+            self._pages_before = None
         self.stopped = True
         if self.rt.replica.fence_for == self.fence_for:
             self.rt.replica.fence_for = None
@@ -368,27 +397,68 @@ class PageServer:
             return False
         self.ticks += 1
         now = self.clock()
-        if self.held:
-            self._renew(now)
+        if self.held or self._unheld:
+            try:
+                self._renew(now)
+            except Exception:
+                self._lapse_if_due(now)
+                raise
         opened = await self._open_pages()
         now = self.clock()
         self._close_stopped(opened, now)
+        if now - self._swept_at >= self.lease:
+            self._swept_at = now
+            self.table.sweep_closed(self.space, now - KEEP_CLOSED * self.lease, self.batch)
         claimed = self._claim_new(opened, now)
         taken = self._take_over(opened, now)
         return claimed >= self.batch or taken >= self.batch
 
+    def _lose(self, held: Held, now: float, why: str) -> None:
+        del self.held[(held.principal, held.pid)]
+        self.lost.append(
+            {
+                "page": held.pid,
+                "principal": held.principal,
+                "fence": held.fence,
+                "at": now,
+                "why": why,
+            }
+        )
+        self.rt.runner.trace.record(
+            "page-claim-lost", str(held.link), fence=held.fence, owner=str(self.owner), why=why
+        )
+        self._stop_local(held, "claim lost")
+
+    def _lapse_if_due(self, now: float) -> None:
+        """The renewals failed (the store unreachable): once the last confirmed renewal
+        is `lease - heartbeat` old, stop running every held page here (self-fence), a
+        heartbeat before the leases end and another process may take them. The fence
+        alone keeps a late commit out; this keeps the pages' runs from computing for
+        nothing, and from acting on what is no longer theirs outside the store."""
+        if self.renewed_at is None or now - self.renewed_at < self.lease - self.heartbeat:
+            return
+        for held in list(self.held.values()):
+            self._lose(held, now, "lapsed")
+            self.lapsed += 1
+        self._unheld = True
+
     def _renew(self, now: float) -> None:
         kept = self.table.renew(self.space, self.owner, now, self.lease)
+        self.renewed_at = now
         for ref, held in list(self.held.items()):
             if kept.get(ref) != held.fence:
-                del self.held[ref]
-                self.lost.append(
-                    {"page": held.pid, "principal": held.principal, "fence": held.fence, "at": now}
-                )
-                self.rt.runner.trace.record(
-                    "page-claim-lost", str(held.link), fence=held.fence, owner=str(self.owner)
-                )
-                self._stop_local(held, "claim lost")
+                self._lose(held, now, "taken")
+        if self._unheld or len(kept) > len(self.held):
+            # Ours in the store, not running here (stopped after a lapse): released, for
+            # any process (this one too) to claim and run.
+            self._unheld = False
+            extra = [
+                (principal, pid, fence)
+                for (principal, pid), fence in kept.items()
+                if (principal, pid) not in self.held
+            ]
+            if extra:
+                self.table.release(self.space, self.owner, extra, now)
 
     async def _open_pages(self) -> dict[tuple[str, str], tuple[str, Link]]:
         """Every open page of the space: (principal, pid) -> (session, target)."""
@@ -540,6 +610,8 @@ class PageServer:
         principal, pid = ref
         session, target = opened
         held = Held(self.space, principal, pid, session, target, fence)
+        if not self.held or self.renewed_at is None:
+            self.renewed_at = self.clock()  # its lease runs from about now
         self.held[ref] = held
         self.first_seen.pop(ref, None)
         self.elsewhere.pop(ref, None)

@@ -87,6 +87,14 @@ class Runtime:
     >>> _ = c.set({"title": "hi"}); rt.settle()
     >>> c.key("title").get()
     'hi'
+
+    `pages="served"` is for a process that shows pages but does not run them (a UI in
+    front of serving processes, `rt.serve_pages` or `cellweave worker`, on one store):
+    opening a page (`open_page`, a navigation) records the intent durably and resolves
+    True, and a serving process claims the page and runs it, fenced, within a
+    heartbeat; its results are durable documents, read here as any cell. The default
+    `"local"` runs a page where it is opened. A runtime that serves pages itself
+    records its own opens the same way, for its server (or another) to claim.
     """
 
     def __init__(
@@ -98,6 +106,7 @@ class Runtime:
         session: str = "local",
         clock: Clock | None = None,
         on_navigate: Callable[[Cell], None] | None = None,
+        pages: str = "local",
     ) -> None:
         if store is not None and not isinstance(store, StoreBase):
             raise ArgumentError(
@@ -117,6 +126,11 @@ class Runtime:
             )
         if on_navigate is not None and not callable(on_navigate):
             raise ArgumentError(f"Runtime: on_navigate must be callable, got {on_navigate!r}")
+        if pages not in ("local", "served"):
+            raise ArgumentError(
+                f"Runtime: pages must be 'local' (a page runs where it is opened) or 'served'"
+                f" (serving processes run it: rt.serve_pages, cellweave worker), got {pages!r}"
+            )
         self.store: StoreBase = store if store is not None else MemoryStore()
         self.replica = Replica(self.store)
         # The capability for the runtime's own bookkeeping (page records, receipts):
@@ -131,6 +145,8 @@ class Runtime:
             space, self.replica, self._authority, self.runner, self._host, self._navigated
         )
         self.runner.open_page = self._pages_book.open
+        if pages == "served":
+            self._pages_book.served = _not_here
         self._sends = Sends(self.replica, self.scheduler, self._host, self.runner)
         self._ops = Operations(
             space=space,
@@ -506,6 +522,11 @@ class Runtime:
         self._sends._check()
         self.scheduler._check()
         self.replica._check()
+
+
+def _not_here(ref: tuple[str, str]) -> bool:
+    """`Pages.served` of a runtime made with `pages="served"` that serves none itself."""
+    return False
 
 
 class _Serving:

@@ -14,6 +14,11 @@ before any commit of the new owner, which needs the lock too). In seq order a
 page's accepted commits never go back to an older fence. The claim row itself
 is not locked: a heartbeat or a takeover never waits for a commit.
 
+Rows of closed pages are deleted by `sweep_closed` once they have been closed for
+a while; a special row (principal and page '') per space keeps the fence floor,
+the highest fence a deleted row had, and a page claimed afresh starts above it,
+so no fence is ever issued twice for a page.
+
 SQL is written with `?` placeholders; the PostgreSQL dialect swaps them for `%s`.
 """
 
@@ -91,12 +96,22 @@ class SQLClaimTable(ClaimTable):
     def _sql(self, sql: str) -> str:
         return sql.replace("?", "%s") if self._postgres else sql
 
-    def _exec(self, sql: str, params: Sequence[Any]) -> list[Any]:
+    def _exec(self, sql: str, params: Sequence[Any], *, lock: str | None = None) -> list[Any]:
+        """One statement. `lock` (a space): on PostgreSQL, under that space's claims lock
+        (a transaction-scoped advisory lock), which the claims of new rows and the sweep
+        of closed ones take: a claim's read of the fence floor then never misses a
+        deletion that committed while it waited (SQLite serialises every write anyway)."""
         text = self._sql(sql)
         self.statements += 1
 
         def go(conn: Any) -> list[Any]:
-            return list(conn.execute(text, tuple(params)).fetchall())
+            if lock is None or not self._postgres:
+                return list(conn.execute(text, tuple(params)).fetchall())
+            with conn.transaction():
+                conn.execute(
+                    "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"cellweave claims {lock}",)
+                )
+                return list(conn.execute(text, tuple(params)).fetchall())
 
         rows: list[Any] = self._run(go)
         return rows
@@ -121,10 +136,16 @@ class SQLClaimTable(ClaimTable):
         out: dict[PageRef, int] = {}
         for start in range(0, len(pages), BATCH):
             chunk = pages[start : start + BATCH]
-            values = ", ".join(["(?, ?, ?, 1, ?, ?, ?, ?, ?, ?, 0)"] * len(chunk))
+            # A page with no row starts above the space's fence floor: the highest fence
+            # of a row the sweep deleted, so a fence is never issued twice for a page.
+            floor = (
+                f"(SELECT COALESCE(MAX(fence), 0) + 1 FROM {self._t}"
+                " WHERE space = ? AND principal = '' AND page = '')"
+            )
+            values = ", ".join([f"(?, ?, ?, {floor}, ?, ?, ?, ?, ?, ?, 0)"] * len(chunk))
             params: list[Any] = []
             for principal, page in chunk:
-                params += [space, principal, page, owner.host, owner.pid, owner.nonce]
+                params += [space, principal, page, space, owner.host, owner.pid, owner.nonce]
                 params += [now, now + lease, now]
             rows = self._exec(
                 f"INSERT INTO {self._t} AS c (space, principal, page, fence, host, pid, nonce,"
@@ -135,6 +156,7 @@ class SQLClaimTable(ClaimTable):
                 " claimed_at = excluded.claimed_at WHERE c.nonce IS NULL AND c.expires_at < ?"
                 " RETURNING principal, page, fence",
                 [*params, CLOSED_AT],
+                lock=space,
             )
             for principal, page, fence in rows:
                 out[(str(principal), str(page))] = int(fence)
@@ -224,15 +246,18 @@ class SQLClaimTable(ClaimTable):
         if not pages:
             return 0
         until = CLOSED_AT if closed else now
+        stamp = "heartbeat_at = ?," if closed else ""  # a closed row: when it closed
         n = 0
         for start in range(0, len(pages), BATCH):
             chunk = pages[start : start + BATCH]
             match = " OR ".join(["(principal = ? AND page = ? AND fence = ?)"] * len(chunk))
-            params: list[Any] = [until, space, owner.nonce, owner.host, owner.pid]
+            params: list[Any] = [now] if closed else []
+            params += [until, space, owner.nonce, owner.host, owner.pid]
             for principal, page, fence in chunk:
                 params += [principal, page, fence]
             rows = self._exec(
-                f"UPDATE {self._t} SET host = NULL, pid = NULL, nonce = NULL, expires_at = ?"
+                f"UPDATE {self._t} SET {stamp} host = NULL, pid = NULL, nonce = NULL,"
+                " expires_at = ?"
                 f" WHERE space = ? AND nonce = ? AND host = ? AND pid = ? AND ({match})"
                 " RETURNING page",
                 params,
@@ -240,14 +265,52 @@ class SQLClaimTable(ClaimTable):
             n += len(rows)
         return n
 
-    def close(self, space: str, principal: str, page: str) -> bool:
+    def close(self, space: str, principal: str, page: str, now: float) -> bool:
         rows = self._exec(
-            f"UPDATE {self._t} SET host = NULL, pid = NULL, nonce = NULL, expires_at = ?"
+            f"UPDATE {self._t} SET host = NULL, pid = NULL, nonce = NULL, expires_at = ?,"
+            " heartbeat_at = ?"
             " WHERE space = ? AND principal = ? AND page = ? AND nonce IS NOT NULL"
             " RETURNING page",
-            [CLOSED_AT, space, principal, page],
+            [CLOSED_AT, now, space, principal, page],
         )
         return bool(rows)
+
+    def sweep_closed(self, space: str, before: float, limit: int) -> int:
+        closed = (
+            "space = ? AND principal <> '' AND nonce IS NULL AND expires_at >= ?"
+            " AND heartbeat_at < ?"
+        )
+        params = [space, CLOSED_AT, before]
+        # The fence floor first (over every row the deletion may take: a superset, as
+        # ties in the order may pick others), then the deletion, in one transaction.
+        floor = (
+            f"INSERT INTO {self._t} AS c (space, principal, page, fence, heartbeat_at,"
+            " expires_at, claimed_at) SELECT ?, '', '', m, 0, ?, 0 FROM (SELECT MAX(fence)"
+            f" AS m FROM {self._t} WHERE {closed}) AS top WHERE m IS NOT NULL"
+            " ON CONFLICT (space, principal, page) DO UPDATE SET fence ="
+            f" {'GREATEST' if self._postgres else 'MAX'}(c.fence, excluded.fence)"
+        )
+        delete = (
+            f"DELETE FROM {self._t} WHERE (space, principal, page) IN (SELECT space, principal,"
+            f" page FROM {self._t} WHERE {closed} ORDER BY heartbeat_at LIMIT ?)"
+            " RETURNING page"
+        )
+        self.statements += 1
+
+        def go(conn: Any) -> int:
+            if self._postgres:
+                with conn.transaction():
+                    conn.execute(
+                        "SELECT pg_advisory_xact_lock(hashtext(%s))",
+                        (f"cellweave claims {space}",),
+                    )
+                    conn.execute(self._sql(floor), (space, CLOSED_AT, *params))
+                    return len(conn.execute(self._sql(delete), (*params, limit)).fetchall())
+            conn.execute(self._sql(floor), (space, CLOSED_AT, *params))
+            return len(conn.execute(self._sql(delete), (*params, limit)).fetchall())
+
+        n: int = self._run(go)
+        return n
 
     def reopen(self, space: str, principal: str, page: str) -> bool:
         rows = self._exec(
@@ -286,6 +349,8 @@ class SQLClaimTable(ClaimTable):
 
     def rows(self, space: str) -> list[ClaimRow]:
         rows = self._exec(
-            f"SELECT {_COLS} FROM {self._t} WHERE space = ? ORDER BY principal, page", [space]
+            f"SELECT {_COLS} FROM {self._t} WHERE space = ? AND principal <> ''"
+            " ORDER BY principal, page",
+            [space],
         )
         return [_row(r) for r in rows]
