@@ -204,7 +204,7 @@ async def _trial(args: argparse.Namespace, dsn: str) -> int:
     rng = random.Random(args.seed)
     lease, heartbeat = args.lease, args.heartbeat
     store = PostgresStore(dsn, schema=SCHEMA, poll_interval=0.2)
-    ui = Runtime(store, principal="alice")
+    ui = Runtime(store, principal="alice", pages="served")  # records; workers run them
     await ui.__aenter__()
     inputs: dict[str, Cell] = {}
     pages: dict[str, Cell] = {}
@@ -220,7 +220,6 @@ async def _trial(args: argparse.Namespace, dsn: str) -> int:
     for page in pages.values():
         assert await ui.open_page(page) is True
     await ui.idle()
-    ui.stop_all()  # the UI records the pages; the serving processes run them
     # The claim rows name pages by page id; map them to the result cells.
     pid_of = {page_id(p.link()): key for key, p in pages.items()}
     page_ids = set(pid_of)

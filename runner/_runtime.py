@@ -455,7 +455,12 @@ class Runtime:
         Raises no error of a computation, handler or callback: those are not the
         waiter's (each went to its own home: the value's `pull()` and observers, the
         send's handle, `errors()` and the `cellweave` log)."""
-        await self._ops.idle()
+        while True:
+            await self._ops.idle()
+            server = self._server
+            if server is None or server.stopped or not server.waiting:
+                return
+            await server.starts_queued()  # pages claimed, their starts not yet begun
 
     # -- diagnostics
     def errors(self) -> list[ErrorRecord]:

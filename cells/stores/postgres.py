@@ -192,6 +192,23 @@ def _pool_session_setup(conn: _Conn) -> None:
     conn.execute(f"SET lock_timeout = {CLAIM_LOCK_TIMEOUT_MS}")
 
 
+CHECK_AFTER: Final = 1.0
+"""Seconds: a pooled connection checked (one round trip) this recently is handed out
+unchecked. Checking at every checkout doubled the round trips of a burst of reads
+(a takeover starting many pages); a connection the server dropped meanwhile fails
+its statement with a retryable `StoreError`, and the pool replaces it."""
+
+
+def _check_recent(conn: _Conn) -> None:
+    """The pool's check: the usual round trip, unless this connection passed one in the
+    last `CHECK_AFTER` seconds (the time is kept on the connection object)."""
+    now = time.monotonic()
+    if now - getattr(conn, "_cellweave_checked", -math.inf) < CHECK_AFTER:
+        return
+    psycopg_pool.ConnectionPool.check_connection(conn)
+    conn._cellweave_checked = now  # type: ignore[attr-defined]
+
+
 def describe_dsn(dsn: str) -> str:
     """The server a DSN names, for messages: host, port, database, user (no password)."""
     try:
@@ -322,7 +339,7 @@ class PostgresStore(WriterStore):
             # keeps that delay short, and the next read asks for a fresh connection at
             # once, so a server back after an outage is used within about a second.
             reconnect_timeout=max(1.0, 2 * self.connect_timeout),
-            check=psycopg_pool.ConnectionPool.check_connection,
+            check=_check_recent,
             name=f"cellweave-{schema}",
             open=False,
         )
