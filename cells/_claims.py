@@ -173,7 +173,10 @@ class ClaimTable(abc.ABC):
     def close(self, space: str, principal: str, page: str, now: float) -> bool:
         """A stop of the page (from any process) at `now`: its claim, whoever holds it,
         ends as closed, so the owner's commits for it are rejected from now on and
-        nobody takes it over. Whether a claim was open."""
+        nobody takes it over. A released claim (nobody held the page) is closed too:
+        left released, the sweep for stale claims would offer it at every heartbeat,
+        oldest first, ahead of the claims that need taking over. Whether a claim that
+        was not closed yet is closed now."""
 
     @abc.abstractmethod
     def sweep_closed(self, space: str, before: float, limit: int) -> int:
@@ -340,7 +343,7 @@ class MemoryClaimTable(ClaimTable):
         with self._lock:
             self.statements += 1
             row = self._rows.get((space, principal, page))
-            if row is None or row.owner is None:
+            if row is None or row.expires_at >= CLOSED_AT:
                 return False
             self._rows[(space, principal, page)] = msgspec.structs.replace(
                 row, owner=None, expires_at=CLOSED_AT, heartbeat_at=now

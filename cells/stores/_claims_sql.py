@@ -134,6 +134,9 @@ class SQLClaimTable(ClaimTable):
         self, space: str, owner: Owner, pages: Sequence[PageRef], now: float, lease: float
     ) -> dict[PageRef, int]:
         out: dict[PageRef, int] = {}
+        # In one order for every process: two claims of overlapping pages then wait for
+        # each other's row locks in the same order, never in a circle (a deadlock).
+        pages = sorted(pages)
         for start in range(0, len(pages), BATCH):
             chunk = pages[start : start + BATCH]
             # A page with no row starts above the space's fence floor: the highest fence
@@ -194,9 +197,15 @@ class SQLClaimTable(ClaimTable):
         self, taken: Sequence[tuple[ClaimRow, str]], owner: Owner, now: float, lease: float
     ) -> dict[PageRef, int]:
         out: dict[PageRef, int] = {}
-        owned = [(row, reason) for row, reason in taken if row.owner is not None]
+        owned = sorted(
+            ((row, reason) for row, reason in taken if row.owner is not None),
+            key=lambda t: t[0].ref,
+        )
         for start in range(0, len(owned), BATCH):
             chunk = owned[start : start + BATCH]
+            if self._postgres:
+                out.update(self._steal_locked(chunk, owner, now, lease))
+                continue
             # Per row: the exact snapshot the taker saw, and whether the lease must
             # have expired (v.column9 = 1) for this takeover.
             values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(chunk))
@@ -224,6 +233,43 @@ class SQLClaimTable(ClaimTable):
             for principal, page, fence in rows:
                 out[(str(principal), str(page))] = int(fence)
         return out
+
+    def _steal_locked(
+        self, chunk: Sequence[tuple[ClaimRow, str]], owner: Owner, now: float, lease: float
+    ) -> dict[PageRef, int]:
+        """PostgreSQL: the steals of one chunk, taking only rows nobody else has locked
+        (`FOR UPDATE SKIP LOCKED`, in page order). Two takers of one dead owner's pages
+        locked rows in different orders and deadlocked: the server noticed after a
+        second (`deadlock_timeout`) and failed one, a heartbeat lost. A row another
+        statement holds (a taker, its owner's renewal) is being changed anyway; it is
+        left out, as a row that moved is."""
+        space = chunk[0][0].space
+        values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(chunk))
+        params: list[Any] = []
+        for row, reason in chunk:
+            old = row.owner
+            assert old is not None
+            params += [row.principal, row.page, row.fence, row.heartbeat_at]
+            params += [old.host, old.pid, old.nonce, reason]
+            params.append(1 if reason == "lease-expired" else 0)
+        params += [space, owner.host, owner.pid, owner.nonce, now, now + lease, now, space, now]
+        rows = self._exec(
+            f"WITH v (principal, page, fence, hb, host, pid, nonce, reason, need) AS"
+            f" (VALUES {values}), target AS (SELECT c.principal, c.page FROM {self._t} AS c"
+            " JOIN v ON c.principal = v.principal AND c.page = v.page WHERE c.space = ?"
+            " ORDER BY c.principal, c.page FOR UPDATE OF c SKIP LOCKED)"
+            f" UPDATE {self._t} AS c SET taken_from = c.host || ':' || CAST(c.pid AS TEXT)"
+            " || ':' || SUBSTR(c.nonce, 1, 8), host = ?, pid = ?, nonce = ?,"
+            " heartbeat_at = ?, expires_at = ?, claimed_at = ?, taken_reason = v.reason,"
+            " takeovers = c.takeovers + 1, fence = c.fence + 1 FROM v, target"
+            " WHERE c.space = ? AND c.principal = target.principal AND c.page = target.page"
+            " AND c.principal = v.principal AND c.page = v.page AND c.fence = v.fence"
+            " AND c.heartbeat_at = v.hb AND c.host = v.host AND c.pid = v.pid"
+            " AND c.nonce = v.nonce AND (v.need = 0 OR c.expires_at < ?)"
+            " RETURNING c.principal, c.page, c.fence",
+            params,
+        )
+        return {(str(p), str(g)): int(f) for p, g, f in rows}
 
     def renew(self, space: str, owner: Owner, now: float, lease: float) -> dict[PageRef, int]:
         rows = self._exec(
@@ -269,9 +315,9 @@ class SQLClaimTable(ClaimTable):
         rows = self._exec(
             f"UPDATE {self._t} SET host = NULL, pid = NULL, nonce = NULL, expires_at = ?,"
             " heartbeat_at = ?"
-            " WHERE space = ? AND principal = ? AND page = ? AND nonce IS NOT NULL"
+            " WHERE space = ? AND principal = ? AND page = ? AND expires_at < ?"
             " RETURNING page",
-            [CLOSED_AT, now, space, principal, page],
+            [CLOSED_AT, now, space, principal, page, CLOSED_AT],
         )
         return bool(rows)
 

@@ -227,3 +227,16 @@ def test_a_sweep_deletes_rows_closed_long_enough_and_fences_never_repeat(
     assert asyncio.run(_commit(store, Fence(SPACE, "p", "x", 2)))[0] is Outcome.PERMANENT
     assert asyncio.run(_commit(store, Fence(SPACE, "p", "x", 3)))[0] is Outcome.OK
     assert [(r.page, r.fence) for r in t.rows(SPACE)] == [("new", 3), ("x", 3), ("z", 1)]
+
+
+def test_a_stop_closes_a_released_claim_so_the_sweep_stops_offering_it(
+    store: StoreBase,
+) -> None:
+    t = store.claims
+    t.claim(SPACE, A, [("p", "x"), ("p", "y")], 100.0, 10.0)
+    assert t.release_all(SPACE, A, 101.0) == 2  # a shutdown: both free for anyone
+    assert [r.page for r in t.stale(SPACE, 102.0, B, 10)] == ["x", "y"]
+    assert t.close(SPACE, "p", "x", 103.0) is True  # stopped while nobody held it
+    assert t.close(SPACE, "p", "x", 104.0) is False
+    assert [r.page for r in t.stale(SPACE, 105.0, B, 10)] == ["y"]
+    assert t.claim(SPACE, B, [("p", "x")], 105.0, 10.0) == {}
