@@ -41,6 +41,7 @@ import collections
 import contextlib
 import os
 import time
+import zlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
@@ -642,7 +643,13 @@ class PageServer:
         """Take stale claims: released ones with one claim statement, owned ones with
         one steal statement (each row only if still exactly as read)."""
         deferred = sum(1 for _s, until, _d in self.refusals.values() if until > now)
-        rows = self.table.stale(self.space, now, self.owner, room + deferred)
+        rows = self.table.stale(self.space, now, self.owner, 2 * room + deferred)
+        # Rows with one lease end (a dead owner's pages share one) in an order of this
+        # process's own: two processes taking over one dead owner's pages then mostly
+        # take different ones, where in one order both raced for the same first batch
+        # and the loser took nothing that heartbeat.
+        salt = self.owner.nonce
+        rows.sort(key=lambda r: (r.expires_at, zlib.crc32(f"{salt} {r.page}".encode())))
         free: list[tuple[str, str]] = []
         steals: list[tuple[ClaimRow, str]] = []
         for row in rows:
