@@ -783,3 +783,10 @@ def test_claim_rows_stay_bounded_over_many_open_and_stop_cycles() -> None:
             await rt.aclose()
 
     arun(main)
+
+
+def test_runtime_pages_setting_is_checked() -> None:
+    from runner.errors import ArgumentError
+
+    with pytest.raises(ArgumentError, match=r"pages must be 'local'.*got 'elsewhere'"):
+        Runtime(pages="elsewhere")
