@@ -79,9 +79,7 @@ def _bookkeeping(server: PageServer) -> int:
             server.elsewhere,
             server.refusals,
             server._fence_by_id,
-            server._ids_of,
             server._root_ref,
-            server._regs_seen,
         )
     )
 
@@ -91,7 +89,7 @@ async def _open_pages(store: PostgresStore, n: int) -> None:
     that principal's records: one principal with 10,000 pages would measure that
     document, not the claims)."""
     for first in range(0, n, PER_PRINCIPAL):
-        async with Runtime(store, principal=f"user{first // PER_PRINCIPAL}") as ui:
+        async with Runtime(store, principal=f"user{first // PER_PRINCIPAL}", pages="served") as ui:
             tx = ui.edit()
             cells = []
             for i in range(first, min(n, first + PER_PRINCIPAL)):
@@ -101,8 +99,7 @@ async def _open_pages(store: PostgresStore, n: int) -> None:
             assert (await tx.commit()).ok
             opened = await asyncio.gather(*(ui.open_page(c) for c in cells))
             assert all(opened)
-            await ui.idle()
-            ui.stop_all()  # the UI records the pages; the serving runtime runs them
+            await ui.idle()  # the UI records the pages; the serving runtime runs them
 
 
 async def _claim_all(server: PageServer, rt: Runtime, n: int) -> None:

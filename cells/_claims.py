@@ -19,6 +19,9 @@ earlier:
 - `release` gives pages up (the row stays, with its fence, ownerless): for
   another process to take at once (a shutdown), or `closed` (the page was
   stopped: nobody takes it until it is open again and claimed afresh).
+- `sweep_closed` deletes rows of pages closed a while ago (bounded per call), so
+  the table holds the pages open now and those stopped recently, not every page
+  ever served; the space's fence floor remembers the highest fence deleted.
 
 A commit that carries a `Fence` is accepted only while that fence is the
 page's claim and it has an owner: the store checks it in the transaction that
@@ -167,10 +170,19 @@ class ClaimTable(abc.ABC):
         `closed`: the pages were stopped, so `stale` does not offer them to anyone."""
 
     @abc.abstractmethod
-    def close(self, space: str, principal: str, page: str) -> bool:
-        """A stop of the page (from any process): its claim, whoever holds it, ends as
-        closed, so the owner's commits for it are rejected from now on and nobody takes
-        it over. Whether a claim was open."""
+    def close(self, space: str, principal: str, page: str, now: float) -> bool:
+        """A stop of the page (from any process) at `now`: its claim, whoever holds it,
+        ends as closed, so the owner's commits for it are rejected from now on and
+        nobody takes it over. A released claim (nobody held the page) is closed too:
+        left released, the sweep for stale claims would offer it at every heartbeat,
+        oldest first, ahead of the claims that need taking over. Whether a claim that
+        was not closed yet is closed now."""
+
+    @abc.abstractmethod
+    def sweep_closed(self, space: str, before: float, limit: int) -> int:
+        """Delete at most `limit` rows of pages closed (stopped) before `before`, oldest
+        first, raising the space's fence floor to cover them (a page claimed afresh
+        starts above it, so a fence is never issued twice); how many."""
 
     @abc.abstractmethod
     def reopen(self, space: str, principal: str, page: str) -> bool:
@@ -208,6 +220,8 @@ class MemoryClaimTable(ClaimTable):
         self._lock = lock
         self._keys = keys
         self._rows: dict[tuple[str, str, str], ClaimRow] = {}
+        self._floor: dict[str, int] = {}
+        """Per space: the highest fence of a deleted row (a new row starts above it)."""
 
     def fence_error(self, fence: Fence) -> FencedError | None:
         """Call with the store's lock held, in the commit's evaluation."""
@@ -229,7 +243,7 @@ class MemoryClaimTable(ClaimTable):
                 row = self._rows.get(k)
                 if row is not None and (row.owner is not None or row.expires_at >= CLOSED_AT):
                     continue
-                fence = 1 if row is None else row.fence + 1
+                fence = self._floor.get(space, 0) + 1 if row is None else row.fence + 1
                 self._rows[k] = ClaimRow(
                     space,
                     principal,
@@ -318,20 +332,42 @@ class MemoryClaimTable(ClaimTable):
                 k = (space, principal, page)
                 row = self._rows.get(k)
                 if row is not None and row.owner == owner and row.fence == fence:
-                    self._rows[k] = msgspec.structs.replace(row, owner=None, expires_at=until)
+                    stamp = now if closed else row.heartbeat_at  # a closed row: when
+                    self._rows[k] = msgspec.structs.replace(
+                        row, owner=None, expires_at=until, heartbeat_at=stamp
+                    )
                     n += 1
         return n
 
-    def close(self, space: str, principal: str, page: str) -> bool:
+    def close(self, space: str, principal: str, page: str, now: float) -> bool:
         with self._lock:
             self.statements += 1
             row = self._rows.get((space, principal, page))
-            if row is None or row.owner is None:
+            if row is None or row.expires_at >= CLOSED_AT:
                 return False
             self._rows[(space, principal, page)] = msgspec.structs.replace(
-                row, owner=None, expires_at=CLOSED_AT
+                row, owner=None, expires_at=CLOSED_AT, heartbeat_at=now
             )
             return True
+
+    def sweep_closed(self, space: str, before: float, limit: int) -> int:
+        with self._lock:
+            self.statements += 1
+            closed = sorted(
+                (
+                    r
+                    for r in self._rows.values()
+                    if r.space == space
+                    and r.owner is None
+                    and r.expires_at >= CLOSED_AT
+                    and r.heartbeat_at < before
+                ),
+                key=lambda r: r.heartbeat_at,
+            )[:limit]
+            for r in closed:
+                del self._rows[(space, r.principal, r.page)]
+                self._floor[space] = max(self._floor.get(space, 0), r.fence)
+            return len(closed)
 
     def reopen(self, space: str, principal: str, page: str) -> bool:
         with self._lock:

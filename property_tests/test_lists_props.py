@@ -1,9 +1,10 @@
 """Reactive lists under random edits, held and rejected verdicts: the coordinators
 against a plain reference of map / filter / flat_map.
 
-The machine edits one list (insert inline values, links to element cells, None;
-remove; move; duplicate a link; re-scope a link; path-write inside an
-element; make the list undefined; change an element cell), opens element
+The machine edits one list (insert inline values, links to element cells, None,
+by a whole-list write or a splice; remove; move; duplicate a link; re-scope a
+link; path-write inside an element; make the list undefined; change an
+element cell), opens element
 children as pages, and holds verdicts so that any commit — a user's list
 write, a reconcile, a child's computation — can be accepted or rejected as a
 stale basis, for good, or aborted. After every step the runtime's structures
@@ -144,6 +145,14 @@ class ListMachine(RuleBasedStateMachine):
         """`Cell.insert` (a splice) of a link: what the reconcile's middle diff sees."""
         link = (self.user_cells if user else self.cells)[v].link()
         self.items.insert(min(pos, len(self._list())), link)
+        self._settle()
+
+    @rule(pos=st.integers(0, 8), v=st.integers(0, 3), front=st.booleans())
+    def cell_insert_inline(self, pos: int, v: int, front: bool) -> None:
+        """`Cell.insert` (a splice) of an inline value, at the front or anywhere: every
+        later position then holds another element (inline elements are keyed by
+        position), and the element that was last gets a new position's child."""
+        self.items.insert(0 if front else min(pos, len(self._list())), v)
         self._settle()
 
     @rule(pos=st.integers(0, 8))

@@ -41,6 +41,7 @@ import collections
 import contextlib
 import os
 import time
+import zlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
@@ -97,6 +98,12 @@ def _log_error(message: str, *args: object) -> None:
 
 BATCH: Final = 64
 """Claims and takeovers per tick (a mass death drains over ticks)."""
+START_CHUNK: Final = 4
+"""Claimed pages started per loop step at first (then adapted to the step's time)."""
+KEEP_CLOSED: Final = 6
+"""Leases a closed claim row (its page was stopped) is kept before a sweep deletes
+it: meanwhile a process whose view of the pages documents still shows the page
+open cannot claim it afresh (the closed row refuses the claim)."""
 TAKEOVERS_KEPT: Final = 100
 
 
@@ -134,7 +141,18 @@ def pid_probe(me: Owner) -> Callable[[Owner], bool | None]:
 class Held:
     """A page this process holds a claim on."""
 
-    __slots__ = ("fence", "key", "link", "pid", "principal", "session", "stamp")
+    __slots__ = (
+        "dead",
+        "fence",
+        "ids",
+        "key",
+        "link",
+        "pid",
+        "principal",
+        "root",
+        "session",
+        "stamp",
+    )
 
     def __init__(
         self, space: str, principal: str, pid: str, session: str, link: Link, fence: int
@@ -146,8 +164,14 @@ class Held:
         self.fence = fence
         self.stamp = Fence(space, principal, pid, fence)
         """What its runs' commits carry (one object, shared by every document's entry)."""
+        self.root: Key = docs.root(link).key(Identity(principal, session))
+        """The result its link names (the registration key its start installs)."""
         self.key: Key | None = None
-        """The result the page runs, once its start claimed it."""
+        """The result the page runs, once its start claimed it (a slot's target)."""
+        self.ids = 0
+        """Entries of the fence map pointing at it."""
+        self.dead = False
+        """Stopped here for good: its fence map entries are misses, purged in bulk."""
 
 
 class PageServer:
@@ -198,20 +222,49 @@ class PageServer:
         self.lost: collections.deque[dict[str, Any]] = collections.deque(maxlen=TAKEOVERS_KEPT)
         self.loading: set[DocKey] = set()
         self.watched: set[DocKey] = set()
-        self._fence_by_id: dict[str, Fence] = {}
-        """Document id -> the fence of the claimed page whose runs write it."""
-        self._ids_of: dict[tuple[str, str], list[str]] = {}
-        self._root_ref: dict[Key, tuple[str, str]] = {}
+        self._fence_by_id: dict[str, Held] = {}
+        """Document id -> the claimed page whose runs write it (its `stamp` is the fence).
+        The ids are the registrations' own strings where they exist (no copies)."""
+        self._dead_ids = 0
+        """Entries of stopped pages still in the map (purged once they are half of it)."""
+        self._root_ref: dict[Key, Held] = {}
         """The result each claimed page runs (as a registration key) -> the page."""
-        self._regs_seen: dict[Key, Any] = {}
+        self._seen_generation = 0
+        """Registrations up to this generation (a global counter) have been indexed."""
         self._node_counts: dict[str, int] = {}
         self.ticks = 0
         self.stopped = False
+        self.renewed_at: float | None = None
+        """When the store last confirmed this process's claims (a renew, or the first
+        claim since): the leases run from there."""
+        self.lapsed = 0
+        """Pages this process stopped running because it could not renew in time."""
+        self._unheld = False
+        """Claims may be ours in the store though not held here (after a lapse): the
+        next renew that works releases them for anyone to claim."""
+        self._swept_at = self.clock()
+        self._queue: collections.deque[Held] = collections.deque()
+        """Claimed pages waiting to start (started a few per loop step, `_chunk`)."""
+        self._chunk = START_CHUNK
         import asyncio  # a PageServer is made inside a coroutine: a loop runs
 
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
+        self._emptied = asyncio.Event()
+        """Set while no claimed page waits to start (`rt.idle()` waits for it)."""
+        self._emptied.set()
         rt.replica.fence_for = self.fence_for
+        book = rt.pages
+        self._pages_before: tuple[Any, Any, Any] | None = (
+            book.served,
+            book.recorded_hint,
+            book.claim_clock,
+        )
+        # This runtime's own opens are recorded for a server to claim (this one, after
+        # the wake-up, or another): run here unclaimed, they would run twice.
+        book.served = self.held.__contains__
+        book.recorded_hint = self._wake.set
+        book.claim_clock = self.clock
 
     def __repr__(self) -> str:
         return f"<PageServer {self.owner} holds {len(self.held)} pages>"
@@ -233,44 +286,50 @@ class PageServer:
             outputs = getattr(tx.source, "outputs", None)
             if outputs:
                 for key, _path in outputs:
-                    fence = by_id.get(key.id)
-                    if fence is not None:
-                        return fence
+                    held = by_id.get(key.id)
+                    if held is not None and not held.dead:
+                        return held.stamp
             for write in request.writes:
-                fence = by_id.get(write.key.id)
-                if fence is not None:
-                    return fence
+                held = by_id.get(write.key.id)
+                if held is not None and not held.dead:
+                    return held.stamp
             if attempt == 0 and not self._scan_new():
                 return None
         return None
 
     def _scan_new(self) -> bool:
-        """Index the registrations installed since the last scan; whether there were any."""
-        seen = self._regs_seen
+        """Index the registrations installed since the last scan (generations grow with
+        every install, and the registrations keep install order); whether there were any.
+        O(new registrations)."""
+        seen = self._seen_generation
         new = []
         for reg in reversed(self.rt.runner.registrations.by_key.values()):
-            if seen.get(reg.key) is reg:
+            if reg.generation <= seen:
                 break
             new.append(reg)
         for reg in new:
-            seen[reg.key] = reg
-            root = reg.chain[0] if reg.chain else reg.key
-            ref = self._root_ref.get(root)
-            held = self.held.get(ref) if ref is not None else None
-            if held is not None:
+            self._seen_generation = max(self._seen_generation, reg.generation)
+            held = self._root_ref.get(reg.chain[0] if reg.chain else reg.key)
+            if held is not None and not held.dead:
                 self._index_reg(held, reg)
-        if len(seen) > 2 * len(self.rt.runner.registrations) + 64:
-            live = self.rt.runner.registrations.by_key
-            self._regs_seen = {k: r for k, r in seen.items() if live.get(k) is r}
         return bool(new)
 
     def _index_id(self, held: Held, doc_id: str) -> None:
-        self._fence_by_id[doc_id] = held.stamp
-        self._ids_of.setdefault((held.principal, held.pid), []).append(doc_id)
+        by_id = self._fence_by_id
+        before = by_id.get(doc_id)
+        if before is held:
+            return
+        if before is not None:
+            before.ids -= 1
+            if before.dead:
+                self._dead_ids -= 1
+        by_id[doc_id] = held
+        held.ids += 1
 
     def _index_reg(self, held: Held, reg: Any) -> None:
-        link = Link(reg.key.space, reg.key.id, reg.key.scope)
-        self._index_id(held, reg.key.id)
+        key = reg.key
+        link = Link(key.space, key.id, key.scope)
+        self._index_id(held, key.id)
         self._index_id(held, docs.argument_link(link).id)
         count = self._node_counts.get(reg.pattern)
         if count is None:
@@ -279,17 +338,30 @@ class PageServer:
             except Exception:  # not loadable here: its tracked nodes below still count
                 count = 0
             self._node_counts[reg.pattern] = count
-        for index in range(max(count, max(reg.nodes, default=-1) + 1)):
-            self._index_id(held, docs.internal_link(link, index).id)
+        nodes = reg.nodes
+        for index in range(max(count, max(nodes, default=-1) + 1)):
+            # The output document's id string of a node that exists (a new string only
+            # for a node not made yet): a 10,000-page server keeps no copies of ids.
+            doc_id = None
+            for node in nodes.get(index, ()):
+                outputs = getattr(node, "outputs", None)
+                if outputs:
+                    doc_id = outputs[0][0].id
+                    break
+            self._index_id(held, doc_id or docs.internal_link(link, index).id)
 
     def _unindex(self, held: Held) -> None:
-        ref = (held.principal, held.pid)
-        for doc_id in self._ids_of.pop(ref, ()):
-            fence = self._fence_by_id.get(doc_id)
-            if fence is not None and fence.generation == held.fence:
-                del self._fence_by_id[doc_id]
-        for root in [k for k, r in self._root_ref.items() if r == ref]:
-            del self._root_ref[root]
+        """A page stopped here for good: its map entries turn into misses (`dead`), and
+        once they are half the map, one pass drops them all (amortized O(1) each)."""
+        held.dead = True
+        self._dead_ids += held.ids
+        for root in (held.root, held.key):
+            if root is not None and self._root_ref.get(root) is held:
+                del self._root_ref[root]
+        by_id = self._fence_by_id
+        if self._dead_ids > 1024 and self._dead_ids * 2 > len(by_id):
+            self._fence_by_id = {k: h for k, h in by_id.items() if not h.dead}
+            self._dead_ids = 0
 
     # ------------------------------------------------------------------ the loop
     def start(self) -> None:
@@ -308,6 +380,7 @@ class PageServer:
     async def _serve(self) -> None:
         import asyncio
 
+        loop = asyncio.get_running_loop()
         try:
             while not self.stopped:
                 try:
@@ -316,6 +389,18 @@ class PageServer:
                     _log_error("cellweave: serving pages: a tick failed: %r", exc)
                     full = False
                 self._wake.clear()
+                # Start the claimed pages a few at a time, yielding to the loop after
+                # each few (their start stages run then) and ticking again once a
+                # heartbeat has passed: started all at once, a batch kept the loop busy
+                # for seconds under load, past this process's own lease.
+                due = loop.time() + self.heartbeat
+                while self._queue and not self.stopped and loop.time() < due:
+                    began = loop.time()
+                    self._start_queued(self._chunk)
+                    await asyncio.sleep(0)
+                    self._adapt_chunk(loop.time() - began)
+                if self._queue:
+                    continue  # a heartbeat passed with pages still to start: tick first
                 if full:
                     # A full batch: more is waiting (a backlog, a mass death). The next
                     # batch goes at once; each stays bounded, so the loop keeps renewing.
@@ -348,10 +433,17 @@ class PageServer:
 
     def close(self) -> None:
         """Synchronous part of `stop` (also run by `rt.close()`)."""
+        if not self.stopped or self._pages_before is not None:
+            book = self.rt.pages
+            if book.recorded_hint == self._wake.set and self._pages_before is not None:
+                book.served, book.recorded_hint, book.claim_clock = self._pages_before
+            self._pages_before = None
         self.stopped = True
         if self.rt.replica.fence_for == self.fence_for:
             self.rt.replica.fence_for = None
         held, self.held = self.held, {}
+        self._queue.clear()
+        self._emptied.set()
         if not self.rt.closed:
             for h in held.values():
                 self._stop_local(h, "serving stopped")
@@ -368,27 +460,102 @@ class PageServer:
             return False
         self.ticks += 1
         now = self.clock()
-        if self.held:
-            self._renew(now)
+        if self.held or self._unheld:
+            try:
+                self._renew(now)
+            except Exception:
+                self._lapse_if_due(now)
+                raise
         opened = await self._open_pages()
         now = self.clock()
         self._close_stopped(opened, now)
-        claimed = self._claim_new(opened, now)
-        taken = self._take_over(opened, now)
-        return claimed >= self.batch or taken >= self.batch
+        if now - self._swept_at >= self.lease:
+            self._swept_at = now
+            self.table.sweep_closed(self.space, now - KEEP_CLOSED * self.lease, self.batch)
+        room = self.batch - len(self._queue)
+        claimed = self._claim_new(opened, now, room) if room > 0 else 0
+        room -= claimed
+        taken = self._take_over(opened, now, room) if room > 0 else 0
+        if self._task is None:
+            self._start_queued(len(self._queue))  # driven by hand (tests): all at once
+        return claimed + taken >= self.batch
+
+    def _start_queued(self, n: int) -> None:
+        """Start up to `n` of the claimed pages waiting to start, oldest claim first."""
+        queue = self._queue
+        for _ in range(min(n, len(queue))):
+            held = queue.popleft()
+            if self.held.get((held.principal, held.pid)) is held:
+                self._start_page(held)
+        if not queue:
+            self._emptied.set()
+
+    @property
+    def waiting(self) -> int:
+        """Claimed pages whose start has not begun yet."""
+        return len(self._queue)
+
+    async def starts_queued(self) -> None:
+        """Wait until every page claimed so far has been started (its start is then in
+        flight like any other: `rt.idle()` waits for both)."""
+        while self._queue and not self.stopped:
+            await self._emptied.wait()
+
+    def _adapt_chunk(self, took: float) -> None:
+        """Pages per start step: doubled while a step takes under a tenth of a heartbeat
+        of loop time, halved when it takes more than a quarter (the heartbeat keeps its
+        rhythm whatever the machine's load)."""
+        if took > self.heartbeat / 4:
+            self._chunk = max(1, self._chunk // 2)
+        elif took < self.heartbeat / 10:
+            self._chunk = min(self.batch, self._chunk * 2)
+
+    def _lose(self, held: Held, now: float, why: str) -> None:
+        del self.held[(held.principal, held.pid)]
+        self.lost.append(
+            {
+                "page": held.pid,
+                "principal": held.principal,
+                "fence": held.fence,
+                "at": now,
+                "why": why,
+            }
+        )
+        self.rt.runner.trace.record(
+            "page-claim-lost", str(held.link), fence=held.fence, owner=str(self.owner), why=why
+        )
+        self._stop_local(held, "claim lost")
+
+    def _lapse_if_due(self, now: float) -> None:
+        """The renewals failed (the store unreachable): once the last confirmed renewal
+        is `lease - heartbeat` old, stop running every held page here (self-fence), a
+        heartbeat before the leases end and another process may take them. The fence
+        alone keeps a late commit out; this keeps the pages' runs from computing for
+        nothing, and from acting on what is no longer theirs outside the store."""
+        if self.renewed_at is None or now - self.renewed_at < self.lease - self.heartbeat:
+            return
+        for held in list(self.held.values()):
+            self._lose(held, now, "lapsed")
+            self.lapsed += 1
+        self._unheld = True
 
     def _renew(self, now: float) -> None:
         kept = self.table.renew(self.space, self.owner, now, self.lease)
+        self.renewed_at = now
         for ref, held in list(self.held.items()):
             if kept.get(ref) != held.fence:
-                del self.held[ref]
-                self.lost.append(
-                    {"page": held.pid, "principal": held.principal, "fence": held.fence, "at": now}
-                )
-                self.rt.runner.trace.record(
-                    "page-claim-lost", str(held.link), fence=held.fence, owner=str(self.owner)
-                )
-                self._stop_local(held, "claim lost")
+                self._lose(held, now, "taken")
+        if self._unheld or len(kept) > len(self.held):
+            # Ours in the store, not running here (stopped after a lapse): released, for
+            # any process (this one too) to claim and run.
+            self._unheld = False
+            extra = [
+                (principal, pid, fence)
+                for (principal, pid), fence in kept.items()
+                if (principal, pid) not in self.held
+            ]
+            if extra:
+                self.table.release(self.space, self.owner, extra, now)
 
     async def _open_pages(self) -> dict[tuple[str, str], tuple[str, Link]]:
         """Every open page of the space: (principal, pid) -> (session, target)."""
@@ -443,7 +610,9 @@ class PageServer:
         for ref in [r for r in self.refusals if r not in opened]:
             del self.refusals[ref]
 
-    def _claim_new(self, opened: dict[tuple[str, str], tuple[str, Link]], now: float) -> int:
+    def _claim_new(
+        self, opened: dict[tuple[str, str], tuple[str, Link]], now: float, room: int
+    ) -> int:
         retry_after = 5 * self.lease
         for ref in opened:
             if ref not in self.held and ref not in self.first_seen:
@@ -455,7 +624,7 @@ class PageServer:
                 if ref not in self.held
                 and (ref not in self.elsewhere or now - self.elsewhere[ref] > retry_after)
             ),
-        )[: self.batch]
+        )[:room]
         if not wanted:
             return 0
         refs = [ref for _seen, ref in wanted]
@@ -468,16 +637,24 @@ class PageServer:
                 self._serve_page(ref, opened[ref], fence, None)
         return len(refs)
 
-    def _take_over(self, opened: dict[tuple[str, str], tuple[str, Link]], now: float) -> int:
+    def _take_over(
+        self, opened: dict[tuple[str, str], tuple[str, Link]], now: float, room: int
+    ) -> int:
         """Take stale claims: released ones with one claim statement, owned ones with
         one steal statement (each row only if still exactly as read)."""
         deferred = sum(1 for _s, until, _d in self.refusals.values() if until > now)
-        rows = self.table.stale(self.space, now, self.owner, self.batch + deferred)
+        rows = self.table.stale(self.space, now, self.owner, 2 * room + deferred)
+        # Rows with one lease end (a dead owner's pages share one) in an order of this
+        # process's own: two processes taking over one dead owner's pages then mostly
+        # take different ones, where in one order both raced for the same first batch
+        # and the loser took nothing that heartbeat.
+        salt = self.owner.nonce
+        rows.sort(key=lambda r: (r.expires_at, zlib.crc32(f"{salt} {r.page}".encode())))
         free: list[tuple[str, str]] = []
         steals: list[tuple[ClaimRow, str]] = []
         for row in rows:
             ref = row.ref
-            if len(free) + len(steals) >= self.batch:
+            if len(free) + len(steals) >= room:
                 break
             if ref not in opened or ref in self.held:
                 continue
@@ -540,6 +717,8 @@ class PageServer:
         principal, pid = ref
         session, target = opened
         held = Held(self.space, principal, pid, session, target, fence)
+        if not self.held or self.renewed_at is None:
+            self.renewed_at = self.clock()  # its lease runs from about now
         self.held[ref] = held
         self.first_seen.pop(ref, None)
         self.elsewhere.pop(ref, None)
@@ -559,22 +738,28 @@ class PageServer:
         else:
             trace.record("page-claim", str(target), fence=fence)
         # The page's own documents are fenced before its start commits anything.
-        root = docs.root(target).key(Identity(principal, session))
-        stale_ids = self._ids_of.pop(ref, None)
-        if stale_ids is not None:
-            # Claimed here before (then lost): its documents still map to the old
-            # fence, which would get every commit of the new claim rejected.
-            for doc_id in stale_ids:
-                self._fence_by_id.pop(doc_id, None)
-        self._root_ref[root] = ref
+        root = held.root
+        before = self._root_ref.get(root)
+        self._root_ref[root] = held
         self._index_id(held, target.id)
-        if stale_ids is not None:
+        if before is not None and before is not held:
+            # Claimed here before (then lost): its documents still map to the old
+            # claim, whose fence would get every commit of the new claim rejected. The
+            # old entries now give the new fence (commits made before carry the old).
+            before.stamp = held.stamp
             for reg in self.rt.runner.registrations:
-                if (reg.chain[0] if reg.chain else reg.key) == root:
+                if (reg.chain[0] if reg.chain else reg.key) in (root, before.key):
                     self._index_reg(held, reg)
-        identity = Identity(principal, session)
+        self._queue.append(held)
+        self._emptied.clear()
+
+    def _start_page(self, held: Held) -> None:
+        ref = (held.principal, held.pid)
+        target = held.link
+        identity = Identity(held.principal, held.session)
         cell = Cell(self.rt.replica, identity, target, host=self.rt.host)
-        started = self.rt.pages.resume_one(pid, cell, identity)
+        started = self.rt.pages.resume_one(held.pid, cell, identity)
+        trace = self.rt.runner.trace
 
         def after(p: Pending[bool]) -> None:
             try:
@@ -588,12 +773,12 @@ class PageServer:
             held.key = rec.key if rec is not None else None
             if held.key is not None and held.key not in self._root_ref:
                 # A page that follows a slot runs the result the slot led to.
-                self._root_ref[held.key] = ref
+                self._root_ref[held.key] = held
                 reg = self.rt.runner.registrations.get(held.key)
                 if reg is not None:
                     self._index_reg(held, reg)
             if not ok:
-                trace.record("page-claim-start-failed", str(target), fence=fence)
+                trace.record("page-claim-start-failed", str(target), fence=held.fence)
 
         started.add_done_callback(after)
 

@@ -87,6 +87,16 @@ if TYPE_CHECKING:
 MAX_RECORD_RETRIES: Final = 10
 
 
+def _nothing() -> None:
+    pass
+
+
+def _wall_clock() -> float:
+    import time
+
+    return time.time()
+
+
 class PageRecord:
     __slots__ = ("key", "link", "opened", "opening", "pid", "principal", "stop_error", "stopped")
 
@@ -135,6 +145,15 @@ class Pages:
         """The effect that keeps each open page computed (a page is demand while open)."""
         self.stop_failed: dict[tuple[str, str], PageRecord] = {}
         """Pages whose stop could not be made durable: stopped here, still recorded open."""
+        self.served: Callable[[tuple[str, str]], bool] | None = None
+        """None: a page runs where it is opened. Otherwise pages are served under claims
+        (`Runtime(pages="served")`, or this runtime serves pages): an open only records
+        the intent, for a serving process to claim and run; this says whether this
+        runtime's own server holds the page (principal, pid), which is then left alone."""
+        self.recorded_hint: Callable[[], None] = _nothing
+        """Called after an open's record is durable (wakes this runtime's server)."""
+        self.claim_clock: Callable[[], float] = _wall_clock
+        """The time a stop closes a claim at (the serving clock, if this runtime serves)."""
 
     # ------------------------------------------------------------------ records
     def _doc(self, identity: Identity) -> Any:
@@ -302,6 +321,20 @@ class Pages:
                 )
                 return
             self.reopen_claim(identity.principal, pid)  # served elsewhere, if stopped before
+            served = self.served
+            if served is not None:
+                # Served under claims: the intent is recorded; a serving process (this
+                # one's server too) claims the page and runs it, fenced. Running it here
+                # as well would run it twice, unfenced (issue 19).
+                page.opening -= 1
+                page.opened = True
+                if page.key is None and not served((page.principal, pid)):
+                    self._forget(page)
+                self.runner.trace.record("page-recorded", str(link), via=via)
+                self.recorded_hint()
+                self.navigated(identity, link)
+                result.set_result(True)
+                return
             started = self.runner.start(
                 link,
                 identity,
@@ -501,7 +534,7 @@ class Pages:
         next tick found the record gone. A failure is logged: the stop stands, and the
         owner stops the page at its next tick all the same."""
         try:
-            if self.replica.store.claims.close(self.space, principal, pid):
+            if self.replica.store.claims.close(self.space, principal, pid, self.claim_clock()):
                 self.runner.trace.record("page-claim-closed", pid, principal=principal)
         except Exception as exc:
             import logging  # (here: `import runner` stays cheap)

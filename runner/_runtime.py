@@ -88,6 +88,14 @@ class Runtime:
     >>> c.key("title").get()
     'hi'
 
+    `pages="served"` is for a process that shows pages but does not run them (a UI in
+    front of serving processes, `rt.serve_pages` or `cellweave worker`, on one store):
+    opening a page (`open_page`, a navigation) records the intent durably and resolves
+    True, and a serving process claims the page and runs it, fenced, within a
+    heartbeat; its results are durable documents, read here as any cell. The default
+    `"local"` runs a page where it is opened. A runtime that serves pages itself
+    records its own opens the same way, for its server (or another) to claim.
+
     A lift's first run on this runtime keeps the output an earlier run stored (on
     this or another runtime, before a restart) when its code and everything it read
     are unchanged, and does not call the function (`runner._reuse`); `reuse=False`
@@ -105,6 +113,7 @@ class Runtime:
         session: str = "local",
         clock: Clock | None = None,
         on_navigate: Callable[[Cell], None] | None = None,
+        pages: str = "local",
         reuse: bool = True,
     ) -> None:
         if store is not None and not isinstance(store, StoreBase):
@@ -125,6 +134,11 @@ class Runtime:
             )
         if on_navigate is not None and not callable(on_navigate):
             raise ArgumentError(f"Runtime: on_navigate must be callable, got {on_navigate!r}")
+        if pages not in ("local", "served"):
+            raise ArgumentError(
+                f"Runtime: pages must be 'local' (a page runs where it is opened) or 'served'"
+                f" (serving processes run it: rt.serve_pages, cellweave worker), got {pages!r}"
+            )
         if type(reuse) is not bool:
             raise ArgumentError(f"Runtime: reuse must be True or False, got {reuse!r}")
         self.store: StoreBase = store if store is not None else MemoryStore()
@@ -142,6 +156,8 @@ class Runtime:
             space, self.replica, self._authority, self.runner, self._host, self._navigated
         )
         self.runner.open_page = self._pages_book.open
+        if pages == "served":
+            self._pages_book.served = _not_here
         self._sends = Sends(self.replica, self.scheduler, self._host, self.runner)
         self._ops = Operations(
             space=space,
@@ -461,7 +477,12 @@ class Runtime:
         Raises no error of a computation, handler or callback: those are not the
         waiter's (each went to its own home: the value's `pull()` and observers, the
         send's handle, `errors()` and the `cellweave` log)."""
-        await self._ops.idle()
+        while True:
+            await self._ops.idle()
+            server = self._server
+            if server is None or server.stopped or not server.waiting:
+                return
+            await server.starts_queued()  # pages claimed, their starts not yet begun
 
     # -- diagnostics
     def errors(self) -> list[ErrorRecord]:
@@ -528,6 +549,11 @@ class Runtime:
         self._sends._check()
         self.scheduler._check()
         self.replica._check()
+
+
+def _not_here(ref: tuple[str, str]) -> bool:
+    """`Pages.served` of a runtime made with `pages="served"` that serves none itself."""
+    return False
 
 
 class _Serving:

@@ -14,6 +14,11 @@ before any commit of the new owner, which needs the lock too). In seq order a
 page's accepted commits never go back to an older fence. The claim row itself
 is not locked: a heartbeat or a takeover never waits for a commit.
 
+Rows of closed pages are deleted by `sweep_closed` once they have been closed for
+a while; a special row (principal and page '') per space keeps the fence floor,
+the highest fence a deleted row had, and a page claimed afresh starts above it,
+so no fence is ever issued twice for a page.
+
 SQL is written with `?` placeholders; the PostgreSQL dialect swaps them for `%s`.
 """
 
@@ -91,12 +96,22 @@ class SQLClaimTable(ClaimTable):
     def _sql(self, sql: str) -> str:
         return sql.replace("?", "%s") if self._postgres else sql
 
-    def _exec(self, sql: str, params: Sequence[Any]) -> list[Any]:
+    def _exec(self, sql: str, params: Sequence[Any], *, lock: str | None = None) -> list[Any]:
+        """One statement. `lock` (a space): on PostgreSQL, under that space's claims lock
+        (a transaction-scoped advisory lock), which the claims of new rows and the sweep
+        of closed ones take: a claim's read of the fence floor then never misses a
+        deletion that committed while it waited (SQLite serialises every write anyway)."""
         text = self._sql(sql)
         self.statements += 1
 
         def go(conn: Any) -> list[Any]:
-            return list(conn.execute(text, tuple(params)).fetchall())
+            if lock is None or not self._postgres:
+                return list(conn.execute(text, tuple(params)).fetchall())
+            with conn.transaction():
+                conn.execute(
+                    "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"cellweave claims {lock}",)
+                )
+                return list(conn.execute(text, tuple(params)).fetchall())
 
         rows: list[Any] = self._run(go)
         return rows
@@ -119,12 +134,21 @@ class SQLClaimTable(ClaimTable):
         self, space: str, owner: Owner, pages: Sequence[PageRef], now: float, lease: float
     ) -> dict[PageRef, int]:
         out: dict[PageRef, int] = {}
+        # In one order for every process: two claims of overlapping pages then wait for
+        # each other's row locks in the same order, never in a circle (a deadlock).
+        pages = sorted(pages)
         for start in range(0, len(pages), BATCH):
             chunk = pages[start : start + BATCH]
-            values = ", ".join(["(?, ?, ?, 1, ?, ?, ?, ?, ?, ?, 0)"] * len(chunk))
+            # A page with no row starts above the space's fence floor: the highest fence
+            # of a row the sweep deleted, so a fence is never issued twice for a page.
+            floor = (
+                f"(SELECT COALESCE(MAX(fence), 0) + 1 FROM {self._t}"
+                " WHERE space = ? AND principal = '' AND page = '')"
+            )
+            values = ", ".join([f"(?, ?, ?, {floor}, ?, ?, ?, ?, ?, ?, 0)"] * len(chunk))
             params: list[Any] = []
             for principal, page in chunk:
-                params += [space, principal, page, owner.host, owner.pid, owner.nonce]
+                params += [space, principal, page, space, owner.host, owner.pid, owner.nonce]
                 params += [now, now + lease, now]
             rows = self._exec(
                 f"INSERT INTO {self._t} AS c (space, principal, page, fence, host, pid, nonce,"
@@ -135,6 +159,7 @@ class SQLClaimTable(ClaimTable):
                 " claimed_at = excluded.claimed_at WHERE c.nonce IS NULL AND c.expires_at < ?"
                 " RETURNING principal, page, fence",
                 [*params, CLOSED_AT],
+                lock=space,
             )
             for principal, page, fence in rows:
                 out[(str(principal), str(page))] = int(fence)
@@ -172,9 +197,15 @@ class SQLClaimTable(ClaimTable):
         self, taken: Sequence[tuple[ClaimRow, str]], owner: Owner, now: float, lease: float
     ) -> dict[PageRef, int]:
         out: dict[PageRef, int] = {}
-        owned = [(row, reason) for row, reason in taken if row.owner is not None]
+        owned = sorted(
+            ((row, reason) for row, reason in taken if row.owner is not None),
+            key=lambda t: t[0].ref,
+        )
         for start in range(0, len(owned), BATCH):
             chunk = owned[start : start + BATCH]
+            if self._postgres:
+                out.update(self._steal_locked(chunk, owner, now, lease))
+                continue
             # Per row: the exact snapshot the taker saw, and whether the lease must
             # have expired (v.column9 = 1) for this takeover.
             values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(chunk))
@@ -203,6 +234,43 @@ class SQLClaimTable(ClaimTable):
                 out[(str(principal), str(page))] = int(fence)
         return out
 
+    def _steal_locked(
+        self, chunk: Sequence[tuple[ClaimRow, str]], owner: Owner, now: float, lease: float
+    ) -> dict[PageRef, int]:
+        """PostgreSQL: the steals of one chunk, taking only rows nobody else has locked
+        (`FOR UPDATE SKIP LOCKED`, in page order). Two takers of one dead owner's pages
+        locked rows in different orders and deadlocked: the server noticed after a
+        second (`deadlock_timeout`) and failed one, a heartbeat lost. A row another
+        statement holds (a taker, its owner's renewal) is being changed anyway; it is
+        left out, as a row that moved is."""
+        space = chunk[0][0].space
+        values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(chunk))
+        params: list[Any] = []
+        for row, reason in chunk:
+            old = row.owner
+            assert old is not None
+            params += [row.principal, row.page, row.fence, row.heartbeat_at]
+            params += [old.host, old.pid, old.nonce, reason]
+            params.append(1 if reason == "lease-expired" else 0)
+        params += [space, owner.host, owner.pid, owner.nonce, now, now + lease, now, space, now]
+        rows = self._exec(
+            f"WITH v (principal, page, fence, hb, host, pid, nonce, reason, need) AS"
+            f" (VALUES {values}), target AS (SELECT c.principal, c.page FROM {self._t} AS c"
+            " JOIN v ON c.principal = v.principal AND c.page = v.page WHERE c.space = ?"
+            " ORDER BY c.principal, c.page FOR UPDATE OF c SKIP LOCKED)"
+            f" UPDATE {self._t} AS c SET taken_from = c.host || ':' || CAST(c.pid AS TEXT)"
+            " || ':' || SUBSTR(c.nonce, 1, 8), host = ?, pid = ?, nonce = ?,"
+            " heartbeat_at = ?, expires_at = ?, claimed_at = ?, taken_reason = v.reason,"
+            " takeovers = c.takeovers + 1, fence = c.fence + 1 FROM v, target"
+            " WHERE c.space = ? AND c.principal = target.principal AND c.page = target.page"
+            " AND c.principal = v.principal AND c.page = v.page AND c.fence = v.fence"
+            " AND c.heartbeat_at = v.hb AND c.host = v.host AND c.pid = v.pid"
+            " AND c.nonce = v.nonce AND (v.need = 0 OR c.expires_at < ?)"
+            " RETURNING c.principal, c.page, c.fence",
+            params,
+        )
+        return {(str(p), str(g)): int(f) for p, g, f in rows}
+
     def renew(self, space: str, owner: Owner, now: float, lease: float) -> dict[PageRef, int]:
         rows = self._exec(
             f"UPDATE {self._t} SET heartbeat_at = ?, expires_at = ?"
@@ -224,15 +292,18 @@ class SQLClaimTable(ClaimTable):
         if not pages:
             return 0
         until = CLOSED_AT if closed else now
+        stamp = "heartbeat_at = ?," if closed else ""  # a closed row: when it closed
         n = 0
         for start in range(0, len(pages), BATCH):
             chunk = pages[start : start + BATCH]
             match = " OR ".join(["(principal = ? AND page = ? AND fence = ?)"] * len(chunk))
-            params: list[Any] = [until, space, owner.nonce, owner.host, owner.pid]
+            params: list[Any] = [now] if closed else []
+            params += [until, space, owner.nonce, owner.host, owner.pid]
             for principal, page, fence in chunk:
                 params += [principal, page, fence]
             rows = self._exec(
-                f"UPDATE {self._t} SET host = NULL, pid = NULL, nonce = NULL, expires_at = ?"
+                f"UPDATE {self._t} SET {stamp} host = NULL, pid = NULL, nonce = NULL,"
+                " expires_at = ?"
                 f" WHERE space = ? AND nonce = ? AND host = ? AND pid = ? AND ({match})"
                 " RETURNING page",
                 params,
@@ -240,14 +311,52 @@ class SQLClaimTable(ClaimTable):
             n += len(rows)
         return n
 
-    def close(self, space: str, principal: str, page: str) -> bool:
+    def close(self, space: str, principal: str, page: str, now: float) -> bool:
         rows = self._exec(
-            f"UPDATE {self._t} SET host = NULL, pid = NULL, nonce = NULL, expires_at = ?"
-            " WHERE space = ? AND principal = ? AND page = ? AND nonce IS NOT NULL"
+            f"UPDATE {self._t} SET host = NULL, pid = NULL, nonce = NULL, expires_at = ?,"
+            " heartbeat_at = ?"
+            " WHERE space = ? AND principal = ? AND page = ? AND expires_at < ?"
             " RETURNING page",
-            [CLOSED_AT, space, principal, page],
+            [CLOSED_AT, now, space, principal, page, CLOSED_AT],
         )
         return bool(rows)
+
+    def sweep_closed(self, space: str, before: float, limit: int) -> int:
+        closed = (
+            "space = ? AND principal <> '' AND nonce IS NULL AND expires_at >= ?"
+            " AND heartbeat_at < ?"
+        )
+        params = [space, CLOSED_AT, before]
+        # The fence floor first (over every row the deletion may take: a superset, as
+        # ties in the order may pick others), then the deletion, in one transaction.
+        floor = (
+            f"INSERT INTO {self._t} AS c (space, principal, page, fence, heartbeat_at,"
+            " expires_at, claimed_at) SELECT ?, '', '', m, 0, ?, 0 FROM (SELECT MAX(fence)"
+            f" AS m FROM {self._t} WHERE {closed}) AS top WHERE m IS NOT NULL"
+            " ON CONFLICT (space, principal, page) DO UPDATE SET fence ="
+            f" {'GREATEST' if self._postgres else 'MAX'}(c.fence, excluded.fence)"
+        )
+        delete = (
+            f"DELETE FROM {self._t} WHERE (space, principal, page) IN (SELECT space, principal,"
+            f" page FROM {self._t} WHERE {closed} ORDER BY heartbeat_at LIMIT ?)"
+            " RETURNING page"
+        )
+        self.statements += 1
+
+        def go(conn: Any) -> int:
+            if self._postgres:
+                with conn.transaction():
+                    conn.execute(
+                        "SELECT pg_advisory_xact_lock(hashtext(%s))",
+                        (f"cellweave claims {space}",),
+                    )
+                    conn.execute(self._sql(floor), (space, CLOSED_AT, *params))
+                    return len(conn.execute(self._sql(delete), (*params, limit)).fetchall())
+            conn.execute(self._sql(floor), (space, CLOSED_AT, *params))
+            return len(conn.execute(self._sql(delete), (*params, limit)).fetchall())
+
+        n: int = self._run(go)
+        return n
 
     def reopen(self, space: str, principal: str, page: str) -> bool:
         rows = self._exec(
@@ -286,6 +395,8 @@ class SQLClaimTable(ClaimTable):
 
     def rows(self, space: str) -> list[ClaimRow]:
         rows = self._exec(
-            f"SELECT {_COLS} FROM {self._t} WHERE space = ? ORDER BY principal, page", [space]
+            f"SELECT {_COLS} FROM {self._t} WHERE space = ? AND principal <> ''"
+            " ORDER BY principal, page",
+            [space],
         )
         return [_row(r) for r in rows]

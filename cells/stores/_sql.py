@@ -60,9 +60,23 @@ def key_from_row(
     return DocKey(space, doc_id, scope, principal, session)
 
 
+_PLAIN: Final = frozenset({int, str, bool, type(None)})
+"""Field types `to_wire` leaves as they are (no float: a special one is tagged)."""
+
+
 def encode_value(value: Value) -> str | None:
     """The stored text of a document (None: deleted)."""
-    return None if value is MISSING else encode_json(value).decode()
+    if value is MISSING:
+        return None
+    # The usual document, a dict of plain fields (a cell's {"value": 3}), encodes as
+    # itself: `encode_json` without `to_wire`'s copy (a "/" key is escaped there).
+    if type(value) is dict and "/" not in value:
+        for field in value.values():
+            if type(field) not in _PLAIN:
+                break
+        else:
+            return msgspec.json.encode(value).decode()
+    return encode_json(value).decode()
 
 
 def decode_value(where: str, raw: str | None, key: DocKey) -> Value:

@@ -192,6 +192,23 @@ def _pool_session_setup(conn: _Conn) -> None:
     conn.execute(f"SET lock_timeout = {CLAIM_LOCK_TIMEOUT_MS}")
 
 
+CHECK_AFTER: Final = 1.0
+"""Seconds: a pooled connection checked (one round trip) this recently is handed out
+unchecked. Checking at every checkout doubled the round trips of a burst of reads
+(a takeover starting many pages); a connection the server dropped meanwhile fails
+its statement with a retryable `StoreError`, and the pool replaces it."""
+
+
+def _check_recent(conn: _Conn) -> None:
+    """The pool's check: the usual round trip, unless this connection passed one in the
+    last `CHECK_AFTER` seconds (the time is kept on the connection object)."""
+    now = time.monotonic()
+    if now - getattr(conn, "_cellweave_checked", -math.inf) < CHECK_AFTER:
+        return
+    psycopg_pool.ConnectionPool.check_connection(conn)
+    conn._cellweave_checked = now  # type: ignore[attr-defined]
+
+
 def describe_dsn(dsn: str) -> str:
     """The server a DSN names, for messages: host, port, database, user (no password)."""
     try:
@@ -311,6 +328,8 @@ class PostgresStore(WriterStore):
             f"{self._s}.claims", f"{self._s}.head", self._in_pool, postgres=True
         )
         """The page claims (`cells.ClaimTable`): which process runs each open page."""
+        self._load_batches: dict[int, tuple[SessionListener, list[DocKey]]] = {}
+        """Loads asked but not yet read, per listener (`_deliver_load`)."""
         self._pool = psycopg_pool.ConnectionPool(
             dsn,
             min_size=1,
@@ -322,7 +341,7 @@ class PostgresStore(WriterStore):
             # keeps that delay short, and the next read asks for a fresh connection at
             # once, so a server back after an outage is used within about a second.
             reconnect_timeout=max(1.0, 2 * self.connect_timeout),
-            check=psycopg_pool.ConnectionPool.check_connection,
+            check=_check_recent,
             name=f"cellweave-{schema}",
             open=False,
         )
@@ -481,6 +500,60 @@ class PostgresStore(WriterStore):
         return sid
 
     # ------------------------------------------------------------------ reads
+    def _deliver_load(self, listener: SessionListener, key: DocKey) -> None:
+        """Loads a listener asks for in one step of its mailbox are read together, in one
+        statement, when the mailbox runs next (answers in the order asked): a burst of
+        page starts (a takeover) costs a round trip per stage, not per document."""
+        with self._lock:
+            batch = self._load_batches.get(id(listener))
+            if batch is not None:
+                batch[1].append(key)
+                return
+            self._load_batches[id(listener)] = (listener, [key])
+        listener.mailbox.post(lambda: self._flush_loads(listener))
+
+    def _flush_loads(self, listener: SessionListener) -> None:
+        with self._lock:
+            _listener, keys = self._load_batches.pop(id(listener))
+        try:
+            states: dict[DocKey, DocState] | None = self._read_many(keys)
+            error: BaseException | None = None
+        except Exception as exc:  # a store failure reaches every waiter
+            states, error = None, exc
+        for key in keys:
+            listener.on_loaded(key, None if states is None else states[key], error)
+
+    def _read_many(self, keys: list[DocKey]) -> dict[DocKey, DocState]:
+        if len(keys) == 1:
+            return {keys[0]: self._read(keys[0])}
+        self._check_open()
+        out: dict[DocKey, DocState] = {}
+        unique = list(dict.fromkeys(keys))
+        try:
+            with self._pool.connection() as conn:
+                for start in range(0, len(unique), 500):
+                    chunk = unique[start : start + 500]
+                    params: list[str | None] = []
+                    for key in chunk:
+                        params += key_params(key)
+                    rows = conn.execute(
+                        f"SELECT {', '.join(KEY_COLUMNS)}, seq, value FROM {self._s}.head"
+                        f" WHERE ({', '.join(KEY_COLUMNS)}) IN"
+                        f" ({', '.join(['(%s, %s, %s, %s, %s)'] * len(chunk))})",
+                        params,
+                    ).fetchall()
+                    found = {tuple(r[:5]): r for r in rows}
+                    for key in chunk:
+                        row = found.get(key_params(key))
+                        out[key] = (
+                            NO_STATE
+                            if row is None
+                            else DocState(int(row[5]), self._decode(row[6], key))
+                        )
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+            raise self._wrap(exc, f"cannot read {len(unique)} documents") from exc
+        return out
+
     def _read(self, key: DocKey) -> DocState:
         self._check_open()
         try:

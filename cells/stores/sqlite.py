@@ -780,15 +780,20 @@ class SQLiteStore(WriterStore):
                     try:
                         heads = self._written_heads(conn, [w.key for w in request.writes])
                         for w in request.writes:
-                            key = w.key
+                            key, path = w.key, w.path
                             if key in docs:
                                 current = docs[key]
-                            elif w.path:
+                            elif path:
                                 current = self._current(key, heads.get(key))
                             else:
                                 current = MISSING  # (a whole-document write reads nothing)
-                            docs[key] = set_path(current, w.path, w.value, where="commit")
-                            paths.setdefault(key, []).append(revision_path(current, w.path))
+                            docs[key] = set_path(current, path, w.value, where="commit")
+                            # (`revision_path` of a one-field write to a dict is its path.)
+                            paths.setdefault(key, []).append(
+                                path
+                                if len(path) == 1 and type(current) is dict
+                                else revision_path(current, path)
+                            )
                     except InvalidValueError as exc:
                         # A blind write below something another writer has since
                         # replaced: re-running against the fresh value can succeed.

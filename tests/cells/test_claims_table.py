@@ -193,10 +193,50 @@ def test_many_steals_in_one_statement_take_only_rows_still_as_seen(store: StoreB
 def test_a_closed_claim_is_claimed_again_only_after_a_reopen(store: StoreBase) -> None:
     t = store.claims
     t.claim(SPACE, A, [("p", "x")], 100.0, 10.0)
-    assert t.close(SPACE, "p", "x") is True
-    assert t.close(SPACE, "p", "x") is False  # nobody holds it any more
+    assert t.close(SPACE, "p", "x", 101.0) is True
+    assert t.close(SPACE, "p", "x", 101.0) is False  # nobody holds it any more
     assert t.claim(SPACE, B, [("p", "x")], 101.0, 10.0) == {}
     assert t.stale(SPACE, 200.0, B, 10) == []
     assert t.reopen(SPACE, "p", "x") is True
     assert t.reopen(SPACE, "p", "x") is False
     assert t.claim(SPACE, B, [("p", "x")], 102.0, 10.0) == {("p", "x"): 2}
+
+
+def test_a_sweep_deletes_rows_closed_long_enough_and_fences_never_repeat(
+    store: StoreBase,
+) -> None:
+    t = store.claims
+    t.claim(SPACE, A, [("p", "x"), ("p", "y"), ("p", "z")], 100.0, 10.0)
+    (row,) = [r for r in t.stale(SPACE, 111.0, B, 10) if r.page == "x"]
+    assert t.steal_many([(row, "lease-expired")], B, 111.0, 10.0) == {("p", "x"): 2}
+    assert t.close(SPACE, "p", "x", 120.0) is True  # a stop anywhere (fence 2)
+    assert t.release(SPACE, A, [("p", "y", 1)], 130.0, closed=True) == 1  # the owner's
+    # Closed too recently: kept (a claim of a stopped page is refused meanwhile).
+    assert t.sweep_closed(SPACE, 120.0, 10) == 0
+    assert t.claim(SPACE, B, [("p", "x")], 125.0, 10.0) == {}
+    # Bounded per call, oldest close first; an open claim ("z") is never swept.
+    assert t.sweep_closed(SPACE, 200.0, 1) == 1
+    assert [r.page for r in t.rows(SPACE)] == ["y", "z"]
+    assert t.sweep_closed(SPACE, 200.0, 10) == 1
+    assert t.sweep_closed(SPACE, 200.0, 10) == 0
+    assert [r.page for r in t.rows(SPACE)] == ["z"]
+    # Opened and claimed afresh: the fence starts above every fence a deleted row had
+    # (x reached 2), so a process still holding fence 1 or 2 of "x" is fenced out.
+    got = t.claim(SPACE, B, [("p", "x"), ("p", "new")], 210.0, 10.0)
+    assert got == {("p", "x"): 3, ("p", "new"): 3}
+    assert asyncio.run(_commit(store, Fence(SPACE, "p", "x", 2)))[0] is Outcome.PERMANENT
+    assert asyncio.run(_commit(store, Fence(SPACE, "p", "x", 3)))[0] is Outcome.OK
+    assert [(r.page, r.fence) for r in t.rows(SPACE)] == [("new", 3), ("x", 3), ("z", 1)]
+
+
+def test_a_stop_closes_a_released_claim_so_the_sweep_stops_offering_it(
+    store: StoreBase,
+) -> None:
+    t = store.claims
+    t.claim(SPACE, A, [("p", "x"), ("p", "y")], 100.0, 10.0)
+    assert t.release_all(SPACE, A, 101.0) == 2  # a shutdown: both free for anyone
+    assert [r.page for r in t.stale(SPACE, 102.0, B, 10)] == ["x", "y"]
+    assert t.close(SPACE, "p", "x", 103.0) is True  # stopped while nobody held it
+    assert t.close(SPACE, "p", "x", 104.0) is False
+    assert [r.page for r in t.stale(SPACE, 105.0, B, 10)] == ["y"]
+    assert t.claim(SPACE, B, [("p", "x")], 105.0, 10.0) == {}

@@ -479,3 +479,46 @@ def test_bad_arguments_are_refused(cluster: Cluster) -> None:
     assert "hunter2" not in str(info.value)
     with pytest.raises(InvalidArgumentError, match="connect_timeout"):
         PostgresStore(cluster.dsn, connect_timeout=0)
+
+
+class LoadRecorder(sqlite_store.Recorder):
+    """Records the loads the store answers, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loaded: list[tuple[DocKey, Any, BaseException | None]] = []
+
+    def on_loaded(self, key: DocKey, state: Any, error: BaseException | None) -> None:
+        self.loaded.append((key, state, error))
+
+
+def test_loads_asked_in_one_step_are_read_together_and_answered_in_order(
+    stores: Make, db: str
+) -> None:
+    """A replica's loads of one mailbox step go out as one read (a takeover's page
+    starts): every document answers with its own state, a missing one as missing, a
+    document asked twice twice, and a load asked after the read went out waits for
+    the next read (it sees a commit made in between)."""
+    writer, reader = stores(db), stores(db)
+    sw = Space(writer, "m")
+    for name, value in (("a", 1), ("b", 2), ("c", 3)):
+        assert sw.cell(name).set(value).wait(WAIT).ok
+    recorder = LoadRecorder()
+    reader.connect(recorder)
+    keys = [sw.cell(name).doc_key for name in ("a", "b", "nope", "c", "a")]
+    for key in keys:
+        reader.load(recorder, key)
+    assert recorder.loaded == []  # nothing read yet: the batch is read when the mailbox runs
+    recorder.mailbox.drain()
+    got = [(k, s.seq if s else None, s.value if s else None, e) for k, s, e in recorder.loaded]
+    assert got == [
+        (keys[0], 1, {"value": 1}, None),
+        (keys[1], 2, {"value": 2}, None),
+        (keys[2], 0, MISSING, None),
+        (keys[3], 3, {"value": 3}, None),
+        (keys[4], 1, {"value": 1}, None),
+    ]
+    reader.load(recorder, keys[1])
+    assert sw.cell("b").set(20).wait(WAIT).ok
+    recorder.mailbox.drain()
+    assert recorder.loaded[-1][1] is not None and recorder.loaded[-1][1].value == {"value": 20}

@@ -21,12 +21,15 @@ from cells import (
     MISSING,
     ConflictError,
     DocKey,
+    Link,
     MemoryStore,
     Outcome,
     Space,
     SQLiteStore,
     StoreError,
 )
+from cells._codec import decode_json, encode_json
+from cells._values import value_equal
 from cells.stores._sql import encode_value, key_params
 from cells.stores.memory import REVISIONS_KEPT
 from cells.stores.sqlite import VERSION
@@ -428,3 +431,28 @@ def test_a_writer_builds_on_what_another_writer_committed_since(stores: Make, db
     assert [want] * 3 == [a.read_durable(c.doc_key) for c in cells]
     a._check()
     b._check()
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"value": 3},
+        {"value": True, "none": None, "text": "caf\u00e9", "n": -(2**63)},
+        {},
+        {"/": 1},  # escaped by the codec: it would read back as a tag
+        {"/": "x", "other": 2},
+        {"value": 1.5},
+        {"value": float("nan")},
+        {"value": -0.0},
+        {"value": Link("s", "d", "space", ("value",))},
+        {"value": [1, {"/": 2}]},
+        {"value": {"nested": 1}},
+        [1, 2],
+        7,
+        "text",
+    ],
+)
+def test_stored_text_is_the_codecs_for_every_value(value: Any) -> None:
+    # encode_value writes a dict of plain fields without the codec's copy: the same text.
+    assert encode_json(value).decode() == encode_value(value)
+    assert value_equal(value, decode_json(encode_value(value) or ""))

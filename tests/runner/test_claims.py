@@ -9,6 +9,7 @@ nothing sleeps.
 from __future__ import annotations
 
 import pathlib
+import time
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ from cells import (
     Owner,
     SQLiteStore,
     StoreBase,
+    StoreError,
 )
 from runner import PageServer, Runtime
 
@@ -538,7 +540,7 @@ def test_a_stopped_page_is_not_claimed_again_by_a_server_that_still_sees_it_open
         (held,) = sa.held.values()
         # The stop's claim close lands before A's replica heard of the record's removal
         # (what a stop in another process looks like to A for a moment).
-        assert store.claims.close("default", "alice", held.pid)
+        assert store.claims.close("default", "alice", held.pid, clock.now)
         await sa.tick()  # A's view still shows the page open
         assert not sa.held and len(sa.lost) == 1
         (row,) = store.claims.rows("default")
@@ -555,3 +557,236 @@ def test_a_stopped_page_is_not_claimed_again_by_a_server_that_still_sees_it_open
         await ui.aclose()
 
     arun(main)
+
+
+# --------------------------------------------------------------------------- a UI process
+
+
+@pytest.fixture(scope="module")
+def pg_cluster() -> Any:
+    from bench.pg_cluster import Cluster
+
+    server = Cluster()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _two_stores(kind: str, tmp_path: pathlib.Path, request: pytest.FixtureRequest) -> list[Any]:
+    """Two store objects on one database: a UI process's and a serving process's."""
+    if kind == "sqlite":
+        return [SQLiteStore(tmp_path / "ui.db", poll_interval=0) for _ in range(2)]
+    import uuid
+
+    from cells import PostgresStore
+
+    cluster = request.getfixturevalue("pg_cluster")
+    schema = f"ui_{uuid.uuid4().hex[:12]}"
+    return [PostgresStore(cluster.dsn, schema=schema, poll_interval=0) for _ in range(2)]
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_ui_process_records_pages_and_a_serving_process_runs_them(
+    kind: str, tmp_path: pathlib.Path, request: pytest.FixtureRequest
+) -> None:
+    stores = _two_stores(kind, tmp_path, request)
+    ui_store, server_store = stores
+    clock = Clock()
+
+    async def settle(*rts: Runtime) -> None:
+        for _ in range(4):
+            for store in stores:
+                assert store.flush(30.0)
+                store.poll()
+            for rt in rts:
+                await rt.idle()
+
+    async def main() -> None:
+        a, sa = await _serve(server_store, clock)
+        ui = Runtime(ui_store, principal="alice", pages="served")
+        await ui.__aenter__()
+        inp, page = await _open_linked(ui)
+        # Recorded, not run here: no registration, nothing claimed by the UI's runtime.
+        assert ui.registrations() == frozenset() and ui.lifetimes() == frozenset()
+        assert [c.link() for c in ui.pages()] == [page.link()]
+        assert store_rows(ui_store) == []
+        await settle(ui, a)
+        await sa.tick()  # the next heartbeat picks it up
+        await settle(ui, a)
+        (held,) = sa.held.values()
+        assert held.link == page.link() and held.fence == 1
+        inp.set(5)
+        await settle(ui, a)
+        # The UI reads the page's result: durable documents the serving process wrote.
+        assert page.key("doubled").get() == 10
+        assert ui.registrations() == frozenset()
+        assert a.replica.stats.accepted > 0
+        # A stop from the UI ends the record and the claim; the server's tick stops it.
+        await ui.stop(page)
+        assert ui.pages() == []
+        (row,) = store_rows(ui_store)
+        assert row.owner is None
+        await settle(ui, a)
+        await sa.tick()
+        assert not sa.held and a.registrations() == frozenset()
+        for rt in (a, ui):
+            await rt.aclose()
+
+    try:
+        arun(main, timeout=60)
+    finally:
+        for store in stores:
+            if kind == "postgres":
+                store.drop_schema()
+            store.close()
+
+
+def store_rows(store: StoreBase) -> list[Any]:
+    return store.claims.rows("default")
+
+
+def test_a_serving_runtime_records_its_own_opens_for_a_claim() -> None:
+    """An open in a serving process is claimed like any other (here by this process's
+    own server, woken at once): it never runs unclaimed beside another server's run."""
+    store = MemoryStore()
+    clock = Clock()
+
+    async def main() -> None:
+        a, sa = await _serve(store, clock)
+        alice = a.session("alice", "s")
+        page = alice.get_cell("page")
+        tx = alice.edit()
+        alice.setup(tx, Child, {"value": 4}, page)
+        assert (await tx.commit()).ok
+        assert await alice.open_page(page) is True
+        assert a.registrations() == frozenset()  # recorded only, until a claim
+        await sa.tick()
+        await a.idle()
+        (held,) = sa.held.values()
+        assert held.fence == 1 and len(a.registrations()) == 1
+        assert _doubled(store, page) == 8
+        await a.aclose()
+
+    arun(main)
+
+
+def test_an_owner_whose_renewals_fail_stops_its_pages_before_the_lease_ends() -> None:
+    store = MemoryStore()
+    clock = Clock()
+
+    async def main() -> None:
+        await _open_from_ui(store)
+        a, sa = await _serve(store, clock)
+        b, sb = await _serve(store, clock)
+        assert len(sa.held) == 1 and len(a.registrations()) == 1
+        real = sa.table
+
+        class Unreachable(type(real)):  # type: ignore[misc]
+            def renew(self, *args: Any) -> Any:
+                raise StoreError("the store is unreachable (a test's partition)")
+
+        sa.table = Unreachable.__new__(Unreachable)
+        sa.table.__dict__.update(real.__dict__)
+        clock.now += 2.0
+        with pytest.raises(StoreError):
+            await sa.tick()
+        assert len(sa.held) == 1  # one failed renewal: still within its tolerance
+        clock.now += 5.9  # 7.9 s since the last renewal: < lease - heartbeat (8 s)
+        with pytest.raises(StoreError):
+            await sa.tick()
+        assert len(sa.held) == 1
+        clock.now += 0.1  # 8 s: a heartbeat before the lease (10 s) ends
+        with pytest.raises(StoreError):
+            await sa.tick()
+        assert not sa.held and sa.lapsed == 1 and sa.lost[-1]["why"] == "lapsed"
+        assert a.registrations() == frozenset()  # nothing runs here any more
+        await sb.tick()
+        assert not sb.held  # the lease has not ended: B does not take it yet
+        clock.now += 2.1
+        await sb.tick()
+        assert len(sb.held) == 1 and sb.takeovers[0]["reason"] == "lease-expired"
+        # The store is back: A's next renew holds nothing, and it runs nothing.
+        sa.table = real
+        await sa.tick()
+        assert not sa.held and a.registrations() == frozenset()
+        await a.aclose()
+        await b.aclose()
+
+    arun(main)
+
+
+def test_a_lapsed_owner_back_before_anyone_took_its_pages_releases_and_claims_them() -> None:
+    store = MemoryStore()
+    clock = Clock()
+
+    async def main() -> None:
+        await _open_from_ui(store)
+        a, sa = await _serve(store, clock)
+        real = sa.table
+
+        class Unreachable(type(real)):  # type: ignore[misc]
+            def renew(self, *args: Any) -> Any:
+                raise StoreError("the store is unreachable (a test's partition)")
+
+        sa.table = Unreachable.__new__(Unreachable)
+        sa.table.__dict__.update(real.__dict__)
+        clock.now += 8.0
+        with pytest.raises(StoreError):
+            await sa.tick()
+        assert not sa.held
+        (row,) = store.claims.rows("default")
+        assert row.owner == sa.owner  # still A's in the store (nobody took it)
+        sa.table = real
+        await sa.tick()  # renews, finds a claim it does not run: released, claimed again
+        await a.idle()
+        (held,) = sa.held.values()
+        assert held.fence == 2 and len(a.registrations()) == 1
+        await a.aclose()
+
+    arun(main)
+
+
+def test_claim_rows_stay_bounded_over_many_open_and_stop_cycles() -> None:
+    store = MemoryStore()
+    clock = Clock()
+    # A stop in the UI closes the claim at the UI's (wall) time, the server sweeps on its
+    # own clock: processes keep their clocks in step, so the test clock starts at the
+    # wall time (and then only the test moves it).
+    clock.now = time.time()
+
+    async def main() -> None:
+        ui = Runtime(store, principal="alice", pages="served")
+        await ui.__aenter__()
+        a, sa = await _serve(store, clock)
+        sizes = []
+        for cycle in range(30):
+            page = ui.get_cell(f"page{cycle}")
+            tx = ui.edit()
+            ui.setup(tx, Child, {"value": cycle}, page)
+            assert (await tx.commit()).ok
+            assert await ui.open_page(page) is True
+            await _settle(store, ui, a)
+            clock.now += 2.0
+            await sa.tick()
+            assert len(sa.held) == 1
+            await ui.stop(page)
+            await _settle(store, ui, a)
+            clock.now += 2.0
+            await sa.tick()
+            assert not sa.held
+            sizes.append(len(store.claims.rows("default")))
+        # Closed rows go once KEEP_CLOSED leases (60 s) old: about 60 / 4 s per cycle.
+        assert max(sizes) <= 17 and sizes[-1] <= 17
+        assert all(r.owner is None for r in store.claims.rows("default"))
+        for rt in (a, ui):
+            await rt.aclose()
+
+    arun(main)
+
+
+def test_runtime_pages_setting_is_checked() -> None:
+    from runner.errors import ArgumentError
+
+    with pytest.raises(ArgumentError, match=r"pages must be 'local'.*got 'elsewhere'"):
+        Runtime(pages="elsewhere")
