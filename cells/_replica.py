@@ -342,6 +342,9 @@ class Replica:
             if n == 2:
                 if self._commit_usual(tx, records, docs):
                     return
+            elif n > 2:
+                if self._commit_reads(tx, records, docs):
+                    return
             elif n == 1:
                 ((key, td),) = docs.items()
                 if not td.written:
@@ -443,6 +446,73 @@ class Replica:
             rtd.deps,
             (Write(wkey, path, new),),
             _NO_KEYS,
+        )
+        self._send(tx, seq, request, (change,))
+        return True
+
+    def _commit_reads(
+        self, tx: Transaction, records: dict[DocKey, DocRecord], docs: dict[DocKey, TxDoc]
+    ) -> bool:
+        """`_commit` of a computation that read several documents, if `tx` is one; False
+        if not (nothing changed then: the general path decides).
+
+        The shape: documents only read, and one document only written, at one top-level
+        field of its dict value, on the state the transaction started from. What the
+        general path does (`basis_moved`, `stage_writes`, `read_claims`, `_apply_local`)
+        in one loop over the documents, with no staged list: a node with two inputs
+        (cellx's layers, a diamond's join) took about a third longer per update than a
+        node with one, on the general path.
+        """
+        wkey: DocKey | None = None
+        wtd: TxDoc | None = None
+        for key, td in docs.items():
+            if td.written is not None:
+                if wkey is not None or td.read:
+                    return False
+                wkey, wtd = key, td
+            elif td.read and records[key].version != td.version:
+                # `basis_moved`: the first read document (in order) that moved.
+                self._stale(tx, stale_message(key))
+                return True
+        if wtd is None or wkey is None:
+            return False
+        written = wtd.written
+        assert written is not None
+        if len(written) != 1:
+            return False
+        path = written[0]
+        rec = records[wkey]
+        working, visible = wtd.working, rec.visible
+        if not (
+            len(path) == 1
+            and type(path[0]) is str
+            and type(working) is dict
+            and visible is wtd.baseline
+            and type(visible) is dict
+        ):
+            return False
+        new = working.get(path[0], MISSING)
+        old = visible.get(path[0], MISSING)
+        t = type(new)
+        if (new == old) if t is type(old) and (t is int or t is str) else same_value(new, old):
+            if rec.layers:
+                return False  # a shadow write (`ops_for`): the general path keeps it
+            self.stats.commits_elided += 1
+            tx._settle(_OK)
+            return True
+        reads, deps = read_claims(docs)
+        seq = self._next_seq
+        self._next_seq = seq + 1
+        layer = Layer(seq, ((path, new),))
+        if not rec.layers:
+            rec.layers = (layer,)
+        else:
+            push_layer(rec, layer)
+        change = Change(wkey, visible, working, (path,))
+        rec.visible = working
+        rec.version += 1
+        request = CommitRequest(
+            self.session_id, seq, reads, deps, (Write(wkey, path, new),), _NO_KEYS
         )
         self._send(tx, seq, request, (change,))
         return True
