@@ -32,7 +32,7 @@ from types import FrameType
 import msgspec
 
 from ._access import Authority
-from ._address import DocKey, Identity
+from ._address import DocKey, Identity, Path
 from ._args import bad_arg, check_arg, check_callable
 from ._claims import Fence
 from ._outcome import CommitResult, Outcome
@@ -70,6 +70,9 @@ __all__ = [
 ]
 
 _OK = CommitResult(Outcome.OK)
+_OK_OUTCOME = Outcome.OK
+_SENT_LOG: list[tuple[DocKey, Path, bool]] = []
+"""`Transaction.reads` of every transaction handed to the store (see `_send`): empty."""
 _NO_KEYS: frozenset[DocKey] = frozenset()
 
 
@@ -550,7 +553,11 @@ class Replica:
         # and the read log now, so what stays in flight until the verdict is small (a
         # drain keeps every commit it made in flight, and the collector walks them).
         tx._docs = {}
-        tx.reads = []
+        # One shared empty log, not a new list per commit: every commit in flight kept
+        # one, and lists stay tracked by the collector (a drain of N runs promoted N of
+        # them through its generations). Nothing appends to it: `read` refuses once the
+        # transaction is no longer open.
+        tx.reads = _SENT_LOG
         self._in_flight[seq] = tx
         self.stats.commits_sent += 1
         try:
@@ -589,7 +596,20 @@ class Replica:
             return
         adopt_oldest_layer(rec, layers, value, seq)
         self.stats.accepted += 1
-        tx._settle(CommitResult(Outcome.OK, None, seq))
+        result = CommitResult(_OK_OUTCOME, None, seq)
+        if (
+            tx._settle_callbacks is None
+            and tx._post_commit is None
+            and tx._pending is None
+            and tx.result is None
+        ):
+            # `_settle` of an OK result with nothing to call and nobody waiting (a
+            # scheduler run's commit: this runs once per node update), inlined.
+            tx.result = result
+            tx.status = "committed"
+            tx._values = None
+            return
+        tx._settle(result)
 
     def on_verdict(self, request: CommitRequest, verdict: Verdict) -> None:
         tx = self._in_flight.pop(request.local_seq, None)
