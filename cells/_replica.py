@@ -55,7 +55,7 @@ from ._staging import (
     stale_message,
 )
 from ._store import CommitRequest, DocState, ReadClaim, StoreBase, Verdict, Write
-from ._transaction import LIBRARY_DIRS, Transaction, TxDoc
+from ._transaction import LIBRARY_DIRS, OpenedTransaction, Transaction, TxDoc
 from ._values import MISSING, Value, same_value
 from .errors import InconsistentBasisError, OwnershipError, TransactionError
 
@@ -121,15 +121,15 @@ class Replica:
         identity resolves to (`OwnershipError` otherwise); with this replica's
         `authority` it reaches every document (the runtime's own bookkeeping). It
         remembers the user's line that opened it (named if it is dropped with staged
-        writes, see `Transaction`)."""
+        writes, see `OpenedTransaction`)."""
         if type(identity) is not Identity:
             raise bad_arg(identity, where="Replica.edit()", name="identity", accepts="an Identity")
         if self.closed:
             raise TransactionError(f"replica {self.session_id} is closed")
         if authority is None:  # (the usual case: one keyword fewer to pass on)
-            tx = Transaction(self, identity, source=source)
+            tx: Transaction = OpenedTransaction(self, identity, source=source)
         else:
-            tx = Transaction(self, identity, source=source, authority=authority)
+            tx = OpenedTransaction(self, identity, source=source, authority=authority)
         # The opening site: the first frame outside cellweave's packages (inlined: a
         # helper call would cost as much as the walk).
         frame: FrameType | None = sys._getframe(1)

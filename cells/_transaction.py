@@ -676,37 +676,6 @@ class Transaction:
         file, line = site_line(site)
         return f" (opened at {file}:{line})"
 
-    def __del__(self) -> None:
-        # A dropped transaction with staged writes is almost always a forgotten
-        # commit: the writes are silently lost and reads stay MISSING. (Read-only
-        # transactions are dropped open all the time: `Cell.get` makes one.)
-        # (getattr: a constructor that raised leaves slots unset, and must not be reported.)
-        if getattr(self, "status", None) != "open":
-            return
-        docs = getattr(self, "_docs", None)
-        if not docs:
-            return
-        written = [key for key, td in docs.items() if td.written is not None]
-        if not written:
-            return
-        named = ", ".join(map(describe, written[:3]))
-        if len(written) > 3:
-            named += f" and {len(written) - 3} more"
-        site = getattr(self, "_site", None)
-        where = None if site is None else site_line(site)
-        message = (
-            f"a transaction with staged writes to {named} was dropped without"
-            f" commit() or abort(){self._opened()}; its writes are lost"
-            " (use `async with rt.edit() as tx:` to commit on exit)"
-        )
-        try:
-            if where is None:
-                warnings.warn(message, ResourceWarning, stacklevel=1, source=self)
-            else:
-                warnings.warn_explicit(message, ResourceWarning, where[0], where[1], source=self)
-        except ImportError:  # interpreter shutdown: the warnings machinery is gone
-            pass
-
     def _settle(self, result: CommitResult) -> None:
         if self.result is not None:
             raise TransactionError("a transaction settled twice (this is a bug)")
@@ -763,3 +732,47 @@ class Transaction:
         assert self.result is None or self._settle_callbacks is None
         assert self._pending is None or self._pending.done() == (self.result is not None)
         assert self._values is None or self.status == "open", "read memo outlived the open state"
+
+
+class OpenedTransaction(Transaction):
+    """A transaction a caller opened (`Replica.edit`): it warns when dropped with staged
+    writes (a forgotten commit).
+
+    A subclass, so that only these pay for the finalizer: an object with `__del__`
+    costs about a quarter more to create and free, and the scheduler opens one
+    transaction per node run, which it always commits or aborts itself (as does
+    `Cell.set`'s), while `Cell.get`'s only reads.
+    """
+
+    __slots__ = ()
+
+    def __del__(self) -> None:
+        # A dropped transaction with staged writes is almost always a forgotten
+        # commit: the writes are silently lost and reads stay MISSING. (Read-only
+        # transactions are dropped open all the time: `Cell.get` makes one.)
+        # (getattr: a constructor that raised leaves slots unset, and must not be reported.)
+        if getattr(self, "status", None) != "open":
+            return
+        docs = getattr(self, "_docs", None)
+        if not docs:
+            return
+        written = [key for key, td in docs.items() if td.written is not None]
+        if not written:
+            return
+        named = ", ".join(map(describe, written[:3]))
+        if len(written) > 3:
+            named += f" and {len(written) - 3} more"
+        site = getattr(self, "_site", None)
+        where = None if site is None else site_line(site)
+        message = (
+            f"a transaction with staged writes to {named} was dropped without"
+            f" commit() or abort(){self._opened()}; its writes are lost"
+            " (use `async with rt.edit() as tx:` to commit on exit)"
+        )
+        try:
+            if where is None:
+                warnings.warn(message, ResourceWarning, stacklevel=1, source=self)
+            else:
+                warnings.warn_explicit(message, ResourceWarning, where[0], where[1], source=self)
+        except ImportError:  # interpreter shutdown: the warnings machinery is gone
+            pass
