@@ -399,7 +399,16 @@ class Transaction:
         if td is None:
             if type(key) is not DocKey:
                 raise _bad_key(key, "write")
-            td = self._access(key)
+            # `_access`, inlined: a node run's write is its output's first access.
+            if key.scope != "space" or "cw:" <= key.id < "cw;":
+                self._guard(key, "write")  # (the usual space-scoped case, inlined)
+            replica = self._replica
+            rec = replica._docs.get(key)
+            if rec is None:
+                rec = replica._record(key)
+            visible = rec.visible
+            td = TxDoc(visible, rec.version, rec.confirmed_seq, (), visible)
+            self._docs[key] = td
         try:
             for elem in path:
                 if type(elem) is not str and (type(elem) is not int or elem < 0):
@@ -416,7 +425,16 @@ class Transaction:
                 v = value  # what normalize returns for these, without the call
             else:
                 v = value if value is MISSING else normalize(value, where="write", depth=len(path))
-            working = set_path(td.working, path, v, where="write")
+            working = td.working
+            if len(path) == 1 and type(working) is dict and type(path[0]) is str:
+                # One field of a dict (the usual write): `set_path`'s own shortcut.
+                working = dict(working)
+                if v is MISSING:
+                    working.pop(path[0], None)
+                else:
+                    working[path[0]] = v
+            else:
+                working = set_path(working, path, v, where="write")
         except InvalidValueError:
             # Errors are rare: only now build the message naming document and path.
             where = f"write to {describe(key)} at {list(path)}"
@@ -426,7 +444,15 @@ class Transaction:
             set_path(td.working, path, v, where=where)
             raise
         td.working = working
-        self._wrote(td, path)
+        # `_wrote`, inlined.
+        self._values = None  # a value read before may have changed
+        written = td.written
+        if written is None:
+            td.written = (path,)
+        elif isinstance(written, tuple):
+            td.written = [*written, path]
+        else:
+            written.append(path)
 
     def _wrote(self, td: TxDoc, path: Path) -> None:
         """Record a staged write of `path` (in order) and forget remembered reads."""
