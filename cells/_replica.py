@@ -597,17 +597,15 @@ class Replica:
         adopt_oldest_layer(rec, layers, value, seq)
         self.stats.accepted += 1
         result = CommitResult(_OK_OUTCOME, None, seq)
-        if (
-            tx._settle_callbacks is None
-            and tx._post_commit is None
-            and tx._pending is None
-            and tx.result is None
-        ):
-            # `_settle` of an OK result with nothing to call and nobody waiting (a
-            # scheduler run's commit: this runs once per node update), inlined.
+        if tx._settle_callbacks is None and tx._post_commit is None and tx.result is None:
+            # `_settle` of an OK result with no callback or effect to run (a scheduler
+            # run's commit, once per node update; a `commit()` awaited), inlined.
             tx.result = result
             tx.status = "committed"
             tx._values = None
+            pending = tx._pending
+            if pending is not None:
+                pending._resolve(result)
             return
         tx._settle(result)
 

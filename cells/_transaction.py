@@ -381,7 +381,10 @@ class Transaction:
         rec = self._replica._docs.get(key)
         if rec is None:
             rec = self._replica._record(key)
-        return get_path(rec.visible, path)
+        visible = rec.visible
+        if len(path) == 1 and type(visible) is dict and type(path[0]) is str:
+            return visible.get(path[0], MISSING)  # `get_path` of one field, without the call
+        return get_path(visible, path)
 
     def documents(self) -> dict[DocKey, TxDoc]:
         """The documents this transaction touched, with their basis and working copy
