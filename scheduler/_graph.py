@@ -11,6 +11,17 @@ set invalidates (`ReaderIndex`): a change to a declared place `R` did not
 read last time does not re-run `R`. Edges are maintained incrementally from
 read-set deltas and registrations.
 
+Instances: several nodes may write the same places (the same `outputs`), one
+per identity: the instances of a space-scoped result that k principals started
+(S69) all write its documents. Such writers form a *spot*. A reader depends on
+its own identity's writers of a spot when the spot has any, and on all of them
+only when it has none: the instances of a result k principals started form k
+separate chains, so a pull by one principal grants and withdraws demand on its
+own chain, O(1) in k, not on k^2 edges. Writers of different places (different
+`outputs`) are never dropped. (All of a spot's writers write the same places;
+whichever wrote last is what every reader reads, and the index still re-runs a
+reader when any of them changes what it read.)
+
 Liveness: a node is live iff it is registered and is a root (an effect, a
 provisional child, or explicitly demanded) or some live node reads it
 (`live_refs` counts live readers). Maintenance is incremental: a gain
@@ -25,8 +36,10 @@ downstream, capped at the node count (a cycle stops raising there).
 Invariants (checked by `_check`)
 - `dependents` and `writers` are mirror images and hold registered nodes only;
 - `writers[R]` is exactly the registered writers feeding R's read set or R's
-  declared reads (`_edge_writers`); `declared_only` holds exactly the declared
-  documents missing from each node's read set;
+  declared reads, after the instance rule (`_edge_writers`); `spots` holds, for
+  each document with several writers, its writers by `outputs` and identity;
+  `declared_only` holds exactly the declared documents missing from each node's
+  read set;
 - every node's `live_refs` equals `recompute()`'s count;
 - height(R) > height(W) for every edge not on a cycle (not checked: cycles).
 Complexity: a read delta costs O(writers of the touched documents); liveness
@@ -36,14 +49,17 @@ changes cost O(affected region), never O(graph) unless the region is the graph.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TypeVar
+from typing import TypeAlias, TypeVar
 
-from cells import DocKey, Path
+from cells import DocKey, Identity, Path
 
 from ._node import Node, ReadSet, lean_reads
 from ._readers import ReaderIndex
 
 _K = TypeVar("_K", Node, DocKey)
+Outputs: TypeAlias = tuple[tuple[DocKey, Path], ...]
+Spots: TypeAlias = dict[Outputs, dict[Identity, list[Node]]]
+"""One document's writers by the places they write (`outputs`), then by identity."""
 
 
 def overlaps(write: Path, read: Path) -> bool:
@@ -64,7 +80,11 @@ def _feeds_reader(writer: Node, reader: Node) -> bool:
 
 
 def _feeds(writer: Node, reads: ReadSet) -> bool:
-    for key, path in writer.outputs:
+    return _outputs_feed(writer.outputs, reads)
+
+
+def _outputs_feed(outputs: Outputs, reads: ReadSet) -> bool:
+    for key, path in outputs:
         entry = reads.get(key)
         if entry is None:
             continue
@@ -87,6 +107,9 @@ class Graph:
         # most nodes have no readers (or no writers) at all.
         self.dependents: dict[Node, set[Node]] = {}
         self.writers: dict[Node, set[Node]] = {}
+        self.spots: dict[DocKey, Spots] = {}
+        """Per document with several writers (only): its writers by spot and identity,
+        for the instance rule (see the module docstring)."""
         self.declared_only: dict[DocKey, set[Node]] = {}
         """Per document: nodes that declared they may read it but did not read it
         last run (the reader index has them not): a writer registered later finds
@@ -107,17 +130,37 @@ class Graph:
             if current is None:
                 by_doc[key] = node
             elif isinstance(current, set):
-                current.add(node)
+                if node not in current:
+                    current.add(node)
+                    self._spot(key, node)
             elif current is not node:
                 by_doc[key] = {current, node}
+                self._spot(key, current)
+                self._spot(key, node)
         # Readers registered before this writer: wire edges to them now.
+        identity = node.identity
         for key in {k for k, _ in node.outputs}:
             readers = self.index.readers_of(key)
             declared_only = self.declared_only.get(key)
             if declared_only:
                 readers.update(declared_only)
+            spots = self.spots.get(key)
+            group = spots[node.outputs] if spots is not None else None
             for reader in readers:
-                if reader is not node and reader.registered and _feeds_reader(node, reader):
+                if reader is node or not reader.registered:
+                    continue
+                if group is not None and len(group) > 1:
+                    # The instance rule: a reader with writers of its own identity here
+                    # depends on those only; the first of its identity replaces the rest.
+                    mine = group.get(reader.identity)
+                    if reader.identity != identity:
+                        if mine is not None:
+                            continue
+                    elif mine == [node] and _feeds_reader(node, reader):
+                        self._drop_edges(
+                            reader, [w for i, ws in group.items() if i != identity for w in ws]
+                        )
+                if _feeds_reader(node, reader):
                     self._link(node, reader)
                     self._raise(reader, node.height + 1)
         node.live_refs = sum(1 for r in self.dependents.get(node, ()) if r.is_live)
@@ -128,15 +171,21 @@ class Graph:
         was_live = node.is_live
         node.registered = False
         by_doc = self.writers_by_doc
+        # The readers of its identity left with no writer of it in a spot it shared: by
+        # the instance rule they depend on the spot's other writers now (rewired below).
+        orphaned = False
         for key, _ in node.outputs:
             current = by_doc.get(key)
             if current is node:
                 del by_doc[key]
-            elif isinstance(current, set):
+            elif isinstance(current, set) and node in current:
                 current.discard(node)
+                orphaned |= self._unspot(key, node)
                 if len(current) == 1:
                     (by_doc[key],) = current
-        for reader in self.dependents.pop(node, set()):
+                    del self.spots[key]
+        dependents = self.dependents.pop(node, set())
+        for reader in dependents:
             self._unlink_half(self.writers, reader, node)
         upstream = self.writers.pop(node, set())
         for w in upstream:
@@ -157,6 +206,10 @@ class Graph:
         self.index.remove(node)
         del self.nodes[node]
         node.live_refs = 0
+        if orphaned:
+            for reader in dependents:
+                if reader.registered and reader.identity == node.identity:
+                    self._apply_writers(reader, self._edge_writers(reader))
 
     def set_reads(self, node: Node, reads: ReadSet) -> None:
         """Apply a new read set (delta) and rewire `node`'s incoming edges."""
@@ -167,7 +220,10 @@ class Graph:
             return
         if node.declared is not None:
             self._declared_only(node, old_reads, reads)
-        new_writers = self._edge_writers(node)
+        self._apply_writers(node, self._edge_writers(node))
+
+    def _apply_writers(self, node: Node, new_writers: set[Node]) -> None:
+        """Make `new_writers` `node`'s incoming edges (liveness and heights follow)."""
         old_writers = self.writers.get(node, set())
         if new_writers == old_writers:
             return
@@ -197,16 +253,66 @@ class Graph:
         """The registered writers feeding `node`'s read set or its declared reads."""
         out: set[Node] = set()
         declared = node.declared
+        identity = node.identity
         # Most nodes read exactly what they declared (often the very same object).
         for reads in (
             (node.reads,) if declared is None or declared is node.reads else (node.reads, declared)
         ):
             for key in reads:
-                for w in self.writers_of(key):
+                spots = self.spots.get(key)
+                if spots is None:
+                    for w in self.writers_of(key):
+                        self.edge_visits += count
+                        if w is not node and _feeds(w, reads):
+                            out.add(w)
+                    continue
+                # Several writers: one feed test per spot (its writers write the same
+                # places), then the reader's own identity's writers if the spot has any.
+                for outputs, group in spots.items():
                     self.edge_visits += count
-                    if w is not node and _feeds(w, reads):
-                        out.add(w)
+                    if not _outputs_feed(outputs, reads):
+                        continue
+                    mine = group.get(identity)
+                    for ws in (mine,) if mine is not None else group.values():
+                        for w in ws:
+                            if w is not node:
+                                out.add(w)
         return out
+
+    def _spot(self, key: DocKey, node: Node) -> None:
+        """File `node` in `key`'s spots (a document with several writers)."""
+        group = self.spots.setdefault(key, {}).setdefault(node.outputs, {})
+        group.setdefault(node.identity, []).append(node)
+
+    def _unspot(self, key: DocKey, node: Node) -> bool:
+        """Take `node` out of `key`'s spots; True if its spot still has writers, none of
+        them of its identity (its readers of that identity fall back to the others)."""
+        spots = self.spots[key]
+        group = spots[node.outputs]
+        mine = group[node.identity]
+        mine.remove(node)
+        if mine:
+            return False
+        del group[node.identity]
+        if not group:
+            del spots[node.outputs]
+            return False
+        return True
+
+    def _drop_edges(self, reader: Node, writers: list[Node]) -> None:
+        """Remove the edges `writers -> reader` (the instance rule replaced them)."""
+        edges = self.writers.get(reader)
+        if edges is None:
+            return
+        dropped = [w for w in writers if w in edges]
+        for w in dropped:
+            self._unlink_half(self.writers, reader, w)
+            self._unlink_half(self.dependents, w, reader)
+        if reader.is_live and dropped:
+            for w in dropped:
+                w.live_refs -= 1
+                self.live_writes += 1
+            self._withdraw(dropped)
 
     def _declared_only(self, node: Node, old: ReadSet, new: ReadSet) -> None:
         """Move `node` in `declared_only` from the documents `old` lacks to those `new` lacks."""
@@ -351,6 +457,19 @@ class Graph:
             assert not isinstance(current, set) or len(current) > 1, key
             for w in self.writers_of(key):
                 assert w in self.nodes and any(k == key for k, _ in w.outputs), (w, key)
+        spots: dict[DocKey, Spots] = {}
+        for key, current in self.writers_by_doc.items():
+            if isinstance(current, set):
+                for w in current:
+                    group = spots.setdefault(key, {}).setdefault(w.outputs, {})
+                    group.setdefault(w.identity, []).append(w)
+        assert {
+            k: {o: {i: set(ws) for i, ws in g.items()} for o, g in s.items()}
+            for k, s in spots.items()
+        } == {
+            k: {o: {i: set(ws) for i, ws in g.items()} for o, g in s.items()}
+            for k, s in self.spots.items()
+        }, (spots, self.spots)
         for n in self.nodes:
             for key, _ in n.outputs:
                 assert n in self.writers_of(key), (n, key)
