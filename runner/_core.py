@@ -48,7 +48,7 @@ from ._builder import Pattern
 from ._cancel import CancelGroup
 from ._host import SchedulerHost
 from ._ownership import Attempts, PendingStart, PendingStarts, StartAttempt
-from ._registrations import Key, Registration, Registrations
+from ._registrations import Key, Registration, Registrations, end_instance
 from ._trace import LifecycleTrace
 
 MAX_NESTING: Final = 64
@@ -181,12 +181,7 @@ class Ownership:
 
     def drop_instance(self, reg: Registration, identity: Identity, group: CancelGroup) -> None:
         """End `reg`'s instance for `identity` (its cancel group `group`)."""
-        # The identity leaves first: its cleanups then see which identities still hold a
-        # child they share (`release_for`). A later instance's drop runs before an earlier
-        # one's (the registration's group runs newest first), so the first releases last.
-        if reg.identities.get(identity) is group:
-            del reg.identities[identity]
-        group.cancel()
+        end_instance(reg, identity, group)
 
     def let_go(self, key: Key, principal: str, *, why: str) -> None:
         """End `principal`'s instances of the registration under `key` and its claim on

@@ -115,20 +115,8 @@ def instantiate(
 
 def _track(reg: Registration, index: int, node: Any, group: CancelGroup) -> None:
     """Remember `node` under its pattern node's index for inspection, until `group` ends."""
-    _remember(reg, index, node)
-    group.add(lambda: _forget(reg, index, node))
-
-
-def _remember(reg: Registration, index: int, node: Any) -> None:
-    reg.nodes.setdefault(index, []).append(node)
-
-
-def _forget(reg: Registration, index: int, node: Any) -> None:
-    nodes = reg.nodes.get(index)
-    if nodes is not None and node in nodes:
-        nodes.remove(node)
-        if not nodes:
-            del reg.nodes[index]
+    reg.track(index, node)
+    group.add(lambda: reg.untrack(index, node))
 
 
 # --------------------------------------------------------------------------- lifts
@@ -151,14 +139,16 @@ def _lift(
     lift.node = runner.scheduler.register(
         lift,
         identity=identity,
-        outputs=[(lift.out_key, (docs.VALUE,))],
+        outputs=((lift.out_key, _VALUE_PATH),),
         label=label,
         reads=declared_reads(bound, identity),
     )
-    _remember(reg, spec.index, lift.node)
+    reg.track(spec.index, lift.node)
     group.add(lift.teardown)
 
 
+_VALUE_PATH = (docs.VALUE,)
+"""The path a lift writes (one shared tuple, not one per node)."""
 _NO_KWARGS: dict[str, Any] = {}
 """The keyword arguments of a lift called without any (shared: never written)."""
 
@@ -312,7 +302,7 @@ class _Lift:
             lambda: self.runner.release_for(
                 reg, self.out, self.identity, None, why=f"teardown of {label}"
             ),
-            lambda: _forget(reg, self.index, self.node),
+            lambda: reg.untrack(self.index, self.node),
             self._remove,
         )
         for step in steps:
