@@ -59,6 +59,10 @@ Token = Registration | PendingStart | None
 None (the result already ran the same pattern)."""
 
 
+_FEW_CLAIMANTS = 8
+"""Claimants of a lifetime kept in a tuple; more go into a set (O(1) per claim)."""
+
+
 class Ownership:
     """Registrations, attempts, pending starts and lifetimes, and who may end them."""
 
@@ -69,9 +73,11 @@ class Ownership:
         self.attempts = Attempts()
         self.pending = PendingStarts()
         self.lifetimes: set[Key] = set()
-        self.claimants: dict[Key, set[str | None]] = {}
+        self.claimants: dict[Key, tuple[str | None, ...] | set[str | None]] = {}
         """Whose starts claimed each lifetime (principals; None: the runtime's own), so
-        a session letting go of a shared run gives up only its own principal's claim."""
+        a session letting go of a shared run gives up only its own principal's claim. A
+        tuple while there are few (a set costs 216 bytes per lifetime, and almost every
+        lifetime has one claimant), a set beyond `_FEW_CLAIMANTS`."""
         self._declined: dict[Key, Registration] = {}
         """Releases that declined only because a start was in flight (DESIGN §4.3 item 4)."""
         self._idle_waiters: list[Callable[[], None]] = []
@@ -193,7 +199,10 @@ class Ownership:
         reg = self.registrations.get(key)
         claimants = self.claimants.get(key)
         if claimants is not None:
-            claimants.discard(principal)
+            if isinstance(claimants, tuple):
+                claimants = self.claimants[key] = tuple(c for c in claimants if c != principal)
+            else:
+                claimants.discard(principal)
             if not claimants:
                 del self.claimants[key]
                 self.lifetimes.discard(key)
@@ -242,7 +251,12 @@ class Ownership:
                 self.claimants.pop(target, None)  # claims of a lifetime since dropped
             self.lifetimes.add(target)
             claimant = attempt.identity.principal if attempt.identity is not None else None
-            self.claimants.setdefault(target, set()).add(claimant)
+            held = self.claimants.get(target, ())
+            if isinstance(held, set):
+                held.add(claimant)
+            elif claimant not in held:
+                more = (*held, claimant)
+                self.claimants[target] = more if len(more) <= _FEW_CLAIMANTS else set(more)
             self.trace.record("claim", target, attempt=attempt.number)
             if attempt.on_claim is not None:
                 attempt.on_claim(target)
