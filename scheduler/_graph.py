@@ -57,6 +57,19 @@ from ._node import Node, ReadSet, lean_reads
 from ._readers import ReaderIndex
 
 _K = TypeVar("_K", Node, DocKey)
+Edges: TypeAlias = Node | set[Node]
+"""A node's readers (or writers): the node itself when there is one, a set from two on."""
+
+
+def _each(edges: Edges | None) -> Iterable[Node]:
+    """The nodes in `edges` (none for None)."""
+    if edges is None:
+        return ()
+    if type(edges) is set:
+        return edges
+    return (edges,)  # type: ignore[return-value]
+
+
 Outputs: TypeAlias = tuple[tuple[DocKey, Path], ...]
 Spots: TypeAlias = dict[Outputs, dict[Identity, list[Node]]]
 """One document's writers by the places they write (`outputs`), then by identity."""
@@ -103,10 +116,11 @@ class Graph:
         self.writers_by_doc: dict[DocKey, Node | set[Node]] = {}
         """Declared writers per document: the node itself while it is the only one
         (a set costs 216 bytes, and most documents have exactly one writer)."""
-        # Edge sets exist only while non-empty: an empty set costs 216 bytes, and
-        # most nodes have no readers (or no writers) at all.
-        self.dependents: dict[Node, set[Node]] = {}
-        self.writers: dict[Node, set[Node]] = {}
+        # Edges exist only while there are some, and one edge is the node itself, a set
+        # only from two on: a set costs 216 bytes, most nodes have no readers (or no
+        # writers) at all, and most of the others one. (`edges_into` reads them as a set.)
+        self.dependents: dict[Node, Edges] = {}
+        self.writers: dict[Node, Edges] = {}
         self.spots: dict[DocKey, Spots] = {}
         """Per document with several writers (only): its writers by spot and identity,
         for the instance rule (see the module docstring)."""
@@ -163,7 +177,7 @@ class Graph:
                 if _feeds_reader(node, reader):
                     self._link(node, reader)
                     self._raise(reader, node.height + 1)
-        node.live_refs = sum(1 for r in self.dependents.get(node, ()) if r.is_live)
+        node.live_refs = sum(1 for r in _each(self.dependents.get(node)) if r.is_live)
         if node.is_live:
             self._became_live(node)
 
@@ -184,12 +198,12 @@ class Graph:
                 if len(current) == 1:
                     (by_doc[key],) = current
                     del self.spots[key]
-        dependents = self.dependents.pop(node, set())
+        dependents = _each(self.dependents.pop(node, None))
         for reader in dependents:
-            self._unlink_half(self.writers, reader, node)
-        upstream = self.writers.pop(node, set())
+            self._unlink_edge(self.writers, reader, node)
+        upstream = _each(self.writers.pop(node, None))
         for w in upstream:
-            self._unlink_half(self.dependents, w, node)
+            self._unlink_edge(self.dependents, w, node)
         if was_live:
             # All decrements first: a withdraw recounts a whole upstream region from
             # the readers left, so one run between decrements would count this node's
@@ -224,17 +238,19 @@ class Graph:
 
     def _apply_writers(self, node: Node, new_writers: set[Node]) -> None:
         """Make `new_writers` `node`'s incoming edges (liveness and heights follow)."""
-        old_writers = self.writers.get(node, set())
+        old_writers = self.edges_into(node)
         if new_writers == old_writers:
             return
         added = new_writers - old_writers
         removed = old_writers - new_writers
-        if new_writers:
+        if len(new_writers) > 1:
             self.writers[node] = new_writers
+        elif new_writers:
+            (self.writers[node],) = new_writers
         else:
             self.writers.pop(node, None)
         for w in added:
-            self.dependents.setdefault(w, set()).add(node)
+            self._link_half(self.dependents, w, node)
             self._raise(node, w.height + 1)
             if node.is_live:
                 was = w.is_live
@@ -243,7 +259,7 @@ class Graph:
                 if not was:
                     self._became_live(w)
         for w in removed:
-            self._unlink_half(self.dependents, w, node)
+            self._unlink_edge(self.dependents, w, node)
             if node.is_live:
                 w.live_refs -= 1
                 self.live_writes += 1
@@ -301,13 +317,11 @@ class Graph:
 
     def _drop_edges(self, reader: Node, writers: list[Node]) -> None:
         """Remove the edges `writers -> reader` (the instance rule replaced them)."""
-        edges = self.writers.get(reader)
-        if edges is None:
-            return
+        edges = self.edges_into(reader)
         dropped = [w for w in writers if w in edges]
         for w in dropped:
-            self._unlink_half(self.writers, reader, w)
-            self._unlink_half(self.dependents, w, reader)
+            self._unlink_edge(self.writers, reader, w)
+            self._unlink_edge(self.dependents, w, reader)
         if reader.is_live and dropped:
             for w in dropped:
                 w.live_refs -= 1
@@ -337,8 +351,39 @@ class Graph:
         return (current,)
 
     def _link(self, writer: Node, reader: Node) -> None:
-        self.dependents.setdefault(writer, set()).add(reader)
-        self.writers.setdefault(reader, set()).add(writer)
+        self._link_half(self.dependents, writer, reader)
+        self._link_half(self.writers, reader, writer)
+
+    def edges_into(self, node: Node) -> set[Node]:
+        """The writers `node` has edges from (a fresh set)."""
+        edges = self.writers.get(node)
+        if edges is None:
+            return set()
+        return set(edges) if type(edges) is set else {edges}  # type: ignore[arg-type]
+
+    @staticmethod
+    def _link_half(table: dict[Node, Edges], owner: Node, other: Node) -> None:
+        """Add `other` to `table[owner]` (the node itself while it is the only one)."""
+        edges = table.get(owner)
+        if edges is None:
+            table[owner] = other
+        elif type(edges) is set:
+            edges.add(other)
+        elif edges is not other:
+            table[owner] = {edges, other}  # type: ignore[arg-type]
+
+    @staticmethod
+    def _unlink_edge(table: dict[Node, Edges], owner: Node, other: Node) -> None:
+        """Drop `other` from `table[owner]`, and the entry once it is empty."""
+        edges = table.get(owner)
+        if edges is other:
+            del table[owner]
+        elif type(edges) is set:
+            edges.discard(other)
+            if len(edges) == 1:
+                (table[owner],) = edges
+            elif not edges:
+                del table[owner]
 
     @staticmethod
     def _unlink_half(table: dict[_K, set[Node]], owner: _K, other: Node) -> None:
@@ -361,7 +406,7 @@ class Graph:
             n.height = h
             if h >= cap:
                 continue  # on a cycle: stop raising
-            for r in self.dependents.get(n, ()):
+            for r in _each(self.dependents.get(n)):
                 if r.height <= h:
                     stack.append((r, h + 1))
 
@@ -376,7 +421,7 @@ class Graph:
         stack = list(seeds)
         while stack:
             r = stack.pop()
-            for w in self.writers.get(r, ()):
+            for w in _each(self.writers.get(r)):
                 if not w.registered:
                     continue
                 self.edge_visits += 1
@@ -403,7 +448,7 @@ class Graph:
         stack = list(region)
         while stack:
             n = stack.pop()
-            for w in self.writers.get(n, ()):
+            for w in _each(self.writers.get(n)):
                 self.edge_visits += 1
                 if w.registered and w not in region:
                     region[w] = None
@@ -413,7 +458,7 @@ class Graph:
         seeds: list[Node] = []
         for n in region:
             supported = n.is_root
-            for r in self.dependents.get(n, ()):
+            for r in _each(self.dependents.get(n)):
                 self.edge_visits += 1
                 if r not in region and r.is_live:
                     n.live_refs += 1
@@ -437,22 +482,22 @@ class Graph:
         live.update(stack)
         while stack:
             r = stack.pop()
-            for w in self.writers.get(r, ()):
+            for w in _each(self.writers.get(r)):
                 if w not in live:
                     live.add(w)
                     stack.append(w)
-        return {n: sum(1 for r in self.dependents.get(n, ()) if r in live) for n in self.nodes}
+        return {n: sum(1 for r in _each(self.dependents.get(n)) if r in live) for n in self.nodes}
 
     def _check(self) -> None:
         for w, readers in self.dependents.items():
-            assert w in self.nodes and readers, w
-            for r in readers:
-                assert w in self.writers.get(r, ()), (w, r)
+            assert w in self.nodes and (type(readers) is not set or len(readers) > 1), w
+            for r in _each(readers):
+                assert w in _each(self.writers.get(r)), (w, r)
                 assert r.registered
         for r, ws in self.writers.items():
-            assert r in self.nodes and ws, r
-            for w in ws:
-                assert r in self.dependents.get(w, ()), (w, r)
+            assert r in self.nodes and (type(ws) is not set or len(ws) > 1), r
+            for w in _each(ws):
+                assert r in _each(self.dependents.get(w)), (w, r)
         for key, current in self.writers_by_doc.items():
             assert not isinstance(current, set) or len(current) > 1, key
             for w in self.writers_of(key):
@@ -473,7 +518,7 @@ class Graph:
         for n in self.nodes:
             for key, _ in n.outputs:
                 assert n in self.writers_of(key), (n, key)
-            assert self.writers.get(n, set()) == self._edge_writers(n, count=False), n
+            assert self.edges_into(n) == self._edge_writers(n, count=False), n
         declared_only: dict[DocKey, set[Node]] = {}
         for n in self.nodes:
             for key in n.declared or ():

@@ -64,7 +64,7 @@ class World:
         )
 
     def writers(self, node: Node) -> set[Node]:
-        return self.sch.graph.writers.get(node, set())
+        return self.sch.graph.edges_into(node)
 
     def check(self) -> None:
         self.sch._check()
