@@ -57,6 +57,7 @@ from ._node import Node, ReadSet, lean_reads
 from ._readers import ReaderIndex
 
 _K = TypeVar("_K", Node, DocKey)
+_T = TypeVar("_T", Node, Identity)
 Edges: TypeAlias = Node | set[Node]
 """A node's readers (or writers): the node itself when there is one, a set from two on."""
 
@@ -71,8 +72,9 @@ def _each(edges: Edges | None) -> Iterable[Node]:
 
 
 Outputs: TypeAlias = tuple[tuple[DocKey, Path], ...]
-Spots: TypeAlias = dict[Outputs, dict[Identity, list[Node]]]
-"""One document's writers by the places they write (`outputs`), then by identity."""
+Spots: TypeAlias = dict[Outputs, dict[Identity, "Edges"]]
+"""One document's writers by the places they write (`outputs`), then by identity (the
+node itself while it is the only one of its identity there, as for `Edges`)."""
 
 
 def overlaps(write: Path, read: Path) -> bool:
@@ -170,9 +172,10 @@ class Graph:
                     if reader.identity != identity:
                         if mine is not None:
                             continue
-                    elif mine == [node] and _feeds_reader(node, reader):
+                    elif mine is node and _feeds_reader(node, reader):
                         self._drop_edges(
-                            reader, [w for i, ws in group.items() if i != identity for w in ws]
+                            reader,
+                            [w for i, ws in group.items() if i != identity for w in _each(ws)],
                         )
                 if _feeds_reader(node, reader):
                     self._link(node, reader)
@@ -290,7 +293,7 @@ class Graph:
                         continue
                     mine = group.get(identity)
                     for ws in (mine,) if mine is not None else group.values():
-                        for w in ws:
+                        for w in _each(ws):
                             if w is not node:
                                 out.add(w)
         return out
@@ -298,18 +301,16 @@ class Graph:
     def _spot(self, key: DocKey, node: Node) -> None:
         """File `node` in `key`'s spots (a document with several writers)."""
         group = self.spots.setdefault(key, {}).setdefault(node.outputs, {})
-        group.setdefault(node.identity, []).append(node)
+        self._link_half(group, node.identity, node)
 
     def _unspot(self, key: DocKey, node: Node) -> bool:
         """Take `node` out of `key`'s spots; True if its spot still has writers, none of
         them of its identity (its readers of that identity fall back to the others)."""
         spots = self.spots[key]
         group = spots[node.outputs]
-        mine = group[node.identity]
-        mine.remove(node)
-        if mine:
+        self._unlink_edge(group, node.identity, node)
+        if node.identity in group:
             return False
-        del group[node.identity]
         if not group:
             del spots[node.outputs]
             return False
@@ -362,7 +363,7 @@ class Graph:
         return set(edges) if type(edges) is set else {edges}  # type: ignore[arg-type]
 
     @staticmethod
-    def _link_half(table: dict[Node, Edges], owner: Node, other: Node) -> None:
+    def _link_half(table: dict[_T, Edges], owner: _T, other: Node) -> None:
         """Add `other` to `table[owner]` (the node itself while it is the only one)."""
         edges = table.get(owner)
         if edges is None:
@@ -373,7 +374,7 @@ class Graph:
             table[owner] = {edges, other}  # type: ignore[arg-type]
 
     @staticmethod
-    def _unlink_edge(table: dict[Node, Edges], owner: Node, other: Node) -> None:
+    def _unlink_edge(table: dict[_T, Edges], owner: _T, other: Node) -> None:
         """Drop `other` from `table[owner]`, and the entry once it is empty."""
         edges = table.get(owner)
         if edges is other:
@@ -502,19 +503,19 @@ class Graph:
             assert not isinstance(current, set) or len(current) > 1, key
             for w in self.writers_of(key):
                 assert w in self.nodes and any(k == key for k, _ in w.outputs), (w, key)
-        spots: dict[DocKey, Spots] = {}
+        spots: dict[DocKey, dict[Outputs, dict[Identity, set[Node]]]] = {}
         for key, current in self.writers_by_doc.items():
             if isinstance(current, set):
                 for w in current:
                     group = spots.setdefault(key, {}).setdefault(w.outputs, {})
-                    group.setdefault(w.identity, []).append(w)
-        assert {
-            k: {o: {i: set(ws) for i, ws in g.items()} for o, g in s.items()}
-            for k, s in spots.items()
-        } == {
-            k: {o: {i: set(ws) for i, ws in g.items()} for o, g in s.items()}
+                    group.setdefault(w.identity, set()).add(w)
+        assert spots == {
+            k: {o: {i: set(_each(ws)) for i, ws in g.items()} for o, g in s.items()}
             for k, s in self.spots.items()
         }, (spots, self.spots)
+        for spot in self.spots.values():
+            for held in spot.values():
+                assert all(type(ws) is not set or len(ws) > 1 for ws in held.values()), held
         for n in self.nodes:
             for key, _ in n.outputs:
                 assert n in self.writers_of(key), (n, key)
