@@ -38,9 +38,11 @@ from typing import TYPE_CHECKING, Any
 
 from cells import (
     MISSING,
+    CommitResult,
     DocKey,
     Identity,
     Link,
+    Outcome,
     Path,
     Transaction,
     entity_id,
@@ -58,6 +60,8 @@ from ._list_output import output_keys, publish
 if TYPE_CHECKING:
     from ._core import Launcher
 
+MAX_FAILED_COMBINES = 5
+"""Runs again after combines whose commit failed for good, before waiting for new input."""
 MAX_HOPS = 32
 """Links followed to reach one result before it counts as not simple (a cycle raises then)."""
 
@@ -162,6 +166,7 @@ class Combiner:
         self.nodes: dict[Identity, Node] = {}
         self.kept: dict[Identity, Kept] = {}
         self.syncing: set[DocKey] = set()
+        self.failures: dict[Identity, int] = {}
         self.combines = 0
         """Runs that combined the whole list."""
         self.updates = 0
@@ -183,6 +188,7 @@ class Combiner:
     def drop(self, identity: Identity) -> None:
         node = self.nodes.pop(identity, None)
         self.kept.pop(identity, None)
+        self.failures.pop(identity, None)
         if node is not None:
             self.runner.scheduler.remove(node)
 
@@ -212,8 +218,13 @@ class Combiner:
             positions.update(found)
         identity = tx.identity
         out_key = kept.out.key(identity)
-        if tx.peek(out_key, (docs.VALUE,)) is not kept.written:
-            return False  # the output is not what the last combine wrote
+        now = tx.peek(out_key, (docs.VALUE,))
+        if now is not kept.written:
+            # A commit confirmed under a later one re-applies the later one: the same
+            # value, another object (one C-level comparison, then kept again).
+            if now != kept.written:
+                return False  # the output is not what the last combine wrote
+            kept.written = now
         pairs = kept.pairs
         parts: list[tuple[int, list[Any]]] = []
         for i in sorted(positions):
@@ -233,7 +244,7 @@ class Combiner:
             lengths[i] = len(part)
         if parts:
             kept.written = tx.peek(out_key, (docs.VALUE,))
-            self._on_failure(tx, identity, kept)
+        self._watch(tx, identity, kept)
         # Every read this run made is one the last combine made, for the same position.
         self.runner.scheduler.keep_reads(node)
         return True
@@ -277,20 +288,32 @@ class Combiner:
                 else:
                     kept.add(part, reads)
         publish(tx, self.container, out, aggregate)
-        if kept is None or loading:
-            return
-        kept.out = out
-        kept.written = tx.peek(out.key(identity), (docs.VALUE,))
-        self.kept[identity] = kept
-        self._on_failure(tx, identity, kept)
+        if kept is not None and not loading:
+            kept.out = out
+            kept.written = tx.peek(out.key(identity), (docs.VALUE,))
+            self.kept[identity] = kept
+        else:
+            kept = None
+        self._watch(tx, identity, kept)
 
-    def _on_failure(self, tx: Transaction, identity: Identity, kept: Kept) -> None:
-        """If this run's commit does not land, forget what it kept (the scheduler runs it
-        again, and it combines the whole list)."""
+    def _watch(self, tx: Transaction, identity: Identity, kept: Kept | None) -> None:
+        """If this run's commit does not land, forget what it kept (the next run combines
+        the whole list) and run again: the scheduler re-runs a stale basis; any other
+        failure runs it again here, at most `MAX_FAILED_COMBINES` times in a row (a
+        failed output write is owed, as a failed reconcile's is)."""
 
-        def settled(_tx: Transaction, res: Any) -> None:
-            if not res.ok and self.kept.get(identity) is kept:
+        def settled(_tx: Transaction, res: CommitResult) -> None:
+            if res.ok:
+                self.failures.pop(identity, None)
+                return
+            if kept is not None and self.kept.get(identity) is kept:
                 del self.kept[identity]
+            if res.outcome is Outcome.STALE_BASIS:
+                return
+            failures = self.failures[identity] = self.failures.get(identity, 0) + 1
+            node = self.nodes.get(identity)
+            if failures <= MAX_FAILED_COMBINES and node is not None:
+                self.runner.scheduler.invalidate(node)
 
         tx.add_settle_callback(settled)
 
