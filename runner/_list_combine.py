@@ -15,9 +15,10 @@ document and every child's result, and writes the output:
 One element's result changed: the combiner asks the scheduler which documents
 changed since its last run (`Scheduler.take_changes`), maps each to the
 positions whose result reads it (`Kept.owners`), re-reads only those results,
-splices their parts of the output and keeps its read set
-(`Scheduler.keep_reads`). O(changed elements), plus one C-level sum of the
-part lengths before each changed position. Anything else — the elements
+splices their parts of the output (a part as long as before: only its changed
+items are written, each at its place) and keeps its read set
+(`Scheduler.keep_reads`). O(changed elements · log N), plus the C-level copy
+of the output list each write makes. Anything else — the elements
 document changed, a change nobody owns, a result whose reads moved, a result
 with links inside it (whose reads cannot be told apart per element), an output
 that is not what the last run wrote — combines the whole list again (O(N)).
@@ -50,6 +51,7 @@ from cells import (
     read_value,
     resolve,
     thaw,
+    value_equal,
 )
 from scheduler import Node
 
@@ -78,7 +80,7 @@ def elements_link(container: Link) -> Link:
 class Kept:
     """What the last combine wrote for one identity, per position of the elements list."""
 
-    __slots__ = ("lengths", "out", "owners", "pairs", "parts", "reads", "written")
+    __slots__ = ("lengths", "out", "owners", "pairs", "parts", "reads", "sums", "written")
 
     def __init__(self, pairs: list[Any], out: Link) -> None:
         self.pairs = pairs
@@ -92,6 +94,35 @@ class Kept:
         self.owners: dict[DocKey, list[int]] = {}
         """Per document read for a result: the positions whose result reads it."""
         self.written: Any = MISSING
+        self.sums: list[int] = []
+        """A Fenwick tree over `lengths` (made by `index`): where a part starts, O(log N)."""
+
+    def index(self) -> None:
+        """Make `sums` from `lengths`. O(N)."""
+        sums = [0, *self.lengths]
+        n = len(sums)
+        for i in range(1, n):
+            j = i + (i & -i)
+            if j < n:
+                sums[j] += sums[i]
+        self.sums = sums
+
+    def start(self, position: int) -> int:
+        """Where `position`'s part starts in the output: the lengths before it."""
+        sums, total, i = self.sums, 0, position
+        while i > 0:
+            total += sums[i]
+            i -= i & -i
+        return total
+
+    def resize(self, position: int, length: int) -> None:
+        """`position`'s part is `length` items long now."""
+        delta = length - self.lengths[position]
+        self.lengths[position] = length
+        sums, i = self.sums, position + 1
+        while i < len(sums):
+            sums[i] += delta
+            i += i & -i
 
     def add(self, part: list[Any], reads: tuple[ReadEntry, ...]) -> None:
         position = len(self.parts)
@@ -233,15 +264,22 @@ class Combiner:
             if reads != kept.reads[i]:
                 return False  # its result reads elsewhere now (or has links inside)
             part = part_of(self.kind, value, element)
-            if part != kept.parts[i]:
+            if not value_equal(part, kept.parts[i]):
                 parts.append((i, part))
         lengths = kept.lengths
         # From the last position back: a splice moves only what follows it.
         for i, part in reversed(parts):
-            start = sum(lengths[:i])
-            tx.splice(out_key, (docs.VALUE,), start, lengths[i], part)
+            start = kept.start(i)
+            if len(part) == lengths[i]:
+                # As long as before: write the items that changed, each at its place (a
+                # spliced list of the same length would be compared whole at commit).
+                for j, (item, was) in enumerate(zip(part, kept.parts[i], strict=True)):
+                    if not value_equal(item, was):
+                        tx.write(out_key, (docs.VALUE, start + j), item)
+            else:
+                tx.splice(out_key, (docs.VALUE,), start, lengths[i], part)
             kept.parts[i] = part
-            lengths[i] = len(part)
+            kept.resize(i, len(part))
         if parts:
             kept.written = tx.peek(out_key, (docs.VALUE,))
         self._watch(tx, identity, kept)
@@ -289,6 +327,7 @@ class Combiner:
                     kept.add(part, reads)
         publish(tx, self.container, out, aggregate)
         if kept is not None and not loading:
+            kept.index()
             kept.out = out
             kept.written = tx.peek(out.key(identity), (docs.VALUE,))
             self.kept[identity] = kept
@@ -345,5 +384,8 @@ class Combiner:
             n = len(kept.parts)
             assert len(kept.lengths) == len(kept.reads) == n == len(kept.pairs), kept
             assert kept.lengths == [len(p) for p in kept.parts], kept
+            assert all(kept.start(i) == sum(kept.lengths[:i]) for i in range(n + 1)), (
+                "the part starts"
+            )
             owned = {(key, i) for i, reads in enumerate(kept.reads) for key, _p, _s in reads}
             assert owned == {(k, i) for k, ps in kept.owners.items() for i in ps}, kept
