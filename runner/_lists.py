@@ -3,24 +3,26 @@
 A coordinator is one scheduler computation per list node. Each run (a
 *reconcile*) reads the list's structure, keeps one child run of the op
 pattern per element (or one computation per element for a function op,
-`_list_functions`), and writes the aggregate into its output cell (the
-*container*, `_list_output`). Which child an element gets is its element key
+`_list_functions`), and writes what follows from the structure: a map's
+output (the *container*, `_list_output`: links to the children), or a filter's
+or flat_map's *elements document* (a pair `[child, element]` per element),
+from which a second node per identity, the *combiner* (`_list_combine`),
+writes the output. Which child an element gets is its element key
 (`_list_keys`); the bookkeeping of each identity's children is a `State`
 (`_list_state`).
 
 Incremental: the coordinator reads the list's structure only — one deep read
-when it holds links and scalars (an edit made through a link lands in
-another document), else its length and the identity of each position that
-is not an inline container — so editing inside an element re-runs only that
-element's child (which reads its element through a link); a filter, whose
-output holds its inline elements themselves, reads the list deeply; a structural
-change re-runs the coordinator once and sets up only new elements, or moved
-ones whose op reads `index`. Over a list of links the diff is O(changed)
-(`_reconcile_middle`: the common prefix and suffix found by C-level slice
-comparisons, only the middle matched, a map's container spliced); otherwise
-it walks the whole list (`_reconcile_all`, O(N)). A filter or flat_map reads
-every child's result, so a change of one element's result re-runs its
-reconcile (O(N), no child runs).
+when it holds links only (an edit made through a link lands in another
+document), else its length and the identity of each position that is not an
+inline container — so editing inside an element re-runs only that element's
+child (which reads its element through a link), and, when that element's
+result changes, the combiner's update of that element's part (a filter's
+output holds links to its elements, so an edit inside a kept element changes
+no part). A structural change re-runs the coordinator once and sets up only
+new elements, or moved ones whose op reads `index`. Over a list of links the
+diff is O(changed) (`_reconcile_middle`: the common prefix and suffix found by
+C-level slice comparisons, only the middle matched, a map's container
+spliced); otherwise it walks the whole list (`_reconcile_all`, O(N)).
 
 Ownership (the spec's "Releasing a child"): the coordinator *releases*
 (never stops) a child when the list no longer holds its element, when the
