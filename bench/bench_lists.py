@@ -26,9 +26,12 @@ Groups
     card, an `Effect` per card that shows it; the group's baseline at the
     largest N), a naive reaktiv design (the whole list in one `Signal`, every
     card in one `Computed`: the same work as recomputing everything), and
-    plain Python recomputing every card. Two more rows per N edit a linked
-    task under `items.filter(Keep)` (its verdict flips) and under
-    `items.flat_map(Tag)` (its items change), then pull the output's first item.
+    plain Python recomputing every card. More rows per N edit a task (linked,
+    or an inline dict) under `items.filter(Keep)` (its verdict flips) and under
+    `items.flat_map(Tag)` (its items change), then either wait for the pass with
+    a sink on the output's first item installed ("sink") or pull that item with
+    no observer ("pull"); their reaktiv peers use a Computed per task and a
+    Computed list over them.
 ``lists sink``
     One op is one element edited, then the pass that re-delivers the whole
     mapped list to a plain `sink` on `out` (what a view without patches
@@ -82,7 +85,7 @@ from typing import Any
 import reaktiv
 
 from bench.harness import BenchError, Counts, Run, bench
-from cells import Cell, MemoryStore, SQLiteStore, StoreBase
+from cells import MISSING, Cell, MemoryStore, SQLiteStore, StoreBase
 from runner import Runtime, lift, pattern
 
 
@@ -619,6 +622,7 @@ def _aggregate_edit_bench(n: int, board: Any, op: str, kind: str, how: str) -> N
                 want = first(i, title)
                 if how == "pull":
                     got = await world.res.key("out", 0).pull()
+                    got = None if got is MISSING else got  # no item kept: absent
                 else:
                     await world.rt.idle()
                     got = seen[-1]
