@@ -93,6 +93,17 @@ class Replica:
         self._subscribers: tuple[Callable[[Notification], None], ...] = ()
         self._next_seq = 1
         self._in_flight: dict[int, Transaction] = {}
+        # Low-water mark bookkeeping (`low_water`): how much store history this replica's
+        # commits may still need. Kept by `Transaction` (open count, busy start) and the
+        # verdict and foreign-commit handlers (`_heard`).
+        self._open_txs = 0
+        """Transactions of this replica still open (counted by `Transaction`)."""
+        self._heard = 0
+        """The highest store seq delivered here (an own verdict or a foreign commit): every
+        seq the store sent this replica up to it has been integrated (mailbox order)."""
+        self._busy_since = 0
+        """`_mark()` when the current busy period (a transaction open or a commit in
+        flight) began: every read basis taken since covers the store up to it."""
         self._sync_waiters: dict[DocKey, list[Callable[[BaseException | None], None]]] = {}
         self.stats = ReplicaStats()
         self._batch: list[CommitRequest] | None = None
@@ -188,6 +199,35 @@ class Replica:
     def in_flight(self) -> int:
         """Commits applied locally and still waiting for their verdict."""
         return len(self._in_flight)
+
+    def low_water(self) -> int | None:
+        """The store seq at or below which this replica's commits need no revision
+        history, or None if they need none at all now (for a store that prunes
+        history: `MemoryStore`). O(1).
+
+        A commit's reads are checked against what was written after their basis. While
+        a transaction is open or a commit is in flight (busy), every basis taken in the
+        busy period covers the store up to the mark taken when it began: the revisions
+        after that mark are the ones a conflict check can still need (a commit built on
+        this replica's own pending commits among them). When idle, the next
+        transaction's bases will cover everything the replica has integrated: the
+        revisions up to `_heard` if the store's deliveries still wait in the mailbox,
+        else all of them (None).
+        """
+        if self._open_txs or self._in_flight:
+            return self._busy_since
+        return self._heard if len(self.mailbox) else None
+
+    def _mark(self) -> int:
+        """What a basis taken from now on covers: the store's newest seq if nothing it
+        sent waits in the mailbox, else the newest seq integrated here (a transaction
+        calls this as a busy period begins)."""
+        return self._heard if len(self.mailbox) else self.store.history_mark()
+
+    def _quiet(self) -> None:
+        """No transaction open and no commit in flight: let the store prune history."""
+        if not self._open_txs and not self.closed:
+            self.store.quiesced(self)
 
     def pump(self) -> int:
         """Deliver everything the store has answered so far (verdicts, loads, foreign changes).
@@ -511,21 +551,30 @@ class Replica:
         tx = self._in_flight.pop(local_seq, None)
         if tx is None:
             return  # replica was closed meanwhile; nothing to settle
+        if seq > self._heard:
+            self._heard = seq
         key = request.writes[0].key
         rec = self._docs[key]
         layers = rec.layers
         if not (layers and layers[0].seq == local_seq and base_seq == rec.confirmed_seq):
             self._apply_verdict(tx, request, Verdict(seq, {key: value}, base_seqs={key: base_seq}))
-            return
-        adopt_oldest_layer(rec, layers, value, seq)
-        self.stats.accepted += 1
-        tx._settle(CommitResult(Outcome.OK, None, seq))
+        else:
+            adopt_oldest_layer(rec, layers, value, seq)
+            self.stats.accepted += 1
+            tx._settle(CommitResult(Outcome.OK, None, seq))
+        if not self._in_flight:
+            self._quiet()
 
     def on_verdict(self, request: CommitRequest, verdict: Verdict) -> None:
         tx = self._in_flight.pop(request.local_seq, None)
         if tx is None:
             return  # replica was closed meanwhile; nothing to settle
+        seq = verdict.seq
+        if seq is not None and verdict.error is None and seq > self._heard:
+            self._heard = seq
         self._apply_verdict(tx, request, verdict)
+        if not self._in_flight:
+            self._quiet()
 
     def _apply_verdict(self, tx: Transaction, request: CommitRequest, verdict: Verdict) -> None:
         changes: list[Change] = []
@@ -568,6 +617,8 @@ class Replica:
                 tx._settle(result)
 
     def on_foreign(self, seq: int, docs: dict[DocKey, Value]) -> None:
+        if seq > self._heard:
+            self._heard = seq
         changes: list[Change] = []
         for key, value in docs.items():
             rec = self._docs.get(key)
@@ -609,3 +660,5 @@ class Replica:
                 assert s in self._in_flight, f"layer {s} of {key} has no commit in flight"
         for seq, tx in self._in_flight.items():
             assert tx.status == "committing", (seq, tx)
+        assert self._open_txs >= 0, f"open transaction count {self._open_txs}"
+        assert self._busy_since <= max(self._heard, self.store.history_mark())

@@ -150,6 +150,11 @@ class SessionListener(Protocol):
 
     def on_foreign(self, seq: int, docs: dict[DocKey, Value]) -> None: ...
 
+    def low_water(self) -> int | None:
+        """The store seq at or below which this session's future commits need no
+        revision history (None: they need none now). A store that prunes history asks
+        every session and keeps what the lowest answer needs (`MemoryStore`)."""
+
     def on_loaded(
         self, key: DocKey, state: DocState | None, error: BaseException | None
     ) -> None: ...
@@ -496,6 +501,18 @@ class StoreBase(abc.ABC):
     @abc.abstractmethod
     def _record_rejection(self, request: CommitRequest) -> None:
         """Remember that `request` was rejected without evaluation (a gate's reject)."""
+
+    def history_mark(self) -> int:
+        """The newest seq this store has applied, as far as its sessions' low-water marks
+        go (`SessionListener.low_water`). Default 0: a store whose history is bounded
+        otherwise (SQLite, Postgres: by a count per document) never asks for them."""
+        return 0
+
+    def quiesced(self, listener: SessionListener) -> None:
+        """`listener` has no transaction open and no commit in flight (it just settled
+        its last one): a store that prunes history by low-water marks may do so now.
+        Default: nothing."""
+        return
 
     def _submit_evaluation(self, listener: SessionListener, request: CommitRequest) -> None:
         """Evaluate now (memory) or queue for a writer (SQLite). Default: now."""
