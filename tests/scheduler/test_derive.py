@@ -113,3 +113,23 @@ def test_derive_refuses_bad_arguments_and_registers_nothing(sp: Space, sch: Sche
     with pytest.raises(CellweaveError, match=r"inputs\[0\] .* belongs to identity"):
         sch.derive(out, [other], abs)
     assert not sch.graph.nodes
+
+
+def test_a_settled_graph_leaves_no_revision_history_in_the_store(sp: Space, sch: Scheduler) -> None:
+    # Issue 20 item 2: memory per node stays flat however often it runs. The runtime is
+    # the store's only session, so once a settle has processed every verdict no commit
+    # can need a revision any more (its low-water mark), and the store keeps none.
+    store = sp.replica.store
+    assert isinstance(store, cells.MemoryStore)
+    src = sp.cell("src")
+    src.set(0)
+    outs = [sp.cell(f"out{i}") for i in range(20)]
+    for i, out in enumerate(outs):
+        sch.derive(out, [src], lambda v, i=i: v + i)
+        sch.sink(out, lambda _v: None)
+    for k in range(1, 6):
+        src.set(k)
+        sch.settle()
+        assert 5 + k == outs[5].get()
+        assert {} == store._revisions
+    assert 6 * 21 == store.seq  # (every run committed: there was history to prune)
