@@ -523,3 +523,25 @@ def test_a_subclass_hooking_evaluate_sees_every_commit_of_a_batch() -> None:
     replica.pump()
     assert store.seen == [1, 2, 3]
     assert all(p.result().ok for p in pendings)
+
+
+def test_a_session_that_loaded_alone_hears_later_sessions_commits() -> None:
+    # A session alone on the store records nothing per loaded document (it hears every
+    # commit instead): one that connects later still reaches it.
+    store = MemoryStore()
+    first = Replica(store)
+    assert MISSING == first.visible(DOC)
+    assert {} == store._holders
+    second = Replica(store)
+    tx = second.edit(ME)
+    tx.write(DOC, (), {"n": 1})
+    done = tx.commit()
+    second.pump()
+    assert done.result().ok
+    first.pump()
+    assert {"n": 1} == first.visible(DOC)
+    # The later session's loads are recorded per document as before.
+    assert OTHER not in store._holders
+    assert MISSING == second.visible(OTHER)
+    assert second.session_id == store._holders[OTHER]
+    store._check()
