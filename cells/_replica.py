@@ -222,12 +222,7 @@ class Replica:
         """What a basis taken from now on covers: the store's newest seq if nothing it
         sent waits in the mailbox, else the newest seq integrated here (a transaction
         calls this as a busy period begins)."""
-        return self._heard if len(self.mailbox) else self.store.history_mark()
-
-    def _quiet(self) -> None:
-        """No transaction open and no commit in flight: let the store prune history."""
-        if not self._open_txs and not self.closed:
-            self.store.quiesced(self)
+        return self._heard if self.mailbox._items else self.store._seq
 
     def pump(self) -> int:
         """Deliver everything the store has answered so far (verdicts, loads, foreign changes).
@@ -562,8 +557,8 @@ class Replica:
             adopt_oldest_layer(rec, layers, value, seq)
             self.stats.accepted += 1
             tx._settle(CommitResult(Outcome.OK, None, seq))
-        if not self._in_flight:
-            self._quiet()
+        if not self._in_flight and not self._open_txs and self.store._prune_in <= 0:
+            self.store.quiesced(self)  # (nothing open, nothing in flight: it may prune)
 
     def on_verdict(self, request: CommitRequest, verdict: Verdict) -> None:
         tx = self._in_flight.pop(request.local_seq, None)
@@ -573,8 +568,8 @@ class Replica:
         if seq is not None and verdict.error is None and seq > self._heard:
             self._heard = seq
         self._apply_verdict(tx, request, verdict)
-        if not self._in_flight:
-            self._quiet()
+        if not self._in_flight and not self._open_txs and self.store._prune_in <= 0:
+            self.store.quiesced(self)  # (nothing open, nothing in flight: it may prune)
 
     def _apply_verdict(self, tx: Transaction, request: CommitRequest, verdict: Verdict) -> None:
         changes: list[Change] = []
@@ -661,4 +656,4 @@ class Replica:
         for seq, tx in self._in_flight.items():
             assert tx.status == "committing", (seq, tx)
         assert self._open_txs >= 0, f"open transaction count {self._open_txs}"
-        assert self._busy_since <= max(self._heard, self.store.history_mark())
+        assert self._busy_since <= max(self._heard, self.store._seq)

@@ -480,6 +480,12 @@ class StoreBase(abc.ABC):
 
     _session_ids = itertools.count(1)
 
+    _seq: int = 0
+    """The newest seq this store has applied, as far as its sessions' low-water marks go
+    (`SessionListener.low_water`; read by a replica as a busy spell begins, so a plain
+    attribute). 0 in a store whose history is bounded otherwise (SQLite, Postgres: by a
+    count per document), which never asks for marks; `MemoryStore` keeps it current."""
+
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._listeners: dict[str, SessionListener] = {}
@@ -502,16 +508,15 @@ class StoreBase(abc.ABC):
     def _record_rejection(self, request: CommitRequest) -> None:
         """Remember that `request` was rejected without evaluation (a gate's reject)."""
 
-    def history_mark(self) -> int:
-        """The newest seq this store has applied, as far as its sessions' low-water marks
-        go (`SessionListener.low_water`). Default 0: a store whose history is bounded
-        otherwise (SQLite, Postgres: by a count per document) never asks for them."""
-        return 0
+    _prune_in: int = 1
+    """A store that prunes history by low-water marks sets this to 0 or less when a
+    prune is due (`quiesced`); a replica checks it before calling (a plain attribute:
+    it is read after every verdict). Never due in a store that does not prune so."""
 
     def quiesced(self, listener: SessionListener) -> None:
         """`listener` has no transaction open and no commit in flight (it just settled
-        its last one): a store that prunes history by low-water marks may do so now.
-        Default: nothing."""
+        its last one) and `_prune_in` says a prune is due: a store that prunes history
+        by low-water marks does it now. Default: nothing."""
         return
 
     def _submit_evaluation(self, listener: SessionListener, request: CommitRequest) -> None:

@@ -12,8 +12,10 @@ History: only what a conflict check can still need
   below which seq it needs none (`SessionListener.low_water`: the mark taken
   when its current busy period began, or none at all when it is idle and has
   integrated everything sent to it). When a session goes quiet (`quiesced`),
-  the revisions at or below the lowest of those marks are pruned. With one
-  runtime, that leaves no history at all after a settle.
+  the revisions at or below the lowest of those marks are pruned (once at least
+  `PRUNE_BATCH` revisions were added since the last prune). With one runtime,
+  that leaves at most `PRUNE_BATCH` revisions in all after a settle, however
+  many documents and commits it made.
 - A document whose revisions were pruned has a *floor*, the newest pruned seq:
   `_floors` while some of its revisions remain, else its head's seq. A read
   whose basis is older than the floor conflicts (re-run), as if the pruned
@@ -55,6 +57,11 @@ from .._store import (
 from .._values import MISSING, Value, set_path
 from ..errors import ConflictError, InvalidValueError
 
+PRUNE_BATCH = 64
+"""A quiet session prunes history once at least this many revisions (and one per
+session) were added since the last prune: a prune asks every session for its mark and
+walks the documents, so pruning after each commit would cost more than it frees."""
+
 REVISIONS_KEPT = 64
 """The cap on revisions kept per document (at most twice this many, pruned to this
 many) when the sessions' low-water marks keep more; older bases conflict conservatively."""
@@ -85,8 +92,8 @@ class MemoryStore(StoreBase):
         """Per document that has revisions and had some pruned: the newest pruned one's
         seq (reads older than it conflict). A document with no revisions left has its
         head's seq as floor, without an entry here."""
-        self._unpruned = 0
-        """Revisions added since the last prune (`quiesced` prunes after enough)."""
+        self._prune_in = PRUNE_BATCH
+        """Revisions still to add before a quiet session prunes (`StoreBase._prune_in`)."""
         self._resolutions: dict[str, _Resolved] = {}
         """Per session: which of its commits (local seqs) have a verdict, and which were
         rejected. Kept as a watermark, not one entry per commit: it would otherwise grow
@@ -387,7 +394,7 @@ class MemoryStore(StoreBase):
                 _ONE_PATH[rpath] = paths
         revision = Revision(seq, session_id, request.local_seq, paths)
         revs = revisions.get(key)
-        self._unpruned += 1
+        self._prune_in -= 1
         if isinstance(revs, list) and len(revs) < 2 * REVISIONS_KEPT:
             revs.append(revision)
         else:
@@ -458,7 +465,7 @@ class MemoryStore(StoreBase):
             self._add_revision(
                 key, Revision(seq, session_id, local_seq, tuple(paths[key])), base_seqs[key]
             )
-        self._unpruned += len(docs)
+        self._prune_in -= len(docs)
         if request.create_only:
             self._claimed.update(k for k in request.create_only if k not in heads)
         self._resolve(session_id, local_seq, seq)
@@ -489,13 +496,8 @@ class MemoryStore(StoreBase):
             del revs[:-REVISIONS_KEPT]
 
     # -- history pruning (see the module docstring)
-    def history_mark(self) -> int:
-        return self._seq
-
     def quiesced(self, listener: SessionListener) -> None:
-        # Asking every session costs O(sessions): prune once per that many new
-        # revisions (with one runtime, at every quiet point), so each revision pays O(1).
-        if self._unpruned >= len(self._listeners):
+        if self._prune_in <= 0:
             self.prune_history()
 
     def low_water(self) -> int:
@@ -521,7 +523,9 @@ class MemoryStore(StoreBase):
         until a later prune reaches it (the `REVISIONS_KEPT` cap still bounds it).
         """
         with self._lock:
-            self._unpruned = 0
+            # Asking every session costs O(sessions): prune again after that many new
+            # revisions (and at least PRUNE_BATCH), so each revision pays O(1).
+            self._prune_in = max(PRUNE_BATCH, len(self._listeners))
             revisions = self._revisions
             if not revisions:
                 return 0

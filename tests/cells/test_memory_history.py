@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from cells import ConflictError, DocKey, Identity, MemoryStore, Outcome, Pending, Replica
+from cells.stores.memory import PRUNE_BATCH
 
 ME = Identity("local", "local")
 DOC = DocKey("sp", "doc")
@@ -66,26 +67,33 @@ def w() -> Iterator[World]:
 
 def test_one_runtime_keeps_no_history_once_its_commits_settle(w: World) -> None:
     a = w.replica()
-    for i in range(5):
+    for i in range(PRUNE_BATCH):
         w.write(a, DOC, ("n",), i)
         w.write(a, OTHER, ("n",), i)
-    assert 10 == sum(len(seqs) for seqs in w.kept().values())  # in flight: all kept
+    assert 2 * PRUNE_BATCH == sum(len(seqs) for seqs in w.kept().values())  # in flight
     w.pump()
-    assert {} == w.kept()
+    assert {} == w.kept()  # the last verdict made `a` quiet: it pruned everything
     assert {} == w.store._floors
     assert a.low_water() is None  # quiet, nothing undelivered: it needs no history
     # A current basis is accepted; the pruned history reads as a floor at the head.
+    head = 2 * PRUNE_BATCH - 1
     tx = a.edit(ME)
     tx.read(DOC, ("n",))
     tx.write(DOC, ("n",), 10)
     done = tx.commit()
     w.pump()
     assert done.result().ok
-    assert {} == w.kept()
-    assert [(11, "", -1, ((),))] == [
-        (r.seq, r.session_id, r.local_seq, r.paths) for r in w.store._revisions_since(DOC, 9)
+    # Fewer than PRUNE_BATCH revisions since the last prune: this one is still kept,
+    # above the floor the pruned ones left.
+    assert {DOC: [head + 2]} == w.kept()
+    assert {DOC: head} == w.store._floors
+    assert [(head, "", -1, ((),))] == [
+        (r.seq, r.session_id, r.local_seq, r.paths) for r in w.store._revisions_since(DOC, head - 1)
     ]
-    assert [] == list(w.store._revisions_since(DOC, 11))
+    assert [head + 2] == [r.seq for r in w.store._revisions_since(DOC, head)]
+    assert 1 == w.store.prune_history()
+    assert {} == w.kept()
+    assert [] == list(w.store._revisions_since(DOC, head + 2))
 
 
 def test_a_basis_older_than_the_pruned_history_conflicts(w: World) -> None:
@@ -111,7 +119,7 @@ def test_an_old_open_transaction_keeps_the_history_after_its_basis(w: World) -> 
     w.write(a, DOC, ("x",), 0)
     w.write(a, DOC, ("y",), 0)
     w.pump()
-    assert {} == w.kept()
+    assert 2 == w.store.prune_history()
     # `b` reads both fields and stays open while `a` writes `y` many times (pumped:
     # `a` goes quiet after each, and prunes what no session needs).
     disjoint, overlapping = b.edit(ME), b.edit(ME)
@@ -122,6 +130,7 @@ def test_an_old_open_transaction_keeps_the_history_after_its_basis(w: World) -> 
     for i in range(1, 6):
         w.write(a, DOC, ("y",), i)
         a.pump()  # (`b` is not pumped: its view stays at its basis, as a slow peer's)
+    w.store.prune_history()
     assert {DOC: [3, 4, 5, 6, 7]} == w.kept()  # everything after `b`'s basis, no more
     disjoint.write(OTHER, ("x",), 1)
     overlapping.write(OTHER, ("y",), 1)
@@ -132,6 +141,7 @@ def test_an_old_open_transaction_keeps_the_history_after_its_basis(w: World) -> 
     assert Outcome.STALE_BASIS == conflict.result().outcome
     assert isinstance(conflict.result().error, ConflictError)
     # Both settled: nobody needs the history any more.
+    assert 6 == w.store.prune_history()  # (5, and `disjoint`'s commit)
     assert {} == w.kept()
 
 
@@ -191,10 +201,12 @@ def test_the_store_low_water_is_the_lowest_mark_of_its_sessions(w: World) -> Non
     w.write(a, DOC, ("n",), 3)
     w.pump()
     assert 3 == w.store.low_water()
+    assert 3 == w.store.prune_history()
+    assert {DOC: [4]} == w.kept()  # `held` may still read DOC: what came after it stays
     held.abort()
     assert b.low_water() is None
     assert 4 == w.store.low_water()
-    assert 1 == w.store.prune_history()  # (the revision `held` pinned)
+    assert 1 == w.store.prune_history()
     assert {} == w.kept()
 
 
