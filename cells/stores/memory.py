@@ -21,7 +21,9 @@ History: only what a conflict check can still need
   whose basis is older than the floor conflicts (re-run), as if the pruned
   commits had written the whole document: over-approximating is allowed, and
   the marks make it happen only to a session that had not integrated those
-  commits when it took its basis (so the conflict is real at document grain).
+  commits when it took its basis (so the conflict is real at document grain;
+  with runtimes on several threads, a mark may count a commit applied but not
+  yet posted to its mailbox, with the same effect).
 - As a safety net (a transaction left open for long pins its mark), a document
   keeps at most 2 * `REVISIONS_KEPT` revisions, pruned to `REVISIONS_KEPT`.
 
