@@ -19,7 +19,7 @@ from ._address import DocKey, Identity, Link, Path, PathElem, check_path
 from ._args import bad_arg, check_arg, check_callable
 from ._codec import describe_id, entity_id
 from ._display import mimebundle
-from ._links import VALUE, read_value, resolve
+from ._links import _VALUE_PATH, VALUE, read_value, resolve
 from ._outcome import CommitResult
 from ._pending import Pending
 from ._replica import Replica
@@ -159,7 +159,7 @@ class Cell:
             raise bad_arg(tx, where=f"{self!r}.with_tx()", name="tx", accepts="a Transaction")
         if tx._replica is not self._replica:  # (the usual case, same replica, is one compare)
             check_same_store(self, tx._replica, f"{self!r}.with_tx()")
-        if tx.identity != self._identity:
+        if tx.identity is not self._identity and tx.identity != self._identity:
             raise OwnershipError(
                 f"{self!r} belongs to identity {self._identity!r}; the transaction acts for"
                 f" {tx.identity!r}"
@@ -168,7 +168,7 @@ class Cell:
 
     # -- reads
     def _reader(self) -> Transaction:
-        return self._tx if self._tx is not None else self._replica._open_tx(self._identity)
+        return self._tx if self._tx is not None else self._replica._read_tx(self._identity)
 
     def get(self) -> Value:
         """The current visible value as plain data (a fresh copy; links followed). No scheduling."""
@@ -192,10 +192,22 @@ class Cell:
         if tx is None:
             tx = self._replica._open_tx(self._identity)  # committed below
         try:
-            # set()/delete() replace a link stored at the cell itself; update() and
-            # push() write *below* the cell, so they follow such a link to its target.
-            target = resolve(tx, self._link, follow_last=follow_last)
-            stage(tx, target.key(self._identity), (VALUE, *target.path))
+            link = self._link
+            staged = False
+            if not link.path and link.scope == "space":
+                # A whole cell of a shared document (the usual write): `resolve`, and
+                # the key of its result, without their calls when no link must be
+                # followed. (The probe is made either way: it refuses an internal
+                # document the same way.)
+                key = DocKey(link.space, link.id)
+                if type(tx.peek(key, _VALUE_PATH)) is not Link or not follow_last:
+                    stage(tx, key, _VALUE_PATH)
+                    staged = True
+            if not staged:
+                # set()/delete() replace a link stored at the cell itself; update() and
+                # push() write *below* the cell, so they follow such a link to its target.
+                target = resolve(tx, link, follow_last=follow_last)
+                stage(tx, target.key(self._identity), (VALUE, *target.path))
         except BaseException:
             if own:
                 tx.abort("write failed")

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from ._address import DocKey, Link, Path
 from ._codec import describe
-from ._transaction import Transaction
+from ._transaction import Transaction, TxDoc, _deps
 from ._values import MISSING, Value, same_value, thaw
 from .errors import LinkCycleError
 
@@ -150,6 +150,25 @@ def read_value(tx: Transaction, link: Link, *, log: bool = True) -> Value:
         if type(probe) is not Link:
             if td is not None and not td.unlogged and td.reads is not None and _WHOLE in td.reads:
                 # A repeat of a logged read: `tx.read` would log and claim nothing new.
+                value = probe
+            elif (
+                td is None
+                and rec is not None
+                and type(working) is dict
+                and not ("cw:" <= key.id < "cw;")
+            ):
+                # The document's first access, of a shared document the identity reaches
+                # (no guard to ask): what `Transaction.read` does for it (the basis taken
+                # now, the read claimed and logged), without the call. Every node run's
+                # input read comes here.
+                layers = rec.layers
+                tx._docs[key] = TxDoc(
+                    working, rec.version, rec.confirmed_seq,
+                    () if not layers else (layers[0].seq,) if len(layers) == 1 else _deps(layers),
+                    working, True, not log, (_WHOLE,),
+                )  # fmt: skip
+                if log:
+                    tx.reads.append((key, _VALUE_PATH, False))
                 value = probe
             else:
                 value = tx.read(key, _VALUE_PATH, log=log)

@@ -453,11 +453,18 @@ class _BatchDelivery(msgspec.Struct):
         listener = self.listener
         on_verdict = listener.on_verdict
         on_accepted = listener.on_accepted
+        # A listener may take a run of accepted commits in one call (a replica does:
+        # a drain's commits are answered here, one per node update).
+        accept_run = getattr(listener, "accept_run", None)
         requests, verdicts = self.requests, self.verdicts
         i = 0
         n = len(requests)
         try:
             while i < n:
+                if accept_run is not None:
+                    i = accept_run(requests, verdicts, i)
+                    if i >= n:
+                        break
                 request = requests[i]
                 verdict = verdicts[i]
                 i += 1

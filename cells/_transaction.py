@@ -393,7 +393,10 @@ class Transaction:
         rec = self._replica._docs.get(key)
         if rec is None:
             rec = self._replica._record(key)
-        return get_path(rec.visible, path)
+        visible = rec.visible
+        if len(path) == 1 and type(visible) is dict and type(path[0]) is str:
+            return visible.get(path[0], MISSING)  # `get_path` of one field, without the call
+        return get_path(visible, path)
 
     def documents(self) -> dict[DocKey, TxDoc]:
         """The documents this transaction touched, with their basis and working copy
@@ -411,7 +414,16 @@ class Transaction:
         if td is None:
             if type(key) is not DocKey:
                 raise _bad_key(key, "write")
-            td = self._access(key)
+            # `_access`, inlined: a node run's write is its output's first access.
+            if key.scope != "space" or "cw:" <= key.id < "cw;":
+                self._guard(key, "write")  # (the usual space-scoped case, inlined)
+            replica = self._replica
+            rec = replica._docs.get(key)
+            if rec is None:
+                rec = replica._record(key)
+            visible = rec.visible
+            td = TxDoc(visible, rec.version, rec.confirmed_seq, (), visible)
+            self._docs[key] = td
         try:
             for elem in path:
                 if type(elem) is not str and (type(elem) is not int or elem < 0):
@@ -428,7 +440,16 @@ class Transaction:
                 v = value  # what normalize returns for these, without the call
             else:
                 v = value if value is MISSING else normalize(value, where="write", depth=len(path))
-            working = set_path(td.working, path, v, where="write")
+            working = td.working
+            if len(path) == 1 and type(working) is dict and type(path[0]) is str:
+                # One field of a dict (the usual write): `set_path`'s own shortcut.
+                working = dict(working)
+                if v is MISSING:
+                    working.pop(path[0], None)
+                else:
+                    working[path[0]] = v
+            else:
+                working = set_path(working, path, v, where="write")
         except InvalidValueError:
             # Errors are rare: only now build the message naming document and path.
             where = f"write to {describe(key)} at {list(path)}"
@@ -438,7 +459,15 @@ class Transaction:
             set_path(td.working, path, v, where=where)
             raise
         td.working = working
-        self._wrote(td, path)
+        # `_wrote`, inlined.
+        self._values = None  # a value read before may have changed
+        written = td.written
+        if written is None:
+            td.written = (path,)
+        elif isinstance(written, tuple):
+            td.written = [*written, path]
+        else:
+            written.append(path)
 
     def _wrote(self, td: TxDoc, path: Path) -> None:
         """Record a staged write of `path` (in order) and forget remembered reads."""
@@ -691,38 +720,6 @@ class Transaction:
         file, line = site_line(site)
         return f" (opened at {file}:{line})"
 
-    def __del__(self) -> None:
-        # A dropped transaction with staged writes is almost always a forgotten
-        # commit: the writes are silently lost and reads stay MISSING. (Read-only
-        # transactions are dropped open all the time: `Cell.get` makes one.)
-        # (getattr: a constructor that raised leaves slots unset, and must not be reported.)
-        if getattr(self, "status", None) != "open":
-            return
-        self._replica._open_txs -= 1  # (counted open since `status` was set)
-        docs = getattr(self, "_docs", None)
-        if not docs:
-            return
-        written = [key for key, td in docs.items() if td.written is not None]
-        if not written:
-            return
-        named = ", ".join(map(describe, written[:3]))
-        if len(written) > 3:
-            named += f" and {len(written) - 3} more"
-        site = getattr(self, "_site", None)
-        where = None if site is None else site_line(site)
-        message = (
-            f"a transaction with staged writes to {named} was dropped without"
-            f" commit() or abort(){self._opened()}; its writes are lost"
-            " (use `async with rt.edit() as tx:` to commit on exit)"
-        )
-        try:
-            if where is None:
-                warnings.warn(message, ResourceWarning, stacklevel=1, source=self)
-            else:
-                warnings.warn_explicit(message, ResourceWarning, where[0], where[1], source=self)
-        except ImportError:  # interpreter shutdown: the warnings machinery is gone
-            pass
-
     def _settle(self, result: CommitResult) -> None:
         if self.result is not None:
             raise TransactionError("a transaction settled twice (this is a bug)")
@@ -779,3 +776,48 @@ class Transaction:
         assert self.result is None or self._settle_callbacks is None
         assert self._pending is None or self._pending.done() == (self.result is not None)
         assert self._values is None or self.status == "open", "read memo outlived the open state"
+
+
+class OpenedTransaction(Transaction):
+    """A transaction a caller opened (`Replica.edit`): it warns when dropped with staged
+    writes (a forgotten commit).
+
+    A subclass, so that only these pay for the finalizer: an object with `__del__`
+    costs about a quarter more to create and free, and the scheduler opens one
+    transaction per node run, which it always commits or aborts itself (as does
+    `Cell.set`'s), while `Cell.get`'s only reads.
+    """
+
+    __slots__ = ()
+
+    def __del__(self) -> None:
+        # A dropped transaction with staged writes is almost always a forgotten
+        # commit: the writes are silently lost and reads stay MISSING. (Read-only
+        # transactions are dropped open all the time: `Cell.get` makes one.)
+        # (getattr: a constructor that raised leaves slots unset, and must not be reported.)
+        if getattr(self, "status", None) != "open":
+            return
+        self._replica._open_txs -= 1  # (counted open since `status` was set)
+        docs = getattr(self, "_docs", None)
+        if not docs:
+            return
+        written = [key for key, td in docs.items() if td.written is not None]
+        if not written:
+            return
+        named = ", ".join(map(describe, written[:3]))
+        if len(written) > 3:
+            named += f" and {len(written) - 3} more"
+        site = getattr(self, "_site", None)
+        where = None if site is None else site_line(site)
+        message = (
+            f"a transaction with staged writes to {named} was dropped without"
+            f" commit() or abort(){self._opened()}; its writes are lost"
+            " (use `async with rt.edit() as tx:` to commit on exit)"
+        )
+        try:
+            if where is None:
+                warnings.warn(message, ResourceWarning, stacklevel=1, source=self)
+            else:
+                warnings.warn_explicit(message, ResourceWarning, where[0], where[1], source=self)
+        except ImportError:  # interpreter shutdown: the warnings machinery is gone
+            pass

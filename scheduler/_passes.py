@@ -373,13 +373,13 @@ class Passes:
         if self._deliveries:
             deliver_all(self._deliveries, self._fail)
         now = self.clock.now()
-        over = [
-            n
-            for n in ran
-            if n.registered and n.status != "clean" and n.pass_runs >= PASS_RUN_BUDGET
-        ]
-        self._timers.defer(over)
+        over: list[Node] | None = None
         for n in ran:
+            # (One loop over the pass's runs, not two: it costs per node update.)
+            if n.pass_runs >= PASS_RUN_BUDGET and n.registered and n.status != "clean":
+                if over is None:
+                    over = []
+                over.append(n)  # deferred below: `defer` reads none of what this resets
             n.pass_runs = 0
             gates = n._gates
             if gates is not None and n.status == "clean" and n.eligible_at <= now:
@@ -388,6 +388,10 @@ class Passes:
                 was = n.is_live
                 n.provisional = False
                 self.graph.root_changed(n, was)
+        if over is not None:
+            self._timers.defer(over)
+        if not self._candidates:
+            self._candidates = {}  # a dict never shrinks: drop the pass's table
 
     def _drain(self, seeds: list[Node], ran: dict[Node, None]) -> None:
         self.stats.drains += 1
@@ -411,6 +415,7 @@ class Passes:
             now = self._drain_started = self.clock.now()
             heappop = heapq.heappop
             run = self._run
+            candidates = self._candidates
             while heap:
                 height, _, node = heappop(heap)
                 if node.height != height and node.registered:
@@ -433,6 +438,11 @@ class Passes:
                 run(node)
                 ran[node] = None
                 size += 1
+                status: str = node.status  # (what the run left: not what was checked)
+                if status == "clean":
+                    # Its candidate entry is spent: drop it now rather than have
+                    # `runnable()` find it stale among every node the pass ran.
+                    candidates.pop(node, None)
         finally:
             self._draining = False
             self._heap.clear()

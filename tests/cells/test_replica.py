@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -561,6 +561,66 @@ def test_a_batch_reaches_the_store_when_it_ends_and_each_commit_keeps_its_own_ve
     assert w.store.read_durable(DOC) == {"n": 11}
     assert w.a.visible(THIRD) == {"n": 10}
     assert w.a.visible(FOURTH) is MISSING
+
+
+def test_a_batch_of_accepted_commits_settles_each_in_order_with_or_without_callbacks(
+    w: World,
+) -> None:
+    # A drain's verdicts: the replica takes runs of plain accepted commits in one call
+    # (`accept_run`) and leaves the rest (a callback to run, a stale layer) to the
+    # general delivery, in the same order.
+    w.put(DOC, {"n": 0})
+    order: list[str] = []
+    w.a.begin_batch()
+    txs = []
+
+    def note(name: str) -> Callable[[Transaction, CommitResult], None]:
+        return lambda tx, result: order.append(name)
+
+    for name in ("plain", "plain-2", "callback", "plain-3", "awaited"):
+        tx = w.a.edit(ME)
+        tx.write(DOC, ("n",), tx.read(DOC, ("n",)) + 1)
+        if name == "callback":
+            tx.add_settle_callback(note(name))
+        if name == "awaited":
+            pending = tx.commit()
+        else:
+            tx.commit_detached(note(name))
+        txs.append(tx)
+    w.a.end_batch()
+    assert all(tx.status == "committing" for tx in txs)
+    w.pump()
+    assert ["plain", "plain-2", "callback", "callback", "plain-3"] == order
+    assert pending.result().ok
+    seqs = [tx.result.seq for tx in txs if tx.result is not None and tx.result.seq is not None]
+    assert 5 == len(seqs) and seqs == sorted(seqs) and len(set(seqs)) == 5
+    assert all(tx.status == "committed" for tx in txs)
+    assert 0 == w.a.in_flight()
+    assert {"n": 5} == w.a.visible(DOC) == w.store.read_durable(DOC)
+
+    bare = []  # no callback at all: settled by `accept_run` alone
+    w.a.begin_batch()
+    for _ in range(3):
+        tx = w.a.edit(ME)
+        tx.write(DOC, ("n",), tx.read(DOC, ("n",)) + 1)
+        tx.commit_detached()
+        bare.append(tx)
+    w.a.end_batch()
+    accepted = w.a.stats.accepted
+    runs: list[tuple[int, int]] = []
+    real = w.a.accept_run
+
+    def spy(requests: Any, verdicts: Any, start: int) -> int:
+        end = real(requests, verdicts, start)
+        runs.append((start, end))
+        return end
+
+    w.a.accept_run = spy  # type: ignore[method-assign]
+    w.pump()
+    assert [(0, 3)] == runs  # the three in one call
+    assert all(tx.status == "committed" and tx.result is not None for tx in bare)
+    assert 3 == w.a.stats.accepted - accepted
+    assert {"n": 8} == w.a.visible(DOC) == w.store.read_durable(DOC)
 
 
 def test_a_commit_in_a_batch_built_on_a_rejected_one_is_rejected(w: World) -> None:

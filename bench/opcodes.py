@@ -1,0 +1,110 @@
+"""Bytecodes executed per operation: a deterministic proxy for the per-update cost.
+
+``python -m bench.opcodes [SHAPE ...]`` runs one timed ``run()`` of each shape under
+``sys.settrace`` with opcode events on, and prints the Python bytecodes executed
+and the Python function calls made, per node update (per commit for ``memory
+commit``). With ``--top N`` it also lists the N functions that executed the most.
+
+Why: on the shared 2-core machine the CPU clock of one update moves by 20 to 40 %
+between runs, more than most single changes to the per-update path are worth. A
+bytecode count does not move with the load, so a change can be judged before it
+is timed. It is only a proxy: it does not see time spent in C (dict copies, struct
+construction, the collector), and one bytecode is not one unit of time. Timed
+figures (against reaktiv in the same run) still come from ``python -m bench``.
+
+Shapes: ``chain`` (chain 1000, 20 writes), ``broad`` (broad 1000, 10 writes),
+``diamond`` (diamond 5), ``cellx`` and ``cellx-ends`` (cellx 1000, a sink per
+node / on the 4 ends), ``memory-commit`` (the Cell API commit). The bench rows'
+own ``run()`` is measured, after one untraced run (caches warm, first runs done).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+from collections.abc import Callable, Sequence
+from types import FrameType
+from typing import Any
+
+from bench import bench_cells, bench_scheduler, bench_shapes
+from bench.harness import Run
+
+# shape -> (setup, node updates (or commits) per run(), whether run() may be repeated)
+SHAPES: dict[str, tuple[Callable[[], Run], int, bool]] = {
+    "chain": (
+        bench_scheduler.chain_cellweave,
+        bench_scheduler.CHAIN * bench_scheduler.CHAIN_WRITES,
+        True,
+    ),
+    "broad": (
+        bench_scheduler.broad_cellweave,
+        bench_scheduler.BROAD * bench_scheduler.BROAD_WRITES,
+        True,
+    ),
+    "diamond": (bench_scheduler.diamond_cellweave, 6 * bench_scheduler.DIAMOND_WRITES, True),
+    "cellx": (
+        bench_shapes.cellx_cellweave,
+        4 * bench_shapes.CELLX_LAYERS * bench_shapes.CELLX_OPS,
+        True,
+    ),
+    "cellx-ends": (
+        bench_shapes.cellx_cellweave_ends,
+        4 * bench_shapes.CELLX_LAYERS * bench_shapes.CELLX_OPS,
+        True,
+    ),
+    "memory-commit": (bench_cells.memory_commit, bench_cells.MEMORY_OPS, False),
+}
+
+
+def count(shape: str) -> tuple[float, float, collections.Counter[str]]:
+    """(bytecodes, calls) per update of one traced `run()` of `shape`, and bytecodes
+    per function (file:name)."""
+    setup, per, repeatable = SHAPES[shape]
+    run = setup()
+    if repeatable:
+        run()  # warm: the first run() after setup may do one-time work
+    else:
+        run = setup()
+    opcodes = [0, 0]
+    by: collections.Counter[str] = collections.Counter()
+
+    def local(frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "opcode":
+            opcodes[0] += 1
+            code = frame.f_code
+            by[f"{'/'.join(code.co_filename.split('/')[-2:])}:{code.co_name}"] += 1
+        return local
+
+    def called(frame: FrameType, event: str, arg: Any) -> Any:
+        opcodes[1] += 1
+        frame.f_trace_opcodes = True
+        return local
+
+    sys.settrace(called)
+    try:
+        run()
+    finally:
+        sys.settrace(None)
+    return opcodes[0] / per, opcodes[1] / per, by
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.opcodes", description=__doc__)
+    parser.add_argument("shapes", nargs="*", metavar="SHAPE", help=", ".join(SHAPES))
+    parser.add_argument("--top", type=int, default=0, help="list the N costliest functions")
+    args = parser.parse_args(argv)
+    unknown = [s for s in args.shapes if s not in SHAPES]
+    if unknown:
+        parser.error(f"unknown shape(s) {', '.join(unknown)}; known: {', '.join(SHAPES)}")
+    for shape in args.shapes or SHAPES:
+        per = SHAPES[shape][1]
+        bytecodes, calls, by = count(shape)
+        print(f"{shape:14} {bytecodes:7.0f} bytecodes {calls:6.1f} calls per update")
+        for name, n in by.most_common(args.top):
+            print(f"    {n / per:8.1f}  {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
