@@ -14,6 +14,15 @@ cost.
   numbers, one lift per card, pulled once (every card computed).
 - **open page**: ``UNITS`` results of a one-lift pattern, each opened as a
   page (``rt.open_page``) and computed.
+- **reaktiv, observed computed**: a `Signal`, a `Computed` reading it and an
+  `Effect` on the computed, per unit (the baseline of the next row).
+- **observed derived node**: ``UNITS`` computations made with
+  `Scheduler.derive`, each reading its own source and observed by a
+  `Scheduler.sink` (one delivery each).
+- **principal of a shared inbox**: a space-scoped result mapping a shared list
+  of ``INBOX`` elements (one lift per card) is set up once; ``PRINCIPALS``
+  principals each start it (`rt.session(...)`) and pull it: one unit is one
+  principal's instance (its nodes, element children and reads).
 
 Counted work: ``bytes_per_unit`` and ``units``; ``runs`` the lift calls.
 
@@ -31,9 +40,15 @@ from typing import Any
 import reaktiv
 
 from bench.harness import BenchError, Counts, Run, bench
+from cells import MemoryStore, Space
 from runner import Runtime, lift, pattern
+from scheduler import Scheduler
 
 UNITS = 1000
+INBOX = 100
+"""Elements of the shared inbox."""
+PRINCIPALS = 20
+"""Principals that start the shared inbox (its units)."""
 RUNS = [0]
 
 
@@ -61,7 +76,7 @@ def _card_of(signal: reaktiv.Signal[int]) -> Callable[[], Any]:
     return lambda: card(signal())
 
 
-def _traced(build: Callable[[], object]) -> Counts:
+def _traced(build: Callable[[], object], units: int = UNITS) -> Counts:
     gc.collect()
     tracemalloc.start()
     try:
@@ -74,7 +89,7 @@ def _traced(build: Callable[[], object]) -> Counts:
         tracemalloc.stop()
     if kept is None:
         raise BenchError("memory per unit: build() kept nothing")
-    return {"bytes_per_unit": (after - before) // UNITS, "units": UNITS, "runs": RUNS[0] - runs}
+    return {"bytes_per_unit": (after - before) // units, "units": units, "runs": RUNS[0] - runs}
 
 
 @bench(group="memory per unit", name="reaktiv, one computed per element", ops=1, baseline=True)
@@ -90,14 +105,20 @@ def memory_reaktiv() -> Run:
     return lambda: _traced(build)
 
 
-def _in_loop(main: Callable[[Runtime], Any]) -> Run:
+def _in_loop(
+    main: Callable[[Runtime], Any],
+    units: int = UNITS,
+    prepare: Callable[[Runtime], Any] | None = None,
+) -> Run:
     loop = asyncio.new_event_loop()
     rt = Runtime(space="bench")
     loop.run_until_complete(rt.get_cell("warm-up").set(0))  # (the runtime's own setup)
+    if prepare is not None:
+        loop.run_until_complete(prepare(rt))
 
     def run() -> Counts:
         try:
-            return _traced(lambda: loop.run_until_complete(main(rt)))
+            return _traced(lambda: loop.run_until_complete(main(rt)), units)
         finally:
             loop.run_until_complete(rt.aclose())
             loop.close()
@@ -137,3 +158,84 @@ def memory_open_page() -> Run:
         return pages
 
     return _in_loop(main)
+
+
+@bench(group="memory per unit", name="reaktiv, observed computed", ops=1)
+def memory_reaktiv_observed() -> Run:
+    def build() -> object:
+        seen: list[Any] = []
+        signals = [reaktiv.Signal(i) for i in range(UNITS)]
+        computeds = [reaktiv.Computed(_card_of(s)) for s in signals]
+        effects = [reaktiv.Effect(_deliver(c, seen)) for c in computeds]
+        if len(seen) != UNITS:
+            raise BenchError(f"reaktiv observed: {len(seen)} deliveries")
+        return signals, computeds, effects, seen
+
+    return lambda: _traced(build)
+
+
+def _deliver(computed: Callable[[], Any], seen: list[Any]) -> Callable[[], None]:
+    return lambda: seen.append(computed())
+
+
+@bench(group="memory per unit", name="observed derived node (derive + sink)", ops=1)
+def memory_observed_derived() -> Run:
+    space = Space(MemoryStore(), "bench")
+    sch = Scheduler(space.replica)
+    space.cell("warm-up").set(0)
+    sch.settle()
+
+    def build() -> object:
+        seen: list[Any] = []
+        sources = [space.cell(f"src{i}") for i in range(UNITS)]
+        tx = space.edit()
+        for i, src in enumerate(sources):
+            src.with_tx(tx).set(i)
+        tx.commit()
+        space.replica.pump()
+        outs = [space.cell(f"out{i}") for i in range(UNITS)]
+        cancels = []
+        for src, out in zip(sources, outs, strict=True):
+            sch.derive(out, [src], card)
+            cancels.append(sch.sink(out, seen.append))
+        sch.settle()
+        if len(seen) != UNITS or seen[-1] != card(UNITS - 1):
+            raise BenchError(f"observed derived: {len(seen)} deliveries")
+        RUNS[0] -= 1
+        return sources, outs, cancels, seen
+
+    def run() -> Counts:
+        try:
+            return _traced(build)
+        finally:
+            sch.close()
+
+    return run
+
+
+@pattern
+def Inbox(items):  # type: ignore[no-untyped-def]
+    return {"cards": items.map(Card)}
+
+
+@bench(group="memory per unit", name=f"principal of a {INBOX}-element shared inbox", ops=1)
+def memory_inbox_principal() -> Run:
+    async def prepare(rt: Runtime) -> None:
+        items, inbox = rt.get_cell("items"), rt.get_cell("inbox")
+        async with rt.edit() as tx:
+            items.with_tx(tx).set(list(range(INBOX)))
+            rt.setup(tx, Inbox, {"items": items}, inbox)
+
+    async def main(rt: Runtime) -> object:
+        kept = []
+        for i in range(PRINCIPALS):
+            session = rt.session(f"p{i}", "s")
+            inbox = session.get_cell("inbox")
+            await session.start(inbox)
+            value = await inbox.pull()
+            if len(value["cards"]) != INBOX:
+                raise BenchError("shared inbox: wrong value")
+            kept.append((session, value))
+        return kept
+
+    return _in_loop(main, PRINCIPALS, prepare)

@@ -8,6 +8,13 @@ computation may run (``runs`` counts calls of the lifts' functions, and must be
 0), and the cost is the demand the pull grants and withdraws. Rows: k = 1
 (baseline), 10, 100, 300; a pull that costs O(1) in k keeps every row near 1.
 
+Group ``principals up``: one op is one principal brought up: a session's
+``start`` of that shared result and its first ``pull()`` (which runs that
+principal's instance: ``runs`` 2 per op). A sample sets the result up on a fresh
+runtime and brings k principals up one after the other (the runtime's own setup
+is in the sample too, spread over its k ops); rows k = 10 (baseline), 100, 300.
+Linear in k keeps every row near 1.
+
 Counted work: ``runs`` (lift calls), ``edge_visits`` (graph edges the scheduler
 walked granting and withdrawing demand, from `Graph.edge_visits`).
 
@@ -111,3 +118,47 @@ def pull_100() -> Run:
 @bench(group="pull principals", name="pull, 300 principals", ops=PULLS)
 def pull_300() -> Run:
     return _pulls(300)
+
+
+def _bring_up(k: int) -> Run:
+    def run() -> Counts:
+        loop = asyncio.new_event_loop()
+        rt = Runtime(space="bench")
+
+        async def main() -> None:
+            src, res = rt.get_cell("src"), rt.get_cell("res")
+            async with rt.edit() as tx:
+                src.with_tx(tx).set(3)
+                rt.setup(tx, Shared, {"src": src}, res)
+            for i in range(k):
+                session = rt.session(f"p{i}", "s")
+                cell = session.get_cell("res")
+                await session.start(cell)
+                if await cell.pull() != {"out": 7}:
+                    raise BenchError(f"principals up k={k}: wrong value")
+
+        runs = RUNS[0]
+        visits = rt.scheduler.graph.edge_visits
+        try:
+            loop.run_until_complete(main())
+            return {"runs": RUNS[0] - runs, "edge_visits": rt.scheduler.graph.edge_visits - visits}
+        finally:
+            loop.run_until_complete(rt.aclose())
+            loop.close()
+
+    return run
+
+
+@bench(group="principals up", name="bring up 10 principals", ops=10, baseline=True)
+def up_10() -> Run:
+    return _bring_up(10)
+
+
+@bench(group="principals up", name="bring up 100 principals", ops=100)
+def up_100() -> Run:
+    return _bring_up(100)
+
+
+@bench(group="principals up", name="bring up 300 principals", ops=300)
+def up_300() -> Run:
+    return _bring_up(300)

@@ -207,7 +207,10 @@ def entity_id(cause: Any) -> str:
     if eid not in causes and len(data) <= MAX_REMEMBERED_CAUSE:
         if len(causes) >= MAX_REMEMBERED_CAUSES:
             del causes[next(iter(causes))]  # the oldest: a bounded memory, not a leak
-        causes[eid] = norm  # `norm` is a fresh copy: a caller mutating `cause` cannot change it
+        # The canonical bytes, not the normalized value: about 120 bytes where the value
+        # cost about 270 per id (a run's every internal document has one), and a copy a
+        # caller mutating `cause` cannot change. Decoded only when asked (`cause_of`).
+        causes[eid] = data
     return eid
 
 
@@ -215,13 +218,37 @@ MAX_REMEMBERED_CAUSES: Final = 1 << 16
 """How many causes `entity_id` remembers (the oldest are forgotten first)."""
 MAX_REMEMBERED_CAUSE: Final = 512
 """Causes whose canonical form is longer (in bytes) are not remembered."""
-_causes: dict[str, Value] = {}
+_causes: dict[str, bytes] = {}
+_msgpack_decoder = msgspec.msgpack.Decoder()
 
 
 def cause_of(eid: str) -> Value:
     """The cause `entity_id` made `eid` from in this process, or `MISSING` when unknown
-    (made in another process, forgotten, too large, or not an entity id). O(1), no I/O."""
-    return _causes.get(eid, MISSING)
+    (made in another process, forgotten, too large, or not an entity id). Its dicts
+    list their keys sorted; an integral float reads as an int (equal by `value_equal`,
+    as the id is). O(size of the cause), no I/O."""
+    data = _causes.get(eid)
+    return MISSING if data is None else _untagged(_msgpack_decoder.decode(data))
+
+
+def _untagged(tagged: Any) -> Value:
+    """The value `_tagged` made `tagged` from (after a msgpack round trip)."""
+    tag = tagged[0]
+    if tag == "n":
+        return None
+    if tag == "b" or tag == "i" or tag == "s":
+        value: Value = tagged[1]
+        return value
+    if tag == "f":
+        return math.nan if tagged[1] == "nan" else float.fromhex(tagged[1])
+    if tag == "l":
+        return [_untagged(v) for v in tagged[1]]
+    if tag == "d":
+        return {k: _untagged(v) for k, v in tagged[1]}
+    if tag == "L":
+        _, space, id_, scope, path = tagged
+        return Link(space, id_, scope, tuple(_untagged(p) for p in path))
+    raise AssertionError(f"not a tagged value: {tagged!r}")
 
 
 def describe(place: object) -> str:
@@ -240,7 +267,7 @@ def describe(place: object) -> str:
 def describe_id(eid: str, *, limit: int = 60) -> str | None:
     """A short Python-like text of `eid`'s cause (`'notes'`, `{'note': 1}`), or None if
     unknown. Cut to `limit` characters with "…"."""
-    cause = _causes.get(eid, MISSING)
+    cause = cause_of(eid)
     if cause is MISSING:
         return None
     text = _render(cause, 0)
@@ -253,7 +280,7 @@ def _render(value: Value, depth: int) -> str:
     were made from). Nesting is cut at depth 3."""
     t = type(value)
     if t is str:
-        inner = _causes.get(value, MISSING) if depth < 3 else MISSING
+        inner = cause_of(value) if depth < 3 else MISSING
         return repr(value) if inner is MISSING else f"<{_render(inner, depth + 1)}>"
     if t is list:
         return "[" + ", ".join(_render(v, depth) for v in value) + "]"

@@ -362,9 +362,7 @@ class CyclicLivenessMachine(RuleBasedStateMachine):
         live = self.model_live()
         for c in self.registered():
             # The graph's edges are exactly the model's (declared or last-read sets).
-            assert self.sch.graph.writers.get(c.node, set()) == {
-                w.node for w in self.model_writers(c)
-            }, c
+            assert self.sch.graph.edges_into(c.node) == {w.node for w in self.model_writers(c)}, c
             assert c.node.is_live == (c in live), (c.node, c.node.live_refs)
         for c in self.on_cycle():
             if c not in live:

@@ -14,17 +14,41 @@ Invariants (checked by `_check`)
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
+
+from cells import Identity
 
 Cleanup = Callable[[], object]
 
 
-class CancelGroup:
-    __slots__ = ("_cancelled", "_cleanups", "label")
+class Labelled(Protocol):
+    """An owner that names its group when asked (a registration: "key#generation")."""
 
-    def __init__(self, label: str = "") -> None:
-        self.label = label
+    def group_label(self) -> str: ...
+
+
+Label = str | Identity | Labelled
+"""What a group is named by: a str, an identity (its instance: "principal/session"),
+or its owner. Formatted only when shown (a repr, an error): a formatted key per group
+cost about 150 bytes per registration."""
+
+
+class CancelGroup:
+    __slots__ = ("_cancelled", "_cleanups", "_label")
+
+    def __init__(self, label: Label = "") -> None:
+        self._label = label
         self._cleanups: list[Cleanup] = []
         self._cancelled = False
+
+    @property
+    def label(self) -> str:
+        label = self._label
+        if isinstance(label, str):
+            return label
+        if isinstance(label, Identity):
+            return f"{label.principal}/{label.session}"
+        return label.group_label()
 
     def __repr__(self) -> str:
         state = "cancelled" if self._cancelled else f"{len(self._cleanups)} cleanups"

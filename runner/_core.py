@@ -48,7 +48,7 @@ from ._builder import Pattern
 from ._cancel import CancelGroup
 from ._host import SchedulerHost
 from ._ownership import Attempts, PendingStart, PendingStarts, StartAttempt
-from ._registrations import Key, Registration, Registrations
+from ._registrations import Key, Registration, Registrations, end_instance
 from ._trace import LifecycleTrace
 
 MAX_NESTING: Final = 64
@@ -57,6 +57,10 @@ MAX_NESTING: Final = 64
 Token = Registration | PendingStart | None
 """What a launch holds: the registration it installed, a pending start (gated), or
 None (the result already ran the same pattern)."""
+
+
+_FEW_CLAIMANTS = 8
+"""Claimants of a lifetime kept in a tuple; more go into a set (O(1) per claim)."""
 
 
 class Ownership:
@@ -69,9 +73,11 @@ class Ownership:
         self.attempts = Attempts()
         self.pending = PendingStarts()
         self.lifetimes: set[Key] = set()
-        self.claimants: dict[Key, set[str | None]] = {}
+        self.claimants: dict[Key, tuple[str | None, ...] | set[str | None]] = {}
         """Whose starts claimed each lifetime (principals; None: the runtime's own), so
-        a session letting go of a shared run gives up only its own principal's claim."""
+        a session letting go of a shared run gives up only its own principal's claim. A
+        tuple while there are few (a set costs 216 bytes per lifetime, and almost every
+        lifetime has one claimant), a set beyond `_FEW_CLAIMANTS`."""
         self._declined: dict[Key, Registration] = {}
         """Releases that declined only because a start was in flight (DESIGN §4.3 item 4)."""
         self._idle_waiters: list[Callable[[], None]] = []
@@ -181,12 +187,7 @@ class Ownership:
 
     def drop_instance(self, reg: Registration, identity: Identity, group: CancelGroup) -> None:
         """End `reg`'s instance for `identity` (its cancel group `group`)."""
-        # The identity leaves first: its cleanups then see which identities still hold a
-        # child they share (`release_for`). A later instance's drop runs before an earlier
-        # one's (the registration's group runs newest first), so the first releases last.
-        if reg.identities.get(identity) is group:
-            del reg.identities[identity]
-        group.cancel()
+        end_instance(reg, identity, group)
 
     def let_go(self, key: Key, principal: str, *, why: str) -> None:
         """End `principal`'s instances of the registration under `key` and its claim on
@@ -198,7 +199,10 @@ class Ownership:
         reg = self.registrations.get(key)
         claimants = self.claimants.get(key)
         if claimants is not None:
-            claimants.discard(principal)
+            if isinstance(claimants, tuple):
+                claimants = self.claimants[key] = tuple(c for c in claimants if c != principal)
+            else:
+                claimants.discard(principal)
             if not claimants:
                 del self.claimants[key]
                 self.lifetimes.discard(key)
@@ -247,7 +251,12 @@ class Ownership:
                 self.claimants.pop(target, None)  # claims of a lifetime since dropped
             self.lifetimes.add(target)
             claimant = attempt.identity.principal if attempt.identity is not None else None
-            self.claimants.setdefault(target, set()).add(claimant)
+            held = self.claimants.get(target, ())
+            if isinstance(held, set):
+                held.add(claimant)
+            elif claimant not in held:
+                more = (*held, claimant)
+                self.claimants[target] = more if len(more) <= _FEW_CLAIMANTS else set(more)
             self.trace.record("claim", target, attempt=attempt.number)
             if attempt.on_claim is not None:
                 attempt.on_claim(target)

@@ -100,7 +100,7 @@ def inspect_run(ops: Operations, key: str, principal: str | None) -> dict[str, A
         raise OwnershipError(f"rt.inspect_run: no run {key!r} that {principal!r} may inspect")
     graph = load_pattern(reg.pattern).graph.to_json()
     for node in graph["nodes"]:
-        tracked = reg.nodes.get(node["index"], [])
+        tracked = reg.tracked(node["index"])
         node["instances"] = len(tracked)
         node["runs"] = sum(getattr(n, "runs", 0) for n in tracked)
     children = [str(r.key) for r in runner.registrations if r.chain[-1:] == (reg.key,)]

@@ -52,7 +52,7 @@ from cells import (
     Transaction,
     resolve,
 )
-from scheduler import QueuedEvent
+from scheduler import Node, QueuedEvent
 
 from . import _docs as docs
 from ._builder import LIST_KINDS, Navigate, NodeSpec, Pattern, PatternInstance, find_pattern
@@ -115,16 +115,8 @@ def instantiate(
 
 def _track(reg: Registration, index: int, node: Any, group: CancelGroup) -> None:
     """Remember `node` under its pattern node's index for inspection, until `group` ends."""
-    nodes = reg.nodes.setdefault(index, [])
-    nodes.append(node)
-
-    def forget() -> None:
-        if node in nodes:
-            nodes.remove(node)
-        if not nodes and reg.nodes.get(index) is nodes:
-            del reg.nodes[index]
-
-    group.add(forget)
+    reg.track(index, node)
+    group.add(lambda: reg.untrack(index, node))
 
 
 # --------------------------------------------------------------------------- lifts
@@ -141,90 +133,187 @@ def _lift(
 ) -> None:
     fn = pattern.function(spec.target)
     bound = docs.bind(spec.inputs, result)
-    args_tree: list[Any] = bound["args"]
-    kwargs_tree: dict[str, Any] = bound["kwargs"]
-    out = docs.internal_link(result, spec.index)
-    out_key = out.key(identity)
-    label = node_label(pattern, spec)
-    chain = (*reg.chain, reg.key)
-    launches = ComputedLaunches()
-    is_async = inspect.iscoroutinefunction(fn)
+    lift = _Lift(runner, reg, fn, bound, docs.internal_link(result, spec.index), identity)
+    lift.label = label = node_label(pattern, spec)
+    lift.index = spec.index
+    lift.node = runner.scheduler.register(
+        lift,
+        identity=identity,
+        outputs=((lift.out_key, _VALUE_PATH),),
+        label=label,
+        reads=declared_reads(bound, identity),
+    )
+    reg.track(spec.index, lift.node)
+    group.add(lift.teardown)
 
-    def child_link(at: tuple[str | int, ...]) -> Link:
-        return docs.computed_child_link(out, at)
 
-    def let_go(keep: dict[DocKey, Link]) -> None:
-        """Release the children of a list/dict return that are not in `keep`."""
-        many = launches.many
-        for key in [k for k in many if k not in keep]:
-            link, _launches = many.pop(key)
-            runner.release_for(reg, link, identity, None, why=f"{label} stopped returning it")
+_VALUE_PATH = (docs.VALUE,)
+"""The path a lift writes (one shared tuple, not one per node)."""
+_NO_KWARGS: dict[str, Any] = {}
+"""The keyword arguments of a lift called without any (shared: never written)."""
 
-    def run(tx: Transaction) -> Any:
-        args = [materialize(tx, a) for a in args_tree]
-        kwargs = {k: materialize(tx, v) for k, v in kwargs_tree.items()}
-        if is_async:
-            need_loop(label)
-        value = fn(*args, **kwargs)
-        if is_async:
+
+class _Lift:
+    """One instance of a lift node: the scheduler computation's function (calling it
+    runs the lift in `tx`), and the teardown its instance's cancel group runs.
+
+    A slotted object rather than nested closures: one object per lift, where the
+    closures (`run`, `put`, `let_go`, the cleanups), their tuples and cells cost
+    about 3 KB per node. `launches` is made on the first pattern instance the
+    function returns (most lifts return plain values).
+    """
+
+    __slots__ = (
+        "args",
+        "fn",
+        "identity",
+        "index",
+        "is_async",
+        "kwargs",
+        "label",
+        "launches",
+        "node",
+        "out",
+        "out_key",
+        "reg",
+        "runner",
+    )
+
+    def __init__(
+        self,
+        runner: Launcher,
+        reg: Registration,
+        fn: Callable[..., Any],
+        bound: dict[str, Any],
+        out: Link,
+        identity: Identity,
+    ) -> None:
+        self.runner = runner
+        self.reg = reg
+        self.fn = fn
+        args: list[Any] = bound["args"]
+        kwargs: dict[str, Any] = bound["kwargs"]
+        self.args = tuple(args)
+        self.kwargs = kwargs or _NO_KWARGS
+        self.out = out
+        self.out_key = out.key(identity)
+        self.identity = identity
+        self.index = 0
+        self.label = ""
+        self.launches: ComputedLaunches | None = None
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.node: Node | None = None
+
+    def __call__(self, tx: Transaction) -> Any:
+        args = [materialize(tx, a) for a in self.args]
+        kwargs = {k: materialize(tx, v) for k, v in self.kwargs.items()}
+        if self.is_async:
+            need_loop(self.label)
+        value = self.fn(*args, **kwargs)
+        if self.is_async:
             # The scheduler awaits it in a task, then commits `tx` (whose basis is what
             # was read above): a value computed from inputs that changed meanwhile
             # never lands.
-            return _write_later(tx, value)
-        put(tx, value)
+            return self._write_later(tx, value)
+        self._put(tx, value)
         return None
 
-    async def _write_later(tx: Transaction, pending: Any) -> None:
+    async def _write_later(self, tx: Transaction, pending: Any) -> None:
         value = await pending
         if _holds_instances(value):
             raise PatternError(
-                f"{label}: an async lift returns values, not pattern instances (launch"
+                f"{self.label}: an async lift returns values, not pattern instances (launch"
                 " children from a sync lift that reads this one's result)"
             )
-        put(tx, value)
+        self._put(tx, value)
 
-    def put(tx: Transaction, value: Any) -> None:
+    def _chain(self) -> tuple[DocKey, ...]:
+        reg = self.reg
+        return (*reg.chain, reg.key)
+
+    def _child_link(self, at: tuple[str | int, ...]) -> Link:
+        return docs.computed_child_link(self.out, at)
+
+    def _let_go(self, keep: dict[DocKey, Link]) -> None:
+        """Release the children of a list/dict return that are not in `keep`."""
+        launches = self.launches
+        if launches is None:
+            return
+        many = launches.many
+        for key in [k for k in many if k not in keep]:
+            link, _launches = many.pop(key)
+            self.runner.release_for(
+                self.reg, link, self.identity, None, why=f"{self.label} stopped returning it"
+            )
+
+    def _put(self, tx: Transaction, value: Any) -> None:
+        runner, out_key, label = self.runner, self.out_key, self.label
+        node = self.node
+        assert node is not None
+        launches = self.launches
         if isinstance(value, PatternInstance):
-            let_go({})
-            computed_child(runner, tx, value, out, chain, label, launches, node)
+            self._let_go({})
+            if launches is None:
+                launches = self.launches = ComputedLaunches()
+            computed_child(runner, tx, value, self.out, self._chain(), label, launches, node)
             return
         if tx.peek(out_key, (docs.PATTERN,)) is not MISSING:
             # It returned a pattern before and a plain value now: let the child go.
+            if launches is None:
+                launches = self.launches = ComputedLaunches()
             launches.latest += 1
             runner.release(out_key, None, why=f"{label} stopped returning a pattern")
             tx.write(out_key, (docs.PATTERN,), MISSING)
             tx.write(out_key, (docs.ARGUMENT,), MISSING)
         found: list[tuple[tuple[str | int, ...], PatternInstance]] = []
         if isinstance(value, (dict, list, tuple)):
-            replaced = _children_in(value, (), found, child_link)
+            replaced = _children_in(value, (), found, self._child_link)
             if found:
                 value = replaced
-        if found or launches.many:
+        if found or (launches is not None and launches.many):
+            if launches is None:
+                launches = self.launches = ComputedLaunches()
             keep: dict[DocKey, Link] = {}
+            chain = self._chain()
             for at, inst in found:
-                child = child_link(at)
+                child = self._child_link(at)
                 key = child.key(tx.identity)
                 held = launches.many.get(key)
                 own = held[1] if held is not None else ComputedLaunches()
                 launches.many[key] = (child, own)
                 keep[key] = child
                 computed_child(runner, tx, inst, child, chain, label, own, node)
-            let_go(keep)
+            self._let_go(keep)
         tx.write(out_key, (docs.VALUE,), value)  # the write stores a returned cell as a link
 
-    node = runner.scheduler.register(
-        run,
-        identity=identity,
-        outputs=[(out_key, (docs.VALUE,))],
-        label=label,
-        reads=declared_reads(bound, identity),
-    )
-    group.add(lambda: runner.scheduler.remove(node))
-    _track(reg, spec.index, node, group)
-    # Teardown lets the child go, tokenless: later runs re-drive one shared child and
-    # install nothing of their own, so a token narrowed to one run would never match.
-    group.add(lambda: runner.release_for(reg, out, identity, None, why=f"teardown of {label}"))
-    group.add(lambda: let_go({}))
+    def _remove(self) -> None:
+        if self.node is not None:
+            self.runner.scheduler.remove(self.node)
+
+    def teardown(self) -> None:
+        """Undo the instance, in the order separate cleanups ran (newest first): let the
+        children of a list/dict return go, let the child go, forget the node, remove it."""
+        reg, label = self.reg, self.label
+        errors: list[Exception] = []
+        steps: tuple[Callable[[], object], ...] = (
+            lambda: self._let_go({}),
+            # Tokenless: later runs re-drive one shared child and install nothing of
+            # their own, so a token narrowed to one run would never match.
+            lambda: self.runner.release_for(
+                reg, self.out, self.identity, None, why=f"teardown of {label}"
+            ),
+            lambda: reg.untrack(self.index, self.node),
+            self._remove,
+        )
+        for step in steps:
+            try:
+                step()
+            except Exception as exc:  # siblings still run, as in a cancel group
+                errors.append(exc)
+        if len(errors) == 1:
+            raise errors[0]
+        if errors:
+            raise ExceptionGroup(f"teardown of {label} failed", errors)
 
 
 def _holds_instances(value: Any) -> bool:

@@ -43,6 +43,7 @@ class Registration:
 
     __slots__ = (
         "_ended",
+        "_tracked",
         "adopted",
         "chain",
         "generation",
@@ -50,7 +51,6 @@ class Registration:
         "identities",
         "key",
         "launch",
-        "nodes",
         "owed",
         "pattern",
     )
@@ -72,13 +72,15 @@ class Registration:
         self.owed = False
         """Its setup transaction failed on a stale basis: the setup writes are owed (debt)
         and the next launch of the same run re-issues them, nested children included."""
-        self.group = CancelGroup(f"{key}#{generation}")
+        self.group = CancelGroup(self)
         self.identities: dict[Identity, CancelGroup] = {}
         """The identities its nodes run for (its instances), each with the cancel group of
         what that instance installed, in the order they joined."""
-        self.nodes: dict[int, list[Any]] = {}
-        """For inspection: the scheduler nodes and handlers each node of its pattern
-        (by index) registered, one per instance, while they exist."""
+        self._tracked: list[Any] = []
+        """For inspection: the scheduler nodes and handlers its pattern's nodes
+        registered (one per node and instance) while they exist, each after its
+        pattern node's index: [index, node, index, node, ...] (see `tracked`). A flat
+        list: a dict of lists cost about 250 bytes per registration."""
         self._ended = False
 
     def __repr__(self) -> str:
@@ -88,6 +90,62 @@ class Registration:
     @property
     def ended(self) -> bool:
         return self._ended
+
+    def track(self, index: int, node: Any) -> None:
+        """Remember `node` as an instance of its pattern's node `index`."""
+        self._tracked += (index, node)
+
+    def untrack(self, index: int, node: Any) -> None:
+        """Forget `node` (tracked under `index`); nothing if it is not tracked. O(nodes)."""
+        nodes = self._tracked
+        for i in range(1, len(nodes), 2):
+            if nodes[i] is node and nodes[i - 1] == index:
+                del nodes[i - 1 : i + 1]
+                return
+
+    def tracked(self, index: int) -> list[Any]:
+        """The nodes tracked under the pattern's node `index`, oldest first."""
+        nodes = self._tracked
+        return [nodes[i + 1] for i in range(0, len(nodes), 2) if nodes[i] == index]
+
+    @property
+    def nodes(self) -> dict[int, list[Any]]:
+        """The tracked nodes by their pattern node's index (a fresh dict; see `tracked`)."""
+        out: dict[int, list[Any]] = {}
+        nodes = self._tracked
+        for i in range(0, len(nodes), 2):
+            out.setdefault(nodes[i], []).append(nodes[i + 1])
+        return out
+
+    def group_label(self) -> str:
+        """How its cancel group is named: "key#generation"."""
+        return f"{self.key}#{self.generation}"
+
+
+class EndInstance:
+    """The cleanup a registration's group holds for each instance: end that identity's
+    instance (its cancel group). A slotted callable rather than a closure: one per
+    instance, 64 bytes where the closure and its cells cost about 380."""
+
+    __slots__ = ("group", "identity", "reg")
+
+    def __init__(self, reg: Registration, identity: Identity, group: CancelGroup) -> None:
+        self.reg = reg
+        self.identity = identity
+        self.group = group
+
+    def __call__(self) -> None:
+        end_instance(self.reg, self.identity, self.group)
+
+
+def end_instance(reg: Registration, identity: Identity, group: CancelGroup) -> None:
+    """End `reg`'s instance for `identity` (its cancel group `group`)."""
+    # The identity leaves first: its cleanups then see which identities still hold a
+    # child they share (`release_for`). A later instance's drop runs before an earlier
+    # one's (the registration's group runs newest first), so the first releases last.
+    if reg.identities.get(identity) is group:
+        del reg.identities[identity]
+    group.cancel()
 
 
 class Registrations:

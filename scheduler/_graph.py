@@ -11,6 +11,17 @@ set invalidates (`ReaderIndex`): a change to a declared place `R` did not
 read last time does not re-run `R`. Edges are maintained incrementally from
 read-set deltas and registrations.
 
+Instances: several nodes may write the same places (the same `outputs`), one
+per identity: the instances of a space-scoped result that k principals started
+(S69) all write its documents. Such writers form a *spot*. A reader depends on
+its own identity's writers of a spot when the spot has any, and on all of them
+only when it has none: the instances of a result k principals started form k
+separate chains, so a pull by one principal grants and withdraws demand on its
+own chain, O(1) in k, not on k^2 edges. Writers of different places (different
+`outputs`) are never dropped. (All of a spot's writers write the same places;
+whichever wrote last is what every reader reads, and the index still re-runs a
+reader when any of them changes what it read.)
+
 Liveness: a node is live iff it is registered and is a root (an effect, a
 provisional child, or explicitly demanded) or some live node reads it
 (`live_refs` counts live readers). Maintenance is incremental: a gain
@@ -25,8 +36,10 @@ downstream, capped at the node count (a cycle stops raising there).
 Invariants (checked by `_check`)
 - `dependents` and `writers` are mirror images and hold registered nodes only;
 - `writers[R]` is exactly the registered writers feeding R's read set or R's
-  declared reads (`_edge_writers`); `declared_only` holds exactly the declared
-  documents missing from each node's read set;
+  declared reads, after the instance rule (`_edge_writers`); `spots` holds, for
+  each document with several writers, its writers by `outputs` and identity;
+  `declared_only` holds exactly the declared documents missing from each node's
+  read set;
 - every node's `live_refs` equals `recompute()`'s count;
 - height(R) > height(W) for every edge not on a cycle (not checked: cycles).
 Complexity: a read delta costs O(writers of the touched documents); liveness
@@ -36,14 +49,32 @@ changes cost O(affected region), never O(graph) unless the region is the graph.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TypeVar
+from typing import TypeAlias, TypeVar
 
-from cells import DocKey, Path
+from cells import DocKey, Identity, Path
 
 from ._node import Node, ReadSet, lean_reads
 from ._readers import ReaderIndex
 
 _K = TypeVar("_K", Node, DocKey)
+_T = TypeVar("_T", Node, Identity)
+Edges: TypeAlias = Node | set[Node]
+"""A node's readers (or writers): the node itself when there is one, a set from two on."""
+
+
+def _each(edges: Edges | None) -> Iterable[Node]:
+    """The nodes in `edges` (none for None)."""
+    if edges is None:
+        return ()
+    if type(edges) is set:
+        return edges
+    return (edges,)  # type: ignore[return-value]
+
+
+Outputs: TypeAlias = tuple[tuple[DocKey, Path], ...]
+Spots: TypeAlias = dict[Outputs, dict[Identity, "Edges"]]
+"""One document's writers by the places they write (`outputs`), then by identity (the
+node itself while it is the only one of its identity there, as for `Edges`)."""
 
 
 def overlaps(write: Path, read: Path) -> bool:
@@ -64,7 +95,11 @@ def _feeds_reader(writer: Node, reader: Node) -> bool:
 
 
 def _feeds(writer: Node, reads: ReadSet) -> bool:
-    for key, path in writer.outputs:
+    return _outputs_feed(writer.outputs, reads)
+
+
+def _outputs_feed(outputs: Outputs, reads: ReadSet) -> bool:
+    for key, path in outputs:
         entry = reads.get(key)
         if entry is None:
             continue
@@ -83,10 +118,14 @@ class Graph:
         self.writers_by_doc: dict[DocKey, Node | set[Node]] = {}
         """Declared writers per document: the node itself while it is the only one
         (a set costs 216 bytes, and most documents have exactly one writer)."""
-        # Edge sets exist only while non-empty: an empty set costs 216 bytes, and
-        # most nodes have no readers (or no writers) at all.
-        self.dependents: dict[Node, set[Node]] = {}
-        self.writers: dict[Node, set[Node]] = {}
+        # Edges exist only while there are some, and one edge is the node itself, a set
+        # only from two on: a set costs 216 bytes, most nodes have no readers (or no
+        # writers) at all, and most of the others one. (`edges_into` reads them as a set.)
+        self.dependents: dict[Node, Edges] = {}
+        self.writers: dict[Node, Edges] = {}
+        self.spots: dict[DocKey, Spots] = {}
+        """Per document with several writers (only): its writers by spot and identity,
+        for the instance rule (see the module docstring)."""
         self.declared_only: dict[DocKey, set[Node]] = {}
         """Per document: nodes that declared they may read it but did not read it
         last run (the reader index has them not): a writer registered later finds
@@ -107,20 +146,41 @@ class Graph:
             if current is None:
                 by_doc[key] = node
             elif isinstance(current, set):
-                current.add(node)
+                if node not in current:
+                    current.add(node)
+                    self._spot(key, node)
             elif current is not node:
                 by_doc[key] = {current, node}
+                self._spot(key, current)
+                self._spot(key, node)
         # Readers registered before this writer: wire edges to them now.
+        identity = node.identity
         for key in {k for k, _ in node.outputs}:
             readers = self.index.readers_of(key)
             declared_only = self.declared_only.get(key)
             if declared_only:
                 readers.update(declared_only)
+            spots = self.spots.get(key)
+            group = spots[node.outputs] if spots is not None else None
             for reader in readers:
-                if reader is not node and reader.registered and _feeds_reader(node, reader):
+                if reader is node or not reader.registered:
+                    continue
+                if group is not None and len(group) > 1:
+                    # The instance rule: a reader with writers of its own identity here
+                    # depends on those only; the first of its identity replaces the rest.
+                    mine = group.get(reader.identity)
+                    if reader.identity != identity:
+                        if mine is not None:
+                            continue
+                    elif mine is node and _feeds_reader(node, reader):
+                        self._drop_edges(
+                            reader,
+                            [w for i, ws in group.items() if i != identity for w in _each(ws)],
+                        )
+                if _feeds_reader(node, reader):
                     self._link(node, reader)
                     self._raise(reader, node.height + 1)
-        node.live_refs = sum(1 for r in self.dependents.get(node, ()) if r.is_live)
+        node.live_refs = sum(1 for r in _each(self.dependents.get(node)) if r.is_live)
         if node.is_live:
             self._became_live(node)
 
@@ -128,19 +188,25 @@ class Graph:
         was_live = node.is_live
         node.registered = False
         by_doc = self.writers_by_doc
+        # The readers of its identity left with no writer of it in a spot it shared: by
+        # the instance rule they depend on the spot's other writers now (rewired below).
+        orphaned = False
         for key, _ in node.outputs:
             current = by_doc.get(key)
             if current is node:
                 del by_doc[key]
-            elif isinstance(current, set):
+            elif isinstance(current, set) and node in current:
                 current.discard(node)
+                orphaned |= self._unspot(key, node)
                 if len(current) == 1:
                     (by_doc[key],) = current
-        for reader in self.dependents.pop(node, set()):
-            self._unlink_half(self.writers, reader, node)
-        upstream = self.writers.pop(node, set())
+                    del self.spots[key]
+        dependents = _each(self.dependents.pop(node, None))
+        for reader in dependents:
+            self._unlink_edge(self.writers, reader, node)
+        upstream = _each(self.writers.pop(node, None))
         for w in upstream:
-            self._unlink_half(self.dependents, w, node)
+            self._unlink_edge(self.dependents, w, node)
         if was_live:
             # All decrements first: a withdraw recounts a whole upstream region from
             # the readers left, so one run between decrements would count this node's
@@ -157,6 +223,10 @@ class Graph:
         self.index.remove(node)
         del self.nodes[node]
         node.live_refs = 0
+        if orphaned:
+            for reader in dependents:
+                if reader.registered and reader.identity == node.identity:
+                    self._apply_writers(reader, self._edge_writers(reader))
 
     def set_reads(self, node: Node, reads: ReadSet) -> None:
         """Apply a new read set (delta) and rewire `node`'s incoming edges."""
@@ -167,18 +237,23 @@ class Graph:
             return
         if node.declared is not None:
             self._declared_only(node, old_reads, reads)
-        new_writers = self._edge_writers(node)
-        old_writers = self.writers.get(node, set())
+        self._apply_writers(node, self._edge_writers(node))
+
+    def _apply_writers(self, node: Node, new_writers: set[Node]) -> None:
+        """Make `new_writers` `node`'s incoming edges (liveness and heights follow)."""
+        old_writers = self.edges_into(node)
         if new_writers == old_writers:
             return
         added = new_writers - old_writers
         removed = old_writers - new_writers
-        if new_writers:
+        if len(new_writers) > 1:
             self.writers[node] = new_writers
+        elif new_writers:
+            (self.writers[node],) = new_writers
         else:
             self.writers.pop(node, None)
         for w in added:
-            self.dependents.setdefault(w, set()).add(node)
+            self._link_half(self.dependents, w, node)
             self._raise(node, w.height + 1)
             if node.is_live:
                 was = w.is_live
@@ -187,7 +262,7 @@ class Graph:
                 if not was:
                     self._became_live(w)
         for w in removed:
-            self._unlink_half(self.dependents, w, node)
+            self._unlink_edge(self.dependents, w, node)
             if node.is_live:
                 w.live_refs -= 1
                 self.live_writes += 1
@@ -197,16 +272,62 @@ class Graph:
         """The registered writers feeding `node`'s read set or its declared reads."""
         out: set[Node] = set()
         declared = node.declared
+        identity = node.identity
         # Most nodes read exactly what they declared (often the very same object).
         for reads in (
             (node.reads,) if declared is None or declared is node.reads else (node.reads, declared)
         ):
             for key in reads:
-                for w in self.writers_of(key):
+                spots = self.spots.get(key)
+                if spots is None:
+                    for w in self.writers_of(key):
+                        self.edge_visits += count
+                        if w is not node and _feeds(w, reads):
+                            out.add(w)
+                    continue
+                # Several writers: one feed test per spot (its writers write the same
+                # places), then the reader's own identity's writers if the spot has any.
+                for outputs, group in spots.items():
                     self.edge_visits += count
-                    if w is not node and _feeds(w, reads):
-                        out.add(w)
+                    if not _outputs_feed(outputs, reads):
+                        continue
+                    mine = group.get(identity)
+                    for ws in (mine,) if mine is not None else group.values():
+                        for w in _each(ws):
+                            if w is not node:
+                                out.add(w)
         return out
+
+    def _spot(self, key: DocKey, node: Node) -> None:
+        """File `node` in `key`'s spots (a document with several writers)."""
+        group = self.spots.setdefault(key, {}).setdefault(node.outputs, {})
+        self._link_half(group, node.identity, node)
+
+    def _unspot(self, key: DocKey, node: Node) -> bool:
+        """Take `node` out of `key`'s spots; True if its spot still has writers, none of
+        them of its identity (its readers of that identity fall back to the others)."""
+        spots = self.spots[key]
+        group = spots[node.outputs]
+        self._unlink_edge(group, node.identity, node)
+        if node.identity in group:
+            return False
+        if not group:
+            del spots[node.outputs]
+            return False
+        return True
+
+    def _drop_edges(self, reader: Node, writers: list[Node]) -> None:
+        """Remove the edges `writers -> reader` (the instance rule replaced them)."""
+        edges = self.edges_into(reader)
+        dropped = [w for w in writers if w in edges]
+        for w in dropped:
+            self._unlink_edge(self.writers, reader, w)
+            self._unlink_edge(self.dependents, w, reader)
+        if reader.is_live and dropped:
+            for w in dropped:
+                w.live_refs -= 1
+                self.live_writes += 1
+            self._withdraw(dropped)
 
     def _declared_only(self, node: Node, old: ReadSet, new: ReadSet) -> None:
         """Move `node` in `declared_only` from the documents `old` lacks to those `new` lacks."""
@@ -231,8 +352,39 @@ class Graph:
         return (current,)
 
     def _link(self, writer: Node, reader: Node) -> None:
-        self.dependents.setdefault(writer, set()).add(reader)
-        self.writers.setdefault(reader, set()).add(writer)
+        self._link_half(self.dependents, writer, reader)
+        self._link_half(self.writers, reader, writer)
+
+    def edges_into(self, node: Node) -> set[Node]:
+        """The writers `node` has edges from (a fresh set)."""
+        edges = self.writers.get(node)
+        if edges is None:
+            return set()
+        return set(edges) if type(edges) is set else {edges}  # type: ignore[arg-type]
+
+    @staticmethod
+    def _link_half(table: dict[_T, Edges], owner: _T, other: Node) -> None:
+        """Add `other` to `table[owner]` (the node itself while it is the only one)."""
+        edges = table.get(owner)
+        if edges is None:
+            table[owner] = other
+        elif type(edges) is set:
+            edges.add(other)
+        elif edges is not other:
+            table[owner] = {edges, other}  # type: ignore[arg-type]
+
+    @staticmethod
+    def _unlink_edge(table: dict[_T, Edges], owner: _T, other: Node) -> None:
+        """Drop `other` from `table[owner]`, and the entry once it is empty."""
+        edges = table.get(owner)
+        if edges is other:
+            del table[owner]
+        elif type(edges) is set:
+            edges.discard(other)
+            if len(edges) == 1:
+                (table[owner],) = edges
+            elif not edges:
+                del table[owner]
 
     @staticmethod
     def _unlink_half(table: dict[_K, set[Node]], owner: _K, other: Node) -> None:
@@ -255,7 +407,7 @@ class Graph:
             n.height = h
             if h >= cap:
                 continue  # on a cycle: stop raising
-            for r in self.dependents.get(n, ()):
+            for r in _each(self.dependents.get(n)):
                 if r.height <= h:
                     stack.append((r, h + 1))
 
@@ -270,7 +422,7 @@ class Graph:
         stack = list(seeds)
         while stack:
             r = stack.pop()
-            for w in self.writers.get(r, ()):
+            for w in _each(self.writers.get(r)):
                 if not w.registered:
                     continue
                 self.edge_visits += 1
@@ -297,7 +449,7 @@ class Graph:
         stack = list(region)
         while stack:
             n = stack.pop()
-            for w in self.writers.get(n, ()):
+            for w in _each(self.writers.get(n)):
                 self.edge_visits += 1
                 if w.registered and w not in region:
                     region[w] = None
@@ -307,7 +459,7 @@ class Graph:
         seeds: list[Node] = []
         for n in region:
             supported = n.is_root
-            for r in self.dependents.get(n, ()):
+            for r in _each(self.dependents.get(n)):
                 self.edge_visits += 1
                 if r not in region and r.is_live:
                     n.live_refs += 1
@@ -331,30 +483,43 @@ class Graph:
         live.update(stack)
         while stack:
             r = stack.pop()
-            for w in self.writers.get(r, ()):
+            for w in _each(self.writers.get(r)):
                 if w not in live:
                     live.add(w)
                     stack.append(w)
-        return {n: sum(1 for r in self.dependents.get(n, ()) if r in live) for n in self.nodes}
+        return {n: sum(1 for r in _each(self.dependents.get(n)) if r in live) for n in self.nodes}
 
     def _check(self) -> None:
         for w, readers in self.dependents.items():
-            assert w in self.nodes and readers, w
-            for r in readers:
-                assert w in self.writers.get(r, ()), (w, r)
+            assert w in self.nodes and (type(readers) is not set or len(readers) > 1), w
+            for r in _each(readers):
+                assert w in _each(self.writers.get(r)), (w, r)
                 assert r.registered
         for r, ws in self.writers.items():
-            assert r in self.nodes and ws, r
-            for w in ws:
-                assert r in self.dependents.get(w, ()), (w, r)
+            assert r in self.nodes and (type(ws) is not set or len(ws) > 1), r
+            for w in _each(ws):
+                assert r in _each(self.dependents.get(w)), (w, r)
         for key, current in self.writers_by_doc.items():
             assert not isinstance(current, set) or len(current) > 1, key
             for w in self.writers_of(key):
                 assert w in self.nodes and any(k == key for k, _ in w.outputs), (w, key)
+        spots: dict[DocKey, dict[Outputs, dict[Identity, set[Node]]]] = {}
+        for key, current in self.writers_by_doc.items():
+            if isinstance(current, set):
+                for w in current:
+                    group = spots.setdefault(key, {}).setdefault(w.outputs, {})
+                    group.setdefault(w.identity, set()).add(w)
+        assert spots == {
+            k: {o: {i: set(_each(ws)) for i, ws in g.items()} for o, g in s.items()}
+            for k, s in self.spots.items()
+        }, (spots, self.spots)
+        for spot in self.spots.values():
+            for held in spot.values():
+                assert all(type(ws) is not set or len(ws) > 1 for ws in held.values()), held
         for n in self.nodes:
             for key, _ in n.outputs:
                 assert n in self.writers_of(key), (n, key)
-            assert self.writers.get(n, set()) == self._edge_writers(n, count=False), n
+            assert self.edges_into(n) == self._edge_writers(n, count=False), n
         declared_only: dict[DocKey, set[Node]] = {}
         for n in self.nodes:
             for key in n.declared or ():

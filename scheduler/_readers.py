@@ -8,8 +8,15 @@ a change of key set, length, kind or link identity (a scalar replaced by
 another of the same type is no change for them), and both when the
 reachability of their path changes (a parent appeared, vanished or moved).
 
+A document with one deep (or shallow) reader holds that node itself in `deep`
+(`shallow`), its paths read from the node's read set; a dict of readers only
+from two on: most documents have one reader, and a one-entry dict costs about
+200 bytes per document.
+
 Invariants (checked by `_check`)
-- `deep[doc][node]` and `shallow[doc][node]` are exactly `node.reads[doc]`;
+- `deep[doc]` and `shallow[doc]` hold exactly the nodes whose `node.reads[doc]`
+  has deep (shallow) paths: the node itself when it is the only one, else a dict
+  of at least two mapping each to exactly those paths;
 - a document's path trie, when it has one, holds exactly those paths, and only
   documents with readers have one.
 """
@@ -206,6 +213,24 @@ class _Trie:
             yield from child.entries((*prefix, elem))
 
 
+Readers = Node | dict[Node, tuple[Path, ...]]
+"""One document's deep (or shallow) readers: the node itself when it is the only one."""
+
+
+def _entries(readers: Readers, key: DocKey, kind: int) -> Iterable[tuple[Node, tuple[Path, ...]]]:
+    """(node, paths) for each reader in `readers` of `key`; `kind` 0 deep, 1 shallow."""
+    if type(readers) is dict:
+        return readers.items()
+    assert isinstance(readers, Node)
+    return ((readers, readers.reads[key][kind]),)
+
+
+def _count(readers: Readers | None) -> int:
+    if readers is None:
+        return 0
+    return len(readers) if type(readers) is dict else 1
+
+
 def _value_changed(b: object, a: object) -> bool:
     """The final comparison of `changed_at` for a deep read (`b is not a` known)."""
     t = type(b)
@@ -218,8 +243,8 @@ def _value_changed(b: object, a: object) -> bool:
 class ReaderIndex:
     """Readers per document, deep and shallow (and a path trie for well-read documents)."""
 
-    deep: dict[DocKey, dict[Node, tuple[Path, ...]]] = attrs.field(factory=dict, init=False)
-    shallow: dict[DocKey, dict[Node, tuple[Path, ...]]] = attrs.field(factory=dict, init=False)
+    deep: dict[DocKey, Readers] = attrs.field(factory=dict, init=False)
+    shallow: dict[DocKey, Readers] = attrs.field(factory=dict, init=False)
     tries: dict[DocKey, _Trie] = attrs.field(factory=dict, init=False)
     """Made by `match` once a document has `TRIE_READERS` readers, then kept in
     step by `apply` until the document has no readers."""
@@ -249,15 +274,18 @@ class ReaderIndex:
                     trie.add(node, p, False)
                 for p in spaths:
                     trie.add(node, p, True)
-            for table, paths in ((self.deep, dpaths), (self.shallow, spaths)):
+            for kind, table, paths in ((0, self.deep, dpaths), (1, self.shallow, spaths)):
+                readers = table.get(key)
                 if paths:
-                    table.setdefault(key, {})[node] = paths
-                else:
-                    readers = table.get(key)
-                    if readers is not None:
-                        readers.pop(node, None)
-                        if not readers:
-                            del table[key]
+                    if readers is None:
+                        table[key] = node  # its paths: `node.reads`, set below
+                    elif type(readers) is dict:
+                        readers[node] = paths
+                    elif readers is not node:
+                        assert isinstance(readers, Node)
+                        table[key] = {readers: readers.reads[key][kind], node: paths}
+                elif readers is not None:
+                    self._unread(table, key, readers, node)
         if not touched:
             new = old  # equal: keep the object the node (and maybe others) already hold
         elif type(new) is OneRead:
@@ -273,8 +301,13 @@ class ReaderIndex:
         replaces it). Looks at the first and the newest other reader only: O(1)."""
         key, entry = one.key, one.entry
         readers = (self.deep if entry[0] else self.shallow).get(key)
-        if readers:
-            for other in (next(iter(readers)), next(reversed(readers))):
+        if readers is not None:
+            others = (
+                (next(iter(readers)), next(reversed(readers)))
+                if isinstance(readers, dict)
+                else (readers,)
+            )
+            for other in others:
                 held = other.reads
                 if type(held) is OneRead and held.entry == entry and held.key == key:
                     return held
@@ -291,11 +324,21 @@ class ReaderIndex:
         for table in (self.deep, self.shallow):
             readers = table.get(key)
             if readers is not None:
-                readers.pop(node, None)
-                if not readers:
-                    del table[key]
+                self._unread(table, key, readers, node)
         if trie is not None and key not in self.deep and key not in self.shallow:
             del self.tries[key]
+
+    @staticmethod
+    def _unread(table: dict[DocKey, Readers], key: DocKey, readers: Readers, node: Node) -> None:
+        """Take `node` out of `key`'s `readers` in `table` (a lone reader stays itself)."""
+        if readers is node:
+            del table[key]
+        elif type(readers) is dict:
+            readers.pop(node, None)
+            if len(readers) == 1:
+                (table[key],) = readers
+            elif not readers:
+                del table[key]
 
     def remove(self, node: Node) -> None:
         for key in node.reads:
@@ -303,7 +346,15 @@ class ReaderIndex:
         node.reads = {}
 
     def readers_of(self, key: DocKey) -> set[Node]:
-        return set(self.deep.get(key, ())) | set(self.shallow.get(key, ()))
+        out: set[Node] = set()
+        for table in (self.deep, self.shallow):
+            readers = table.get(key)
+            if type(readers) is dict:
+                out.update(readers)
+            elif readers is not None:
+                assert isinstance(readers, Node)
+                out.add(readers)
+        return out
 
     def match(self, change: Change) -> list[Node]:
         """Readers whose read value changed between `change.before` and `change.after`.
@@ -318,10 +369,12 @@ class ReaderIndex:
         deep = self.deep.get(key)
         shallow = self.shallow.get(key)
         trie = self.tries.get(key)
-        if trie is None and shallow is None and deep is not None and len(deep) < TRIE_READERS:
-            if len(deep) == 1:
+        if trie is None and shallow is None and deep is not None:
+            if type(deep) is not dict:
                 # One reader (a chain's every link): `_matching` for it, inlined.
-                ((node, paths),) = deep.items()
+                node: Node = deep  # type: ignore[assignment]
+                reads = node.reads
+                paths = (reads.entry if type(reads) is OneRead else reads[key])[0]
                 if len(paths) == 1:
                     p = paths[0]
                     self.comparisons += 1
@@ -340,26 +393,30 @@ class ReaderIndex:
                             return [node] if b != a else []
                         return [node] if changed_at(b, a, (), shallow=False) else []
                     return [node] if changed_at(before, after, p, shallow=False) else []
-            return self._matching(deep.items(), before, after, False)  # the usual document
-        if trie is None and len(deep or ()) + len(shallow or ()) >= TRIE_READERS:
+                return self._matching(((node, paths),), before, after, False)
+            if len(deep) < TRIE_READERS:
+                return self._matching(deep.items(), before, after, False)  # the usual document
+        if trie is None and _count(deep) + _count(shallow) >= TRIE_READERS:
             trie = self.tries[key] = _Trie()
-            for table in (deep, shallow):
-                for node, paths in (table or {}).items():
-                    for p in paths:
-                        trie.add(node, p, table is shallow)
+            for kind, table in ((0, deep), (1, shallow)):
+                if table is not None:
+                    for node, paths in _entries(table, key, kind):
+                        for p in paths:
+                            trie.add(node, p, kind == 1)
         if trie is not None:
             written = change.paths
             if written is not None:
                 return self._match_along(trie, before, after, written)
             return self._match_trie(trie, before, after)
         hits: list[Node] = []
-        if deep:
-            hits.extend(self._matching(deep.items(), before, after, False))
-        if shallow:
-            readers: Iterable[tuple[Node, tuple[Path, ...]]] = shallow.items()
-            if deep:  # a node already hit by a deep read needs no shallow comparison
+        if deep is not None:
+            hits.extend(self._matching(_entries(deep, key, 0), before, after, False))
+        if shallow is not None:
+            readers = _entries(shallow, key, 1)
+            if deep is not None:  # a node already hit by a deep read needs no shallow comparison
                 found = hits
-                readers = [(n, p) for n, p in readers if not (n in deep and n in found)]
+                deep_readers = deep if type(deep) is dict else (deep,)
+                readers = [(n, p) for n, p in readers if not (n in deep_readers and n in found)]
             hits.extend(self._matching(readers, before, after, True))
         return hits
 
@@ -535,19 +592,24 @@ class ReaderIndex:
                 assert type(reads.entry) is tuple and len(reads.entry) == 2, node
                 assert all(type(ps) is tuple for ps in reads.entry), node
             for key, (dpaths, spaths) in reads.items():
-                assert self.deep.get(key, {}).get(node, ()) == dpaths, (node, key)
-                assert self.shallow.get(key, {}).get(node, ()) == spaths, (node, key)
-        for table in (self.deep, self.shallow):
+                for kind, table, paths in ((0, self.deep, dpaths), (1, self.shallow, spaths)):
+                    held = dict(_entries(table[key], key, kind)) if key in table else {}
+                    assert held.get(node, ()) == paths, (node, key)
+        for kind, table in ((0, self.deep), (1, self.shallow)):
             for key, readers in table.items():
-                for node in readers:
+                assert type(readers) is not dict or len(readers) > 1, (key, readers)
+                for node, paths in _entries(readers, key, kind):
                     assert key in node.reads and node.registered, (node, key)
+                    assert paths, (node, key)
         for key, trie in self.tries.items():
             # The trie holds exactly the document's read paths.
             want = {
                 (node, p, is_shallow)
-                for is_shallow, table in ((False, self.deep), (True, self.shallow))
-                for node, paths in table.get(key, {}).items()
+                for kind, table in ((0, self.deep), (1, self.shallow))
+                if key in table
+                for node, paths in _entries(table[key], key, kind)
                 for p in paths
+                for is_shallow in (kind == 1,)
             }
             got = list(trie.entries())
             assert len(got) == len(set(got)) and set(got) == want, key

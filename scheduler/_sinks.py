@@ -55,12 +55,9 @@ def add_sink(host: Host, cell: Cell, sink: Sink, what: str) -> Callable[[], None
     )
     sink.node = node
     host.settle()
-
-    def cancel() -> None:
-        host.remove(node)
-        sink.materializer.close()
-
-    return cancel
+    # A bound method, not a closure over `host`, `node` and `sink` (about 150 bytes
+    # less per sink: see the `memory per unit` benchmark's observed derived node).
+    return sink.cancel
 
 
 def derive(
@@ -226,6 +223,12 @@ class Sink:
             return
         self.pending = value
         self.scheduler._deliveries[self] = None
+
+    def cancel(self) -> None:
+        """End the sink: remove its node and close its materializer (idempotent)."""
+        if self.node is not None:
+            self.scheduler.remove(self.node)
+        self.materializer.close()
 
     def deliver(self) -> None:
         value = self.pending

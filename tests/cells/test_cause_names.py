@@ -79,3 +79,14 @@ def test_errors_that_name_a_document_name_its_cause() -> None:
 def test_an_id_made_from_another_id_is_described_through_it() -> None:
     internal = entity_id({"internal": [entity_id("board"), "space", 3]})
     assert "{'internal': [<'board'>, 'space', 3]}" == describe_id(internal)
+
+
+def test_a_remembered_cause_reads_back_as_the_value_it_was() -> None:
+    # Kept as its canonical bytes (not the value) and decoded when asked.
+    link = Link("notes", "plain", "user", ("a", 0))
+    cause = {"z": [None, True, 1, 2.5, "s", link], "a": {"nested": -3}}
+    eid = entity_id(cause)
+    back = cause_of(eid)
+    assert cause == back
+    assert ["a", "z"] == list(back)  # keys sorted
+    assert [0.1] == cause_of(entity_id([0.1]))

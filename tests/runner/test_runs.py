@@ -29,6 +29,7 @@ from runner import (
     PatternError,
     PatternLoadError,
     Runtime,
+    lift,
     pattern,
 )
 from runner import _docs as docs
@@ -498,6 +499,51 @@ def test_sessions_run_scoped_instances() -> None:
             assert 2 == len(rt.registrations())
             assert [2, 20] == [await r.key("doubled").pull() for r in runs]
             assert runs[0].id == runs[1].id and runs[0].doc_key != runs[1].doc_key
+
+    arun(main)
+
+
+CHAIN_RUNS: list[str] = []
+
+
+def _doubled(x: Any) -> Any:
+    CHAIN_RUNS.append("double")
+    return (x or 0) * 2
+
+
+def _plus_one(x: Any) -> Any:
+    CHAIN_RUNS.append("inc")
+    return (x or 0) + 1
+
+
+@pattern
+def SharedChain(src):  # type: ignore[no-untyped-def]
+    return {"out": lift(_plus_one)(lift(_doubled)(src))}
+
+
+def test_a_pull_by_one_of_k_principals_runs_and_demands_its_own_instance_only() -> None:
+    # A space-scoped result k principals started runs as k instances writing the same
+    # documents; a pull by one of them demands that principal's chain, not all k (a
+    # pull cost O(k) edges per instance, O(k^2) in all, before the graph's instance rule).
+    async def main() -> None:
+        async with Runtime(space="s", principal="service") as rt:
+            src, res = rt.get_cell("src"), rt.get_cell("res")
+            async with rt.edit() as tx:
+                src.with_tx(tx).set(3)
+                rt.setup(tx, SharedChain, {"src": src}, res)
+            sessions = [rt.session(f"p{i}", "s") for i in range(5)]
+            for s in sessions:
+                await s.start(s.get_cell("res"))
+            CHAIN_RUNS.clear()
+            assert {"out": 7} == await sessions[2].get_cell("res").pull()
+            assert ["double", "inc"] == CHAIN_RUNS
+            assert {"out": 7} == await sessions[2].get_cell("res").pull()
+            assert ["double", "inc"] == CHAIN_RUNS  # nothing changed: nothing runs
+            await src.set(4)
+            assert {"out": 9} == await sessions[4].get_cell("res").pull()
+            assert ["double", "inc"] * 2 == CHAIN_RUNS
+            assert not any(n.is_live for n in rt.scheduler.graph.nodes if n.kind != "effect")
+            rt._check()
 
     arun(main)
 

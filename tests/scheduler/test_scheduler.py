@@ -1022,10 +1022,10 @@ def test_two_writers_of_one_document_both_feed_its_reader_until_one_is_removed(e
     seen: list[Any] = []
     env.sch.sink(out, seen.append)
     reader = next(n for n in env.sch.graph.nodes if n.kind == "effect")
-    assert {first, second} == env.sch.graph.writers[reader]
+    assert {first, second} == env.sch.graph.edges_into(reader)
     env.check()
     env.sch.remove(first)
-    assert {second} == env.sch.graph.writers[reader]
+    assert {second} == env.sch.graph.edges_into(reader)
     assert [second] == list(env.sch.graph.writers_of(out.doc_key))
     env.check()
     a.set(5)
