@@ -26,9 +26,12 @@ Groups
     card, an `Effect` per card that shows it; the group's baseline at the
     largest N), a naive reaktiv design (the whole list in one `Signal`, every
     card in one `Computed`: the same work as recomputing everything), and
-    plain Python recomputing every card. Two more rows per N edit a linked
-    task under `items.filter(Keep)` (its verdict flips) and under
-    `items.flat_map(Tag)` (its items change), then pull the output's first item.
+    plain Python recomputing every card. More rows per N edit a task (linked,
+    or an inline dict) under `items.filter(Keep)` (its verdict flips) and under
+    `items.flat_map(Tag)` (its items change), then either wait for the pass with
+    a sink on the output's first item installed ("sink") or pull that item with
+    no observer ("pull"); their reaktiv peers use a Computed per task and a
+    Computed list over them.
 ``lists sink``
     One op is one element edited, then the pass that re-delivers the whole
     mapped list to a plain `sink` on `out` (what a view without patches
@@ -82,7 +85,7 @@ from typing import Any
 import reaktiv
 
 from bench.harness import BenchError, Counts, Run, bench
-from cells import Cell, MemoryStore, SQLiteStore, StoreBase
+from cells import MISSING, Cell, MemoryStore, SQLiteStore, StoreBase
 from runner import Runtime, lift, pattern
 
 
@@ -292,6 +295,10 @@ class _World:
     def coordinator_reconciles(self) -> int:
         return sum(c.reconciles for c in self.rt.runner.coordinators)
 
+    def whole_combines(self) -> int:
+        """Runs of filter / flat_map combiners that combined the whole list."""
+        return sum(c.combiner.combines for c in self.rt.runner.coordinators if c.combiner)
+
     def now(self) -> dict[str, int]:
         # O(1) counters only: this runs inside the timed region, and
         # `scheduler.statistics()` (which walks every node) or `rt.registrations()`
@@ -307,6 +314,7 @@ class _World:
             "elided": self.rt.replica.stats.commits_elided,
             "calls": CALLS[0],
             "reconciles": self.coordinator_reconciles(),
+            "combines": self.whole_combines(),
             "registrations": len(self.rt.runner.registrations),
             "comparisons": scheduler.index.comparisons,  # reader-index path checks
         }
@@ -558,42 +566,80 @@ for _kind in (LINKS, DICTS, SCALARS):
         _edit_bench(_n, _kind)
 
 
-def _aggregate_edit_bench(n: int, board: Any, op: str) -> None:
-    @bench(group="lists edit", name=f"cellweave {op}, one result changed N={n} (links)", ops=EDITS)
+def _first_kept(tasks: list[dict[str, Any]], op: str) -> Callable[[int, str], Any]:
+    """What the output's first item is once task i (already updated in `tasks`) has its
+    new title, in O(log N) plus a C-level list insert or delete: a
+    flat_map's first item is task 0's title; a filter's is the first task whose title
+    ends in "!" (their positions are kept sorted). Built outside the timed region."""
+    import bisect
+
+    kept = [i for i, t in enumerate(tasks) if str(t["title"]).endswith("!")]
+
+    def after(i: int, title: str) -> Any:
+        if op == "flat_map":
+            return tasks[0]["title"]
+        at = bisect.bisect_left(kept, i)
+        present = at < len(kept) and kept[at] == i
+        if title.endswith("!") and not present:
+            kept.insert(at, i)
+        elif not title.endswith("!") and present:
+            del kept[at]
+        return tasks[kept[0]] if kept else None
+
+    return after
+
+
+def _aggregate_edit_bench(n: int, board: Any, op: str, kind: str, how: str) -> None:
+    @bench(
+        group="lists edit",
+        name=f"cellweave {op}, one result changed, {how} N={n} ({kind})",
+        ops=EDITS,
+    )
     def edit_aggregate() -> Run:
-        """One task's title edited through its link so that its element's result changes
-        (a filter's verdict flips; a flat_map's items change), then a pull of the output's
-        first item. The element's one node runs, and so does the coordinator's reconcile,
-        which rebuilds the output from every element's result: O(N) (issue 14 item 5 asks
-        for O(1): not met)."""
-        world = _built(n, board=board)
+        """One task's title edited (through its link, or into its inline dict) so that its
+        element's result changes (a filter's verdict flips; a flat_map's items change).
+        The element's one node runs, then the list's combiner, which splices only that
+        element's part of the output (issue 14 item 5); the coordinator's reconcile does
+        not run. `how`: "pull" pulls the output's first item after each edit (a pull
+        makes the combiner and every element's node live, then lets go: the scheduler's
+        liveness walk is O(N)); "sink" keeps a sink on the output's first item (a view
+        showing it) and waits for the pass to settle (`rt.idle()`)."""
+        world = _built(n, kind=kind, board=board)
         step = max(1, n // EDITS)
         positions = [(k * step + world.made) % n for k in range(EDITS)]
         world.made += 1
-
-        def first(tasks: list[dict[str, Any]]) -> Any:
-            if op == "flat_map":
-                return tasks[0]["title"]
-            return next((t for t in tasks if t["title"].endswith("!")), None)
+        first = _first_kept(world.tasks, op)
+        seen: list[Any] = []
+        if how == "sink":
+            _cancels.append(world.res.key("out", 0).sink(seen.append))
+            world.drive(world.rt.idle)
 
         async def main() -> None:
             for i in positions:
                 title = world.tasks[i]["title"]
-                await world.edit(i, title[:-1] if title.endswith("!") else f"{title}!")
-                got = await world.res.key("out", 0).pull()
-                if got != first(world.tasks):
-                    raise BenchError(f"{op} edit of {i}: pulled {got!r}")
+                title = title[:-1] if title.endswith("!") else f"{title}!"
+                await world.edit(i, title)
+                want = first(i, title)
+                if how == "pull":
+                    got = await world.res.key("out", 0).pull()
+                    got = None if got is MISSING else got  # no item kept: absent
+                else:
+                    await world.rt.idle()
+                    got = seen[-1]
+                if got != want:
+                    raise BenchError(f"{op} edit of {i}: got {got!r}, not {want!r}")
 
         def run() -> Counts:
             counted = world.counter()
             world.drive(main)
             counts = counted()
             _expect(
-                f"{op} edit at N={n}",
+                f"{op} edit at N={n} ({kind}, {how})",
                 counts,
                 calls=EDITS,  # the element's one lift (`score` inside it)
-                computations=2 * EDITS,  # the lift and the reconcile
-                reconciles=EDITS,
+                computations=2 * EDITS,  # the lift and the combiner's update
+                reconciles=0,
+                combines=0,
                 registrations=0,
             )
             return counts
@@ -601,9 +647,80 @@ def _aggregate_edit_bench(n: int, board: Any, op: str) -> None:
         return run
 
 
+def _reaktiv_aggregate_bench(n: int, op: str) -> None:
+    @bench(
+        group="lists edit",
+        name=f"reaktiv idiomatic {op} (Signal, Computed per task, Computed list) N={n}",
+        ops=EDITS,
+    )
+    def edit_reaktiv_aggregate() -> Run:
+        """The same edit in reaktiv, written as a reaktiv UI would: a Signal per task, a
+        Computed per task (its verdict, or its items), a Computed for the filtered or
+        flattened list over them, and an Effect showing its first item. reaktiv re-runs
+        the list's Computed over every task's Computed: O(N) per edit."""
+        runs = [0]
+        fired = [0]
+        signals = [reaktiv.Signal(task(i)) for i in range(n)]
+
+        def per_task(signal: Any) -> Any:
+            def compute() -> Any:
+                runs[0] += 1
+                t = signal()
+                fn = kept if op == "filter" else tagged
+                return fn(t["title"], t["body"])
+
+            return reaktiv.Computed(compute)
+
+        results = [per_task(s) for s in signals]
+
+        def combined() -> list[Any]:
+            runs[0] += 1
+            if op == "filter":
+                return [s() for s, r in zip(signals, results, strict=True) if r()]
+            return [x for r in results for x in r()]
+
+        out = reaktiv.Computed(combined)
+        shown: list[Any] = [None]
+
+        def show() -> None:
+            fired[0] += 1
+            items = out()
+            shown[0] = items[0] if items else None
+
+        effect = reaktiv.Effect(show)
+        made = [0]
+        tasks = [task(i) for i in range(n)]
+        first = _first_kept(tasks, op)
+
+        def run() -> Counts:
+            made[0] += 1
+            start = (CALLS[0], runs[0], fired[0])
+            for k in range(EDITS):
+                i = (k * (n // EDITS) + made[0]) % n
+                title = signals[i]()["title"]
+                title = title[:-1] if title.endswith("!") else f"{title}!"
+                tasks[i] = {**signals[i](), "title": title}
+                signals[i].set(tasks[i])
+                expect = first(i, title)
+                if shown[0] != expect:
+                    raise BenchError(f"reaktiv {op}: shown {shown[0]!r}, not {expect!r}")
+            assert effect is not None
+            return {
+                "calls": CALLS[0] - start[0],
+                "computations": runs[0] - start[1],
+                "effects": fired[0] - start[2],
+            }
+
+        return run
+
+
 for _n in SIZES:
-    _aggregate_edit_bench(_n, KeptBoard, "filter")
-    _aggregate_edit_bench(_n, TagBoard, "flat_map")
+    for _kind in (LINKS, DICTS):
+        for _how in ("sink", "pull"):
+            _aggregate_edit_bench(_n, KeptBoard, "filter", _kind, _how)
+            _aggregate_edit_bench(_n, TagBoard, "flat_map", _kind, _how)
+    _reaktiv_aggregate_bench(_n, "filter")
+    _reaktiv_aggregate_bench(_n, "flat_map")
 
 
 def _peer_benches(n: int) -> None:

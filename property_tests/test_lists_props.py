@@ -233,7 +233,10 @@ class ListMachine(RuleBasedStateMachine):
     def _is_setup(self, local_seq: int) -> bool:
         tx = self.rt.replica._in_flight.get(local_seq)
         source = tx.source if tx is not None else None
-        return source is None or any(c.node is source for c in self.rt.runner.coordinators)
+        return source is None or any(
+            c.node is source or (c.combiner is not None and source in c.combiner.nodes.values())
+            for c in self.rt.runner.coordinators
+        )
 
     @precondition(lambda self: self.gate is not None)
     @rule()

@@ -1,9 +1,11 @@
 """What a list coordinator writes: the aggregate, and the scope it is written at.
 
 - map: a list of links to the element results (positions kept);
-- filter: the original elements whose result is truthy, dense;
+- filter: links to the original elements whose result is truthy, dense;
 - flat_map: the element results flattened one level (a scalar counts as one
   item; an element whose result is still absent contributes nothing yet).
+
+(A filter's or flat_map's output is written by its combiner, `_list_combine`.)
 
 Scopes (S70): map writes its aggregate (links to the children) into the base
 container, so it stays at the list's scope whatever its elements' scopes (a
@@ -20,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from cells import MISSING, SCOPES, DocKey, Identity, Link, Transaction, read_value, thaw
+from cells import SCOPES, DocKey, Identity, Link, Transaction
 
 from . import _docs as docs
 from ._list_keys import narrower, rescoped
@@ -52,21 +54,3 @@ def publish(tx: Transaction, container: Link, out: Link, aggregate: Any) -> None
     tx.write(out.key(identity), (docs.VALUE,), aggregate)
     if out != container:
         tx.write(container.key(identity), (docs.VALUE,), out)
-
-
-def element_values(kind: str, tx: Transaction, entries: list[Entry], items: list[Any]) -> Any:
-    """A filter's or flat_map's aggregate from its children's results (read in `tx`, so
-    the reconcile runs again when one changes). O(N)."""
-    out: list[Any] = []
-    for e, item in zip(entries, items, strict=True):
-        value = read_value(tx, e.child)
-        if kind == "filter":
-            if value is not MISSING and value:
-                out.append(item)
-        elif value is MISSING or value is None:
-            continue  # flat_map: not computed yet
-        elif type(value) is list:
-            out.extend(value)
-        else:
-            out.append(value)
-    return thaw(out) if kind == "flat_map" else out

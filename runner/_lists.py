@@ -3,24 +3,26 @@
 A coordinator is one scheduler computation per list node. Each run (a
 *reconcile*) reads the list's structure, keeps one child run of the op
 pattern per element (or one computation per element for a function op,
-`_list_functions`), and writes the aggregate into its output cell (the
-*container*, `_list_output`). Which child an element gets is its element key
+`_list_functions`), and writes what follows from the structure: a map's
+output (the *container*, `_list_output`: links to the children), or a filter's
+or flat_map's *elements document* (a pair `[child, element]` per element),
+from which a second node per identity, the *combiner* (`_list_combine`),
+writes the output. Which child an element gets is its element key
 (`_list_keys`); the bookkeeping of each identity's children is a `State`
 (`_list_state`).
 
 Incremental: the coordinator reads the list's structure only — one deep read
-when it holds links and scalars (an edit made through a link lands in
-another document), else its length and the identity of each position that
-is not an inline container — so editing inside an element re-runs only that
-element's child (which reads its element through a link); a filter, whose
-output holds its inline elements themselves, reads the list deeply; a structural
-change re-runs the coordinator once and sets up only new elements, or moved
-ones whose op reads `index`. Over a list of links the diff is O(changed)
-(`_reconcile_middle`: the common prefix and suffix found by C-level slice
-comparisons, only the middle matched, a map's container spliced); otherwise
-it walks the whole list (`_reconcile_all`, O(N)). A filter or flat_map reads
-every child's result, so a change of one element's result re-runs its
-reconcile (O(N), no child runs).
+when it holds links only (an edit made through a link lands in another
+document), else its length and the identity of each position that is not an
+inline container — so editing inside an element re-runs only that element's
+child (which reads its element through a link), and, when that element's
+result changes, the combiner's update of that element's part (a filter's
+output holds links to its elements, so an edit inside a kept element changes
+no part). A structural change re-runs the coordinator once and sets up only
+new elements, or moved ones whose op reads `index`. Over a list of links the
+diff is O(changed) (`_reconcile_middle`: the common prefix and suffix found by
+C-level slice comparisons, only the middle matched, a map's container
+spliced); otherwise it walks the whole list (`_reconcile_all`, O(N)).
 
 Ownership (the spec's "Releasing a child"): the coordinator *releases*
 (never stops) a child when the list no longer holds its element, when the
@@ -67,7 +69,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from cells import (
-    MISSING,
     CommitResult,
     DocKey,
     Identity,
@@ -82,6 +83,7 @@ from scheduler import Node
 from . import _docs as docs
 from ._builder import NodeSpec, Pattern, find_pattern
 from ._cancel import CancelGroup
+from ._list_combine import Combiner, elements_link
 from ._list_functions import ElementFunctions
 from ._list_keys import (
     ElementKey,
@@ -92,9 +94,10 @@ from ._list_keys import (
     element_keys,
     keys_and_counts,
     keys_at,
+    rescoped,
 )
 from ._list_loads import await_load, loaded
-from ._list_output import element_values, output_keys, output_link, publish
+from ._list_output import output_keys, output_link, publish
 from ._list_state import Entry, Issuance, State
 from ._registrations import Registration
 
@@ -138,6 +141,13 @@ class Coordinator:
         self.list_link: Link = bound
         self.container = docs.internal_link(result, spec.index)
         self.label = f"{pattern.__qualname__}.n{spec.index} {spec.kind}({op_name})"
+        # map writes its output itself (links to the children); a filter or flat_map writes
+        # its elements document, and its combiner the output (`_list_combine`).
+        self.written = self.container
+        self.combiner: Combiner | None = None
+        if self.kind != "map":
+            self.written = elements_link(self.container)
+            self.combiner = Combiner(runner, self.kind, self.written, self.container, self.label)
         if spec.inputs.get("function") is True:
             self.functions = ElementFunctions(runner, fn, self.label)
             self.uses_index = self.functions.uses_index
@@ -168,10 +178,12 @@ class Coordinator:
         self.nodes[identity] = self.runner.scheduler.register(
             self.reconcile,
             identity=identity,
-            outputs=[(key, (docs.VALUE,)) for key in output_keys(self.container, identity)],
+            outputs=[(key, (docs.VALUE,)) for key in output_keys(self.written, identity)],
             label=self.label,
             reads=[(self.list_link.key(identity), (docs.VALUE, *self.list_link.path), True)],
         )
+        if self.combiner is not None:
+            self.combiner.add(identity)
         group.add(lambda: self.drop_identity(identity))
 
     def drop_identity(self, identity: Identity) -> None:
@@ -180,11 +192,15 @@ class Coordinator:
         if node is None:
             return
         self.runner.scheduler.remove(node)
+        if self.combiner is not None:
+            self.combiner.drop(identity)
         state = self.states.pop(identity)
         self._raise_failed(self._release(state, list(state.entries)))
 
     def _publish(self, tx: Transaction, out: Link, aggregate: Any) -> None:
-        publish(tx, self.container, out, aggregate)
+        """Write what the reconcile writes at `out` (a re-addressing of `self.written`):
+        map's output, or a filter's or flat_map's elements document."""
+        publish(tx, self.written, rescoped(self.written, out.scope), aggregate)
 
     # ------------------------------------------------------------------ reconcile
     def reconcile(self, tx: Transaction) -> None:
@@ -257,12 +273,11 @@ class Coordinator:
     ) -> None:
         """Read what decides the children and the aggregate, and nothing inside an element
         that only its child reads."""
-        if self.kind == "filter" or set(map(type, items)) <= {Link}:
+        if set(map(type, items)) <= {Link}:
             # Links only: one deep read sees exactly what matters (a link re-pointed, the
             # length), while an edit made *through* a link changes another document and
-            # re-runs only that element's child. A filter's output holds its inline
-            # elements themselves, so an edit inside one (an inline dict's field) must
-            # reach the output even when the element's verdict stays: it reads deeply.
+            # re-runs only that element's child. (A filter's output holds links to its
+            # elements, so an edit inside a kept inline element needs no run either.)
             tx.read(list_key, base)
             return
         # Inline values: an edit inside one must not re-run the coordinator, so skip
@@ -308,8 +323,8 @@ class Coordinator:
                 placed = (tx, state, issuance, container, created, moved)
                 deferred |= self._place(*placed, entry, key, i, element)
         entries = [state.entries[k] for k in keys]
-        out = output_link(self.kind, container, entries)
-        self._publish(tx, out, self._aggregate(tx, state, entries, items, out.key(identity)))
+        out = output_link("map", container, entries)
+        self._publish(tx, out, self._aggregate(entries, items, place))
         tx.add_settle_callback(lambda _tx, res: self._settled(state, issuance, created, moved, res))
         self._raise_failed(errors)
         if not deferred and sum(counts.values()) == len(items):
@@ -416,9 +431,7 @@ class Coordinator:
                 self._publish(tx, container, aggregate)
         else:
             all_entries = [entries[k] for k in keys_at(items, counts, 0, len(items))]
-            out = output_link(self.kind, container, all_entries)
-            aggregate = self._aggregate(tx, state, all_entries, items, out.key(identity))
-            self._publish(tx, out, aggregate)
+            self._publish(tx, container, self._aggregate(all_entries, items, None))
         tx.add_settle_callback(lambda _tx, res: self._settled(state, issuance, created, moved, res))
         self._raise_failed(errors)
         if not deferred:
@@ -457,28 +470,16 @@ class Coordinator:
         if self.active and node is not None:
             self.runner.scheduler.invalidate(node)
 
-    def _aggregate(
-        self,
-        tx: Transaction,
-        state: State,
-        entries: list[Entry],
-        items: list[Any],
-        out_key: DocKey,
-    ) -> Any:
+    def _aggregate(self, entries: list[Entry], items: list[Any], place: Link | None) -> Any:
+        """map: the links to the children. filter, flat_map: the elements document, a pair
+        `[child, element]` per element (`_list_combine`), an inline element as a link to
+        its position in the list at `place` (None: the list holds links only)."""
         if self.kind == "map":
             return [e.child for e in entries]
-        replica = self.runner.replica
-        identity = tx.identity
-        loading = [k for e in entries if not replica.is_loaded(k := e.child.key(identity))]
-        if loading:
-            # Cold resume: never republish a partial aggregate while results load; run
-            # again when they have (nothing else would: their values were not read).
-            for key in loading:
-                self._await_load(state, key)
-            previous = tx.peek(out_key, (docs.VALUE,))
-            if previous is not MISSING:
-                return previous
-        return element_values(self.kind, tx, entries, items)
+        return [
+            [e.child, item if type(item) is Link or place is None else place.child(i)]
+            for i, (e, item) in enumerate(zip(entries, items, strict=True))
+        ]
 
     def _settled(
         self,
@@ -575,3 +576,6 @@ class Coordinator:
             assert state.identity == identity, state
             assert self.nodes[identity].identity == identity, state
             state._check(self.kind)
+        if self.combiner is not None:
+            assert self.combiner.nodes.keys() == self.nodes.keys(), self
+            self.combiner._check()

@@ -118,6 +118,11 @@ class Passes:
     _failures: Failures
     _dispatch: Dispatch
     _async_runs: AsyncRuns
+    _tracked: dict[Node, set[DocKey] | None]
+    """Nodes that asked which documents changed (`track_changes`): the documents whose
+    changes matched their reads since their last `take_changes`, None if unknown."""
+    _keeping: Node | None
+    """The running node that said it read exactly what its last run read (`keep_reads`)."""
 
     # ------------------------------------------------------------------ nodes
     def register(
@@ -196,6 +201,8 @@ class Passes:
         siblings = node.parent._children if node.parent is not None else None
         if siblings is not None:
             siblings.pop(node, None)
+        if self._tracked:
+            self._tracked.pop(node, None)
 
     def demand(self, node: Node) -> Callable[[], None]:
         """Hold explicit demand on `node` (it becomes a root); returns the release function."""
@@ -224,10 +231,15 @@ class Passes:
         match = self.index.match
         invalidate = self._invalidate
         draining = self._draining
+        tracked = self._tracked
         for change in nf.changes:
             for node in match(change):
                 if node is suppress:
                     continue
+                if tracked and node in tracked:
+                    seen = tracked[node]
+                    if seen is not None:
+                        seen.add(change.key)
                 if not (draining and node._gates is None and node.registered):
                     invalidate(node)
                     continue
@@ -255,7 +267,10 @@ class Passes:
 
     def invalidate(self, node: Node) -> None:
         """Mark `node` invalid: it runs again once live (say, the writes of its last
-        commit were lost and are owed). Unregistered nodes are ignored."""
+        commit were lost and are owed). Unregistered nodes are ignored. For a node that
+        tracks its changes, what changed is unknown from here on (`take_changes`)."""
+        if self._tracked and node in self._tracked:
+            self._tracked[node] = None
         self._invalidate(node)
         self._request_pass()
 
@@ -489,7 +504,9 @@ class Passes:
         finally:
             self._running = previous
             self._current_tx = previous_tx
-        if node.registered:
+        if self._keeping is node:
+            self._keeping = None  # it read what it read last time: its read set stays
+        elif node.registered:
             # Keep the read set even after an error: the node re-runs when its inputs change.
             log = tx.reads
             if len(log) == 1:
@@ -586,6 +603,8 @@ class Passes:
             if gates is not None:  # (the `retries` setter would make the record)
                 gates.retries = 0
             return
+        if self._tracked and node in self._tracked:
+            self._tracked[node] = None  # what its run took was not written: unknown now
         if result.outcome is Outcome.STALE_BASIS:
             # Everything staged is gone; re-run against fresher state (off budget).
             self.stats.stale_reruns += 1

@@ -32,6 +32,7 @@ from cells import (
     CellweaveError,
     DocKey,
     Identity,
+    InvalidArgumentError,
     Path,
     Replica,
     Transaction,
@@ -80,6 +81,8 @@ class Scheduler(Passes):
         self.stats = Statistics()
         self._ordinals = itertools.count()
         self._candidates: dict[Node, None] = {}
+        self._tracked: dict[Node, set[DocKey] | None] = {}
+        self._keeping: Node | None = None
         self._heap: list[tuple[int, int, Node]] = []
         self._in_heap: set[Node] = set()
         self._draining = False
@@ -129,6 +132,39 @@ class Scheduler(Passes):
     def deferred(self) -> list[Node]:
         """Live invalid nodes waiting on a time gate (backoff)."""
         return self._timers.deferred()
+
+    # ------------------------------------------------------------------ what changed
+    def track_changes(self, node: Node) -> None:
+        """Keep, for `node`, which documents changed what it read (see `take_changes`).
+
+        For a node that combines many inputs and can update its output from the changed
+        ones alone (a list's filter or flat_map output): one set per tracked node, one
+        set insertion per change that invalidates it."""
+        if node.registered:
+            self._tracked.setdefault(node, None)
+
+    def take_changes(self, node: Node) -> frozenset[DocKey] | None:
+        """The documents whose changes invalidated `node` (matched what it read) since
+        its previous `take_changes`, and start counting again; None when that is not
+        known: the first call, after `invalidate(node)`, or after a run of it whose
+        commit did not land (what that run took is not in its output). A node calls it
+        at the start of its run. Changes its own commits make are not counted (they
+        never invalidate it). O(changed documents)."""
+        if node not in self._tracked:
+            raise InvalidArgumentError(f"take_changes: {node!r} does not track its changes")
+        seen = self._tracked[node]
+        self._tracked[node] = set()
+        return None if seen is None else frozenset(seen)
+
+    def keep_reads(self, node: Node) -> None:
+        """Say, during `node`'s run, that this run depends on exactly what its previous
+        run read: its read set stays as it is and this run's read log is not looked at
+        (O(1) instead of O(reads) for a run that read only the few inputs that changed,
+        and logged its other reads as it did before). Whatever the run reads must be in
+        that read set; the caller guarantees it (a wrong promise loses triggers)."""
+        if self._running is not node:
+            raise InvalidArgumentError(f"keep_reads: {node!r} is not running")
+        self._keeping = node
 
     # ------------------------------------------------------------------ failures
     def errors(self) -> list[ErrorRecord]:
@@ -412,3 +448,4 @@ class Scheduler(Passes):
         self._failures._check()
         self._timers._check(self.graph.nodes)
         self.errors_log._check()
+        assert all(n.registered for n in self._tracked), "a removed node is not tracked"

@@ -169,6 +169,34 @@ def test_a_write_equal_to_a_pending_value_survives_when_that_layer_fails(w: Worl
     assert 1 == w.a.stats.commits_elided
 
 
+def test_a_computation_s_write_equal_to_a_pending_value_survives_when_that_layer_fails(
+    w: World,
+) -> None:
+    """The same for a commit that reads one document and writes one field of another
+    (a scheduler node's usual run, which `Replica._commit` stages on a shorter path): a
+    second node writing what a first one's still pending commit wrote (a list element's
+    computation re-created while its predecessor's commit is in flight) must not be
+    elided, or the value is lost when the first commit fails."""
+    w.put(DOC, {"n": 1})
+    w.put(OTHER, "input")
+    with w.store.testing.hold_verdicts() as gate:
+        first = w.a.edit(ME)
+        first.read(OTHER, ("value",))
+        first.write(DOC, ("n",), 2)
+        p1 = first.commit()
+        second = w.a.edit(ME)
+        second.read(OTHER, ("value",))
+        second.write(DOC, ("n",), 2)  # equal to the visible (pending) value
+        p2 = second.commit()
+        assert 2 == gate.waiting()  # sent, not elided
+        gate.accept(1)
+        gate.reject(0, Outcome.PERMANENT)
+        w.pump()
+    assert p1.result().outcome is Outcome.PERMANENT
+    assert p2.result().ok
+    assert {"n": 2} == w.a.visible(DOC) == w.store.read_durable(DOC)
+
+
 def test_a_write_equal_to_the_confirmed_value_still_lands_after_pending_layers(w: World) -> None:
     """Pending layers confirmed later land before a new write in the durable order: a
     write equal to the shown (and confirmed) value is sent while layers are pending."""
