@@ -26,7 +26,7 @@ sample, so a wrong answer fails the run instead of looking fast.
                         output cells and stored values included). ops=1, so the time
                         column of these rows is the build time of 2000 nodes (with
                         tracemalloc on, so slower than an untraced build). Rows: dormant,
-                        live after one run, live after 10 more updates; and the
+                        live after one run, live after 10 and 100 more updates; and the
                         benchmark's own per-node objects alone (the runtime's part of a
                         row is that row minus this one); then the same computations
                         written with ``Scheduler.derive`` (its own objects: the output
@@ -1370,7 +1370,7 @@ def _memory_cellweave(live: bool, updates: int = 0) -> Run:
     return lambda: _traced(build)
 
 
-def _memory_derive(live: bool) -> Run:
+def _memory_derive(live: bool, updates: int = 0) -> Run:
     """The same 2000 computations written with `Scheduler.derive` (the node function
     is one small object instead of a closure over links and output key)."""
     w = _Weave()
@@ -1387,9 +1387,12 @@ def _memory_derive(live: bool) -> Run:
             for node in list(w.sch.graph.nodes):
                 w.sch.demand(node)
             w.sch.settle()
+            for k in range(1, updates + 1):
+                src.set(k)
+                w.sch.settle()
             w.sch.replica.pump()
-            assert w.sch.stats.runs_computation == MEMORY_NODES
-            assert [c.get() for c in outs[:3]] == [0, 1, 2]
+            assert w.sch.stats.runs_computation == MEMORY_NODES * (updates + 1)
+            assert [c.get() for c in outs[:3]] == [updates, updates + 1, updates + 2]
         else:
             assert w.sch.stats.runs == 0
         return outs
@@ -1423,6 +1426,13 @@ def memory_derive_dormant() -> Run:
 @bench(group="memory per node", name="cellweave derive (live, ran once)", ops=1)
 def memory_derive_live() -> Run:
     return _memory_derive(live=True)
+
+
+@bench(group="memory per node", name="cellweave derive (live, 101 runs)", ops=1)
+def memory_derive_updated() -> Run:
+    """After 100 more updates: what stays per update (revision history the store keeps,
+    larger seqs and versions) shows here."""
+    return _memory_derive(live=True, updates=100)
 
 
 @bench(group="memory per node", name="cellweave: the benchmark's own objects", ops=1)
@@ -1459,6 +1469,13 @@ def memory_cellweave_live() -> Run:
 
 @bench(group="memory per node", name="cellweave computation (live, 11 runs)", ops=1)
 def memory_cellweave_updated() -> Run:
-    """After 10 more updates: what the store keeps per update (its revision history of
-    each written document, up to 2 x REVISIONS_KEPT revisions) shows here."""
+    """After 10 more updates: what the store keeps per update (the revision history of
+    each written document, if any: see `cells.stores.memory`) shows here."""
     return _memory_cellweave(live=True, updates=10)
+
+
+@bench(group="memory per node", name="cellweave computation (live, 101 runs)", ops=1)
+def memory_cellweave_updated_100() -> Run:
+    """After 100 more updates (the issue 20 goal: per-update history would pass the cap
+    of 2 x REVISIONS_KEPT revisions per document here)."""
+    return _memory_cellweave(live=True, updates=100)

@@ -96,6 +96,17 @@ class Replica:
         self._subscribers: tuple[Callable[[Notification], None], ...] = ()
         self._next_seq = 1
         self._in_flight: dict[int, Transaction] = {}
+        # Low-water mark bookkeeping (`low_water`): how much store history this replica's
+        # commits may still need. Kept by `Transaction` (open count, busy start) and the
+        # verdict and foreign-commit handlers (`_heard`).
+        self._open_txs = 0
+        """Transactions of this replica still open (counted by `Transaction`)."""
+        self._heard = 0
+        """The highest store seq delivered here (an own verdict or a foreign commit): every
+        seq the store sent this replica up to it has been integrated (mailbox order)."""
+        self._busy_since = 0
+        """`_mark()` when the current busy period (a transaction open or a commit in
+        flight) began: every read basis taken since covers the store up to it."""
         self._sync_waiters: dict[DocKey, list[Callable[[BaseException | None], None]]] = {}
         self.stats = ReplicaStats()
         self._batch: list[CommitRequest] | None = None
@@ -145,6 +156,14 @@ class Replica:
             raise TransactionError(f"replica {self.session_id} is closed")
         return Transaction(self, identity, source=source)
 
+    def _read_tx(self, identity: Identity) -> Transaction:
+        """`_open_tx` for reads that are dropped open (`Cell.get`, `Cell.resolve`). Not
+        counted open: it never commits, so it needs no store history and must not hold
+        back pruning (`low_water`); only `OpenedTransaction`s are finalized."""
+        tx = self._open_tx(identity)
+        self._open_txs -= 1
+        return tx
+
     def claim_authority(self) -> Authority:
         """The capability to reach every document, handed out once: whoever runs this
         replica (a `Runtime`, as it starts) claims it and keeps it from user code.
@@ -191,6 +210,30 @@ class Replica:
     def in_flight(self) -> int:
         """Commits applied locally and still waiting for their verdict."""
         return len(self._in_flight)
+
+    def low_water(self) -> int | None:
+        """The store seq at or below which this replica's commits need no revision
+        history, or None if they need none at all now (for a store that prunes
+        history: `MemoryStore`). O(1).
+
+        A commit's reads are checked against what was written after their basis. While
+        a transaction is open or a commit is in flight (busy), every basis taken in the
+        busy period covers the store up to the mark taken when it began: the revisions
+        after that mark are the ones a conflict check can still need (a commit built on
+        this replica's own pending commits among them). When idle, the next
+        transaction's bases will cover everything the replica has integrated: the
+        revisions up to `_heard` if the store's deliveries still wait in the mailbox,
+        else all of them (None).
+        """
+        if self._open_txs or self._in_flight:
+            return self._busy_since
+        return self._heard if len(self.mailbox) else None
+
+    def _mark(self) -> int:
+        """What a basis taken from now on covers: the store's newest seq if nothing it
+        sent waits in the mailbox, else the newest seq integrated here (a transaction
+        calls this as a busy period begins)."""
+        return self._heard if self.mailbox._items else self.store._seq
 
     def pump(self) -> int:
         """Deliver everything the store has answered so far (verdicts, loads, foreign changes).
@@ -604,26 +647,31 @@ class Replica:
         tx = self._in_flight.pop(local_seq, None)
         if tx is None:
             return  # replica was closed meanwhile; nothing to settle
+        if seq > self._heard:
+            self._heard = seq
         key = request.writes[0].key
         rec = self._docs[key]
         layers = rec.layers
         if not (layers and layers[0].seq == local_seq and base_seq == rec.confirmed_seq):
             self._apply_verdict(tx, request, Verdict(seq, {key: value}, base_seqs={key: base_seq}))
-            return
-        adopt_oldest_layer(rec, layers, value, seq)
-        self.stats.accepted += 1
-        result = CommitResult(_OK_OUTCOME, None, seq)
-        if tx._settle_callbacks is None and tx._post_commit is None and tx.result is None:
-            # `_settle` of an OK result with no callback or effect to run (a scheduler
-            # run's commit, once per node update; a `commit()` awaited), inlined.
-            tx.result = result
-            tx.status = "committed"
-            tx._values = None
-            pending = tx._pending
-            if pending is not None:
-                pending._resolve(result)
-            return
-        tx._settle(result)
+        else:
+            adopt_oldest_layer(rec, layers, value, seq)
+            self.stats.accepted += 1
+            result = CommitResult(_OK_OUTCOME, None, seq)
+            if tx._settle_callbacks is None and tx._post_commit is None and tx.result is None:
+                # `_settle` of an OK result with no callback or effect to run (a
+                # scheduler run's commit, once per node update; a `commit()` awaited),
+                # inlined.
+                tx.result = result
+                tx.status = "committed"
+                tx._values = None
+                pending = tx._pending
+                if pending is not None:
+                    pending._resolve(result)
+            else:
+                tx._settle(result)
+        if not self._in_flight and not self._open_txs and self.store._prune_in <= 0:
+            self.store.quiesced(self)  # (nothing open, nothing in flight: it may prune)
 
     def accept_run(
         self,
@@ -642,6 +690,7 @@ class Replica:
         in_flight = self._in_flight
         docs = self._docs
         stats = self.stats
+        heard = self._heard
         i = start
         n = len(requests)
         while i < n:
@@ -670,14 +719,25 @@ class Replica:
             tx.result = CommitResult(_OK_OUTCOME, None, seq)
             tx.status = "committed"
             tx._values = None
+            if seq > heard:
+                heard = seq
             i += 1
+        if heard > self._heard:
+            self._heard = heard
+        if i > start and not in_flight and not self._open_txs and self.store._prune_in <= 0:
+            self.store.quiesced(self)  # (nothing open, nothing in flight: it may prune)
         return i
 
     def on_verdict(self, request: CommitRequest, verdict: Verdict) -> None:
         tx = self._in_flight.pop(request.local_seq, None)
         if tx is None:
             return  # replica was closed meanwhile; nothing to settle
+        seq = verdict.seq
+        if seq is not None and verdict.error is None and seq > self._heard:
+            self._heard = seq
         self._apply_verdict(tx, request, verdict)
+        if not self._in_flight and not self._open_txs and self.store._prune_in <= 0:
+            self.store.quiesced(self)  # (nothing open, nothing in flight: it may prune)
 
     def _apply_verdict(self, tx: Transaction, request: CommitRequest, verdict: Verdict) -> None:
         changes: list[Change] = []
@@ -720,6 +780,8 @@ class Replica:
                 tx._settle(result)
 
     def on_foreign(self, seq: int, docs: dict[DocKey, Value]) -> None:
+        if seq > self._heard:
+            self._heard = seq
         changes: list[Change] = []
         for key, value in docs.items():
             rec = self._docs.get(key)
@@ -761,3 +823,5 @@ class Replica:
                 assert s in self._in_flight, f"layer {s} of {key} has no commit in flight"
         for seq, tx in self._in_flight.items():
             assert tx.status == "committing", (seq, tx)
+        assert self._open_txs >= 0, f"open transaction count {self._open_txs}"
+        assert self._busy_since <= max(self._heard, self.store._seq)

@@ -150,6 +150,11 @@ class SessionListener(Protocol):
 
     def on_foreign(self, seq: int, docs: dict[DocKey, Value]) -> None: ...
 
+    def low_water(self) -> int | None:
+        """The store seq at or below which this session's future commits need no
+        revision history (None: they need none now). A store that prunes history asks
+        every session and keeps what the lowest answer needs (`MemoryStore`)."""
+
     def on_loaded(
         self, key: DocKey, state: DocState | None, error: BaseException | None
     ) -> None: ...
@@ -482,6 +487,12 @@ class StoreBase(abc.ABC):
 
     _session_ids = itertools.count(1)
 
+    _seq: int = 0
+    """The newest seq this store has applied, as far as its sessions' low-water marks go
+    (`SessionListener.low_water`; read by a replica as a busy spell begins, so a plain
+    attribute). 0 in a store whose history is bounded otherwise (SQLite, Postgres: by a
+    count per document), which never asks for marks; `MemoryStore` keeps it current."""
+
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._listeners: dict[str, SessionListener] = {}
@@ -503,6 +514,17 @@ class StoreBase(abc.ABC):
     @abc.abstractmethod
     def _record_rejection(self, request: CommitRequest) -> None:
         """Remember that `request` was rejected without evaluation (a gate's reject)."""
+
+    _prune_in: int = 1
+    """A store that prunes history by low-water marks sets this to 0 or less when a
+    prune is due (`quiesced`); a replica checks it before calling (a plain attribute:
+    it is read after every verdict). Never due in a store that does not prune so."""
+
+    def quiesced(self, listener: SessionListener) -> None:
+        """`listener` has no transaction open and no commit in flight (it just settled
+        its last one) and `_prune_in` says a prune is due: a store that prunes history
+        by low-water marks does it now. Default: nothing."""
+        return
 
     def _submit_evaluation(self, listener: SessionListener, request: CommitRequest) -> None:
         """Evaluate now (memory) or queue for a writer (SQLite). Default: now."""

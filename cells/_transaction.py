@@ -62,6 +62,11 @@ class TxReplica(Protocol):
     store: StoreBase
     mailbox: Mailbox
     _docs: dict[DocKey, DocRecord]
+    _in_flight: dict[int, Transaction]
+    _open_txs: int
+    _busy_since: int
+
+    def _mark(self) -> int: ...
 
     def _check_authority(self, authority: object) -> bool: ...
 
@@ -199,6 +204,13 @@ class Transaction:
         self.source = source
         """Who runs this transaction (a scheduler node); its own commit never invalidates it."""
         self.status: Status = "open"
+        # Counted open until it leaves "open" (commit, abort, or dropped: `__del__`), so
+        # the replica knows how much store history its commits may still need; the
+        # first transaction of a quiet replica starts a busy period (`low_water`).
+        opened = replica._open_txs
+        replica._open_txs = opened + 1
+        if not opened and not replica._in_flight:
+            replica._busy_since = replica._mark()
         self.result: CommitResult | None = None
         self._docs: dict[DocKey, TxDoc] = {}
         self.reads: list[tuple[DocKey, Path, bool]] = []
@@ -603,6 +615,7 @@ class Transaction:
         if self.status != "open":
             self._require_open("commit")
         self.status = "committing"
+        self._replica._open_txs -= 1
         self._values = None
         pending = self._pending
         if pending is None:
@@ -631,6 +644,7 @@ class Transaction:
         if on_failure is not None and not callable(on_failure):
             check_callable(on_failure, where="Transaction.commit_detached()", name="on_failure")
         self.status = "committing"
+        self._replica._open_txs -= 1
         self._values = None
         try:
             self._replica._commit(self)
@@ -648,6 +662,7 @@ class Transaction:
         if self.status == "aborted":
             return
         self._require_open("abort")
+        self._replica._open_txs -= 1
         err = TransactionAborted(f"transaction aborted: {reason!r}", reason=reason)
         self._settle(CommitResult(Outcome.ABORTED, err))
 
@@ -782,6 +797,7 @@ class OpenedTransaction(Transaction):
         # (getattr: a constructor that raised leaves slots unset, and must not be reported.)
         if getattr(self, "status", None) != "open":
             return
+        self._replica._open_txs -= 1  # (counted open since `status` was set)
         docs = getattr(self, "_docs", None)
         if not docs:
             return

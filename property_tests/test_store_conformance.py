@@ -215,6 +215,14 @@ class StoreSetup:
                 assert flush(30.0), f"{store!r} did not answer its queued commits"
 
 
+def _floor(store: MemoryStore, key: DocKey) -> int:
+    """The newest seq of `key` whose revision `store` pruned (0: none)."""
+    if key in store._revisions:
+        return store._floors.get(key, 0)
+    head = store._heads.get(key)
+    return 0 if head is None else head.seq
+
+
 def memory_stores() -> StoreSetup:
     store = MemoryStore()
     return StoreSetup([store], cleanup=store.close)
@@ -798,6 +806,30 @@ class StoreConformanceMachine(RuleBasedStateMachine):
             rec.tx._check()
         self._check_replay()
         self._check_settled()
+        self._check_history_kept()
+
+    def _check_history_kept(self) -> None:
+        """Low-water marks (`MemoryStore`): every read basis an open transaction or a held
+        commit may still send is at or above its document's floor, so pruning never
+        decides a commit (a run writes a document far fewer times than the cap)."""
+        for store in self.setup.stores:
+            if not isinstance(store, MemoryStore):
+                continue
+            bases: list[tuple[DocKey, int]] = [
+                (key, td.basis_seq)
+                for rec in self.records
+                if rec.tx.is_open
+                for key, td in rec.tx.documents().items()
+                if td.read
+            ]
+            gate = store._verdict_gate
+            for held in gate.held() if gate is not None else ():
+                bases += [(claim.key, claim.basis_seq) for claim in held.request.reads]
+            for i in range(len(self.replicas)):
+                bases += [(c.key, c.basis_seq) for r in self._held_back(i) for c in r.reads]
+            for key, basis in bases:
+                floor = _floor(store, key)
+                assert basis >= floor, f"{key}: basis {basis} below the pruned floor {floor}"
 
     def _check_replay(self) -> None:
         assert self.violations == [], self.violations
@@ -831,6 +863,13 @@ class StoreConformanceMachine(RuleBasedStateMachine):
         self._check_rejection_causes(history, changed)
         self._check_dependencies()
         self._check_converged(history[-1])
+        if not any(rec.tx.is_open for rec in self.records):
+            # Nothing open, nothing in flight, everything delivered: no session needs any
+            # history, and a store that prunes by low-water marks keeps none.
+            for store in self.setup.stores:
+                if isinstance(store, MemoryStore):
+                    store.prune_history()
+                    assert store._revisions == {} and store._floors == {}, store._revisions
 
     def _check_all_settled(self) -> dict[int, TxRecord]:
         """P-CLS-2 / P-TX-4 / P-TX-5: every commit reached a verdict, exactly once."""
@@ -914,8 +953,10 @@ class StoreConformanceMachine(RuleBasedStateMachine):
         Conflict detection may over-approximate, but only along the documented rule: a
         commit accepted after the basis (and by the time the verdict arrived) changed a
         path overlapping a claimed read, or a write no longer applied. (Both stores also
-        conflict on bases older than their pruned revision history, `REVISIONS_KEPT`;
-        a run here writes a document far fewer times than that.)
+        conflict on bases older than their pruned revision history: `MemoryStore`
+        prunes what no session's low-water mark keeps, which `_check_history_kept`
+        shows is never a basis still in use; every store caps it at `REVISIONS_KEPT`
+        revisions per document, and a run here writes a document far fewer times.)
         """
         commits = [(seq, self._accepted_request(seq)) for seq in range(1, len(history))]
         for rec in self.by_request.values():

@@ -4,13 +4,34 @@ Several runtimes may share one `MemoryStore`; each connects as its own
 session with its own replica, so their commits conflict for real. Verdicts
 are decided synchronously at submission (unless `store.testing` holds them)
 but delivered on the submitting replica's mailbox, like a remote store's.
-Nothing survives the process. Conflict checks keep the newest
-`REVISIONS_KEPT` revisions per document; a read whose basis is older than
-that window is treated as conflicting (re-run), so memory stays bounded.
+Nothing survives the process.
+
+History: only what a conflict check can still need
+- A commit's reads are checked against the revisions (who wrote which paths) of
+  their documents after their basis. Each connected session says, when asked,
+  below which seq it needs none (`SessionListener.low_water`: the mark taken
+  when its current busy period began, or none at all when it is idle and has
+  integrated everything sent to it). When a session goes quiet (`quiesced`),
+  the revisions at or below the lowest of those marks are pruned (once at least
+  `PRUNE_BATCH` revisions were added since the last prune). With one runtime,
+  that leaves at most `PRUNE_BATCH` revisions in all after a settle, however
+  many documents and commits it made.
+- A document whose revisions were pruned has a *floor*, the newest pruned seq:
+  `_floors` while some of its revisions remain, else its head's seq. A read
+  whose basis is older than the floor conflicts (re-run), as if the pruned
+  commits had written the whole document: over-approximating is allowed, and
+  the marks make it happen only to a session that had not integrated those
+  commits when it took its basis (so the conflict is real at document grain;
+  with runtimes on several threads, a mark may count a commit applied but not
+  yet posted to its mailbox, with the same effect).
+- As a safety net (a transaction left open for long pins its mark), a document
+  keeps at most 2 * `REVISIONS_KEPT` revisions, pruned to `REVISIONS_KEPT`.
 
 Invariants (checked by `_check`)
 - `seq` is the number of accepted commits; revisions of each document are in
-  increasing seq order; every head's seq is its last revision's.
+  increasing seq order, all above its floor; a document with revisions has its
+  head at its last revision's seq; only a document with revisions has a `_floors`
+  entry.
 - Every resolution names a seq that exists, or None (rejected).
 """
 
@@ -38,8 +59,14 @@ from .._store import (
 from .._values import MISSING, Value, set_path
 from ..errors import ConflictError, InvalidValueError
 
+PRUNE_BATCH = 64
+"""A quiet session prunes history once at least this many revisions (and one per
+session) were added since the last prune: a prune asks every session for its mark and
+walks the documents, so pruning after each commit would cost more than it frees."""
+
 REVISIONS_KEPT = 64
-"""Revisions kept per document for conflict checks; older bases conflict conservatively."""
+"""The cap on revisions kept per document (at most twice this many, pruned to this
+many) when the sessions' low-water marks keep more; older bases conflict conservatively."""
 
 _ONE_PATH: dict[Path, tuple[Path]] = {}
 """Shared `paths` of one-path revisions (`(("value",),)` above all): a document keeps up
@@ -64,18 +91,27 @@ class MemoryStore(StoreBase):
         """Per document its newest revisions, oldest first: the `Revision` itself while it
         has one (most documents are written once or rarely: a list costs 64 bytes more)."""
         self._floors: dict[DocKey, int] = {}
-        """Per document: the newest pruned revision's seq (reads older than it conflict)."""
+        """Per document that has revisions and had some pruned: the newest pruned one's
+        seq (reads older than it conflict). A document with no revisions left has its
+        head's seq as floor, without an entry here."""
+        self._prune_in = PRUNE_BATCH
+        """Revisions still to add before a quiet session prunes (`StoreBase._prune_in`)."""
         self._resolutions: dict[str, _Resolved] = {}
         """Per session: which of its commits (local seqs) have a verdict, and which were
         rejected. Kept as a watermark, not one entry per commit: it would otherwise grow
         with every commit the store ever evaluated."""
         self._holders: dict[DocKey, str | tuple[str, ...]] = {}
         """Per document, the sessions holding it (they loaded it): its foreign commits go
-        to these alone, so a commit costs O(sessions holding what it wrote), not
-        O(sessions). Session ids, not listeners, so a closed runtime's replica is not
+        to these alone (and to `_hears_all`), so a commit costs O(sessions holding what
+        it wrote), not O(sessions). Session ids, not listeners, so a closed runtime's replica is not
         kept alive here; a disconnected id is skipped, and dropped when met."""
         self._session_of: dict[int, str] = {}
         """id(listener) -> its session id, while connected."""
+        self._hears_all: set[str] = set()
+        """Sessions that loaded documents while alone on this store (one runtime, the
+        usual case): they are not recorded in `_holders` (an entry costs about 37 bytes
+        per document) but hear every other session's commits, as if holding everything
+        (`on_foreign` skips the documents they lack). Connected sessions only."""
         # Bound once: validate_commit runs for every commit.
         self._revisions_since_fn = self._revisions_since
         self._resolution_fn = self._resolution
@@ -99,6 +135,7 @@ class MemoryStore(StoreBase):
             listener = self._listeners.get(session_id)
             if listener is not None:
                 self._session_of.pop(id(listener), None)
+            self._hears_all.discard(session_id)
             super().disconnect(session_id)
 
     def _hold(self, listener: SessionListener, key: DocKey) -> None:
@@ -111,6 +148,14 @@ class MemoryStore(StoreBase):
         sid = self._session_of.get(id(listener))
         if sid is None:
             return  # not connected (closed): it hears nothing
+        hears_all = self._hears_all
+        if hears_all and sid in hears_all:
+            return
+        if len(self._listeners) == 1:
+            # Alone: nobody else's commits to route yet. Hearing every commit from now
+            # on costs nothing until another session connects, and no entry per document.
+            hears_all.add(sid)
+            return
         holders = self._holders
         held = holders.get(key)
         if held is None:
@@ -154,6 +199,9 @@ class MemoryStore(StoreBase):
                         self._drop_holder(key, sid)  # disconnected
                     else:
                         targets[sid] = lis
+            for sid in self._hears_all:
+                if sid != origin and sid not in targets:
+                    targets[sid] = listeners[sid]
         for lis in targets.values():
             lis.mailbox.post(partial(lis.on_foreign, seq, docs))
 
@@ -174,6 +222,10 @@ class MemoryStore(StoreBase):
     def _revisions_since(self, key: DocKey, seq: int) -> Iterable[Revision]:
         revs = self._revisions.get(key)
         if revs is None:
+            head = self._heads.get(key)
+            if head is not None and seq < head.seq:
+                # Every revision was pruned, the head's too: its seq is the floor.
+                return (Revision(head.seq, "", -1, ((),)),)
             return ()
         if seq < self._floors.get(key, 0):
             # The revisions after this basis were pruned: assume the worst (a write
@@ -292,11 +344,16 @@ class MemoryStore(StoreBase):
                 built_on = frozenset(deps)
         floors = self._floors
         revisions = self._revisions
+        heads = self._heads
         for claim in request.reads:
             revs = revisions.get(claim.key)
-            if revs is None:
-                continue
             basis = claim.basis_seq
+            if revs is None:
+                # No revision left: the head's seq is the floor (see `_revisions_since`).
+                head = heads.get(claim.key)
+                if head is not None and basis < head.seq:
+                    return None
+                continue
             if isinstance(revs, list):
                 i = len(revs) - 1
                 while i >= 0 and revs[i].seq > basis:
@@ -312,7 +369,7 @@ class MemoryStore(StoreBase):
                 return None
         w = writes[0]
         key, path, new = w.key, w.path, w.value
-        head = self._heads.get(key, NO_STATE)
+        head = heads.get(key, NO_STATE)
         current = head.value
         rpath: Path
         if len(path) == 1 and type(current) is dict and type(path[0]) is str:
@@ -331,7 +388,7 @@ class MemoryStore(StoreBase):
                 return None  # the general path rejects it with its message
             rpath = revision_path(current, path)
         self._seq = seq = self._seq + 1
-        self._heads[key] = DocState(seq, value)
+        heads[key] = DocState(seq, value)
         paths = _ONE_PATH.get(rpath)
         if paths is None:
             paths = (rpath,)
@@ -339,10 +396,11 @@ class MemoryStore(StoreBase):
                 _ONE_PATH[rpath] = paths
         revision = Revision(seq, session_id, request.local_seq, paths)
         revs = revisions.get(key)
+        self._prune_in -= 1
         if isinstance(revs, list) and len(revs) < 2 * REVISIONS_KEPT:
             revs.append(revision)
         else:
-            self._add_revision(key, revision)
+            self._add_revision(key, revision, head.seq)
         local_seq = request.local_seq
         if resolutions is not None and local_seq == resolutions.low + 1 and not resolutions.above:
             resolutions.low = local_seq  # `_Resolved.add` for the usual next commit
@@ -406,7 +464,10 @@ class MemoryStore(StoreBase):
         session_id, local_seq = request.session_id, request.local_seq
         for key, value in docs.items():
             heads[key] = DocState(seq, value)
-            self._add_revision(key, Revision(seq, session_id, local_seq, tuple(paths[key])))
+            self._add_revision(
+                key, Revision(seq, session_id, local_seq, tuple(paths[key])), base_seqs[key]
+            )
+        self._prune_in -= len(docs)
         if request.create_only:
             self._claimed.update(k for k in request.create_only if k not in heads)
         self._resolve(session_id, local_seq, seq)
@@ -418,9 +479,13 @@ class MemoryStore(StoreBase):
             resolutions = self._resolutions[session_id] = _Resolved()
         resolutions.add(local_seq, rejected=seq is None)
 
-    def _add_revision(self, key: DocKey, revision: Revision) -> None:
+    def _add_revision(self, key: DocKey, revision: Revision, previous: int) -> None:
+        """Record `revision` of `key`, whose head was at seq `previous` before it."""
         revs = self._revisions.get(key)
         if revs is None:
+            if previous:
+                # Its history was pruned (the head's seq was its floor): keep that floor.
+                self._floors[key] = previous
             self._revisions[key] = revision
             return
         if not isinstance(revs, list):
@@ -432,11 +497,85 @@ class MemoryStore(StoreBase):
             self._floors[key] = revs[-REVISIONS_KEPT - 1].seq
             del revs[:-REVISIONS_KEPT]
 
+    # -- history pruning (see the module docstring)
+    def quiesced(self, listener: SessionListener) -> None:
+        if self._prune_in <= 0:
+            self.prune_history()
+
+    def low_water(self) -> int:
+        """The seq at or below which no connected session needs revision history: the
+        lowest of their `low_water()` marks (the newest seq when none needs any).
+        O(sessions)."""
+        with self._lock:
+            mark = self._seq
+            for listener in self._listeners.values():
+                got = listener.low_water()
+                if got is not None and got < mark:
+                    mark = got
+            return mark
+
+    def prune_history(self) -> int:
+        """Drop every revision no session's conflict check can need any more (those at
+        or below `low_water()`); returns how many. Runs by itself when a session goes
+        quiet; callable by tests and tools. O(revisions pruned + documents scanned).
+
+        Documents are scanned in the order their oldest kept revision was added and the
+        scan stops at the first one with nothing to prune. A document pruned only in
+        part moves to the end of that order, so one behind it may keep its history
+        until a later prune reaches it (the `REVISIONS_KEPT` cap still bounds it).
+        """
+        with self._lock:
+            # Asking every session costs O(sessions): prune again after that many new
+            # revisions (and at least PRUNE_BATCH), so each revision pays O(1).
+            self._prune_in = max(PRUNE_BATCH, len(self._listeners))
+            revisions = self._revisions
+            if not revisions:
+                return 0
+            mark = self.low_water()
+            floors = self._floors
+            gone: list[DocKey] = []
+            partly: list[tuple[DocKey, list[Revision]]] = []
+            pruned = 0
+            for key, revs in revisions.items():
+                if not isinstance(revs, list):
+                    if revs.seq > mark:
+                        break
+                    gone.append(key)
+                    pruned += 1
+                    continue
+                if revs[0].seq > mark:
+                    break
+                if revs[-1].seq <= mark:
+                    gone.append(key)
+                    pruned += len(revs)
+                    continue
+                i = 1
+                while revs[i].seq <= mark:
+                    i += 1
+                floors[key] = revs[i - 1].seq
+                partly.append((key, revs[i:]))
+                pruned += i
+            if len(gone) == len(revisions):
+                # All of it (one runtime after a settle): fresh tables, as a dict never
+                # shrinks (2000 emptied entries would keep about 80 KB).
+                self._revisions = {}
+                self._floors = {}
+                return pruned
+            for key in gone:
+                del revisions[key]
+                if floors:
+                    floors.pop(key, None)
+            for key, rest in partly:
+                del revisions[key]
+                revisions[key] = rest[0] if len(rest) == 1 else rest
+            return pruned
+
     def _check(self) -> None:
         super()._check()
         for session_id, resolved in self._resolutions.items():
             assert all(s > resolved.low for s in resolved.above), session_id
             assert all(resolved.resolved(s) for s in resolved.rejected), session_id
+        assert self._hears_all <= self._listeners.keys(), "a disconnected session hears all"
         for key, held in self._holders.items():
             sids = (held,) if type(held) is str else held
             assert len(sids) == len(set(sids)) and (type(held) is str or len(held) > 1), key
@@ -447,6 +586,8 @@ class MemoryStore(StoreBase):
             assert self._heads[key].seq == seqs[-1], f"head of {key} is not its last revision"
             assert not seqs or seqs[0] > self._floors.get(key, 0), f"floor of {key}"
             assert self._ever_written(key)
+        for key in self._floors:
+            assert key in self._revisions, f"a floor of {key}, which has no revisions left"
 
 
 @attrs.define(eq=False)

@@ -19,7 +19,8 @@ Layout (format version 3): what one commit writes is close together
 - The writer remembers the head rows it last committed (`_known`), valid while no
   other writer has committed since: a commit rewriting them reads none.
 
-Bounded history (as `MemoryStore`'s)
+Bounded history (the cap `MemoryStore` also applies; it prunes further by its
+sessions' low-water marks, which processes sharing a file do not report here)
 - Each document keeps its newest `REVISIONS_KEPT` revisions: when it has more
   than twice that many, the older ones are deleted and its head's `floor` records
   the newest deleted seq. A read whose basis is older than its document's floor

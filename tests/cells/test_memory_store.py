@@ -374,6 +374,11 @@ def test_history_is_bounded_and_a_basis_older_than_it_conflicts(w: World) -> Non
     from cells.stores.memory import REVISIONS_KEPT
 
     w.put(DOC, {"n": 0})
+    # A transaction left open pins the history (its session's low-water mark): only the
+    # cap bounds it then.
+    pinning = w.replica()
+    pin = pinning.edit(ME)
+    pin.read(DOC, ())
     for i in range(3 * REVISIONS_KEPT):  # another document's churn does not matter...
         w.write(w.a, OTHER, ("n",), i)
     w.pump()
@@ -400,6 +405,7 @@ def test_history_is_bounded_and_a_basis_older_than_it_conflicts(w: World) -> Non
     other_reader.pump()
     assert Outcome.STALE_BASIS == result.result().outcome
     assert isinstance(result.result().error, ConflictError)
+    pin.abort()
 
 
 @pytest.mark.parametrize("writes_before", [0, 1, 2, 5])
@@ -421,15 +427,16 @@ def test_a_stale_basis_conflicts_only_on_overlapping_paths_however_history_is_ke
     stale_m.write(DocKey("sp", "third"), ("z",), 1)
     w.write(w.a, DOC, ("n",), 100)  # newer than both bases
     w.a.pump()  # (`b` has not heard of it yet: the store, not `b`, must find the conflict)
+    # `b`'s open transactions pin the history after their basis (`a`'s quiet point pruned
+    # what is older): the newer write is kept as written.
+    newest = list(w.store._revisions_since(DOC, writes_before))  # since `b`'s basis
+    assert [writes_before + 1] == [r.seq for r in newest]
+    assert [(("n",),) if writes_before else ((),)] == [r.paths for r in newest]
     n_result, m_result = stale_n.commit(), stale_m.commit()
     w.pump()
     assert Outcome.STALE_BASIS == n_result.result().outcome
     # The first write to a document creates it (a write at its root): it overlaps every read.
     assert (writes_before > 0) == m_result.result().ok
-    newest = list(w.store._revisions_since(DOC, writes_before))  # since `b`'s basis
-    assert [writes_before + 1] == [r.seq for r in newest]
-    assert [(("n",),) if writes_before else ((),)] == [r.paths for r in newest]
-    assert writes_before + 1 == len(w.store._revisions_since(DOC, 0))
 
 
 def test_two_sessions_creating_different_fields_of_a_new_document_keep_both(w: World) -> None:
@@ -516,3 +523,25 @@ def test_a_subclass_hooking_evaluate_sees_every_commit_of_a_batch() -> None:
     replica.pump()
     assert store.seen == [1, 2, 3]
     assert all(p.result().ok for p in pendings)
+
+
+def test_a_session_that_loaded_alone_hears_later_sessions_commits() -> None:
+    # A session alone on the store records nothing per loaded document (it hears every
+    # commit instead): one that connects later still reaches it.
+    store = MemoryStore()
+    first = Replica(store)
+    assert MISSING == first.visible(DOC)
+    assert {} == store._holders
+    second = Replica(store)
+    tx = second.edit(ME)
+    tx.write(DOC, (), {"n": 1})
+    done = tx.commit()
+    second.pump()
+    assert done.result().ok
+    first.pump()
+    assert {"n": 1} == first.visible(DOC)
+    # The later session's loads are recorded per document as before.
+    assert OTHER not in store._holders
+    assert MISSING == second.visible(OTHER)
+    assert second.session_id == store._holders[OTHER]
+    store._check()

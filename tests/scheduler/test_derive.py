@@ -113,3 +113,33 @@ def test_derive_refuses_bad_arguments_and_registers_nothing(sp: Space, sch: Sche
     with pytest.raises(CellweaveError, match=r"inputs\[0\] .* belongs to identity"):
         sch.derive(out, [other], abs)
     assert not sch.graph.nodes
+
+
+def test_a_settled_graph_leaves_no_revision_history_in_the_store(sp: Space, sch: Scheduler) -> None:
+    # Issue 20 item 2: memory per node stays flat however often it runs. The runtime is
+    # the store's only session, so once a settle has processed every verdict no commit
+    # can need a revision any more (its low-water mark): the store keeps none but the
+    # few added since its last prune (it prunes once per PRUNE_BATCH revisions).
+    from cells.stores.memory import PRUNE_BATCH
+
+    store = sp.replica.store
+    assert isinstance(store, cells.MemoryStore)
+    src = sp.cell("src")
+    src.set(0)
+    outs = [sp.cell(f"out{i}") for i in range(20)]
+    for i, out in enumerate(outs):
+        sch.derive(out, [src], lambda v, i=i: v + i)
+        sch.sink(out, lambda _v: None)
+    for k in range(1, 6):
+        src.set(k)
+        sch.settle()
+        assert 5 + k == outs[5].get()
+        kept = [
+            r
+            for revs in store._revisions.values()
+            for r in (revs if isinstance(revs, list) else [revs])
+        ]
+        assert len(kept) < PRUNE_BATCH
+    assert 6 * 21 == store.seq  # (every run committed: 126 revisions were made)
+    assert len(kept) == store.prune_history()  # (none of them is needed either)
+    assert {} == store._revisions
