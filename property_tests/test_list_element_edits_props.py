@@ -21,15 +21,15 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from held_verdicts import HeldVerdicts
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from cells import MISSING, Link, MemoryStore, Outcome, VerdictGate, read_value
+from cells import MISSING, Link, MemoryStore, VerdictGate, read_value
 from runner import Runtime, lift, pattern
 from scheduler import BACKOFF_CAP, ManualClock
 
 N_CELLS = 4
-OUTCOMES = (Outcome.STALE_BASIS, Outcome.PERMANENT, Outcome.ABORTED)
 TITLES = ("a", "b", "c")
 
 
@@ -72,7 +72,7 @@ def reference(values: list[Any]) -> dict[str, list[Any]]:
 notes = st.fixed_dictionaries({"v": st.integers(0, 5), "t": st.sampled_from(TITLES)})
 
 
-class ElementEditMachine(RuleBasedStateMachine):
+class ElementEditMachine(HeldVerdicts, RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.loop = asyncio.new_event_loop()
@@ -183,46 +183,6 @@ class ElementEditMachine(RuleBasedStateMachine):
         if links:
             self.items.key(links[i % len(links)]).set(self.cells[cell].link())
             self._settle()
-
-    @precondition(lambda self: self.gate is None)
-    @rule()
-    def hold(self) -> None:
-        self.gate = self.store.testing.hold_verdicts()
-
-    @precondition(lambda self: self.gate is not None)
-    @rule(data=st.data())
-    def decide_one(self, data: st.DataObject) -> None:
-        gate = self.gate
-        assert gate is not None
-        if not gate.waiting():
-            return
-        i = data.draw(st.integers(0, 255), label="held") % gate.waiting()
-        if data.draw(st.booleans(), label="accept"):
-            gate.accept(i)
-        else:
-            # A plain computation whose commit fails for good is not retried by design;
-            # a reconcile's and a combine's are (their writes are owed).
-            outcome = Outcome.STALE_BASIS
-            if self._owed(gate.held()[i].request.local_seq):
-                outcome = data.draw(st.sampled_from(OUTCOMES), label="outcome")
-            gate.reject(i, outcome)
-        self._settle()
-
-    def _owed(self, local_seq: int) -> bool:
-        tx = self.rt.replica._in_flight.get(local_seq)
-        source = tx.source if tx is not None else None
-        return source is None or any(
-            c.node is source or (c.combiner is not None and source in c.combiner.nodes.values())
-            for c in self.rt.runner.coordinators
-        )
-
-    @precondition(lambda self: self.gate is not None)
-    @rule()
-    def release(self) -> None:
-        assert self.gate is not None
-        self.gate.release()
-        self.gate = None
-        self._settle()
 
     # ------------------------------------------------------------------ checks
     @rule()

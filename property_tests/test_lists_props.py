@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from address_oracle import base_container, child_link, element_keys, whole
+from held_verdicts import HeldVerdicts
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from cells import MISSING, Link, MemoryStore, Outcome, VerdictGate, read_value
+from cells import MISSING, Link, MemoryStore, VerdictGate, read_value
 from runner import Runtime
 from scheduler import BACKOFF_CAP, ManualClock
 
@@ -35,7 +36,6 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "tests" / "runner"))
 from pattern_defs import AllThree
 
 N_CELLS = 4
-OUTCOMES = (Outcome.STALE_BASIS, Outcome.PERMANENT, Outcome.ABORTED)
 OUTPUTS = {"doubled": (0, "map"), "evens": (1, "filter"), "repeated": (2, "flat_map")}
 
 
@@ -60,7 +60,7 @@ def reference(values: list[Any]) -> dict[str, list[Any]]:
     }
 
 
-class ListMachine(RuleBasedStateMachine):
+class ListMachine(HeldVerdicts, RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.loop = asyncio.new_event_loop()
@@ -200,50 +200,6 @@ class ListMachine(RuleBasedStateMachine):
     @rule(i=st.integers(0, N_CELLS - 1), v=st.integers(0, 3), user=st.booleans())
     def set_element_cell(self, i: int, v: int, user: bool) -> None:
         (self.user_cells if user else self.cells)[i].set(v)
-        self._settle()
-
-    @precondition(lambda self: self.gate is None)
-    @rule()
-    def hold(self) -> None:
-        self.gate = self.store.testing.hold_verdicts()
-
-    @precondition(lambda self: self.gate is not None)
-    @rule(data=st.data())
-    def decide_one(self, data: st.DataObject) -> None:
-        gate = self.gate
-        assert gate is not None
-        if not gate.waiting():
-            return
-        # A fixed range (then modulo): how many commits are held may differ between a
-        # run and its replay, and a strategy must not depend on that.
-        i = data.draw(st.integers(0, 255), label="held") % gate.waiting()
-        if data.draw(st.booleans(), label="accept"):
-            gate.accept(i)
-        else:
-            # Any commit may lose as a stale basis. Only setup transactions (a user's
-            # list write, a reconcile) are failed for good: a plain computation whose
-            # commit fails for good is not retried by design (reference retry table),
-            # so its output would legitimately stay stale until its inputs change.
-            outcome = Outcome.STALE_BASIS
-            if self._is_setup(gate.held()[i].request.local_seq):
-                outcome = data.draw(st.sampled_from(OUTCOMES), label="outcome")
-            gate.reject(i, outcome)
-        self._settle()
-
-    def _is_setup(self, local_seq: int) -> bool:
-        tx = self.rt.replica._in_flight.get(local_seq)
-        source = tx.source if tx is not None else None
-        return source is None or any(
-            c.node is source or (c.combiner is not None and source in c.combiner.nodes.values())
-            for c in self.rt.runner.coordinators
-        )
-
-    @precondition(lambda self: self.gate is not None)
-    @rule()
-    def release(self) -> None:
-        assert self.gate is not None
-        self.gate.release()
-        self.gate = None
         self._settle()
 
     @precondition(lambda self: self.gate is None)
