@@ -62,7 +62,7 @@ from ._host import SchedulerHost
 from ._instantiate import instantiate
 from ._lists import Coordinator
 from ._ownership import PendingStart
-from ._registrations import EndInstance, Key, Registration
+from ._registrations import InstanceGroup, Instances, Key, Registration
 from ._reuse import Book
 from ._start import stage_tree, start, start_settled
 from ._state import stage_state
@@ -146,7 +146,7 @@ class Runner(Ownership):
         identities = list(reg.identities)
         self.trace.record("switch", key, old=reg.pattern, new=pattern.identity)
         old = reg.group
-        reg.identities = {}  # the old instances leave first: their children are let go
+        reg.identities = Instances()  # the old instances leave first: their children are let go
         reg.group = CancelGroup(reg)
         reg.pattern = pattern.identity
         reg.owed = False
@@ -340,8 +340,8 @@ class Runner(Ownership):
         # its principal may have installed the first.
         # (Labelled by identity only: the registration's own group names the key, and
         # formatting a key for every run costs a microsecond the churn benchmark sees.)
-        group = CancelGroup(identity)
-        reg.group.add(EndInstance(reg, identity, group))
+        group = InstanceGroup(reg, identity)
+        reg.group.add(group)
         reg.identities[identity] = group
         instantiate(self, reg, pattern, result, tx, group)
 

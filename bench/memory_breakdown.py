@@ -1,0 +1,200 @@
+"""Where the memory of a unit goes: ``python -m bench.memory_breakdown ROW [options]``.
+
+Options: ``--units N``, ``--by file|line``, ``--via runner``, ``--top K``, ``--sqlite``.
+
+ROW is one of ``element`` (a mapped list element, as the ``memory per unit``
+row), ``page`` (an open page, as that row) or ``served`` (a claimed idle served
+page, as ``bench.claims_scale``, on a throwaway PostgreSQL cluster, or on SQLite
+with ``--sqlite``). In a fresh process, builds N units under `tracemalloc`
+(after `gc.collect()`), takes a snapshot and prints the bytes and objects per
+unit that are still held, grouped by source file (or file and line), largest
+first, with the total. Allocations of this module itself are left out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import os
+import tempfile
+import time
+import tracemalloc
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from bench.bench_memory import Board, Page
+from runner import Runtime
+
+FRAMES = 1
+"""Frames kept per allocation (``--via``: more, to find the runner line behind each)."""
+VIA: str | None = None
+"""With ``--via DIR``: group by the innermost frame inside DIR (``runner``) instead."""
+
+
+def _via(snap: tracemalloc.Snapshot, base: tracemalloc.Snapshot, units: int, top: int) -> None:
+    before = {t.traceback: t.size for t in base.traces}
+    groups: dict[str, list[int]] = {}
+    mark = f"/{VIA}/"
+    for t in snap.traces:
+        if before.get(t.traceback) == t.size:
+            continue
+        where = "(elsewhere)"
+        for frame in reversed(t.traceback):  # innermost first
+            if mark in frame.filename:
+                where = f"{os.path.relpath(frame.filename)}:{frame.lineno}"
+                break
+        g = groups.setdefault(where, [0, 0])
+        g[0] += t.size
+        g[1] += 1
+    total = sum(g[0] for g in groups.values())
+    print(
+        f"by the innermost {VIA}/ frame: {total / units:,.0f} B per unit (approximate: new traces)"
+    )
+    for where, (size, count) in sorted(groups.items(), key=lambda kv: -kv[1][0])[:top]:
+        print(f"{size / units:>9,.0f} B {count / units:>6.1f}  {where}")
+
+
+def _report(
+    snap: tracemalloc.Snapshot, base: tracemalloc.Snapshot, units: int, by: str, top: int
+) -> None:
+    if VIA is not None:
+        _via(snap, base, units, top)
+        return
+    stats = snap.compare_to(base, "filename" if by == "file" else "lineno")
+    total = sum(s.size_diff for s in stats)
+    count = sum(s.count_diff for s in stats)
+    print(
+        f"total {total / units:,.0f} B per unit, {count / units:.1f} objects per unit"
+        f" ({units} units)"
+    )
+    for s in stats[:top]:
+        if abs(s.size_diff) / units < 8:
+            continue
+        frame = s.traceback[0]
+        where = frame.filename
+        for root in ("/site-packages/", "/lib/python3"):
+            if root in where:
+                where = where.split(root, 1)[1]
+                break
+        else:
+            where = os.path.relpath(where)
+        if by == "line":
+            where = f"{where}:{frame.lineno}"
+        print(f"{s.size_diff / units:>9,.0f} B {s.count_diff / units:>6.1f}  {where}")
+
+
+async def _element(rt: Runtime, units: int) -> object:
+    items, board = rt.get_cell("items"), rt.get_cell("board")
+    async with rt.edit() as tx:
+        items.with_tx(tx).set(list(range(units)))
+        rt.run(tx, Board, {"items": items}, board)
+    value = await board.pull()
+    assert len(value["cards"]) == units
+    return value
+
+
+async def _page(rt: Runtime, units: int) -> object:
+    pages = []
+    async with rt.edit() as tx:
+        for i in range(units):
+            res = rt.get_cell(("page", i))
+            rt.setup(tx, Page, {"n": i}, res)
+            pages.append(res)
+    for res in pages:
+        await rt.open_page(res)
+    assert (await pages[-1].pull())["card"]["n"] == units - 1
+    return pages
+
+
+def _in_memory(
+    main: Callable[[Runtime, int], Awaitable[object]], units: int, by: str, top: int
+) -> None:
+    loop = asyncio.new_event_loop()
+    rt = Runtime(space="bench")
+    loop.run_until_complete(rt.get_cell("warm-up").set(0))
+    gc.collect()
+    tracemalloc.start(FRAMES)
+    base = tracemalloc.take_snapshot()
+    t0 = time.process_time()
+    kept = loop.run_until_complete(main(rt, units))
+    took = time.process_time() - t0
+    gc.collect()
+    snap = tracemalloc.take_snapshot().filter_traces(
+        [tracemalloc.Filter(False, tracemalloc.__file__)]
+    )
+    tracemalloc.stop()
+    _report(
+        snap, base.filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)]), units, by, top
+    )
+    print(f"build: {took / units * 1e6:.0f} us CPU per unit (tracing on)")
+    del kept
+    loop.run_until_complete(rt.aclose())
+    loop.close()
+
+
+async def _served(units: int, by: str, top: int, sqlite: bool) -> None:
+    from bench.claims_scale import _claim_all, _open_pages
+    from bench.pg_cluster import Cluster
+    from cells import PostgresStore, SQLiteStore
+
+    cluster = None
+    store: Any
+    if sqlite:
+        tmp = tempfile.mkdtemp()
+        store = SQLiteStore(os.path.join(tmp, "served.db"))
+    else:
+        cluster = Cluster()
+        store = PostgresStore(cluster.dsn, schema=f"s_{uuid.uuid4().hex[:12]}", poll_interval=0)
+    try:
+        await _open_pages(store, units)
+        gc.collect()
+        rt = Runtime(store, principal="server")
+        await rt.__aenter__()
+        gc.collect()
+        tracemalloc.start(FRAMES)
+        base = tracemalloc.take_snapshot()
+        t0 = time.process_time()
+        server = await rt.serve_pages(manual=True)
+        await _claim_all(server, rt, units)
+        took = time.process_time() - t0
+        gc.collect()
+        skip = [tracemalloc.Filter(False, tracemalloc.__file__)]
+        snap = tracemalloc.take_snapshot().filter_traces(skip)
+        tracemalloc.stop()
+        _report(snap, base.filter_traces(skip), units, by, top)
+        print(f"claim and start: {took / units * 1e6:.0f} us CPU per page (tracing on)")
+        await rt.aclose()
+    finally:
+        if cluster is not None:
+            store.drop_schema()
+            store.close()
+            cluster.stop()
+        else:
+            store.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.memory_breakdown")
+    parser.add_argument("row", choices=["element", "page", "served"])
+    parser.add_argument("--units", type=int, default=1000)
+    parser.add_argument("--by", choices=["file", "line"], default="file")
+    parser.add_argument("--top", type=int, default=40)
+    parser.add_argument(
+        "--sqlite", action="store_true", help="served pages on SQLite, not PostgreSQL"
+    )
+    parser.add_argument("--via", help="group by the innermost frame in this package (runner)")
+    args = parser.parse_args(argv)
+    global VIA, FRAMES
+    if args.via:
+        VIA, FRAMES = args.via, 25
+    if args.row == "served":
+        asyncio.run(_served(args.units, args.by, args.top, args.sqlite))
+    else:
+        _in_memory(_element if args.row == "element" else _page, args.units, args.by, args.top)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
