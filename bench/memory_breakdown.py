@@ -30,6 +30,8 @@ from runner import Runtime
 FRAMES = 1
 """Frames kept per allocation (``--via``: more, to find the runner line behind each)."""
 VIA: str | None = None
+ONLY: str | None = None
+"""With ``--only PART``: only allocations made in a file whose path holds PART."""
 """With ``--via DIR``: group by the innermost frame inside DIR (``runner``) instead."""
 
 
@@ -39,6 +41,8 @@ def _via(snap: tracemalloc.Snapshot, base: tracemalloc.Snapshot, units: int, top
     mark = f"/{VIA}/"
     for t in snap.traces:
         if before.get(t.traceback) == t.size:
+            continue
+        if ONLY is not None and ONLY not in t.traceback[-1].filename:
             continue
         where = "(elsewhere)"
         for frame in reversed(t.traceback):  # innermost first
@@ -185,8 +189,10 @@ def main(argv: list[str] | None = None) -> int:
         "--sqlite", action="store_true", help="served pages on SQLite, not PostgreSQL"
     )
     parser.add_argument("--via", help="group by the innermost frame in this package (runner)")
+    parser.add_argument("--only", help="with --via: only allocations made in this file")
     args = parser.parse_args(argv)
-    global VIA, FRAMES
+    global VIA, FRAMES, ONLY
+    ONLY = args.only
     if args.via:
         VIA, FRAMES = args.via, 25
     if args.row == "served":

@@ -359,6 +359,7 @@ class Launcher(Protocol):
         *,
         launch: str,
         chain: tuple[Key, ...],
+        key: Key | None = None,
     ) -> Registration: ...
 
     def release(

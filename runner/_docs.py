@@ -61,15 +61,34 @@ def root(link: Link) -> Link:
     return link if not link.path else Link(link.space, link.id, link.scope)
 
 
-@functools.lru_cache(maxsize=1 << 16)
+_MEMO_LIMIT: Final = 1 << 16
+"""Entries each memo below holds at most; a full memo starts over (the ids are
+derived again as they are asked for)."""
+_ARGUMENTS: dict[Link, Link] = {}
+_INTERNALS: dict[tuple[Link, int], Link] = {}
+# (Plain dicts, not `functools.lru_cache`: an LRU entry cost about 135 bytes, a dict
+# entry 30 to 85, and every running result has one of each.)
+
+
 def argument_link(result: Link) -> Link:
-    return Link(result.space, entity_id({"argument": [result.id, result.scope]}), result.scope)
+    link = _ARGUMENTS.get(result)
+    if link is None:
+        if len(_ARGUMENTS) >= _MEMO_LIMIT:
+            _ARGUMENTS.clear()
+        cause = {"argument": [result.id, result.scope]}
+        link = _ARGUMENTS[result] = Link(result.space, entity_id(cause), result.scope)
+    return link
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def internal_link(result: Link, index: int) -> Link:
-    cause = {"internal": [result.id, result.scope], "node": index}
-    return Link(result.space, entity_id(cause), result.scope)
+    at = (result, index)
+    link = _INTERNALS.get(at)
+    if link is None:
+        if len(_INTERNALS) >= _MEMO_LIMIT:
+            _INTERNALS.clear()
+        cause = {"internal": [result.id, result.scope], "node": index}
+        link = _INTERNALS[at] = Link(result.space, entity_id(cause), result.scope)
+    return link
 
 
 def computed_child_link(out: Link, at: tuple[str | int, ...]) -> Link:

@@ -139,8 +139,10 @@ class Pages:
         """Called with the identity and link of each page an open started (the runtime's
         `on_navigate` hears of it)."""
         self.by_pid: dict[tuple[str, str], PageRecord] = {}
-        self.by_key: dict[Key, dict[str, PageRecord]] = {}
-        """Pages on each result, per principal (two principals may open one shared result)."""
+        self.by_key: dict[Key, PageRecord | dict[str, PageRecord]] = {}
+        """Pages on each result, per principal (two principals may open one shared result):
+        the lone record bare, a dict by principal for two or more (a dict per page cost
+        about 220 bytes); read through `holders`."""
         self.demand: dict[PageRecord, Node] = {}
         """The effect that keeps each open page computed (a page is demand while open)."""
         self.stop_failed: dict[tuple[str, str], PageRecord] = {}
@@ -216,7 +218,7 @@ class Pages:
             if pinned is not None:
                 own = self.by_pid.get((principal, docs.page_id(pinned)))
                 key = pinned.key(identity)
-        holders = self.by_key.get(key, {})
+        holders = self.holders(key)
         if own is None:
             own = holders.get(principal)
         if own is None:
@@ -234,9 +236,24 @@ class Pages:
             ]
         return own, (others[0] if others else None)
 
+    def holders(self, key: Key) -> dict[str, PageRecord]:
+        """The open records of the result `key` by principal (a fresh dict)."""
+        held = self.by_key.get(key)
+        if held is None:
+            return {}
+        if isinstance(held, PageRecord):
+            return {held.principal: held}
+        return dict(held)
+
     def _claim(self, rec: PageRecord, key: Key, identity: Identity) -> None:
         rec.key = key
-        self.by_key.setdefault(key, {})[rec.principal] = rec
+        held = self.by_key.get(key)
+        if held is None or (isinstance(held, PageRecord) and held.principal == rec.principal):
+            self.by_key[key] = rec
+        elif isinstance(held, PageRecord):
+            self.by_key[key] = {held.principal: held, rec.principal: rec}
+        else:
+            held[rec.principal] = rec
         if rec not in self.demand:
             # What a person is looking at stays computed while it is open, like a sink:
             # without this an open page showed absent or stale fields and no list rows.
@@ -248,7 +265,7 @@ class Pages:
                 # One shared label (a formatted one cost about 120 bytes per page): the
                 # node's function names the page's link.
                 label="page",
-                reads=[(link.key(identity), (docs.VALUE, *link.path), False)],
+                reads=[(_same(link.key(identity), key), (docs.VALUE, *link.path), False)],
             )
 
     def _forget(self, rec: PageRecord) -> None:
@@ -258,11 +275,13 @@ class Pages:
         if self.by_pid.get((rec.principal, rec.pid)) is rec:
             del self.by_pid[(rec.principal, rec.pid)]
         if rec.key is not None:
-            holders = self.by_key.get(rec.key)
-            if holders is not None and holders.get(rec.principal) is rec:
-                del holders[rec.principal]
-                if not holders:
-                    del self.by_key[rec.key]
+            held = self.by_key.get(rec.key)
+            if held is rec:
+                del self.by_key[rec.key]
+            elif isinstance(held, dict) and held.get(rec.principal) is rec:
+                del held[rec.principal]
+                if len(held) == 1:
+                    (self.by_key[rec.key],) = held.values()
 
     # ------------------------------------------------------------------ open
     def pin(self, link: Link, identity: Identity) -> Link | None:
@@ -575,14 +594,19 @@ class Pages:
             assert node.registered, (rec, node)
         for (principal, pid), rec in self.by_pid.items():
             assert (rec.principal, rec.pid) == (principal, pid), rec
-        for key, holders in self.by_key.items():
-            assert holders, key
-            for principal, rec in holders.items():
+        for key, held in self.by_key.items():
+            assert isinstance(held, PageRecord) or len(held) >= 2, key
+            for principal, rec in self.holders(key).items():
                 assert rec.key == key and rec.principal == principal, rec
                 assert self.by_pid.get((rec.principal, rec.pid)) is rec, rec
         for slot, rec in self.stop_failed.items():
             assert (rec.principal, rec.pid) == slot and rec.stop_error is not None, rec
             assert slot not in self.by_pid, rec
+
+
+def _same(key: Key, held: Key) -> Key:
+    """`held` if it equals `key` (one key object kept, not two equal ones)."""
+    return held if key == held else key
 
 
 class _Look:

@@ -27,6 +27,7 @@ rules built on these), or how a pattern's nodes run (scheduler).
 from __future__ import annotations
 
 import itertools
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -271,7 +272,9 @@ class Registrations:
             raise InvalidArgumentError(
                 f"{key} already has {self._by_key[key]!r}; end it before installing"
             )
-        reg = Registration(key, next(self._generations), launch, pattern, chain)
+        # Interned: launches name the node that made them ("element of Board.n0 map(Card)"),
+        # so a list's elements or a pattern's nested children share one string.
+        reg = Registration(key, next(self._generations), sys.intern(launch), pattern, chain)
         self._by_key[key] = reg
         return reg
 

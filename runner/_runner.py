@@ -314,10 +314,15 @@ class Runner(Ownership):
         *,
         launch: str,
         chain: tuple[Key, ...],
+        key: Key | None = None,
     ) -> Registration:
-        """Install the registration, then instantiate every node; undo both if that throws."""
+        """Install the registration, then instantiate every node; undo both if that throws.
+
+        `key` is `result`'s key for `tx.identity` if the caller holds it already (the
+        registration then keeps that object: one key object fewer per running result)."""
         identity = tx.identity
-        key = result.key(identity)
+        if key is None:
+            key = result.key(identity)
         self._check_chain(key, chain, pattern)
         reg = self.registrations.install(key, launch, pattern=pattern.identity, chain=chain)
         self.trace.record("start", key, launch=launch, generation=reg.generation)

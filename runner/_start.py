@@ -189,7 +189,7 @@ def _cascade(
         # Running for other identities: this start is a new demander, and joins it.
         runner.join(tx, running, pattern, target, launch="start", rollback=False)
     else:
-        runner.start_core(tx, pattern, target, launch="start", chain=())
+        runner.start_core(tx, pattern, target, launch="start", chain=(), key=key)
     tx.add_settle_callback(
         lambda _tx, res: start_settled(runner, key, pattern, target, identity, res)
     )
