@@ -38,7 +38,7 @@ what its nodes are (`_instantiate`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, KeysView
 from typing import Any, Final, Protocol
 
 from cells import Identity, Link, Pending, Replica, Transaction, instance_key
@@ -64,6 +64,10 @@ _FEW_CLAIMANTS = 8
 """Claimants of a lifetime kept in a tuple; more go into a set (O(1) per claim)."""
 
 
+_LONE_CLAIMS = 4096
+"""Shared one-claimant tuples kept at most (then the table starts over)."""
+
+
 class Ownership:
     """Registrations, attempts, pending starts and lifetimes, and who may end them."""
 
@@ -73,20 +77,28 @@ class Ownership:
         self.registrations = Registrations(on_end=self._on_end)
         self.attempts = Attempts()
         self.pending = PendingStarts()
-        self.lifetimes: set[Key] = set()
         self.claimants: dict[Key, tuple[str | None, ...] | set[str | None]] = {}
-        """Whose starts claimed each lifetime (principals; None: the runtime's own), so
-        a session letting go of a shared run gives up only its own principal's claim. A
-        tuple while there are few (a set costs 216 bytes per lifetime, and almost every
-        lifetime has one claimant), a set beyond `_FEW_CLAIMANTS`."""
+        """The independent lifetimes (its keys: see `lifetimes`), each with whose starts
+        claimed it (principals; None: the runtime's own), so a session letting go of a
+        shared run gives up only its own principal's claim. A tuple while there are few
+        (a set costs 216 bytes per lifetime, and almost every lifetime has one claimant),
+        a set beyond `_FEW_CLAIMANTS`."""
+        self._lone_claims: dict[str | None, tuple[str | None]] = {}
+        """One shared `(claimant,)` per principal, the claimants of nearly every lifetime
+        (a tuple each cost 48 bytes per lifetime); bounded by `_LONE_CLAIMS`."""
         self._declined: dict[Key, Registration] = {}
         """Releases that declined only because a start was in flight (DESIGN §4.3 item 4)."""
         self._idle_waiters: list[Callable[[], None]] = []
 
+    @property
+    def lifetimes(self) -> KeysView[Key]:
+        """The keys with an independent lifetime (a start claimed them): a live view.
+        (The keys of `claimants`: a set of its own cost about 50 bytes per lifetime.)"""
+        return self.claimants.keys()
+
     # ------------------------------------------------------------------ ending
     def _on_end(self, reg: Registration) -> None:
         # No orphaned lifetime: the record goes whenever its registration goes.
-        self.lifetimes.discard(reg.key)
         self.claimants.pop(reg.key, None)
         # Its observers complete: the run producing what they observe ended.
         self.scheduler.end_observations(reg.key)
@@ -122,7 +134,7 @@ class Ownership:
         self.stop_result(key, why=why)
 
     def stop_result(self, key: Key, *, why: str) -> None:
-        self.lifetimes.discard(key)
+        self.claimants.pop(key, None)  # the lifetime ends
         self.pending.cancel_key(key, self.cancel_pending)
         self.attempts.bump(key)
         if self.registrations.end(key) is not None:
@@ -146,7 +158,7 @@ class Ownership:
             if self.pending.cancel_key(key, self.cancel_pending):
                 self.trace.record("release", key, reason=f"{why}: cancelled pending starts")
             return False
-        self.lifetimes.discard(key)
+        self.claimants.pop(key, None)  # the lifetime ends
         self.pending.cancel_key(key, self.cancel_pending)
         self.attempts.bump(key)
         self.registrations.end(key, token=reg)
@@ -205,8 +217,7 @@ class Ownership:
             else:
                 claimants.discard(principal)
             if not claimants:
-                del self.claimants[key]
-                self.lifetimes.discard(key)
+                del self.claimants[key]  # the lifetime ends
         if reg is None:
             return
         for identity, group in list(reg.identities.items()):
@@ -224,7 +235,6 @@ class Ownership:
     def stop_all(self) -> None:
         self.attempts.invalidate_all()
         self.pending.cancel_all(self.cancel_pending)
-        self.lifetimes.clear()
         self.claimants.clear()
         self._declined.clear()
         ended = self.registrations.end_all()
@@ -248,13 +258,12 @@ class Ownership:
         )
         if claimed:
             assert target is not None
-            if target not in self.lifetimes:
-                self.claimants.pop(target, None)  # claims of a lifetime since dropped
-            self.lifetimes.add(target)
             claimant = attempt.identity.principal if attempt.identity is not None else None
             held = self.claimants.get(target, ())
             if isinstance(held, set):
                 held.add(claimant)
+            elif not held:
+                self.claimants[target] = self._lone_claim(claimant)
             elif claimant not in held:
                 more = (*held, claimant)
                 self.claimants[target] = more if len(more) <= _FEW_CLAIMANTS else set(more)
@@ -272,6 +281,14 @@ class Ownership:
                 self.release(key, reg, why="release that waited for a start")
         self._wake_idle()
         return claimed
+
+    def _lone_claim(self, claimant: str | None) -> tuple[str | None]:
+        lone = self._lone_claims.get(claimant)
+        if lone is None:
+            if len(self._lone_claims) >= _LONE_CLAIMS:
+                self._lone_claims.clear()
+            lone = self._lone_claims[claimant] = (claimant,)
+        return lone
 
     # ------------------------------------------------------------------ waiting
     def busy(self) -> bool:
@@ -291,8 +308,8 @@ class Ownership:
         self.attempts._check()
         self.pending._check()
         self.trace._check()
-        assert self.lifetimes <= self.registrations.keys(), self.lifetimes
         assert self.claimants.keys() <= self.registrations.keys(), self.claimants
+        assert all(self.claimants.values()), self.claimants
         for key, reg in self._declined.items():
             assert self.registrations.get(key) is reg, (key, reg)
         for reg in self.registrations:
