@@ -38,6 +38,7 @@ instance that lets go of it.
 from __future__ import annotations
 
 import inspect
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -132,24 +133,50 @@ def _lift(
     identity: Identity,
     group: CancelGroup,
 ) -> None:
-    fn = pattern.function(spec.target)
+    shape = _shape(pattern, spec)
     bound = docs.bind(spec.inputs, result)
-    lift = _Lift(runner, reg, fn, bound, docs.internal_link(result, spec.index), identity)
-    lift.label = label = node_label(pattern, spec)
-    lift.index = spec.index
+    lift = _Lift(runner, reg, shape, bound, docs.internal_link(result, spec.index), identity)
     lift.node = runner.scheduler.register(
         lift,
         identity=identity,
         outputs=((lift.out_key, _VALUE_PATH),),
-        label=label,
+        label=shape.label,
         reads=declared_reads(bound, identity),
     )
     # What the inputs record is keyed on (no key: never reused, see `_reuse`).
-    code = node_code_key(pattern, spec, fn)
-    if code is not None:
-        lift.entry = runner.reuse_book.add(lift.node, lift.out_key, code)
+    if shape.code is not None:
+        lift.entry = runner.reuse_book.add(lift.node, lift.out_key, shape.code)
     reg.track(spec.index, lift.node)
     group.add(lift.teardown)
+
+
+class _LiftShape:
+    """What every instance of one lift node of a pattern shares (made once per node):
+    its function, label, index, whether it is async, and its code key (`_reuse`)."""
+
+    __slots__ = ("code", "fn", "index", "is_async", "label", "spec")
+
+    def __init__(self, pattern: Pattern, spec: NodeSpec) -> None:
+        self.spec = spec
+        self.fn = fn = pattern.function(spec.target)
+        self.label = node_label(pattern, spec)
+        self.index = spec.index
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.code = node_code_key(pattern, spec, fn)
+
+
+_shapes: weakref.WeakKeyDictionary[Pattern, dict[int, _LiftShape]]
+_shapes = weakref.WeakKeyDictionary()
+
+
+def _shape(pattern: Pattern, spec: NodeSpec) -> _LiftShape:
+    shapes = _shapes.get(pattern)
+    if shapes is None:
+        shapes = _shapes[pattern] = {}
+    shape = shapes.get(spec.index)
+    if shape is None or shape.spec is not spec:
+        shape = shapes[spec.index] = _LiftShape(pattern, spec)
+    return shape
 
 
 _VALUE_PATH = (docs.VALUE,)
@@ -164,39 +191,37 @@ class _Lift:
 
     A slotted object rather than nested closures: one object per lift, where the
     closures (`run`, `put`, `let_go`, the cleanups), their tuples and cells cost
-    about 3 KB per node. `launches` is made on the first pattern instance the
-    function returns (most lifts return plain values).
+    about 3 KB per node; what its node's every instance shares is in its `shape`.
+    `launches` is made on the first pattern instance the function returns (most
+    lifts return plain values).
     """
 
     __slots__ = (
         "args",
         "entry",
-        "fn",
         "identity",
-        "index",
-        "is_async",
         "kwargs",
-        "label",
         "launches",
         "node",
         "out",
         "out_key",
         "reg",
         "runner",
+        "shape",
     )
 
     def __init__(
         self,
         runner: Launcher,
         reg: Registration,
-        fn: Callable[..., Any],
+        shape: _LiftShape,
         bound: dict[str, Any],
         out: Link,
         identity: Identity,
     ) -> None:
         self.runner = runner
         self.reg = reg
-        self.fn = fn
+        self.shape = shape
         args: list[Any] = bound["args"]
         kwargs: dict[str, Any] = bound["kwargs"]
         self.args = tuple(args)
@@ -204,10 +229,7 @@ class _Lift:
         self.out = out
         self.out_key = out.key(identity)
         self.identity = identity
-        self.index = 0
-        self.label = ""
         self.launches: ComputedLaunches | None = None
-        self.is_async = inspect.iscoroutinefunction(fn)
         self.node: Node | None = None
         self.entry: Entry | None = None
 
@@ -226,10 +248,11 @@ class _Lift:
             entry.written = PENDING  # until `_put` (a run that raises leaves no record)
         args = [materialize(tx, a) for a in self.args]
         kwargs = {k: materialize(tx, v) for k, v in self.kwargs.items()}
-        if self.is_async:
-            need_loop(self.label)
-        value = self.fn(*args, **kwargs)
-        if self.is_async:
+        shape = self.shape
+        if shape.is_async:
+            need_loop(shape.label)
+        value = shape.fn(*args, **kwargs)
+        if shape.is_async:
             # The scheduler awaits it in a task, then commits `tx` (whose basis is what
             # was read above): a value computed from inputs that changed meanwhile
             # never lands.
@@ -241,7 +264,7 @@ class _Lift:
         value = await pending
         if _holds_instances(value):
             raise PatternError(
-                f"{self.label}: an async lift returns values, not pattern instances (launch"
+                f"{self.shape.label}: an async lift returns values, not pattern instances (launch"
                 " children from a sync lift that reads this one's result)"
             )
         self._put(tx, value)
@@ -262,11 +285,11 @@ class _Lift:
         for key in [k for k in many if k not in keep]:
             link, _launches = many.pop(key)
             self.runner.release_for(
-                self.reg, link, self.identity, None, why=f"{self.label} stopped returning it"
+                self.reg, link, self.identity, None, why=f"{self.shape.label} stopped returning it"
             )
 
     def _put(self, tx: Transaction, value: Any) -> None:
-        runner, out_key, label = self.runner, self.out_key, self.label
+        runner, out_key, label = self.runner, self.out_key, self.shape.label
         node = self.node
         assert node is not None
         launches = self.launches
@@ -319,7 +342,7 @@ class _Lift:
     def teardown(self) -> None:
         """Undo the instance, in the order separate cleanups ran (newest first): let the
         children of a list/dict return go, let the child go, forget the node, remove it."""
-        reg, label = self.reg, self.label
+        reg, label = self.reg, self.shape.label
         errors: list[Exception] = []
         steps: tuple[Callable[[], object], ...] = (
             lambda: self._let_go({}),
@@ -328,7 +351,7 @@ class _Lift:
             lambda: self.runner.release_for(
                 reg, self.out, self.identity, None, why=f"teardown of {label}"
             ),
-            lambda: reg.untrack(self.index, self.node),
+            lambda: reg.untrack(self.shape.index, self.node),
             self._remove,
         )
         for step in steps:
