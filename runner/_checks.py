@@ -28,7 +28,7 @@ from cells import MISSING, Cell, DocKey, Identity, Link, Transaction, read_value
 from . import _docs as docs
 from . import _types as types
 from ._builder import Pattern
-from ._cancel import CancelGroup
+from ._cancel import CancelGroup, RemoveNode
 
 if TYPE_CHECKING:
     from ._core import Launcher
@@ -98,4 +98,4 @@ def check_node(
     node = runner.scheduler.register(
         run, identity=identity, kind="effect", label=f"{pattern.__qualname__} argument check"
     )
-    group.add(lambda: runner.scheduler.remove(node))
+    group.add(RemoveNode(runner.scheduler, node))

@@ -43,7 +43,7 @@ from ._builder import (
     _bind,
     find_pattern,
 )
-from ._cancel import CancelGroup
+from ._cancel import CancelGroup, RemoveNode
 from ._computed import ComputedLaunches, computed_child, declared_reads, materialize, node_label
 from .errors import PatternError
 
@@ -152,5 +152,5 @@ def instantiate_when(
         label=label,
         reads=declared_reads(condition, identity),
     )
-    group.add(lambda: runner.scheduler.remove(node))
+    group.add(RemoveNode(runner.scheduler, node))
     group.add(lambda: let_go(None, f"teardown of {label}"))
