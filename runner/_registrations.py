@@ -176,7 +176,7 @@ class Instances:
         return iter(list(self._many) if self._many is not None else ())
 
     def __contains__(self, identity: object) -> bool:
-        return self.get(identity) is not None  # type: ignore[arg-type]
+        return isinstance(identity, Identity) and self.get(identity) is not None
 
     def get(self, identity: Identity) -> InstanceGroup | None:
         one = self._one

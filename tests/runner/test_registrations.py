@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
-from cells import DocKey
+from cells import DocKey, Identity
 from runner._cancel import CancelGroup
-from runner._registrations import Registrations
+from runner._registrations import InstanceGroup, Registrations
 
 K1 = DocKey("sp", "r1")
 K2 = DocKey("sp", "r2", "user", "alice")
@@ -147,3 +149,92 @@ def test_churn_leaves_nothing_behind() -> None:
         regs.end(key)
     assert 0 == len(regs)
     assert {} == regs._by_key
+
+
+# ---------------------------------------------------------------------------- compact forms
+# A group keeps a lone cleanup bare and a registration its lone instance bare (memory per
+# run): the containers they replace behaved as below, and so must these.
+
+
+def test_discarding_cleanups_one_by_one_leaves_the_others_in_order() -> None:
+    ran: list[str] = []
+    g = CancelGroup("g")
+    discards = [g.add(functools.partial(ran.append, name)) for name in "abc"]
+    discards[1]()
+    discards[0]()
+    g._check()
+    discards[2]()
+    g._check()
+    g.add(lambda: ran.append("d"))
+    g.add(lambda: ran.append("e"))
+    discards[2]()  # already discarded: nothing
+    g.cancel()
+    assert ["e", "d"] == ran
+    g._check()
+
+
+def test_a_lone_cleanup_discarded_then_another_added_runs_only_the_other() -> None:
+    ran: list[str] = []
+    g = CancelGroup("g")
+    first = g.add(lambda: ran.append("first"))
+    first()
+    g.add(lambda: ran.append("second"))
+    first()  # discards nothing now: "second" is not its cleanup
+    g.cancel()
+    assert ["second"] == ran
+
+
+def test_the_same_cleanup_added_twice_runs_twice_and_one_discard_removes_one() -> None:
+    ran: list[str] = []
+    g = CancelGroup("g")
+
+    def cleanup() -> None:
+        ran.append("x")
+
+    discard = g.add(cleanup)
+    g.add(cleanup)
+    discard()
+    g.cancel()
+    assert ["x"] == ran
+
+
+def test_instances_keep_join_order_and_go_back_to_one() -> None:
+    regs = Registrations()
+    reg = regs.install(K1, "start")
+    alice, bob, carol = (Identity(p, "s") for p in ("alice", "bob", "carol"))
+    groups = {i: InstanceGroup(reg, i) for i in (alice, bob, carol)}
+    assert 0 == len(reg.identities) and not reg.identities and alice not in reg.identities
+    reg.identities[alice] = groups[alice]
+    assert [alice] == list(reg.identities) and reg.identities.get(bob) is None
+    reg.identities[bob] = groups[bob]
+    reg.identities[carol] = groups[carol]
+    assert [alice, bob, carol] == list(reg.identities)
+    assert [(bob, groups[bob])] == [(i, g) for i, g in reg.identities.items() if i == bob]
+    del reg.identities[alice]
+    assert [bob, carol] == list(reg.identities)
+    del reg.identities[carol]
+    assert [bob] == list(reg.identities) and 1 == len(reg.identities)
+    assert reg.identities[bob] is groups[bob] and "bob" not in reg.identities
+    with pytest.raises(KeyError):
+        del reg.identities[carol]
+    with pytest.raises(KeyError):
+        reg.identities[alice]
+    del reg.identities[bob]
+    assert not reg.identities and [] == reg.identities.items()
+
+
+def test_calling_an_instance_group_ends_that_instance_only() -> None:
+    regs = Registrations()
+    reg = regs.install(K1, "start")
+    alice, bob = Identity("alice", "s"), Identity("bob", "s")
+    ran: list[str] = []
+    for who in (alice, bob):
+        group = InstanceGroup(reg, who)
+        group.add(functools.partial(ran.append, who.principal))
+        reg.identities[who] = group
+        reg.group.add(group)
+    reg.identities[alice]()
+    assert ["alice"] == ran and [bob] == list(reg.identities)
+    regs.end(K1)  # bob's instance ends with the registration; alice's ran once
+    assert ["alice", "bob"] == ran and not reg.identities
+    regs._check()
