@@ -45,7 +45,7 @@ MAX_OWED_RERUNS: Final = 5
 
 def declared_reads(tree: Any, identity: Identity) -> list[tuple[DocKey, tuple[Any, ...], bool]]:
     """The reads a node over the bound `tree` declares up front (each link, deep)."""
-    return [(ln.key(identity), (docs.VALUE, *ln.path), False) for ln in docs.links_in(tree)]
+    return [(ln.key(identity), docs.value_path(ln.path), False) for ln in docs.links_in(tree)]
 
 
 def node_label(pattern: Pattern, spec: NodeSpec) -> str:

@@ -56,6 +56,20 @@ VALUE: Final = "value"
 PAGES_CAUSE: Final = {"cellweave": "pages"}
 
 
+_VALUE_PATHS: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+
+
+def value_path(path: tuple[Any, ...]) -> tuple[Any, ...]:
+    """`("value", *path)`, one shared tuple per path (a node's declared reads keep it:
+    one per instance cost 56 bytes or more each). Bounded by `_MEMO_LIMIT`."""
+    full = _VALUE_PATHS.get(path)
+    if full is None:
+        if len(_VALUE_PATHS) >= _MEMO_LIMIT:
+            _VALUE_PATHS.clear()
+        full = _VALUE_PATHS[path] = (VALUE, *path)
+    return full
+
+
 def root(link: Link) -> Link:
     """The whole document `link` points into (starting a sub-path starts the root)."""
     return link if not link.path else Link(link.space, link.id, link.scope)
@@ -124,8 +138,12 @@ def bind(tree: Any, result: Link) -> Any:
     t = type(tree)
     if t is Binding:
         if tree.cell == "argument":
-            return argument_link(result).child(*tree.path)
-        return internal_link(result, int(tree.name[1:])).child(*tree.path)
+            base = argument_link(result)
+        else:
+            base = internal_link(result, int(tree.name[1:]))
+        # The binding's own path tuple (shared by every instance of the pattern; the
+        # derived links have none of their own), not a copy per instance.
+        return Link(base.space, base.id, base.scope, tree.path) if tree.path else base
     if t is dict:
         return {k: bind(v, result) for k, v in tree.items()}
     if t is list:

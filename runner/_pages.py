@@ -265,7 +265,7 @@ class Pages:
                 # One shared label (a formatted one cost about 120 bytes per page): the
                 # node's function names the page's link.
                 label="page",
-                reads=[(_same(link.key(identity), key), (docs.VALUE, *link.path), False)],
+                reads=[(_same(link.key(identity), key), docs.value_path(link.path), False)],
             )
 
     def _forget(self, rec: PageRecord) -> None:
