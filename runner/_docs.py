@@ -76,10 +76,11 @@ def root(link: Link) -> Link:
 
 
 _MEMO_LIMIT: Final = 1 << 16
-"""Entries each memo below holds at most; a full memo starts over (the ids are
-derived again as they are asked for)."""
+"""Entries each memo below (each node index's, for internal links) holds at most;
+a full memo starts over (the ids are derived again as they are asked for)."""
 _ARGUMENTS: dict[Link, Link] = {}
-_INTERNALS: dict[tuple[Link, int], Link] = {}
+_INTERNALS: dict[int, dict[Link, Link]] = {}
+"""By node index, then by result (no (result, index) tuple per entry)."""
 # (Plain dicts, not `functools.lru_cache`: an LRU entry cost about 135 bytes, a dict
 # entry 30 to 85, and every running result has one of each.)
 
@@ -95,13 +96,15 @@ def argument_link(result: Link) -> Link:
 
 
 def internal_link(result: Link, index: int) -> Link:
-    at = (result, index)
-    link = _INTERNALS.get(at)
+    memo = _INTERNALS.get(index)
+    if memo is None:
+        memo = _INTERNALS[index] = {}
+    link = memo.get(result)
     if link is None:
-        if len(_INTERNALS) >= _MEMO_LIMIT:
-            _INTERNALS.clear()
+        if len(memo) >= _MEMO_LIMIT:
+            memo.clear()
         cause = {"internal": [result.id, result.scope], "node": index}
-        link = _INTERNALS[at] = Link(result.space, entity_id(cause), result.scope)
+        link = memo[result] = Link(result.space, entity_id(cause), result.scope)
     return link
 
 
