@@ -785,6 +785,53 @@ def test_claim_rows_stay_bounded_over_many_open_and_stop_cycles() -> None:
     arun(main)
 
 
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_rows_of_pages_whose_record_vanished_are_forgotten_and_stop_crowding_takeovers(
+    kind: str, tmp_path: pathlib.Path
+) -> None:
+    store = _store(kind, tmp_path)
+    clock = Clock()
+
+    async def main() -> None:
+        await _open_from_ui(store)
+        a, sa = await _serve(store, clock)
+        assert len(sa.held) == 1
+        # Six pages a process served and released at its shutdown long ago (fence 2
+        # each), whose records are gone without a stop: nothing would claim or close
+        # their rows, and they are older than any lease that runs out.
+        table = store.claims
+        ghost = Owner("gone-host", 1, "g" * 32)
+        refs = [("alice", f"ghost{i}") for i in range(6)]
+        for t in (clock.now - 200, clock.now - 100):
+            assert len(table.claim("default", ghost, refs, t, 10.0)) == 6
+            assert table.release_all("default", ghost, t) == 6
+        # The page's owner is killed: no release, no heartbeat.
+        sa.stopped = True
+        a._server = None
+        a.close()
+        b, sb = await _serve(store, clock, batch=2)  # reads 2 * 2 stale rows per tick
+        assert sb.forgotten == 2 and not sb.held  # its first tick: the lease still runs
+        clock.now += 11  # the lease ran out
+        held = []
+        for _ in range(2):
+            before = sb.forgotten
+            await sb.tick()
+            held.append((sb.forgotten - before, len(sb.held)))
+        # Bounded (two per tick), oldest first: the ghosts fill the first tick's stale
+        # rows, the takeover gets its turn at the next (without `forget`: never).
+        assert held == [(2, 0), (2, 1)]
+        assert sb.takeovers[0]["reason"] == "lease-expired"
+        assert [r.page for r in table.rows("default")] == [next(iter(sb.held))[1]]
+        # The fence floor covers the deleted fences: a fresh claim starts above 2.
+        assert table.claim("default", ghost, [("alice", "ghost0")], clock.now, 10.0) == {
+            ("alice", "ghost0"): 3
+        }
+        await b.aclose()
+
+    arun(main)
+    store.close()
+
+
 def test_runtime_pages_setting_is_checked() -> None:
     from runner.errors import ArgumentError
 
