@@ -241,9 +241,9 @@ class PageServer:
         """When the store last confirmed this process's claims (a renew, or the first
         claim since): the leases run from there."""
         self.lapsed = 0
+        """Pages this process stopped running because it could not renew in time."""
         self.forgotten = 0
         """Claim rows deleted because no open page had them (`ClaimTable.forget`)."""
-        """Pages this process stopped running because it could not renew in time."""
         self._unheld = False
         """Claims may be ours in the store though not held here (after a lapse): the
         next renew that works releases them for anyone to claim."""
