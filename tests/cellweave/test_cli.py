@@ -70,6 +70,14 @@ def test_serve_refuses_a_public_address_without_users() -> None:
     assert "binding '0.0.0.0' needs --users FILE" in out.stderr
 
 
+def test_serve_with_served_pages_needs_a_shared_store() -> None:
+    out = cli("serve", "examples.todo:board", "--memory", "--pages", "served")
+    assert 2 == out.returncode
+    assert "--pages served needs a --db the workers share" in out.stderr
+    out = cli("serve", "examples.todo:board", "--pages", "elsewhere")
+    assert 2 == out.returncode and "invalid choice: 'elsewhere'" in out.stderr
+
+
 def test_serve_names_a_bad_target_and_a_bad_users_file(tmp_path: Any) -> None:
     users = tmp_path / "users.json"
     users.write_text(json.dumps({"short": "alice"}))

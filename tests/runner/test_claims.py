@@ -18,6 +18,7 @@ from support import arun, turns
 
 from cells import (
     Cell,
+    CellweaveError,
     Fence,
     Link,
     MemoryStore,
@@ -830,6 +831,29 @@ def test_rows_of_pages_whose_record_vanished_are_forgotten_and_stop_crowding_tak
 
     arun(main)
     store.close()
+
+
+def test_a_served_runtime_resumes_nothing_and_refuses_a_send_it_would_start_for() -> None:
+    store = MemoryStore()
+
+    async def main() -> None:
+        async with Runtime(store, principal="alice") as local:
+            page = local.get_cell("parent")
+            async with local.edit() as tx:
+                local.setup(tx, Parent, {"value": 1, "items": [], "count": 0}, page)
+            assert await local.open_page(page) is True  # recorded open, run here
+        ui = Runtime(store, principal="alice", pages="served")
+        await ui.__aenter__()
+        assert await ui.resume() == []  # the workers run it, not this runtime
+        assert not ui.registrations()
+        with pytest.raises(CellweaveError, match=r"pages='served'.*runs nothing"):
+            ui.send(ui.get_cell("parent").key("bump"), {"by": 2})
+        assert not ui.registrations()  # the send started nothing either
+        await ui.aclose()
+        async with Runtime(store, principal="alice") as again:  # pages="local"
+            assert [c.id for c in await again.resume()] == [page.id]
+
+    arun(main)
 
 
 def test_runtime_pages_setting_is_checked() -> None:
