@@ -91,7 +91,7 @@ import pathlib
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 from .._address import DocKey, Path
 from .._args import bad_arg
@@ -102,6 +102,7 @@ from .._store import (
     Revision,
     SessionListener,
     Verdict,
+    Write,
     revision_path,
     validate_commit,
 )
@@ -262,6 +263,9 @@ def _upgrade_2_to_3(kept: int) -> tuple[str, ...]:
 _Change = tuple[int, dict[DocKey, Value]]
 _Head = tuple[int, int, int, "str | None"]
 """A head row as a commit needs it: (doc number, last revision's seq, kept revisions, value)."""
+_Known = tuple[int, int, int, Value]
+"""A head row as the writer remembers it (`SQLiteStore._known`): (doc number, seq, kept
+revisions, decoded value)."""
 _CHUNK: Final = 150
 """Documents per statement that reads many at once (at most 6 parameters each: under
 the 999 an older SQLite allows)."""
@@ -273,6 +277,30 @@ _CHAIN: Final = (
     " WHERE r.prev > ?)"
 )
 
+
+# One commit's writes, a statement per table (`_execute_rows`). The head update names
+# the commit's seq ?1 before its rows; the write that makes a document's kept revisions
+# REVISIONS_KEPT + 1 is the floor its next pruning sets.
+_UPDATE_HEADS: Final = (
+    f"UPDATE head SET next_floor = CASE revisions WHEN {REVISIONS_KEPT} THEN ?1"
+    " ELSE next_floor END, seq = ?1, revisions = revisions + 1, value = v.column2"
+    " FROM (VALUES {rows}) AS v WHERE head.doc = v.column1"
+)
+_INSERT_REVISIONS: Final = "INSERT INTO revision (seq, doc, prev, paths) VALUES {rows}"
+_PRUNED_HEADS: Final = (
+    "SELECT doc, seq, revisions, floor, next_floor FROM head WHERE doc IN ({rows})"
+)
+# Several documents' revisions from a start back, while `prev` > the document's bound.
+_WALK_MANY: Final = (
+    "WITH RECURSIVE chain (doc, seq, bound) AS (VALUES {rows} UNION ALL"
+    " SELECT c.doc, r.prev, c.bound FROM chain c JOIN revision r"
+    " ON r.seq = c.seq AND r.doc = c.doc WHERE r.prev > c.bound) SELECT doc, seq FROM chain"
+)
+# (A row-value IN over a subquery: SQLite searches the primary key for each pair, where
+# over a bare VALUES list it scans the table.)
+_DELETE_REVISIONS: Final = (
+    "DELETE FROM revision WHERE (seq, doc) IN (SELECT column1, column2 FROM (VALUES {rows}))"
+)
 
 _k = key_params
 
@@ -294,6 +322,44 @@ def _paths_text(paths: list[Path]) -> str:
         if len(_PATHS_TEXT) < _PATHS_TEXT_KEPT:
             _PATHS_TEXT[paths[0]] = text
     return text
+
+
+_MAX_ROWS: Final = 128
+"""Rows per multi-row statement (`_execute_rows`): at most 3 parameters a row and one
+shared, under the 999 an older SQLite allows."""
+
+
+@functools.cache
+def _rows_sql(template: str, row: str, n: int) -> str:
+    """`template` with `{rows}` replaced by `n` copies of `row` (the texts are few: `n` is
+    a power of two, so each template prepares at most log2(_MAX_ROWS) + 1 statements)."""
+    return template.format(rows=", ".join([row] * n))
+
+
+def _execute_rows(
+    conn: sqlite3.Connection,
+    template: str,
+    row: str,
+    params: list[object],
+    *,
+    width: int,
+    first: tuple[object, ...] = (),
+) -> list[Any]:
+    """`template` (its `{rows}` a list of `row`s) once per power-of-two chunk of the rows
+    in `params` (flat, `width` parameters a row): usually one to three statements where
+    `executemany` steps one statement per row. SQLite does the same row work; the cost of
+    binding, stepping and resetting from Python per row goes. `first` binds `?1`... once
+    per statement, before the rows (the commit's seq). Returns what the statements return."""
+    n = len(params) // width
+    out: list[Any] = []
+    start = 0
+    while n:
+        size = min(_MAX_ROWS, 1 << (n.bit_length() - 1))
+        end = start + size * width
+        chunk = params if start == 0 and end == len(params) else params[start:end]
+        out += conn.execute(_rows_sql(template, row, size), [*first, *chunk] if first else chunk)
+        start, n = end, n - size
+    return out
 
 
 def _errorname(exc: sqlite3.Error) -> str:
@@ -481,7 +547,7 @@ class SQLiteStore(WriterStore):
         self._stop = threading.Event()
         self._sessions = SessionVerdicts()
         """Per session: its key in the file, and which of its commits have a verdict."""
-        self._known: dict[DocKey, tuple[int, int, int, Value]] = {}
+        self._known: dict[DocKey, _Known] = {}
         """The head rows this store's writer last committed, of up to `_KNOWN_KEPT`
         documents: (doc number, seq, kept revisions, value), true of the file while its
         max seq is `_known_top` (no other writer has committed since: any commit raises
@@ -776,25 +842,9 @@ class SQLiteStore(WriterStore):
                 docs: dict[DocKey, Value] = {}
                 paths: dict[DocKey, list[Path]] = {}
                 heads: dict[DocKey, _Head] = {}
-                counts: dict[DocKey, tuple[int, int]] = {}
                 if error is None:
                     try:
-                        heads = self._written_heads(conn, [w.key for w in request.writes])
-                        for w in request.writes:
-                            key, path = w.key, w.path
-                            if key in docs:
-                                current = docs[key]
-                            elif path:
-                                current = self._current(key, heads.get(key))
-                            else:
-                                current = MISSING  # (a whole-document write reads nothing)
-                            docs[key] = set_path(current, path, w.value, where="commit")
-                            # (`revision_path` of a one-field write to a dict is its path.)
-                            paths.setdefault(key, []).append(
-                                path
-                                if len(path) == 1 and type(current) is dict
-                                else revision_path(current, path)
-                            )
+                        docs, paths, heads = self._stage(conn, request.writes)
                     except InvalidValueError as exc:
                         # A blind write below something another writer has since
                         # replaced: re-running against the fresh value can succeed.
@@ -802,12 +852,15 @@ class SQLiteStore(WriterStore):
                             f"commit {request.session_id}#{request.local_seq} no longer"
                             f" applies: {exc}"
                         )
+                rows: dict[DocKey, _Known] = {}
                 if error is not None:
                     verdict = Verdict(None, error=error)
                 else:
                     seq = top + 1
-                    counts = self._apply(conn, request, session_key, seq, docs, paths, heads)
-                    verdict = Verdict(seq, docs)
+                    base_seqs, rows = self._apply(
+                        conn, request, session_key, seq, docs, paths, heads
+                    )
+                    verdict = Verdict(seq, docs, base_seqs=base_seqs)
                 conn.execute("COMMIT")
             except BaseException:
                 _rollback(conn)
@@ -816,20 +869,66 @@ class SQLiteStore(WriterStore):
                 raise
             # Durable from here on.
             if verdict.seq is not None:
-                self._remember(verdict.seq, docs, counts)
+                self._remember(verdict.seq, rows)
             self._resolve(session_key, request.local_seq, rejected=verdict.seq is None)
             self._deliver(behind)
             self._delivered = max(self._delivered, top, verdict.seq or 0)
             return verdict
 
-    def _written_heads(self, conn: sqlite3.Connection, keys: list[DocKey]) -> dict[DocKey, _Head]:
-        """The head row of each of `keys` that has one: from `_known` (the usual case for a
-        store that is the file's only writer), the others in one statement per chunk
-        (one query per document was most of a large commit's CPU)."""
+    def _stage(
+        self, conn: sqlite3.Connection, writes: tuple[Write, ...]
+    ) -> tuple[dict[DocKey, Value], dict[DocKey, list[Path]], dict[DocKey, _Head]]:
+        """What `writes` make: each written document's new value, the paths its revision
+        records, and the head rows they apply on (`_written_heads`; absent: never
+        written). Raises `InvalidValueError` for a write that cannot apply."""
+        heads = self._written_heads(conn, writes)
+        known = self._known
+        docs: dict[DocKey, Value] = {}
+        paths: dict[DocKey, list[Path]] = {}
+        for w in writes:
+            key, path, value = w.key, w.path, w.value
+            if key in docs:
+                current = docs[key]
+            elif not path:
+                current = MISSING  # (a whole-document write reads nothing)
+            elif (head := heads.get(key)) is None:
+                current = MISSING
+            elif (got := known.get(key)) is not None and got[1] == head[1]:
+                current = got[3]  # (the value this writer committed: nothing to decode)
+            else:
+                current = self._decode(head[3], key)
+            rpath: Path
+            if len(path) == 1 and type(current) is dict and type(field := path[0]) is str:
+                # One field of a dict (a cell's write): `set_path`'s copy, inlined; the
+                # revision records the path itself (`revision_path` of it).
+                new = dict(current)
+                if value is MISSING:
+                    new.pop(field, None)
+                else:
+                    new[field] = value
+                rpath = path
+            else:
+                new = set_path(current, path, value, where="commit")
+                rpath = revision_path(current, path)
+            docs[key] = new
+            recorded = paths.get(key)
+            if recorded is None:
+                paths[key] = [rpath]
+            else:
+                recorded.append(rpath)
+        return docs, paths, heads
+
+    def _written_heads(
+        self, conn: sqlite3.Connection, writes: tuple[Write, ...]
+    ) -> dict[DocKey, _Head]:
+        """The head row of each document `writes` write that has one: from `_known` (the
+        usual case for a store that is the file's only writer), the others in one
+        statement per chunk (one query per document was most of a large commit's CPU)."""
         known = self._known
         heads: dict[DocKey, _Head] = {}
         missing: list[DocKey] = []
-        for key in keys:
+        for w in writes:
+            key = w.key
             got = known.get(key)
             if got is not None:
                 heads[key] = (got[0], got[1], got[2], None)
@@ -839,25 +938,12 @@ class SQLiteStore(WriterStore):
             heads.update(self._heads(conn, missing))
         return heads
 
-    def _current(self, key: DocKey, head: _Head | None) -> Value:
-        """The stored value of `key` whose head row is `head` (None: never written)."""
-        if head is None:
-            return MISSING
-        known = self._known.get(key)
-        if known is not None and known[1] == head[1]:
-            return known[3]
-        return self._decode(head[3], key)
-
-    def _remember(
-        self, seq: int, docs: dict[DocKey, Value], counts: dict[DocKey, tuple[int, int]]
-    ) -> None:
-        """After COMMIT: the head rows the commit at `seq` left (`counts`: each document's
-        number and kept revisions)."""
+    def _remember(self, seq: int, rows: dict[DocKey, _Known]) -> None:
+        """After COMMIT: the head rows the commit at `seq` left."""
         known = self._known
-        for key, value in docs.items():
-            doc, revisions = counts[key]
+        for key in rows:
             known.pop(key, None)  # (re-inserted: the oldest entries go first)
-            known[key] = (doc, seq, revisions, value)
+        known.update(rows)
         while len(known) > _KNOWN_KEPT:
             del known[next(iter(known))]
         self._known_top = seq
@@ -898,11 +984,13 @@ class SQLiteStore(WriterStore):
         docs: dict[DocKey, Value],
         paths: dict[DocKey, list[Path]],
         heads: dict[DocKey, _Head],
-    ) -> dict[DocKey, tuple[int, int]]:
+    ) -> tuple[dict[DocKey, int], dict[DocKey, _Known]]:
         """Write the commit: its `commit_log` row, a `revision` row per document (all under
-        `seq`: contiguous) and each document's head, updated in place. One statement per
-        table (executemany), then the pruning of documents past 2 * REVISIONS_KEPT.
-        Returns each written document's number and kept revisions."""
+        `seq`: contiguous) and each document's head, updated in place: one statement per
+        table (per power-of-two chunk of rows, `_execute_rows`), then the pruning of the
+        documents past 2 * REVISIONS_KEPT revisions (`_prune`). Returns each written
+        document's state the commit applied on (its seq; 0: never written) and its head
+        row as the commit leaves it."""
         conn.execute(
             "INSERT INTO commit_log (seq, session_id, local_seq) VALUES (?, ?, ?)",
             (seq, session_key, request.local_seq),
@@ -915,28 +1003,29 @@ class SQLiteStore(WriterStore):
             )
             made = SQLiteStore._heads(conn, new)
             heads = {**heads, **{key: (h[0], 0, 0, None) for key, h in made.items()}}
-        revisions: list[tuple[int, int, int, str]] = []
-        updates: list[tuple[int, int, int, str | None, int]] = []
-        due: list[DocKey] = []
-        counts: dict[DocKey, tuple[int, int]] = {}
-        kept = REVISIONS_KEPT
+        base_seqs: dict[DocKey, int] = {}
+        rows: dict[DocKey, _Known] = {}
+        revisions: list[tuple[int, int, str]] = []
+        updates: list[object] = []  # (doc, stored value) per document, flat
+        due: list[int] = []
+        over = 2 * REVISIONS_KEPT
         for key, value in docs.items():
             doc, last, count, _ = heads[key]
-            revisions.append((seq, doc, last, _paths_text(paths[key])))
-            updates.append((kept, seq, seq, encode_value(value), doc))
-            counts[key] = (doc, count + 1)
-            if count >= 2 * kept:
-                due.append(key)
-        # The write that makes a document's kept revisions REVISIONS_KEPT + 1 is the
-        # floor its next pruning sets.
-        conn.executemany(
-            "UPDATE head SET next_floor = CASE revisions WHEN ? THEN ? ELSE next_floor END,"
-            " seq = ?, revisions = revisions + 1, value = ? WHERE doc = ?",
-            updates,
-        )
-        revisions.sort()  # (in key order: appended at the end of the tree)
-        conn.executemany(
-            "INSERT INTO revision (seq, doc, prev, paths) VALUES (?, ?, ?, ?)", revisions
+            base_seqs[key] = last
+            rows[key] = (doc, seq, count + 1, value)
+            revisions.append((doc, last, _paths_text(paths[key])))
+            updates += (doc, encode_value(value))
+            if count >= over:
+                due.append(doc)
+        _execute_rows(conn, _UPDATE_HEADS, "(?, ?)", updates, width=2, first=(seq,))
+        revisions.sort()  # (by document number: appended at the end of the tree in order)
+        _execute_rows(
+            conn,
+            _INSERT_REVISIONS,
+            "(?1, ?, ?, ?)",
+            [p for r in revisions for p in r],
+            width=3,
+            first=(seq,),
         )
         if request.create_only:
             conn.executemany(
@@ -944,12 +1033,10 @@ class SQLiteStore(WriterStore):
                 [(*_k(key), seq) for key in request.create_only],
             )
         if due:
-            pruned: set[int] = set()
-            for key in due:
-                gone = SQLiteStore._prune(conn, _k(key), seq)
-                doc, count = counts[key]
-                counts[key] = (doc, count - len(gone))
-                pruned.update(gone)
+            gone, pruned = SQLiteStore._prune(conn, due)
+            for key, (doc, _, count, value) in rows.items():
+                if doc in gone:
+                    rows[key] = (doc, seq, count - gone[doc], value)
             # A commit that wrote several documents keeps its row while another names it.
             conn.executemany(
                 "DELETE FROM commit_log WHERE seq = ?"
@@ -957,45 +1044,62 @@ class SQLiteStore(WriterStore):
                 " AND NOT EXISTS (SELECT 1 FROM claimed WHERE seq = ?)",
                 [(s, s, s) for s in sorted(pruned)],
             )
-        return counts
+        return base_seqs, rows
 
     @staticmethod
-    def _prune(conn: sqlite3.Connection, k: tuple[str, str, str, str, str], seq: int) -> list[int]:
-        """Keep a document's newest `REVISIONS_KEPT` revisions once it has more than twice
-        that many (as `MemoryStore` does); returns the seqs of the revisions deleted (the
-        caller deletes the commit_log rows nothing names any more).
+    def _prune(conn: sqlite3.Connection, docs: list[int]) -> tuple[dict[int, int], set[int]]:
+        """Keep the newest `REVISIONS_KEPT` revisions of each of `docs` (document numbers)
+        that has more than twice that many (as `MemoryStore` does); returns how many
+        revisions of each document were deleted and their seqs (the caller deletes the
+        commit_log rows nothing names any more).
 
-        `seq` is the revision just written. The head row counts the document's kept
+        Runs after the commit's head update. The head row counts the document's kept
         revisions, so a commit decides which of its documents to prune without a query,
         and names the floor this pruning sets (`next_floor`): the revisions to delete are
         that one and those before it down to the old floor, walked back one primary-key
-        lookup each (REVISIONS_KEPT + 1 of them). Deletes happen once per REVISIONS_KEPT
-        commits of the document, so the amortized cost per commit is O(1) rows. A head
-        whose count or `next_floor` does not fit (a file upgraded from version 1, which
-        never pruned) is pruned by walking all its revisions from the newest.
+        lookup each (REVISIONS_KEPT + 1 of them), every document's in one statement, and
+        deleted in one. Deletes happen once per REVISIONS_KEPT commits of a document, so
+        the amortized cost per commit is O(1) rows. A head whose count or `next_floor`
+        does not fit (a file upgraded from version 1, which never pruned) is pruned by
+        walking all its revisions from the newest.
         """
-        head = conn.execute(
-            f"SELECT doc, seq, revisions, floor, next_floor FROM head WHERE {_KEY_MATCH}", k
-        ).fetchone()
         kept = REVISIONS_KEPT
-        if head is None or head[2] <= 2 * kept:
-            return []
-        doc, last, count, floor, next_floor = head
-        walk = f"{_CHAIN} SELECT seq FROM chain"
-        pruned: list[int] = []
-        if next_floor is not None:
-            pruned = [int(r[0]) for r in conn.execute(walk, (next_floor, doc, floor or 0))]
-        if count - len(pruned) != kept:  # (the usual case never gets here)
-            newest_first = [int(r[0]) for r in conn.execute(walk, (last, doc, floor or 0))]
-            pruned = newest_first[kept:]
+        found: dict[int, tuple[int, int, int]] = {}  # doc: (last seq, count, floor)
+        starts: list[object] = []  # (doc, walk from, floor) per document, flat
+        for doc, last, count, floor, next_floor in _execute_rows(
+            conn, _PRUNED_HEADS, "?", list(docs), width=1
+        ):
+            if count <= 2 * kept:
+                continue
+            bound = floor or 0
+            found[doc] = (last, count, bound)
+            if next_floor is not None:
+                starts += (doc, next_floor, bound)
+        walked: dict[int, list[int]] = {doc: [] for doc in found}
+        for doc, seq in _execute_rows(conn, _WALK_MANY, "(?, ?, ?)", starts, width=3):
+            walked[doc].append(seq)
+        gone: dict[int, int] = {}
+        pruned: set[int] = set()
+        pairs: list[object] = []
+        floors: list[tuple[int, int, int]] = []
+        for doc, (last, count, bound) in found.items():
+            seqs = walked[doc]
+            if count - len(seqs) != kept:  # (the usual case never gets here)
+                newest_first = [
+                    int(r[0])
+                    for r in conn.execute(f"{_CHAIN} SELECT seq FROM chain", (last, doc, bound))
+                ]
+                seqs = newest_first[kept:]
+            for s in seqs:
+                pairs += (s, doc)
+            pruned.update(seqs)
+            gone[doc] = len(seqs)
+            floors.append((count - len(seqs), max(seqs), doc))
+        _execute_rows(conn, _DELETE_REVISIONS, "(?, ?)", pairs, width=2)
         conn.executemany(
-            "DELETE FROM revision WHERE seq = ? AND doc = ?", [(s, doc) for s in pruned]
+            "UPDATE head SET revisions = ?, floor = ?, next_floor = NULL WHERE doc = ?", floors
         )
-        conn.execute(
-            "UPDATE head SET revisions = ?, floor = ?, next_floor = NULL WHERE doc = ?",
-            (count - len(pruned), pruned[0], doc),
-        )
-        return pruned
+        return gone, pruned
 
     def _record_rejection(self, request: CommitRequest) -> None:
         with self._write_lock:
