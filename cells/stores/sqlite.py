@@ -287,6 +287,11 @@ _UPDATE_HEADS: Final = (
     " FROM (VALUES {rows}) AS v WHERE head.doc = v.column1"
 )
 _INSERT_REVISIONS: Final = "INSERT INTO revision (seq, doc, prev, paths) VALUES {rows}"
+_UPDATE_HEAD: Final = (
+    f"UPDATE head SET next_floor = CASE revisions WHEN {REVISIONS_KEPT} THEN ?1"
+    " ELSE next_floor END, seq = ?1, revisions = revisions + 1, value = ?3 WHERE doc = ?2"
+)
+_INSERT_REVISION: Final = "INSERT INTO revision (seq, doc, prev, paths) VALUES (?, ?, ?, ?)"
 _PRUNED_HEADS: Final = (
     "SELECT doc, seq, revisions, floor, next_floor FROM head WHERE doc IN ({rows})"
 )
@@ -1017,16 +1022,20 @@ class SQLiteStore(WriterStore):
             updates += (doc, encode_value(value))
             if count >= over:
                 due.append(doc)
-        _execute_rows(conn, _UPDATE_HEADS, "(?, ?)", updates, width=2, first=(seq,))
-        revisions.sort()  # (by document number: appended at the end of the tree in order)
-        _execute_rows(
-            conn,
-            _INSERT_REVISIONS,
-            "(?1, ?, ?, ?)",
-            [p for r in revisions for p in r],
-            width=3,
-            first=(seq,),
-        )
+        if len(revisions) == 1:  # (one document: the plain statements cost less)
+            conn.execute(_UPDATE_HEAD, (seq, *updates))
+            conn.execute(_INSERT_REVISION, (seq, *revisions[0]))
+        else:
+            _execute_rows(conn, _UPDATE_HEADS, "(?, ?)", updates, width=2, first=(seq,))
+            revisions.sort()  # (by document number: appended at the end of the tree in order)
+            _execute_rows(
+                conn,
+                _INSERT_REVISIONS,
+                "(?1, ?, ?, ?)",
+                [p for r in revisions for p in r],
+                width=3,
+                first=(seq,),
+            )
         if request.create_only:
             conn.executemany(
                 f"INSERT OR IGNORE INTO claimed ({_KEY_COLS}, seq) VALUES (?, ?, ?, ?, ?, ?)",
