@@ -279,17 +279,18 @@ _CHAIN: Final = (
 
 
 # One commit's writes, a statement per table (`_execute_rows`). The head update names
-# the commit's seq ?1 before its rows; the write that makes a document's kept revisions
+# the commit's seq ?1 and REVISIONS_KEPT ?2 before its rows (bound, not written into the
+# text: tests shrink the window); the write that makes a document's kept revisions
 # REVISIONS_KEPT + 1 is the floor its next pruning sets.
 _UPDATE_HEADS: Final = (
-    f"UPDATE head SET next_floor = CASE revisions WHEN {REVISIONS_KEPT} THEN ?1"
+    "UPDATE head SET next_floor = CASE revisions WHEN ?2 THEN ?1"
     " ELSE next_floor END, seq = ?1, revisions = revisions + 1, value = v.column2"
     " FROM (VALUES {rows}) AS v WHERE head.doc = v.column1"
 )
 _INSERT_REVISIONS: Final = "INSERT INTO revision (seq, doc, prev, paths) VALUES {rows}"
 _UPDATE_HEAD: Final = (
-    f"UPDATE head SET next_floor = CASE revisions WHEN {REVISIONS_KEPT} THEN ?1"
-    " ELSE next_floor END, seq = ?1, revisions = revisions + 1, value = ?3 WHERE doc = ?2"
+    "UPDATE head SET next_floor = CASE revisions WHEN ?2 THEN ?1"
+    " ELSE next_floor END, seq = ?1, revisions = revisions + 1, value = ?4 WHERE doc = ?3"
 )
 _INSERT_REVISION: Final = "INSERT INTO revision (seq, doc, prev, paths) VALUES (?, ?, ?, ?)"
 _PRUNED_HEADS: Final = (
@@ -1023,10 +1024,12 @@ class SQLiteStore(WriterStore):
             if count >= over:
                 due.append(doc)
         if len(revisions) == 1:  # (one document: the plain statements cost less)
-            conn.execute(_UPDATE_HEAD, (seq, *updates))
+            conn.execute(_UPDATE_HEAD, (seq, REVISIONS_KEPT, *updates))
             conn.execute(_INSERT_REVISION, (seq, *revisions[0]))
         else:
-            _execute_rows(conn, _UPDATE_HEADS, "(?, ?)", updates, width=2, first=(seq,))
+            _execute_rows(
+                conn, _UPDATE_HEADS, "(?, ?)", updates, width=2, first=(seq, REVISIONS_KEPT)
+            )
             revisions.sort()  # (by document number: appended at the end of the tree in order)
             _execute_rows(
                 conn,
