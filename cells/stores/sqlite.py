@@ -266,6 +266,19 @@ _Head = tuple[int, int, int, "str | None"]
 _Known = tuple[int, int, int, Value]
 """A head row as the writer remembers it (`SQLiteStore._known`): (doc number, seq, kept
 revisions, decoded value)."""
+_Staged = tuple[
+    dict[DocKey, Value],
+    dict[DocKey, int],
+    dict[DocKey, _Known],
+    list[object],
+    list[object],
+    list[int],
+]
+"""What a commit writes, ready for its statements: each document's new value, the seq of
+the state it applies on (0: never written), its head row as the commit leaves it (before
+pruning), the revision rows (doc number, previous revision, paths text; flat, by
+document number), the head updates (doc number, stored value; flat) and the documents
+due for pruning."""
 _CHUNK: Final = 150
 """Documents per statement that reads many at once (at most 6 parameters each: under
 the 999 an older SQLite allows)."""
@@ -845,27 +858,28 @@ class SQLiteStore(WriterStore):
                     resolution=lambda _sid, local_seq: self._resolution(session_key, local_seq),
                     ever_written=functools.partial(self._ever_written, conn),
                 )
-                docs: dict[DocKey, Value] = {}
-                paths: dict[DocKey, list[Path]] = {}
-                heads: dict[DocKey, _Head] = {}
+                seq = top + 1
+                staged: _Staged | None = None
                 if error is None:
-                    try:
-                        docs, paths, heads = self._stage(conn, request.writes)
-                    except InvalidValueError as exc:
-                        # A blind write below something another writer has since
-                        # replaced: re-running against the fresh value can succeed.
-                        error = ConflictError(
-                            f"commit {request.session_id}#{request.local_seq} no longer"
-                            f" applies: {exc}"
-                        )
+                    staged = self._stage_known(request.writes, seq)
+                    if staged is None:
+                        try:
+                            docs, paths, heads = self._stage(conn, request.writes)
+                        except InvalidValueError as exc:
+                            # A blind write below something another writer has since
+                            # replaced: re-running against the fresh value can succeed.
+                            error = ConflictError(
+                                f"commit {request.session_id}#{request.local_seq} no longer"
+                                f" applies: {exc}"
+                            )
+                        else:
+                            staged = self._rows(conn, seq, docs, paths, heads)
                 rows: dict[DocKey, _Known] = {}
-                if error is not None:
+                if staged is None:  # (rejected)
                     verdict = Verdict(None, error=error)
                 else:
-                    seq = top + 1
-                    base_seqs, rows = self._apply(
-                        conn, request, session_key, seq, docs, paths, heads
-                    )
+                    self._apply(conn, request, session_key, seq, staged)
+                    docs, base_seqs, rows = staged[0], staged[1], staged[2]
                     verdict = Verdict(seq, docs, base_seqs=base_seqs)
                 conn.execute("COMMIT")
             except BaseException:
@@ -880,6 +894,53 @@ class SQLiteStore(WriterStore):
             self._deliver(behind)
             self._delivered = max(self._delivered, top, verdict.seq or 0)
             return verdict
+
+    def _stage_known(self, writes: tuple[Write, ...], seq: int) -> _Staged | None:
+        """`_stage` and `_rows` in one loop, for the usual commit of a store that is its
+        file's only writer: every write sets one top-level field of a dict document whose
+        head row this writer remembers, each document once. None (nothing read or
+        changed) for any other commit, which `_stage` and `_rows` then take."""
+        known = self._known
+        texts = _PATHS_TEXT
+        over = 2 * REVISIONS_KEPT
+        docs: dict[DocKey, Value] = {}
+        base_seqs: dict[DocKey, int] = {}
+        rows: dict[DocKey, _Known] = {}
+        revisions: list[object] = []
+        updates: list[object] = []
+        due: list[int] = []
+        ordered = True
+        before = -1
+        for w in writes:
+            key, path = w.key, w.path
+            got = known.get(key)
+            if got is None or len(path) != 1 or key in docs:
+                return None
+            doc, last, count, current = got
+            field = path[0]
+            if type(current) is not dict or type(field) is not str:
+                return None
+            new = dict(current)
+            value = w.value
+            if value is MISSING:
+                new.pop(field, None)
+            else:
+                new[field] = value
+            docs[key] = new
+            base_seqs[key] = last
+            rows[key] = (doc, seq, count + 1, new)
+            text = texts.get(path)
+            revisions += (doc, last, text if text is not None else _paths_text([path]))
+            updates += (doc, encode_value(new))
+            if count >= over:
+                due.append(doc)
+            if doc < before:
+                ordered = False
+            before = doc
+        if not ordered:
+            by_doc = sorted(zip(revisions[::3], revisions[1::3], revisions[2::3], strict=True))
+            revisions = [p for r in by_doc for p in r]
+        return docs, base_seqs, rows, revisions, updates, due
 
     def _stage(
         self, conn: sqlite3.Connection, writes: tuple[Write, ...]
@@ -982,25 +1043,15 @@ class SQLiteStore(WriterStore):
         return out
 
     @staticmethod
-    def _apply(
+    def _rows(
         conn: sqlite3.Connection,
-        request: CommitRequest,
-        session_key: str,
         seq: int,
         docs: dict[DocKey, Value],
         paths: dict[DocKey, list[Path]],
         heads: dict[DocKey, _Head],
-    ) -> tuple[dict[DocKey, int], dict[DocKey, _Known]]:
-        """Write the commit: its `commit_log` row, a `revision` row per document (all under
-        `seq`: contiguous) and each document's head, updated in place: one statement per
-        table (per power-of-two chunk of rows, `_execute_rows`), then the pruning of the
-        documents past 2 * REVISIONS_KEPT revisions (`_prune`). Returns each written
-        document's state the commit applied on (its seq; 0: never written) and its head
-        row as the commit leaves it."""
-        conn.execute(
-            "INSERT INTO commit_log (seq, session_id, local_seq) VALUES (?, ?, ?)",
-            (seq, session_key, request.local_seq),
-        )
+    ) -> _Staged:
+        """What `_stage`'s documents write (`_Staged`), after making a head row for each
+        document written for the first time (its number is what its revision names)."""
         new = [key for key in docs if key not in heads]
         if new:  # first writes: a head row each, then their numbers
             conn.executemany(
@@ -1012,7 +1063,7 @@ class SQLiteStore(WriterStore):
         base_seqs: dict[DocKey, int] = {}
         rows: dict[DocKey, _Known] = {}
         revisions: list[tuple[int, int, str]] = []
-        updates: list[object] = []  # (doc, stored value) per document, flat
+        updates: list[object] = []
         due: list[int] = []
         over = 2 * REVISIONS_KEPT
         for key, value in docs.items():
@@ -1023,21 +1074,36 @@ class SQLiteStore(WriterStore):
             updates += (doc, encode_value(value))
             if count >= over:
                 due.append(doc)
-        if len(revisions) == 1:  # (one document: the plain statements cost less)
+        revisions.sort()  # (by document number: appended at the end of the tree in order)
+        return docs, base_seqs, rows, [p for r in revisions for p in r], updates, due
+
+    @staticmethod
+    def _apply(
+        conn: sqlite3.Connection,
+        request: CommitRequest,
+        session_key: str,
+        seq: int,
+        staged: _Staged,
+    ) -> None:
+        """Write the commit: its `commit_log` row, a `revision` row per document (all under
+        `seq`: contiguous) and each document's head, updated in place: one statement per
+        table (per power-of-two chunk of rows, `_execute_rows`), then the pruning of the
+        documents past 2 * REVISIONS_KEPT revisions (`_prune`), which corrects the kept
+        revision counts in `staged`'s head rows."""
+        conn.execute(
+            "INSERT INTO commit_log (seq, session_id, local_seq) VALUES (?, ?, ?)",
+            (seq, session_key, request.local_seq),
+        )
+        _, _, rows, revisions, updates, due = staged
+        if len(rows) == 1:  # (one document: the plain statements cost less)
             conn.execute(_UPDATE_HEAD, (seq, REVISIONS_KEPT, *updates))
-            conn.execute(_INSERT_REVISION, (seq, *revisions[0]))
-        else:
+            conn.execute(_INSERT_REVISION, (seq, *revisions))
+        elif rows:
             _execute_rows(
                 conn, _UPDATE_HEADS, "(?, ?)", updates, width=2, first=(seq, REVISIONS_KEPT)
             )
-            revisions.sort()  # (by document number: appended at the end of the tree in order)
             _execute_rows(
-                conn,
-                _INSERT_REVISIONS,
-                "(?1, ?, ?, ?)",
-                [p for r in revisions for p in r],
-                width=3,
-                first=(seq,),
+                conn, _INSERT_REVISIONS, "(?1, ?, ?, ?)", revisions, width=3, first=(seq,)
             )
         if request.create_only:
             conn.executemany(
@@ -1056,7 +1122,6 @@ class SQLiteStore(WriterStore):
                 " AND NOT EXISTS (SELECT 1 FROM claimed WHERE seq = ?)",
                 [(s, s, s) for s in sorted(pruned)],
             )
-        return base_seqs, rows
 
     @staticmethod
     def _prune(conn: sqlite3.Connection, docs: list[int]) -> tuple[dict[int, int], set[int]]:

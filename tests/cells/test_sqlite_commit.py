@@ -127,18 +127,22 @@ def test_the_committing_replica_adopts_a_batch_verdict_without_refolding(
         assert rec.confirmed is rec.visible
 
 
+@pytest.mark.parametrize("order", ["created", "reversed"])
 @pytest.mark.parametrize("size", [1, 2, 3, 7, 128, 129, 300])
 def test_a_commit_of_any_size_writes_every_document_and_its_history(
-    stores: Make, db: FsPath, size: int
+    stores: Make, db: FsPath, size: int, order: str
 ) -> None:
     # Sizes that are, and are not, a power of two, and larger than one statement takes
-    # (128 rows): 300 = 128 + 128 + 32 + 8 + 4.
+    # (128 rows): 300 = 128 + 128 + 32 + 8 + 4. Later commits write the documents in
+    # the order they were created (their numbers ascending) or reversed (the revision
+    # rows are then put in number order first).
     store = stores(db)
     space = Space(store, "c")
     cells_ = [space.get_cell(f"doc-{i}") for i in range(size)]
     for n in range(3):
         tx = space.edit()
-        for i, cell in enumerate(cells_):
+        written = list(enumerate(cells_))
+        for i, cell in written if n == 0 or order == "created" else written[::-1]:
             tx.write(cell.doc_key, ("value",), n * 1000 + i)
         assert tx.commit().wait(WAIT).ok
     assert [2000 + i for i in range(size)] == [
