@@ -17,7 +17,14 @@ Layout (format version 3): what one commit writes is close together
   what a commit needs to decide about history without a query: the document's
   kept revision count, its floor and the floor its next pruning sets.
 - The writer remembers the head rows it last committed (`_known`), valid while no
-  other writer has committed since: a commit rewriting them reads none.
+  other writer has committed since: a commit rewriting them reads none, and the usual
+  one (a field of each document, each once) is staged in one loop (`_stage_known`).
+- A commit's rows go to each table in one statement (multi-row VALUES, split into
+  power-of-two chunks of at most `_MAX_ROWS` rows, so only a few statement texts are
+  ever prepared), not one per row: a 100-document commit steps about 13 statements
+  where it stepped about 300. Documents due for pruning are walked and deleted
+  together. The verdict names the state each document was applied on (`base_seqs`):
+  the committing replica adopts its own layers instead of re-folding the documents.
 
 Bounded history (the cap `MemoryStore` also applies; it prunes further by its
 sessions' low-water marks, which processes sharing a file do not report here)
