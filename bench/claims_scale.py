@@ -11,7 +11,8 @@ On a throwaway PostgreSQL cluster (bench/pg_cluster.py), for each page count N:
   first-seen times) per page;
 - statements: claim statements per heartbeat over 20 idle ticks (the renew is one
   statement for all N pages; the others are the principal listing and the stale
-  sweep), and the time of one idle tick.
+  sweep), and one idle tick's time: wall (the database's work included: the
+  renew updates N rows) and this process's CPU.
 
 Then a takeover: a serving runtime holding `--takeover` pages stops heartbeating
 (killed: no release), and a second one, ticking every heartbeat on the same clock,
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import os
 import sys
 import time
 import tracemalloc
@@ -126,10 +128,12 @@ async def scale(dsn: str, n: int) -> dict[str, float]:
     book = _bookkeeping(server)
     before = server.table.statements
     t0 = time.perf_counter()
+    c0 = time.process_time()
     ticks = 20
     for _ in range(ticks):
         await server.tick()
     tick_s = (time.perf_counter() - t0) / ticks
+    tick_cpu_s = (time.process_time() - c0) / ticks
     statements = (server.table.statements - before) / ticks
     await rt.aclose()
     store.drop_schema()
@@ -140,6 +144,7 @@ async def scale(dsn: str, n: int) -> dict[str, float]:
         "claims_per_page_b": book / n,
         "statements_per_tick": statements,
         "tick_ms": tick_s * 1000,
+        "tick_cpu_ms": tick_cpu_s * 1000,
     }
 
 
@@ -187,12 +192,14 @@ async def takeover(dsn: str, n: int) -> dict[str, float]:
 async def main_async(args: argparse.Namespace) -> None:
     cluster = Cluster()
     try:
-        print("pages  heap/page KB  claims/page B  statements/tick  idle tick ms")
+        print(_load(), flush=True)
+        print("pages  heap/page KB  claims/page B  statements/tick  idle tick ms  tick CPU ms")
         for n in args.pages:
             r = await scale(cluster.dsn, n)
             print(
                 f"{r['pages']:>5}  {r['heap_per_page_kb']:>12.2f}  {r['claims_per_page_b']:>13.0f}"
-                f"  {r['statements_per_tick']:>15.1f}  {r['tick_ms']:>12.2f}",
+                f"  {r['statements_per_tick']:>15.1f}  {r['tick_ms']:>12.2f}"
+                f"  {r['tick_cpu_ms']:>11.2f}",
                 flush=True,
             )
         if args.takeover:
@@ -205,8 +212,14 @@ async def main_async(args: argparse.Namespace) -> None:
                 f" {t['lease'] + t['seconds']:.1f} s after the death, within two leases ="
                 f" {2 * t['lease']:.0f} s: {'yes' if within else 'NO'})"
             )
+        print(_load())
     finally:
         cluster.stop()
+
+
+def _load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.1f} {five:.1f} {fifteen:.1f} ({os.cpu_count()} cores)"
 
 
 def main(argv: list[str] | None = None) -> int:

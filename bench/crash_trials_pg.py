@@ -4,7 +4,11 @@
 throwaway cluster (bench/pg_cluster.py), opens `--pages` pages for one principal
 (each doubles the value of its own input cell, so its run writes on every input
 change), and starts three serving processes (`--workers`), each a
-`rt.serve_pages(lease, heartbeat)` with short leases (1 s and 0.2 s by default).
+`rt.serve_pages(lease, heartbeat)`. The lease and heartbeat are the trial's own
+options (`--lease`, default 1 s; `--heartbeat`, default a fifth of the lease), far
+shorter than the product's defaults (10 s, 2 s) so that 100 kills take minutes;
+they are printed with the machine's load average at the start, every ten kills and
+at the end (a takeover needs CPU: on a loaded machine the tail is starvation).
 
 While a writer in this process keeps changing inputs (each change counted once its
 commit was acknowledged) and now and then stops a page (counted once the stop
@@ -167,20 +171,29 @@ class Child:
 _observer: dict[str, psycopg.Connection[Any]] = {}
 
 
-def _claims(dsn: str) -> dict[str, tuple[str | None, int]]:
-    # One connection for every look (the takeover timing polls every 10 ms): a new
-    # connection each time had the server fork a backend 100 times a second, load the
-    # measurement itself put on the two cores the serving processes share.
+def _claims(dsn: str, pages: Any = None) -> dict[str, tuple[str | None, int]]:
+    """page -> (owner nonce, fence); only `pages` if given (the takeover timing polls
+    the pages still waiting, every 10 ms: reading every row each time was load the
+    measurement itself put on the cores the serving processes share)."""
+    # One connection for every look: a new connection each time had the server fork a
+    # backend 100 times a second.
     conn = _observer.get(dsn)
     if conn is None or conn.closed:
         conn = _observer[dsn] = psycopg.connect(dsn, autocommit=True)
+    sql = f"SELECT page, nonce, fence FROM {SCHEMA}.claims WHERE space = %s AND principal <> ''"
+    params: tuple[Any, ...] = (SPACE,)
+    if pages is not None:
+        sql += " AND page = ANY(%s)"
+        params += (list(pages),)
     return {
         str(page): (None if nonce is None else str(nonce), int(fence))
-        for page, nonce, fence in conn.execute(
-            f"SELECT page, nonce, fence FROM {SCHEMA}.claims WHERE space = %s AND principal <> ''",
-            (SPACE,),
-        )
+        for page, nonce, fence in conn.execute(sql, params)
     }
+
+
+def _load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.1f} {five:.1f} {fifteen:.1f} ({os.cpu_count()} cores)"
 
 
 def _reasons(dsn: str) -> collections.Counter[str]:
@@ -211,7 +224,13 @@ async def _trial(args: argparse.Namespace, dsn: str) -> int:
     from cells import PostgresStore
 
     rng = random.Random(args.seed)
-    lease, heartbeat = args.lease, args.heartbeat
+    lease = args.lease
+    heartbeat = args.heartbeat if args.heartbeat is not None else lease / 5
+    print(
+        f"lease {lease} s, heartbeat {heartbeat} s (the product's defaults: 10 s, 2 s);"
+        f" {args.kills} kills, {args.pages} pages, {args.workers} processes; {_load()}",
+        flush=True,
+    )
     store = PostgresStore(dsn, schema=SCHEMA, poll_interval=0.2)
     ui = Runtime(store, principal="alice", pages="served")  # records; workers run them
     await ui.__aenter__()
@@ -277,10 +296,10 @@ async def _trial(args: argparse.Namespace, dsn: str) -> int:
         others = {c.nonce for j, c in enumerate(children) if j != i}
         pending = {p for p in held if pid_of.get(p) not in stopped}
         while pending:
-            rows = _claims(dsn)
+            rows = _claims(dsn, pending)
             now = time.monotonic() - t0
             for p in list(pending):
-                nonce = rows[p][0]
+                nonce = rows.get(p, (None, 0))[0]
                 if nonce in others or pid_of.get(p) in stopped:
                     pending.discard(p)
                     latencies.append(now)
@@ -292,7 +311,7 @@ async def _trial(args: argparse.Namespace, dsn: str) -> int:
         children[i] = Child(dsn, lease, heartbeat)
         children[i].ready.wait(60)
         if k % 10 == 9:
-            print(f"  {k + 1} kills; {len(latencies)} takeovers so far", flush=True)
+            print(f"  {k + 1} kills; {len(latencies)} takeovers so far; {_load()}", flush=True)
 
     writing = False
     await task
@@ -378,6 +397,10 @@ async def _trial(args: argparse.Namespace, dsn: str) -> int:
             f" max {latencies[-1]:.3f} (lease {lease} s, heartbeat {heartbeat} s)"
         )
         late = [x for x in latencies if x > 2 * lease]
+        print(
+            f"over two leases ({2 * lease} s): {len(late)} of {len(latencies)}"
+            f" ({100 * len(late) / len(latencies):.1f} %); at the end: {_load()}"
+        )
         if late:
             failures.append(f"{len(late)} takeovers took longer than two leases")
     print(f"takeover reasons (last per page): {dict(_reasons(dsn))}")
@@ -451,7 +474,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stops", type=int, default=10)
     parser.add_argument("--pauses", type=int, default=3)
     parser.add_argument("--lease", type=float, default=1.0)
-    parser.add_argument("--heartbeat", type=float, default=0.2)
+    parser.add_argument(
+        "--heartbeat", type=float, default=None, help="seconds (default: a fifth of the lease)"
+    )
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
     cluster = Cluster()

@@ -21,7 +21,10 @@ earlier:
   stopped: nobody takes it until it is open again and claimed afresh).
 - `sweep_closed` deletes rows of pages closed a while ago (bounded per call), so
   the table holds the pages open now and those stopped recently, not every page
-  ever served; the space's fence floor remembers the highest fence deleted.
+  ever served; the space's fence floor remembers the highest fence deleted;
+- `forget` deletes rows a serving process found no open page for (the page's
+  record vanished without a stop: its row was released, or its owner's lease
+  ran out), each only if still exactly as read, under the same fence floor.
 
 A commit that carries a `Fence` is accepted only while that fence is the
 page's claim and it has an owner: the store checks it in the transaction that
@@ -183,6 +186,14 @@ class ClaimTable(abc.ABC):
         """Delete at most `limit` rows of pages closed (stopped) before `before`, oldest
         first, raising the space's fence floor to cover them (a page claimed afresh
         starts above it, so a fence is never issued twice); how many."""
+
+    @abc.abstractmethod
+    def forget(self, space: str, rows: Sequence[ClaimRow], now: float) -> int:
+        """Delete those of `rows` (read from `stale`) that are still exactly as read (owner,
+        fence, heartbeat), not closed, and ownerless or expired at `now`, raising the
+        space's fence floor to cover them, in one transaction; how many. For rows of
+        pages whose record vanished without a stop: nobody would ever claim or close
+        them, and `stale` would offer them ahead of the claims that need taking over."""
 
     @abc.abstractmethod
     def reopen(self, space: str, principal: str, page: str) -> bool:
@@ -368,6 +379,26 @@ class MemoryClaimTable(ClaimTable):
                 del self._rows[(space, r.principal, r.page)]
                 self._floor[space] = max(self._floor.get(space, 0), r.fence)
             return len(closed)
+
+    def forget(self, space: str, rows: Sequence[ClaimRow], now: float) -> int:
+        n = 0
+        with self._lock:
+            self.statements += 1
+            for row in rows:
+                k = (space, row.principal, row.page)
+                cur = self._rows.get(k)
+                if (
+                    cur is not None
+                    and cur.owner == row.owner
+                    and cur.fence == row.fence
+                    and cur.heartbeat_at == row.heartbeat_at
+                    and cur.expires_at < CLOSED_AT
+                    and (cur.owner is None or cur.expires_at < now)
+                ):
+                    del self._rows[k]
+                    self._floor[space] = max(self._floor.get(space, 0), cur.fence)
+                    n += 1
+        return n
 
     def reopen(self, space: str, principal: str, page: str) -> bool:
         with self._lock:

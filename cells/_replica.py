@@ -743,18 +743,29 @@ class Replica:
         changes: list[Change] = []
         seq = verdict.seq if verdict.error is None else None
         writes = request.writes
+        local_seq = request.local_seq
+        base_seqs = verdict.base_seqs
+        records = self._docs
         for key in (writes[0].key,) if len(writes) == 1 else request.keys_in_order():
-            rec = self._docs[key]
+            rec = records[key]
             layers = rec.layers
             if (
                 seq is not None
                 and layers
-                and layers[0].seq == request.local_seq
-                and verdict.base_seqs.get(key, -1) == rec.confirmed_seq
+                and layers[0].seq == local_seq
+                and base_seqs.get(key, -1) == rec.confirmed_seq
             ):
-                adopt_oldest_layer(rec, layers, verdict.docs[key], seq)
+                if type(layers) is tuple and len(layers) == 1:
+                    # `adopt_oldest_layer` of a document's only layer (a batch's usual
+                    # case: one layer per written document), inlined.
+                    rec.layers = ()
+                    rec.confirmed = rec.visible = verdict.docs[key]
+                    rec.confirmed_seq = seq
+                    rec.loaded = True
+                else:
+                    adopt_oldest_layer(rec, layers, verdict.docs[key], seq)
                 continue
-            kept = [lay for lay in layers if lay.seq != request.local_seq]
+            kept = [lay for lay in layers if lay.seq != local_seq]
             rec.layers = collections.deque(kept) if kept else ()
             if seq is not None and seq > rec.confirmed_seq:
                 rec.confirmed = verdict.docs.get(key, rec.confirmed)

@@ -2,6 +2,7 @@
 claims) and `inspect` (stored pages and claims).
 
 cellweave serve examples.todo:Board --db board.db
+cellweave serve examples.todo:board --db board.db --pages served   # workers run the pages
 cellweave worker --db "host=/run/postgresql dbname=app" --lease 10 --heartbeat 2
 cellweave inspect --db board.db --principal alice --json
 
@@ -25,7 +26,7 @@ from typing import Any
 from cells import CellweaveError, SQLiteStore, StoreBase
 from runner import Runtime
 
-from ._shell import ShellError, load_target, load_users, make_app, serving
+from ._shell import ShellError, is_dsn, load_target, load_users, make_app, serving
 
 DEFAULT_PORT = 8765
 
@@ -45,12 +46,20 @@ def _parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="serve a pattern's root result in a browser")
     serve.add_argument("target", metavar="MODULE:PATTERN")
-    serve.add_argument("--db", help="SQLite file (default: .cellweave/serve.db)")
+    serve.add_argument("--db", help="SQLite file or PostgreSQL DSN (default: .cellweave/serve.db)")
     serve.add_argument("--memory", action="store_true", help="keep nothing: an in-memory store")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=DEFAULT_PORT)
     serve.add_argument(
         "--users", help="JSON file mapping tokens to principals (required off loopback)"
+    )
+    serve.add_argument(
+        "--pages",
+        choices=("local", "served"),
+        default="local",
+        help="local: pages run in this process; served: this process runs nothing, it"
+        " records the root and every page opened, and `cellweave worker` processes on the"
+        " same --db run them",
     )
 
     worker = sub.add_parser(
@@ -107,9 +116,11 @@ def _serve(args: argparse.Namespace) -> int:
     else:
         tokens = {secrets.token_urlsafe(24): "local"}
     db = None if args.memory else (args.db or ".cellweave/serve.db")
-    if db is not None:
+    if args.pages == "served" and db is None:
+        raise ShellError("serve: --pages served needs a --db the workers share, not --memory")
+    if db is not None and not is_dsn(db):
         os.makedirs(os.path.dirname(os.path.abspath(db)), exist_ok=True)
-    app = make_app(lambda: serving(args.target, db, tokens))
+    app = make_app(lambda: serving(args.target, db, tokens, pages=args.pages))
     shown = "localhost" if args.host in ("127.0.0.1", "::1") else args.host
     if not args.users:
         (token,) = tokens
@@ -123,7 +134,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def open_store(db: str) -> StoreBase:
     """A PostgresStore for a connection string or URI, else a SQLiteStore for a path."""
-    if db.startswith(("postgres://", "postgresql://")) or "=" in db:
+    if is_dsn(db):
         from cells import PostgresStore
 
         return PostgresStore(db)

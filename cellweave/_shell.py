@@ -14,6 +14,14 @@ Security
 - A malformed or oversized message is answered with an `error` on that
   connection; the connection, the server and the other sessions keep going.
 - Values travel as JSON and are rendered as text by the client.
+
+Pages served by workers (`cellweave serve --pages served`)
+- The shell's runtime is made with `pages="served"`: it runs nothing. The root
+  result is set up (not started) and opened as a page, and every page a tab
+  opens is recorded; `cellweave worker` processes on the same store claim and
+  run them, and their results reach the tabs through the store. A send to a
+  handler raises there (an event reaches a handler only in its own process);
+  edits of cells (`set`), opening and stopping pages work as usual.
 """
 
 from __future__ import annotations
@@ -84,7 +92,23 @@ def load_users(path: str) -> dict[str, str]:
     return dict(data)
 
 
-async def setup_root(rt: Runtime, target: Pattern | Callable[..., Any], name: str) -> Cell:
+class _SetupOnly:
+    """The runtime as a setup function sees it in a shell whose pages are served: its
+    `rt.run(tx, ...)` stages the setup only (`rt.setup`), for a worker to run."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self._rt = rt
+
+    def run(self, tx: Any, pattern: Pattern, argument: Any, result: Cell) -> Cell:
+        return self._rt.setup(tx, pattern, argument, result)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._rt, name)
+
+
+async def setup_root(
+    rt: Runtime, target: Pattern | Callable[..., Any], name: str, *, served: bool = False
+) -> Cell:
     """The served root result, set up on first use and started after a restart.
 
     A pattern runs on an argument of one cell per parameter (each holding
@@ -92,6 +116,10 @@ async def setup_root(rt: Runtime, target: Pattern | Callable[..., Any], name: st
     setup in `tx` and returns the result, which the shell links to. Both are
     keyed by `name`, so a restart on the same store finds them again instead
     of setting up anew.
+
+    `served`: the runtime runs nothing (`pages="served"`): the root is set up
+    without starting (a setup function's `rt.run` stages only) and opened as a
+    page, for a serving process (`cellweave worker`) to claim and run.
     """
     anchor = rt.get_cell({"cellweave.serve": name})
     if anchor.get() in (None, MISSING):
@@ -100,15 +128,22 @@ async def setup_root(rt: Runtime, target: Pattern | Callable[..., Any], name: st
             argument = {
                 p: rt.get_cell({"cellweave.serve": name, "argument": p}) for p in target.params
             }
-            rt.run(tx, target, argument, anchor.with_tx(tx))
+            if served:
+                rt.setup(tx, target, argument, anchor.with_tx(tx))
+            else:
+                rt.run(tx, target, argument, anchor.with_tx(tx))
         else:
-            made = target(rt, tx)
+            made = target(_SetupOnly(rt) if served else rt, tx)
             if not isinstance(made, Cell):
                 raise ShellError(f"serve: setup function {name!r} returned {made!r}, not a Cell")
             anchor.with_tx(tx).set(made.link())
         outcome = await tx.commit()
         if not outcome.ok:
             raise ShellError(f"serve: setting up {name!r} failed: {outcome.error}")
+        if served:
+            await rt.open_page(anchor)
+    elif served:
+        await rt.open_page(anchor)  # recorded again (it may have been stopped): served
     else:
         await rt.start(anchor)
     await rt.idle()
@@ -130,6 +165,9 @@ class Shell:
         self.root = root
         self.tokens = dict(tokens)
         self.title = title
+        self.root_page: str | None = None
+        """The root's own page (pages served by workers: the root is opened as a page
+        for them to run), left out of the tabs' page lists: it shows as the root."""
         self.connections: set[Connection] = set()
         self._sessions = itertools.count(1)
         self._events: dict[tuple[str, str], Any] = {}
@@ -275,6 +313,8 @@ class Connection:
     def send_pages(self) -> None:
         pages = []
         for page in self.session.pages():
+            if str(page.link()) == self.shell.root_page:
+                continue
             handle = self._page_handles.setdefault(str(page.link()), f"p{len(self._page_handles)}")
             self.handles[handle] = page
             pages.append({"handle": handle, "title": page_title(page)})
@@ -498,15 +538,34 @@ def page_title(page: Cell) -> str:
     return str(page)
 
 
+def is_dsn(db: str) -> bool:
+    """Whether `db` names a PostgreSQL database (a URI or a libpq `key=value` string)
+    rather than a SQLite file path."""
+    return db.startswith(("postgres://", "postgresql://")) or "=" in db
+
+
 def open_store(db: str | None) -> StoreBase:
-    return SQLiteStore(db) if db else MemoryStore()
+    """A PostgresStore for a connection string or URI, a SQLiteStore for a path, a
+    MemoryStore for None."""
+    if not db:
+        return MemoryStore()
+    if is_dsn(db):
+        from cells import PostgresStore
+
+        return PostgresStore(db)
+    return SQLiteStore(db)
 
 
 @contextlib.asynccontextmanager
 async def serving(
-    target_spec: str, db: str | None, tokens: Mapping[str, str]
+    target_spec: str, db: str | None, tokens: Mapping[str, str], *, pages: str = "local"
 ) -> AsyncIterator[Shell]:
-    """The runtime and shell for `target_spec`, closed on exit."""
+    """The runtime and shell for `target_spec`, closed on exit. `pages="served"`: the
+    runtime runs nothing, workers on the same store run the root and every page."""
+    if pages == "served" and not db:
+        raise ShellError(
+            "serve: --pages served needs --db (a store the workers share), not a memory store"
+        )
     target = load_target(target_spec)
     store = open_store(db)
     shells: list[Shell] = []
@@ -516,11 +575,13 @@ async def serving(
         for shell in shells:
             shell.pages_changed(page.identity.principal)
 
-    rt = Runtime(store=store, on_navigate=navigated)
+    rt = Runtime(store=store, on_navigate=navigated, pages=pages)
     try:
-        await rt.resume()
-        root = await setup_root(rt, target, target_spec)
+        await rt.resume()  # (pages="served": none starts here, the workers run them)
+        root = await setup_root(rt, target, target_spec, served=pages == "served")
         shells.append(Shell(rt, root, tokens, title=target_spec))
+        if pages == "served":
+            shells[0].root_page = str(rt.get_cell({"cellweave.serve": target_spec}).link())
         yield shells[0]
     finally:
         await rt.aclose()

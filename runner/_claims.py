@@ -21,7 +21,10 @@ open pages of every principal in its space, under claims in the store
    expiry in the write); an owner on this host whose process is gone (the
    pid probe) is taken at once ("owner-gone"); a live owner is refused and
    retried after two heartbeats, doubling up to the lease (per page and
-   heartbeat stamp: a moved stamp resets it).
+   heartbeat stamp: a moved stamp resets it). A stale row with no open page
+   (the page's record vanished without a stop) is deleted once it has been
+   ownerless or expired for a lease (`ClaimTable.forget`, at most `batch` per
+   tick, under the fence floor), so such rows never crowd out real takeovers.
 
 A claimed page runs as an open page does (kept computed), and every commit
 its runs make carries its fence (`Replica.fence_for`): the store rejects it
@@ -239,6 +242,8 @@ class PageServer:
         claim since): the leases run from there."""
         self.lapsed = 0
         """Pages this process stopped running because it could not renew in time."""
+        self.forgotten = 0
+        """Claim rows deleted because no open page had them (`ClaimTable.forget`)."""
         self._unheld = False
         """Claims may be ours in the store though not held here (after a lapse): the
         next renew that works releases them for anyone to claim."""
@@ -652,11 +657,21 @@ class PageServer:
         rows.sort(key=lambda r: (r.expires_at, zlib.crc32(f"{salt} {r.page}".encode())))
         free: list[tuple[str, str]] = []
         steals: list[tuple[ClaimRow, str]] = []
+        vanished: list[ClaimRow] = []
+        forget_before = now - self.lease
         for row in rows:
             ref = row.ref
             if len(free) + len(steals) >= room:
                 break
-            if ref not in opened or ref in self.held:
+            if ref not in opened:
+                # No open page for it: its record vanished without a stop (a stop
+                # closes the row). Nobody would claim or close it, and it would come
+                # first here at every heartbeat: deleted once it has been ownerless (or
+                # expired) for a lease, so a page opened meanwhile is in our view.
+                if row.expires_at < forget_before and len(vanished) < self.batch:
+                    vanished.append(row)
+                continue
+            if ref in self.held:
                 continue
             refused = self.refusals.get(ref)
             if (
@@ -675,6 +690,11 @@ class PageServer:
                 steals.append((row, "owner-gone"))
             else:
                 self._refuse(ref, row, now)
+        if vanished:
+            forgotten = self.table.forget(self.space, vanished, now)
+            self.forgotten += forgotten
+            if forgotten:
+                self.rt.runner.trace.record("page-claims-forgotten", self.space, rows=forgotten)
         taken = 0
         if free:
             for ref, fence in self.table.claim(
@@ -807,4 +827,5 @@ class PageServer:
             "held": len(self.held),
             "takeovers": list(self.takeovers),
             "lost": list(self.lost),
+            "forgotten": self.forgotten,
         }

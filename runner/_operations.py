@@ -384,6 +384,10 @@ class Operations:
         # Closed records an older version kept would make every open and stop cost
         # O(pages ever opened); dropped here, in one commit that nothing waits on.
         self.pages_book.compact(identity)
+        if self.pages_book.served is not None:
+            # Served under claims (pages="served", or this runtime serves pages): a
+            # serving process runs them, fenced; started here they would run twice.
+            return []
         pages = self.pages_book.open_cells(identity)
         starts = [
             _future(loop, self.pages_book.resume_one(pid, cell, identity)) for pid, cell in pages

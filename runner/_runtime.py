@@ -94,7 +94,9 @@ class Runtime:
     True, and a serving process claims the page and runs it, fenced, within a
     heartbeat; its results are durable documents, read here as any cell. The default
     `"local"` runs a page where it is opened. A runtime that serves pages itself
-    records its own opens the same way, for its server (or another) to claim.
+    records its own opens the same way, for its server (or another) to claim. A
+    served runtime starts nothing for a send either: an event reaches a handler only
+    in the process that runs it, so a send to a result not running here raises.
 
     A lift's first run on this runtime keeps the output an earlier run stored (on
     this or another runtime, before a restart) when its code and everything it read
@@ -159,6 +161,7 @@ class Runtime:
         if pages == "served":
             self._pages_book.served = _not_here
         self._sends = Sends(self.replica, self.scheduler, self._host, self.runner)
+        self._sends.starts = pages == "local"
         self._ops = Operations(
             space=space,
             identity=self.identity,
@@ -461,7 +464,10 @@ class Runtime:
     async def resume(self) -> list[Cell]:
         """Start again every page recorded open for this runtime's principal (after a
         restart, also after `kill -9`); returns the pages now running. Each page starts
-        on its own: if some cannot, the rest still do, and `ResumeError` reports them."""
+        on its own: if some cannot, the rest still do, and `ResumeError` reports them.
+
+        A runtime whose pages are served under claims (`pages="served"`, or one that
+        serves pages) starts none here and returns `[]`: serving processes run them."""
         return await self._ops.resume(self.identity)
 
     # -- running

@@ -55,6 +55,9 @@ class Sends:
         self.host = host
         self.runner = runner
         self.parked: dict[Key, list[tuple[Cell, Any, str | None, Identity, Sent]]] = {}
+        self.starts = True
+        """Whether a send may start the result its stream is in (False in a runtime
+        made with `pages="served"`: it runs nothing, serving processes do)."""
 
     def send(
         self, identity: Identity, stream: Cell, event: Any, event_id: str | None, sent: Sent
@@ -82,6 +85,13 @@ class Sends:
                 )
                 return
             run = self._unstarted_run(stream, identity)
+            if run is not None and not self.starts:
+                raise CellweaveError(
+                    f"cannot send {event!r} to {stream!r}: the result it is in ({run}) does"
+                    " not run in this runtime, which was made with pages='served' (it runs"
+                    " nothing; serving processes run its pages), and an event reaches a"
+                    " handler only in the process that runs it"
+                )
             if run is not None and self._may_bind(run, target.link(), identity):
                 self._park(run, identity, stream, event, event_id, sent)
                 return

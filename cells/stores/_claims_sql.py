@@ -17,7 +17,9 @@ is not locked: a heartbeat or a takeover never waits for a commit.
 Rows of closed pages are deleted by `sweep_closed` once they have been closed for
 a while; a special row (principal and page '') per space keeps the fence floor,
 the highest fence a deleted row had, and a page claimed afresh starts above it,
-so no fence is ever issued twice for a page.
+so no fence is ever issued twice for a page. `forget` deletes, under the same
+floor, the rows a serving process found no open page for (released, or expired,
+and the page's record gone without a stop).
 
 SQL is written with `?` placeholders; the PostgreSQL dialect swaps them for `%s`.
 """
@@ -354,6 +356,62 @@ class SQLClaimTable(ClaimTable):
                     return len(conn.execute(self._sql(delete), (*params, limit)).fetchall())
             conn.execute(self._sql(floor), (space, CLOSED_AT, *params))
             return len(conn.execute(self._sql(delete), (*params, limit)).fetchall())
+
+        n: int = self._run(go)
+        return n
+
+    def forget(self, space: str, rows: Sequence[ClaimRow], now: float) -> int:
+        n = 0
+        for start in range(0, len(rows), BATCH):
+            n += self._forget(space, rows[start : start + BATCH], now)
+        return n
+
+    def _forget(self, space: str, rows: Sequence[ClaimRow], now: float) -> int:
+        if not rows:
+            return 0
+        # Each row only as read (owner, fence, heartbeat): a row claimed, renewed or
+        # taken since is left alone. Never a closed row (the closed sweep's), never one
+        # whose owner's lease still runs.
+        match: list[str] = []
+        params: list[Any] = [space, CLOSED_AT, now]
+        for row in rows:
+            params += [row.principal, row.page, row.fence, row.heartbeat_at]
+            if row.owner is None:
+                match.append(
+                    "(principal = ? AND page = ? AND fence = ? AND heartbeat_at = ?"
+                    " AND nonce IS NULL)"
+                )
+            else:
+                match.append(
+                    "(principal = ? AND page = ? AND fence = ? AND heartbeat_at = ?"
+                    " AND nonce = ? AND host = ? AND pid = ?)"
+                )
+                params += [row.owner.nonce, row.owner.host, row.owner.pid]
+        where = (
+            "space = ? AND principal <> '' AND expires_at < ?"
+            f" AND (nonce IS NULL OR expires_at < ?) AND ({' OR '.join(match)})"
+        )
+        floor = (
+            f"INSERT INTO {self._t} AS c (space, principal, page, fence, heartbeat_at,"
+            " expires_at, claimed_at) SELECT ?, '', '', m, 0, ?, 0 FROM (SELECT MAX(fence)"
+            f" AS m FROM {self._t} WHERE {where}) AS top WHERE m IS NOT NULL"
+            " ON CONFLICT (space, principal, page) DO UPDATE SET fence ="
+            f" {'GREATEST' if self._postgres else 'MAX'}(c.fence, excluded.fence)"
+        )
+        delete = f"DELETE FROM {self._t} WHERE {where} RETURNING page"
+        self.statements += 1
+
+        def go(conn: Any) -> int:
+            if self._postgres:
+                with conn.transaction():
+                    conn.execute(
+                        "SELECT pg_advisory_xact_lock(hashtext(%s))",
+                        (f"cellweave claims {space}",),
+                    )
+                    conn.execute(self._sql(floor), (space, CLOSED_AT, *params))
+                    return len(conn.execute(self._sql(delete), params).fetchall())
+            conn.execute(self._sql(floor), (space, CLOSED_AT, *params))
+            return len(conn.execute(self._sql(delete), params).fetchall())
 
         n: int = self._run(go)
         return n

@@ -229,6 +229,40 @@ def test_a_sweep_deletes_rows_closed_long_enough_and_fences_never_repeat(
     assert [(r.page, r.fence) for r in t.rows(SPACE)] == [("new", 3), ("x", 3), ("z", 1)]
 
 
+def test_forget_deletes_only_rows_still_as_read_ownerless_or_expired_and_keeps_the_floor(
+    store: StoreBase,
+) -> None:
+    t = store.claims
+    t.claim(SPACE, A, [("p", "gone"), ("p", "moved"), ("p", "dead"), ("p", "live")], 100.0, 10.0)
+    (gone,) = [r for r in t.stale(SPACE, 111.0, B, 10) if r.page == "gone"]
+    assert t.steal_many([(gone, "lease-expired")], B, 111.0, 10.0) == {("p", "gone"): 2}
+    assert t.release_all(SPACE, B, 112.0) == 1  # "gone": fence 2, released (a shutdown)
+    assert t.release(SPACE, A, [("p", "moved", 1)], 112.0) == 1
+    rows = {r.page: r for r in t.stale(SPACE, 113.0, B, 10)}
+    assert sorted(rows) == ["dead", "gone", "live", "moved"]  # A's leases ran out at 110
+    t.renew(SPACE, A, 113.0, 10.0)  # "live" is A's again (and "dead" too: A renews all)
+    assert t.claim(SPACE, B, [("p", "moved")], 113.0, 10.0) == {("p", "moved"): 2}
+    later = t.stale(SPACE, 125.0, B, 10)
+    # "moved" was claimed since it was read, "live" and "dead" renewed: only "gone" goes.
+    assert t.forget(SPACE, list(rows.values()), 114.0) == 1
+    assert sorted(r.page for r in t.rows(SPACE)) == ["dead", "live", "moved"]
+    # An expired owner's row as read now goes; a lease that still runs at `now` stays.
+    fresh = {r.page: r for r in later}
+    assert t.forget(SPACE, [fresh["live"]], 120.0) == 0
+    assert t.forget(SPACE, [fresh["live"], fresh["dead"]], 125.0) == 2
+    assert [r.page for r in t.rows(SPACE)] == ["moved"]
+    # A closed row is the closed sweep's, never forgotten.
+    assert t.close(SPACE, "p", "moved", 126.0) is True
+    (row,) = t.rows(SPACE)
+    assert t.forget(SPACE, [row], 200.0) == 0
+    # The floor covers every deleted fence ("gone" had 2): a fresh claim starts at 3.
+    assert t.claim(SPACE, B, [("p", "gone"), ("p", "dead")], 130.0, 10.0) == {
+        ("p", "gone"): 3,
+        ("p", "dead"): 3,
+    }
+    assert asyncio.run(_commit(store, Fence(SPACE, "p", "gone", 2)))[0] is Outcome.PERMANENT
+
+
 def test_a_stop_closes_a_released_claim_so_the_sweep_stops_offering_it(
     store: StoreBase,
 ) -> None:

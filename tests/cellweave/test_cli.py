@@ -7,7 +7,10 @@ import json
 import pathlib
 import subprocess
 import sys
+import time
 from typing import Any
+
+import pytest
 
 from cells import SQLiteStore
 from runner import Runtime
@@ -67,6 +70,14 @@ def test_serve_refuses_a_public_address_without_users() -> None:
     assert "binding '0.0.0.0' needs --users FILE" in out.stderr
 
 
+def test_serve_with_served_pages_needs_a_shared_store() -> None:
+    out = cli("serve", "examples.todo:board", "--memory", "--pages", "served")
+    assert 2 == out.returncode
+    assert "--pages served needs a --db the workers share" in out.stderr
+    out = cli("serve", "examples.todo:board", "--pages", "elsewhere")
+    assert 2 == out.returncode and "invalid choice: 'elsewhere'" in out.stderr
+
+
 def test_serve_names_a_bad_target_and_a_bad_users_file(tmp_path: Any) -> None:
     users = tmp_path / "users.json"
     users.write_text(json.dumps({"short": "alice"}))
@@ -118,3 +129,137 @@ def test_worker_serves_pages_under_claims_and_releases_them_on_sigterm(tmp_path:
     after = cli("inspect", "--db", db, "--principal", "alice", "--json")
     (claim,) = json.loads(after.stdout)["claims"]
     assert claim["owner"] is None and claim["fence"] == 1
+
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+@pytest.fixture(scope="module")
+def pg_cluster() -> Any:
+    from bench.pg_cluster import Cluster
+
+    server = Cluster()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _start(*args: str) -> subprocess.Popen[str]:
+    """A `cellweave` process run from this directory (it imports served_app from here)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "cellweave", *args],
+        cwd=HERE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _first_line(proc: subprocess.Popen[str], what: str) -> str:
+    import select
+
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], 60)  # bounds an I/O wait
+    assert ready, f"{what} printed nothing"
+    return proc.stdout.readline()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _until(cond: Any, what: str, deadline: float = 60.0) -> Any:
+    """Polls another process's effect (cross-process: no verdict gate reaches it); the
+    deadline only turns a hang into a failure."""
+    end = time.monotonic() + deadline
+    while True:
+        got = cond()
+        if got:
+            return got
+        if time.monotonic() > end:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_serve_with_served_pages_runs_nothing_and_workers_run_its_pages(
+    kind: str, tmp_path: Any, request: pytest.FixtureRequest
+) -> None:
+    import signal
+
+    from shell_support import Client, hello
+    from websockets.sync.client import connect
+
+    if kind == "sqlite":
+        db = str(tmp_path / "served.db")
+    else:
+        db = request.getfixturevalue("pg_cluster").dsn
+    worker = _start(
+        *("worker", "--db", db, "--lease", "2", "--heartbeat", "0.5", "--import", "served_app")
+    )
+    port = _free_port()
+    ui = _start("serve", "served_app:page", "--db", db, "--pages", "served", "--port", str(port))
+    procs = [worker, ui]
+    try:
+        first = _first_line(worker, "the worker")
+        assert "serving pages of" in first, first
+        owner = first.split()[2]  # "cellweave worker: OWNER serving pages of DB"
+        line = _first_line(ui, "serve")
+        token = line.rsplit("?token=", 1)[1].strip()
+
+        def connected() -> Any:
+            try:
+                return connect(f"ws://127.0.0.1:{port}/ws?token={token}")
+            except OSError:
+                return None
+
+        conn = _until(connected, "the shell to listen")
+        conn.__enter__()  # (closed by client.close(), or by the process ending)
+        client = Client(conn)
+        client.send({"op": "hello"})
+        _, pages = hello(client)
+        assert [] == pages["pages"]  # the root's own page shows as the root only
+        watches = iter(range(1, 10**6))
+
+        def root() -> Any:
+            n = next(watches)
+            client.send({"op": "watch", "watch": n, "cell": "root"})
+            snap = client.until(
+                lambda m: m["type"] == "snapshot" and m["watch"] == n, f"snapshot {n}"
+            )
+            client.send({"op": "unwatch", "watch": n})
+            return snap["value"]
+
+        # Computed by the worker (the setup function's `rt.run` only staged the setup
+        # here), read by the UI through the store; then an edit in the UI, computed there.
+        _until(lambda: root().get("loud") == "HI", "the worker's first result in the UI")
+        ok = client.ask(
+            {"op": "set", "cell": "root", "path": ["text"], "value": "hey", "basis": "hi"}
+        )
+        assert "ok" == ok["type"], ok
+        _until(lambda: root().get("loud") == "HEY", "the worker's result of the edit in the UI")
+        view = client.ask({"op": "inspect"})["inspect"]
+        assert [] == view["registrations"]  # the UI process runs nothing
+        shown = cli("inspect", "--db", db, "--principal", "local", "--json")
+        assert 0 == shown.returncode, shown.stderr
+        (claim,) = json.loads(shown.stdout)["claims"]  # the root, opened as a page
+        assert claim["owner"] == owner and claim["fence"] == 1
+        # An event reaches a handler only where it runs: refused here, by name.
+        sent = client.ask({"op": "send", "cell": "root", "path": ["clear"], "event": None})
+        assert "error" == sent["type"] and "pages='served'" in sent["message"], sent
+        client.close()
+        worker.send_signal(signal.SIGTERM)
+        out, err = worker.communicate(timeout=60)
+        assert 0 == worker.returncode, err
+        assert "stopped, released 1 pages" in out
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate(timeout=60)

@@ -18,6 +18,7 @@ from support import arun, turns
 
 from cells import (
     Cell,
+    CellweaveError,
     Fence,
     Link,
     MemoryStore,
@@ -781,6 +782,76 @@ def test_claim_rows_stay_bounded_over_many_open_and_stop_cycles() -> None:
         assert all(r.owner is None for r in store.claims.rows("default"))
         for rt in (a, ui):
             await rt.aclose()
+
+    arun(main)
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_rows_of_pages_whose_record_vanished_are_forgotten_and_stop_crowding_takeovers(
+    kind: str, tmp_path: pathlib.Path
+) -> None:
+    store = _store(kind, tmp_path)
+    clock = Clock()
+
+    async def main() -> None:
+        await _open_from_ui(store)
+        a, sa = await _serve(store, clock)
+        assert len(sa.held) == 1
+        # Six pages a process served and released at its shutdown long ago (fence 2
+        # each), whose records are gone without a stop: nothing would claim or close
+        # their rows, and they are older than any lease that runs out.
+        table = store.claims
+        ghost = Owner("gone-host", 1, "g" * 32)
+        refs = [("alice", f"ghost{i}") for i in range(6)]
+        for t in (clock.now - 200, clock.now - 100):
+            assert len(table.claim("default", ghost, refs, t, 10.0)) == 6
+            assert table.release_all("default", ghost, t) == 6
+        # The page's owner is killed: no release, no heartbeat.
+        sa.stopped = True
+        a._server = None
+        a.close()
+        b, sb = await _serve(store, clock, batch=2)  # reads 2 * 2 stale rows per tick
+        assert sb.forgotten == 2 and not sb.held  # its first tick: the lease still runs
+        clock.now += 11  # the lease ran out
+        held = []
+        for _ in range(2):
+            before = sb.forgotten
+            await sb.tick()
+            held.append((sb.forgotten - before, len(sb.held)))
+        # Bounded (two per tick), oldest first: the ghosts fill the first tick's stale
+        # rows, the takeover gets its turn at the next (without `forget`: never).
+        assert held == [(2, 0), (2, 1)]
+        assert sb.takeovers[0]["reason"] == "lease-expired"
+        assert [r.page for r in table.rows("default")] == [next(iter(sb.held))[1]]
+        # The fence floor covers the deleted fences: a fresh claim starts above 2.
+        assert table.claim("default", ghost, [("alice", "ghost0")], clock.now, 10.0) == {
+            ("alice", "ghost0"): 3
+        }
+        await b.aclose()
+
+    arun(main)
+    store.close()
+
+
+def test_a_served_runtime_resumes_nothing_and_refuses_a_send_it_would_start_for() -> None:
+    store = MemoryStore()
+
+    async def main() -> None:
+        async with Runtime(store, principal="alice") as local:
+            page = local.get_cell("parent")
+            async with local.edit() as tx:
+                local.setup(tx, Parent, {"value": 1, "items": [], "count": 0}, page)
+            assert await local.open_page(page) is True  # recorded open, run here
+        ui = Runtime(store, principal="alice", pages="served")
+        await ui.__aenter__()
+        assert await ui.resume() == []  # the workers run it, not this runtime
+        assert not ui.registrations()
+        with pytest.raises(CellweaveError, match=r"pages='served'.*runs nothing"):
+            ui.send(ui.get_cell("parent").key("bump"), {"by": 2})
+        assert not ui.registrations()  # the send started nothing either
+        await ui.aclose()
+        async with Runtime(store, principal="alice") as again:  # pages="local"
+            assert [c.id for c in await again.resume()] == [page.id]
 
     arun(main)
 
