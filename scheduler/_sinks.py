@@ -197,17 +197,35 @@ class Sink:
     fn: Any
     # Keeps the materialized value between runs: after a one-element edit of a long
     # mapped list, only that element's links are read again, and the unchanged
-    # elements stay the same objects (the patch diff skips them by identity).
-    materializer: Materializer = attrs.field(
-        default=attrs.Factory(lambda self: Materializer(self.scheduler.replica), takes_self=True),
-        init=False,
-    )
+    # elements stay the same objects (the patch diff skips them by identity). Made
+    # when a read first follows a link (`read`): most sinks read a value without
+    # links, and a materializer costs about 200 bytes.
+    materializer: Materializer | None = attrs.field(default=None, init=False)
     node: Node | None = attrs.field(default=None, init=False)
     shown: Any = attrs.field(default=_UNSET, init=False)
     pending: Any = attrs.field(default=_UNSET, init=False)
 
+    def read(self, tx: Transaction) -> Any:
+        """The value at `link`, as `read_value` reads it (through the materializer once
+        a read followed a link: it keeps from its first read on)."""
+        materializer = self.materializer
+        if materializer is not None:
+            return materializer.read(tx, self.link)
+        log = tx.reads
+        start = len(log)
+        value = read_value(tx, self.link)
+        t = type(value)
+        if (t is dict or t is list) and len(log) - start > 1:
+            self.materializer = Materializer(self.scheduler.replica)
+        return value
+
+    def thaw(self, value: Any) -> Any:
+        """A copy of `value` (one this sink read) the user may change."""
+        materializer = self.materializer
+        return thaw(value) if materializer is None else materializer.thaw(value)
+
     def __call__(self, tx: Transaction) -> None:
-        value = self.materializer.read(tx, self.link)
+        value = self.read(tx)
         if value is MISSING:
             value = None
         shown = self.shown
@@ -228,7 +246,8 @@ class Sink:
         """End the sink: remove its node and close its materializer (idempotent)."""
         if self.node is not None:
             self.scheduler.remove(self.node)
-        self.materializer.close()
+        if self.materializer is not None:
+            self.materializer.close()
 
     def deliver(self) -> None:
         value = self.pending
@@ -238,7 +257,7 @@ class Sink:
         self.shown = value
         t = type(value)
         # (`thaw` copies containers only; a kept list of flat records in C.)
-        self.fn(self.materializer.thaw(value) if t is dict or t is list else value)
+        self.fn(self.thaw(value) if t is dict or t is list else value)
 
 
 @attrs.define(slots=True, eq=False, weakref_slot=False)
@@ -250,7 +269,7 @@ class PatchSink(Sink):
     """
 
     def __call__(self, tx: Transaction) -> None:
-        value = self.materializer.read(tx, self.link)
+        value = self.read(tx)
         if value is MISSING:
             value = None
         if value is self.shown:
@@ -267,9 +286,10 @@ class PatchSink(Sink):
         shown, self.shown = self.shown, value
         # Where the materializer read links again since `shown`: the diff looks there
         # only (one element edited in a long mapped list costs that element).
-        spots = self.materializer.changes(shown, value)
+        materializer = self.materializer
+        spots = None if materializer is None else materializer.changes(shown, value)
         if shown is _UNSET:
-            ops = [{"op": "replace", "path": "", "value": self.materializer.thaw(value)}]
+            ops = [{"op": "replace", "path": "", "value": self.thaw(value)}]
         else:
             ops = patch_ops(shown, value) if spots is None else patch_ops_at(shown, value, spots)
             if not ops:
