@@ -66,7 +66,7 @@ from ._events import EventLane
 from ._failure_state import Failures
 from ._graph import Graph
 from ._host import MAX_PASSES_PER_SETTLE, Delivery, Statistics
-from ._node import Node, NodeKind, OneRead, lean_reads
+from ._node import Node, NodeKind, OneRead, TwoReads, lean_reads, two_reads_match
 from ._readers import ReaderIndex, compact_reads
 from ._sinks import deliver_all
 from ._timers import Timers
@@ -525,9 +525,15 @@ class Passes:
                     moved = bool(other_kind) or len(this_kind) != 1 or this_kind[0] != path
                 if moved:
                     self.graph.set_reads(node, compact_reads(log))
-            elif log != node.raw_reads:  # most runs read exactly what they read last time
-                node.raw_reads = log
+            elif (
+                log != node.raw_reads  # most runs read exactly what they read last time
+                if len(log) != 2 or type(node.reads) is not TwoReads
+                else not two_reads_match(node.reads, log)  # (the same, with no log kept)
+            ):
                 self.graph.set_reads(node, compact_reads(log))
+                # (A kept log always compacts to `reads`; two documents read once each
+                # are checked against `reads` next time instead.)
+                node.raw_reads = None if len(log) == 2 and type(node.reads) is TwoReads else log
         if later:
             return  # an async run: its transaction stays open until its coroutine ends
         if tx.status == "open":

@@ -31,7 +31,7 @@ import attrs
 
 from cells import MISSING, Change, DocKey, Link, Path, same_value, value_equal
 
-from ._node import Node, OneRead, ReadEntry, ReadSet
+from ._node import Node, OneRead, ReadEntry, ReadSet, TwoReads
 
 
 def shallow_equal(a: object, b: object) -> bool:
@@ -591,6 +591,8 @@ class ReaderIndex:
                 # parts, or one reader's change could move another's read set.
                 assert type(reads.entry) is tuple and len(reads.entry) == 2, node
                 assert all(type(ps) is tuple for ps in reads.entry), node
+            elif type(reads) is TwoReads:
+                assert reads.key != reads.key2, node
             for key, (dpaths, spaths) in reads.items():
                 for kind, table, paths in ((0, self.deep, dpaths), (1, self.shallow, spaths)):
                     held = dict(_entries(table[key], key, kind)) if key in table else {}
