@@ -157,6 +157,14 @@ def lean_reads(reads: ReadSet) -> ReadSet:
     return reads if reads else NO_READS
 
 
+class SelfLabelled:
+    """A node function whose `str()` is its node's label (`register` with no label keeps
+    none: `Node.label` asks the function). Only for functions whose `str()` never
+    changes and is cheap to make."""
+
+    __slots__ = ()
+
+
 @attrs.define(slots=True, eq=False, weakref_slot=False)
 class Gates:
     """A node's rarely used state: time gates, backoff, commit retries, last error.
@@ -182,7 +190,8 @@ class Node:
     ordinal: int
     identity: Identity
     outputs: tuple[tuple[DocKey, Path], ...]
-    label: str
+    _label: str | None
+    """The label given at registration; None: `str(fn)` says it when asked (`label`)."""
     parent: Node | None = None
     status: Status = "never-ran"
     reads: ReadSet = NO_READS
@@ -217,6 +226,14 @@ class Node:
             f" -> {describe(outputs[0][0])}" if outputs else ""
         )  # which node, when labels repeat
         return f"<Node {self.kind} {self.label!r} #{self.ordinal}{writes} {self.status}>"
+
+    @property
+    def label(self) -> str:
+        """What messages and inspection call the node. A node function that names itself
+        (a sink: `SelfLabelled`) is asked when this is read, so a node holds no
+        formatted string of its own (about 75 bytes per sink)."""
+        label = self._label
+        return str(self.fn) if label is None else label
 
     def gates(self) -> Gates:
         """The gate record, made on first use."""

@@ -66,7 +66,15 @@ from ._events import EventLane
 from ._failure_state import Failures
 from ._graph import Graph
 from ._host import MAX_PASSES_PER_SETTLE, Delivery, Statistics
-from ._node import Node, NodeKind, OneRead, TwoReads, lean_reads, two_reads_match
+from ._node import (
+    Node,
+    NodeKind,
+    OneRead,
+    SelfLabelled,
+    TwoReads,
+    lean_reads,
+    two_reads_match,
+)
 from ._readers import ReaderIndex, compact_reads
 from ._sinks import deliver_all
 from ._timers import Timers
@@ -161,7 +169,8 @@ class Passes:
             next(self._ordinals),
             identity,
             tuple(outputs),
-            label or str(getattr(fn, "__qualname__", "node")),
+            label
+            or (None if isinstance(fn, SelfLabelled) else str(getattr(fn, "__qualname__", "node"))),
             parent,
         )
         if kind == "computation" and running is not None and running.is_live:

@@ -17,7 +17,7 @@ Not here: when nodes run, or observations (`_observe`, built on `sink`).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import attrs
 
@@ -38,21 +38,15 @@ from cells import (
 )
 
 from ._host import Delivery, Host
-from ._node import Node
+from ._node import Node, SelfLabelled
 
 
-def add_sink(host: Host, cell: Cell, sink: Sink, what: str) -> Callable[[], None]:
+def add_sink(host: Host, cell: Cell, sink: Sink) -> Callable[[], None]:
     """Register `sink` as an effect reading `cell`, settle (its first delivery), and
     return its cancel function. See `Scheduler.sink`."""
     if not callable(sink.fn):
-        raise CellweaveError(f"{what}({cell!r}): fn must be callable, got {sink.fn!r}")
-    node = host.register(
-        sink,
-        identity=cell.identity,
-        kind="effect",
-        label=f"{what} {sink.link}",
-        reads=declared(cell),
-    )
+        raise CellweaveError(f"{sink.what}({cell!r}): fn must be callable, got {sink.fn!r}")
+    node = host.register(sink, identity=cell.identity, kind="effect", reads=declared(cell))
     sink.node = node
     host.settle()
     # A bound method, not a closure over `host`, `node` and `sink` (about 150 bytes
@@ -184,14 +178,15 @@ _UNSET: Final = _Unset()
 
 
 @attrs.define(slots=True, eq=False, weakref_slot=False)
-class Sink:
+class Sink(SelfLabelled):
     """The node function of `Scheduler.sink`: reads the value, delivers it after the pass.
 
     `shown` is the value last delivered (stored form, never handed out), `pending`
     the one a run read this pass. Absent reads as None, so absent and None are one
-    delivered value.
+    delivered value. Its `str()` is its node's label ("sink <link>").
     """
 
+    what: ClassVar[str] = "sink"
     scheduler: Host
     link: Link
     fn: Any
@@ -204,6 +199,9 @@ class Sink:
     node: Node | None = attrs.field(default=None, init=False)
     shown: Any = attrs.field(default=_UNSET, init=False)
     pending: Any = attrs.field(default=_UNSET, init=False)
+
+    def __str__(self) -> str:
+        return f"{self.what} {self.link}"
 
     def read(self, tx: Transaction) -> Any:
         """The value at `link`, as `read_value` reads it (through the materializer once
@@ -267,6 +265,8 @@ class PatchSink(Sink):
     The run does not compare values (the diff after the pass does, once): an equal
     value yields no operation and no call.
     """
+
+    what: ClassVar[str] = "patches"
 
     def __call__(self, tx: Transaction) -> None:
         value = self.read(tx)
