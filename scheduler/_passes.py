@@ -143,6 +143,7 @@ class Passes:
         label: str | None = None,
         parent: Node | None = None,
         reads: Iterable[tuple[DocKey, Path, bool]] = (),
+        make: Callable[..., Node] = Node,
     ) -> Node:
         """Add a node. A computation does nothing until demand reaches it; an effect is live now.
 
@@ -154,7 +155,8 @@ class Passes:
         the writers of declared places are kept live and run before the node
         even when its last run did not read them, so a conditional read sees a
         current value the first time (no wasted run). A change to a declared
-        place the last run did not read does not re-run the node.
+        place the last run did not read does not re-run the node. `make` builds the
+        node from `Node`'s fields (a subclass's constructor: `derive`'s `DeriveNode`).
         """
         if kind not in ("computation", "effect"):
             raise InvalidArgumentError(
@@ -163,7 +165,7 @@ class Passes:
         running = self._running
         if parent is None and running is not None:
             parent = running
-        node = Node(
+        node = make(  # (`make`: a `Node` subclass's constructor, see `derive`)
             fn,
             kind,
             next(self._ordinals),

@@ -223,8 +223,8 @@ class Scheduler(Passes):
         absent input is None) and writes the result at `out`; its reads and its output
         are declared. Like any computation it runs only while something live reads
         `out` (a `sink`, a pull, another live node). Every input must belong to
-        `out`'s identity. The node function is one small object, not a closure (about
-        64 bytes instead of 340 per node: see the `memory per node` benchmark).
+        `out`'s identity. The node is its own node function (two slots on the node,
+        not a closure of about 340 bytes: see the `memory per node` benchmark).
         """
         return derive(self, out, inputs, fn, label)
 

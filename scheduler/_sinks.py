@@ -3,7 +3,7 @@
 - `sink` / `sink_patches`: an effect node that calls a function with the
   settled value (or JSON Patch operations) after the pass that read it, and
   after every settled change (`Sink`, `PatchSink`).
-- `derive`: a computation node writing `fn(*inputs)` at a cell (`Derive`).
+- `derive`: a computation node writing `fn(*inputs)` at a cell (`DeriveNode`).
 - `pull_now` / `pull`: demand a cell until the graph feeding it settles
   (and, for `pull`, the verdicts are in), then its value.
 Each is a node like any other: what runs it is the pass (`_passes`).
@@ -79,16 +79,21 @@ def derive(
     key = out.doc_key
     path = ("value", *out.path) if out.path else _VALUE_PATH
     links = tuple(c.link() for c in inputs)
-    run = Derive(fn, links[0] if len(links) == 1 else links, key, path)
+    one = links[0] if len(links) == 1 else links
     return host.register(
-        run,
+        _derive_run,  # (replaced by the node itself: see `DeriveNode`)
         identity=out.identity,
         outputs=((key, path),),
         reads=[declared(c)[0] for c in inputs],
         # One shared default label (a formatted one cost 74 bytes per node): the
         # node's repr names the document it writes.
         label=label or "derive",
+        make=lambda *args: DeriveNode(*args, compute=fn, inputs=one),
     )
+
+
+def _derive_run(tx: Transaction) -> None:
+    raise AssertionError("a DeriveNode runs itself")  # pragma: no cover
 
 
 def _pull_node(host: Host, cell: Cell, box: list[Any]) -> Node:
@@ -146,27 +151,31 @@ def _plain(value: Any) -> Any:
     return None if value is MISSING else value
 
 
-@attrs.define(slots=True, eq=False, weakref_slot=False)
-class Derive:
-    """The node function of `Scheduler.derive`: writes `fn(*input values)` at `path`.
+@attrs.define(slots=True, eq=False, weakref_slot=False, repr=False)
+class DeriveNode(Node):
+    """The node of `Scheduler.derive`: it is its own node function (`fn` is the node),
+    writing `compute(*input values)` at its one output.
 
-    A slotted callable rather than a closure: one object per node (the closure,
-    its tuple and three cells cost about 340 bytes). `inputs` is the one input's
-    `Link` itself when there is one (no tuple), else a tuple of links.
+    Two slots more on the node rather than a function object of its own: a closure
+    (its tuple and three cells) cost about 340 bytes, a separate slotted callable
+    64. `inputs` is the one input's `Link` itself when there is one (no tuple), else
+    a tuple of links.
     """
 
-    fn: Callable[..., Any]
-    inputs: Link | tuple[Link, ...]
-    key: DocKey
-    path: Path
+    compute: Callable[..., Any] = attrs.field(kw_only=True)
+    inputs: Link | tuple[Link, ...] = attrs.field(kw_only=True)
+
+    def __attrs_post_init__(self) -> None:
+        self.fn = self
 
     def __call__(self, tx: Transaction) -> None:
         inputs = self.inputs
         if isinstance(inputs, tuple):
-            value = self.fn(*[_plain(read_value(tx, link)) for link in inputs])
+            value = self.compute(*[_plain(read_value(tx, link)) for link in inputs])
         else:
-            value = self.fn(_plain(read_value(tx, inputs)))
-        tx.write(self.key, self.path, value)
+            value = self.compute(_plain(read_value(tx, inputs)))
+        ((key, path),) = self.outputs
+        tx.write(key, path, value)
 
 
 class _Unset:
