@@ -201,10 +201,13 @@ class Sink(SelfLabelled):
     fn: Any
     # Keeps the materialized value between runs: after a one-element edit of a long
     # mapped list, only that element's links are read again, and the unchanged
-    # elements stay the same objects (the patch diff skips them by identity). Made
-    # when a read first follows a link (`read`): most sinks read a value without
-    # links, and a materializer costs about 200 bytes.
-    materializer: Materializer | None = attrs.field(default=None, init=False)
+    # elements stay the same objects (the patch diff skips them by identity). None
+    # while idle (`read`): most sinks read a value without links, and a materializer
+    # costs about 200 bytes.
+    materializer: Materializer | None = attrs.field(
+        default=attrs.Factory(lambda self: Materializer(self.scheduler.replica), takes_self=True),
+        init=False,
+    )
     node: Node | None = attrs.field(default=None, init=False)
     shown: Any = attrs.field(default=_UNSET, init=False)
     pending: Any = attrs.field(default=_UNSET, init=False)
@@ -213,11 +216,15 @@ class Sink(SelfLabelled):
         return f"{self.what} {self.link}"
 
     def read(self, tx: Transaction) -> Any:
-        """The value at `link`, as `read_value` reads it (through the materializer once
-        a read followed a link: it keeps from its first read on)."""
+        """The value at `link`, as `read_value` reads it: through the materializer, dropped
+        while idle (a read found no link); a plain read that follows links makes a new
+        one, which keeps from the next read on, as the idle one would have."""
         materializer = self.materializer
         if materializer is not None:
-            return materializer.read(tx, self.link)
+            value = materializer.read(tx, self.link)
+            if materializer.idle:
+                self.materializer = None  # (see `Materializer.idle`: this does the same)
+            return value
         log = tx.reads
         start = len(log)
         value = read_value(tx, self.link)
