@@ -118,6 +118,21 @@ class TwoReads(Mapping[DocKey, ReadEntry]):
         return f"TwoReads({{{self.key!r}: {self.entry!r}, {self.key2!r}: {self.entry2!r}}})"
 
 
+def held_key(reads: ReadSet | None, key: DocKey) -> DocKey | None:
+    """The key object equal to `key` that the small read set `reads` holds (a `OneRead`
+    or `TwoReads`), or None (not there, or a dict: not looked through)."""
+    t = type(reads)
+    if t is OneRead:
+        one: OneRead = reads  # type: ignore[assignment]
+        return one.key if one.key == key else None
+    if t is TwoReads:
+        two: TwoReads = reads  # type: ignore[assignment]
+        if two.key == key:
+            return two.key
+        return two.key2 if two.key2 == key else None
+    return None
+
+
 def _is_only(entry: ReadEntry, path: Path, shallow: bool) -> bool:
     """`entry` is exactly `path`, deep or shallow as `shallow` says."""
     other_kind, this_kind = entry if shallow else (entry[1], entry[0])

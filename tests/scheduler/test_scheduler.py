@@ -1205,3 +1205,31 @@ def test_a_node_reading_two_documents_keeps_no_log_and_follows_its_reads(env: En
     assert node.runs == runs_now + 1
     assert seen[-1] == repr([13, 104])
     env.check()
+
+
+def test_readers_of_one_document_hold_one_key_object(env: Env) -> None:
+    # Each run makes its read log's keys anew; a small read set keeps a key object that
+    # is already held (its own last or declared read set, another reader's) instead.
+    shared = env.source("shared", 1)
+    own = [env.source(f"own{i}", i) for i in range(3)]
+    outs = [env.sp.cell(f"o{i}") for i in range(3)]
+    nodes = [
+        env.compute(out, [shared, mine], lambda a, b: a + b, declare=False)
+        for out, mine in zip(outs, own, strict=True)
+    ]
+    for out in outs:
+        env.sch.sink(out, lambda _v: None)
+    assert all(type(n.reads) is TwoReads for n in nodes)
+
+    def key_of(node: Node, key: Any) -> Any:
+        (held,) = [k for k in node.reads if k == key]
+        return held
+
+    first = key_of(nodes[0], shared.doc_key)
+    assert all(key_of(n, shared.doc_key) is first for n in nodes)
+    before = [key_of(n, mine.doc_key) for n, mine in zip(nodes, own, strict=True)]
+    shared.set(2)  # every node runs again: same read sets, same key objects
+    env.sch.settle()
+    assert all(key_of(n, shared.doc_key) is first for n in nodes)
+    assert before == [key_of(n, m.doc_key) for n, m in zip(nodes, own, strict=True)]
+    assert [outs[i].get() for i in range(3)] == [2, 3, 4]
