@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
+
 from cells import DocKey, Path
+from scheduler import _readers as readers_module
 from scheduler._node import OneRead, TwoReads, lean_reads, two_reads_match
 from scheduler._readers import compact_reads
 
@@ -64,3 +67,16 @@ def test_two_reads_match_agrees_with_compacting_the_log() -> None:
             )
             checked += 1
     assert checked == len(sets) * len(entries) ** 2
+
+
+def test_readers_of_the_same_field_path_share_one_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Entries of field-name paths are shared (every element's lift declares the same
+    # read of its own argument document); a list index is data, not shared.
+    monkeypatch.setattr(readers_module, "_ENTRIES", {})  # (bounded: start empty)
+    a, b = DocKey("s", "a"), DocKey("s", "b")
+    field: Path = ("value", "element")
+    one, two = compact_reads([(a, field, False)]), compact_reads([(b, field, False)])
+    assert one[a] == two[b] == (((field),), ()) and one[a] is two[b]
+    index: Path = ("value", 3)
+    three, four = compact_reads([(a, index, False)]), compact_reads([(b, index, False)])
+    assert three[a] == four[b] and three[a] is not four[b]
