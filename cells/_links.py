@@ -339,6 +339,15 @@ class Materializer:
         """When not None: the kept value differs from `_base` only at or below these
         paths (of the materialized value). None: unknown (read anew since)."""
 
+    @property
+    def idle(self) -> bool:
+        """Keeps nothing and will keep nothing on the next read: the last read found no
+        link to follow, so the next reads are plain `read_value`s until one finds links,
+        and it keeps from the read after that. A reader may drop an idle materializer
+        and make a new one when a plain read of its own finds links (a new one keeps
+        from its next read on): the same reads, without the object meanwhile."""
+        return self._root is None and not self._links
+
     def thaw(self, value: Value) -> Value:
         """`thaw(value)` (a deep copy a user may change), for a value this materializer
         returned: a kept list of flat dicts is copied with one C-level call per element

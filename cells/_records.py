@@ -96,7 +96,8 @@ class DocRecord(msgspec.Struct, gc=False):
     visible: Value = MISSING
     version: int = 0
     loaded: bool = False
-    loading: bool = False
+    # (Whether a load is in flight is the replica's `_loading`: a flag here would cost
+    # every document 8 bytes for a state few have, and briefly.)
 
     def fold(self) -> Value:
         v = self.confirmed

@@ -108,6 +108,9 @@ class Replica:
         """`_mark()` when the current busy period (a transaction open or a commit in
         flight) began: every read basis taken since covers the store up to it."""
         self._sync_waiters: dict[DocKey, list[Callable[[BaseException | None], None]]] = {}
+        self._loading: set[DocKey] = set()
+        """Documents with a load in flight (asked of the store, not yet answered): few and
+        brief, so a set here rather than a flag in every `DocRecord`."""
         self.stats = ReplicaStats()
         self._batch: list[CommitRequest] | None = None
         """Requests held back while a batch is open (`begin_batch`), in commit order."""
@@ -320,8 +323,8 @@ class Replica:
             rec = self._docs.get(key)
             if rec is None:
                 rec = self._docs[key] = DocRecord()
-            if not rec.loading:
-                rec.loading = True
+            if key not in self._loading:
+                self._loading.add(key)
                 self.store.load(self, key)
         return pending
 
@@ -339,7 +342,7 @@ class Replica:
             rec = self._docs[key] = DocRecord()
             state = self.store.load_now(key, self)
             if state is None:
-                rec.loading = True
+                self._loading.add(key)
                 self.store.load(self, key)
             else:
                 self.stats.loads += 1
@@ -808,7 +811,7 @@ class Replica:
         rec = self._docs.get(key)
         if rec is None:
             rec = self._docs[key] = DocRecord()
-        rec.loading = False
+        self._loading.discard(key)
         waiters = self._sync_waiters.pop(key, [])
         changes: list[Change] = []
         if state is not None and (not rec.loaded or state.seq > rec.confirmed_seq):

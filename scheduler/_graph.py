@@ -53,7 +53,7 @@ from typing import TypeAlias, TypeVar
 
 from cells import DocKey, Identity, Path
 
-from ._node import Node, ReadSet, lean_reads
+from ._node import Node, OneRead, ReadSet, TwoReads, held_key, lean_reads
 from ._readers import ReaderIndex
 
 _K = TypeVar("_K", Node, DocKey)
@@ -231,6 +231,9 @@ class Graph:
     def set_reads(self, node: Node, reads: ReadSet) -> None:
         """Apply a new read set (delta) and rewire `node`'s incoming edges."""
         reads = lean_reads(reads)
+        t = type(reads)
+        if t is OneRead or t is TwoReads:
+            reads = self._held_keys(node, reads)
         old_reads = node.reads
         touched = self.index.apply(node, reads)
         if not touched:
@@ -238,6 +241,39 @@ class Graph:
         if node.declared is not None:
             self._declared_only(node, old_reads, reads)
         self._apply_writers(node, self._edge_writers(node))
+
+    def _held_keys(self, node: Node, reads: ReadSet) -> ReadSet:
+        """`reads` (a `OneRead` or `TwoReads`) holding, for each document, a key object
+        already held (`_held_key`) rather than the one the run's read log made: each
+        run resolves its links anew, and a key costs 56 bytes per reader that keeps
+        it (every element of a mapped list reads the list: one key, not N)."""
+        if type(reads) is OneRead:
+            k = self._held_key(node, reads.key)
+            return reads if k is reads.key else OneRead(k, reads.entry)
+        assert isinstance(reads, TwoReads)
+        k1, k2 = self._held_key(node, reads.key), self._held_key(node, reads.key2)
+        if k1 is reads.key and k2 is reads.key2:
+            return reads
+        return TwoReads(k1, reads.entry, k2, reads.entry2)
+
+    def _held_key(self, node: Node, key: DocKey) -> DocKey:
+        """An object equal to `key` that `node`'s read sets (last and declared) or another
+        reader of the document already hold, else `key`. O(1): small read sets only."""
+        for held in (node.reads, node.declared):
+            k = held_key(held, key)
+            if k is not None:
+                return k
+        index = self.index
+        readers = index.deep.get(key)
+        if readers is None:
+            readers = index.shallow.get(key)
+        if readers is not None:
+            other = next(iter(readers)) if type(readers) is dict else readers
+            assert isinstance(other, Node)
+            k = held_key(other.reads, key)
+            if k is not None:
+                return k
+        return key
 
     def _apply_writers(self, node: Node, new_writers: set[Node]) -> None:
         """Make `new_writers` `node`'s incoming edges (liveness and heights follow)."""

@@ -90,6 +90,7 @@ class Host(Protocol):
         label: str | None = ...,
         parent: Node | None = ...,
         reads: Iterable[tuple[DocKey, Path, bool]] = ...,
+        make: Callable[..., Node] = ...,
     ) -> Node: ...
 
     def remove(self, node: Node) -> None: ...

@@ -33,7 +33,8 @@ Status: TypeAlias = Literal["never-ran", "clean", "invalid"]
 ReadEntry: TypeAlias = tuple[tuple[Path, ...], tuple[Path, ...]]
 """One document's reads: (deep paths, shallow paths), compacted."""
 ReadSet: TypeAlias = Mapping[DocKey, ReadEntry]
-"""Per document read: its `ReadEntry`. A dict, or a `OneRead` for one document."""
+"""Per document read: its `ReadEntry`. A dict, or a `OneRead` / `TwoReads` for one or
+two documents (`lean_reads`)."""
 
 
 _T = TypeVar("_T")
@@ -77,18 +78,106 @@ class OneRead(Mapping[DocKey, ReadEntry]):
         return f"OneRead({{{self.key!r}: {self.entry!r}}})"
 
 
+@attrs.define(slots=True, eq=False, weakref_slot=False, repr=False)
+class TwoReads(Mapping[DocKey, ReadEntry]):
+    """A read set of exactly two documents (a lift reading its argument and the element
+    it links to): a four-slot object (64 bytes) instead of a two-entry dict (224 bytes).
+    Read-only, like every read set. `key` and `key2` differ."""
+
+    key: DocKey
+    entry: ReadEntry
+    key2: DocKey
+    entry2: ReadEntry
+
+    def __getitem__(self, key: DocKey) -> ReadEntry:
+        if key == self.key:
+            return self.entry
+        if key == self.key2:
+            return self.entry2
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[DocKey]:
+        return iter((self.key, self.key2))
+
+    def __len__(self) -> int:
+        return 2
+
+    def __contains__(self, key: object) -> bool:
+        return key == self.key or key == self.key2
+
+    @overload
+    def get(self, key: DocKey, /) -> ReadEntry | None: ...
+    @overload
+    def get(self, key: DocKey, /, default: ReadEntry | _T) -> ReadEntry | _T: ...
+    def get(self, key: DocKey, /, default: object = None) -> object:
+        if key == self.key:
+            return self.entry
+        return self.entry2 if key == self.key2 else default
+
+    def __repr__(self) -> str:
+        return f"TwoReads({{{self.key!r}: {self.entry!r}, {self.key2!r}: {self.entry2!r}}})"
+
+
+def held_key(reads: ReadSet | None, key: DocKey) -> DocKey | None:
+    """The key object equal to `key` that the small read set `reads` holds (a `OneRead`
+    or `TwoReads`), or None (not there, or a dict: not looked through)."""
+    t = type(reads)
+    if t is OneRead:
+        one: OneRead = reads  # type: ignore[assignment]
+        return one.key if one.key == key else None
+    if t is TwoReads:
+        two: TwoReads = reads  # type: ignore[assignment]
+        if two.key == key:
+            return two.key
+        return two.key2 if two.key2 == key else None
+    return None
+
+
+def _is_only(entry: ReadEntry, path: Path, shallow: bool) -> bool:
+    """`entry` is exactly `path`, deep or shallow as `shallow` says."""
+    other_kind, this_kind = entry if shallow else (entry[1], entry[0])
+    return not other_kind and len(this_kind) == 1 and this_kind[0] == path
+
+
+def two_reads_match(reads: TwoReads, log: list[tuple[DocKey, Path, bool]]) -> bool:
+    """Whether a two-entry read `log` compacts to exactly `reads` (what `compact_reads`
+    would make of it), without compacting it: a node reading two documents need not
+    keep its last log (`Node.raw_reads`, about 180 bytes) to see that it read the same."""
+    (k1, p1, s1), (k2, p2, s2) = log
+    if k1 == reads.key and k2 == reads.key2:
+        e1, e2 = reads.entry, reads.entry2
+    elif k1 == reads.key2 and k2 == reads.key:
+        e1, e2 = reads.entry2, reads.entry
+    else:
+        return False  # (also when both read one document: `reads` has two)
+    return _is_only(e1, p1, s1) and _is_only(e2, p2, s2)
+
+
 NO_READS: ReadSet = types.MappingProxyType({})
 """The read set of a node that declared nothing and never ran (shared: read-only)."""
 
 
 def lean_reads(reads: ReadSet) -> ReadSet:
-    """`reads` in its smallest form: a `OneRead` for one document."""
-    if type(reads) is OneRead:
+    """`reads` in its smallest form: a `OneRead` for one document, a `TwoReads` for two."""
+    t = type(reads)
+    if t is OneRead or t is TwoReads:
         return reads
-    if len(reads) != 1:
-        return reads if reads else NO_READS
-    ((key, entry),) = reads.items()
-    return OneRead(key, entry)
+    n = len(reads)
+    if n == 1:
+        ((key, entry),) = reads.items()
+        return OneRead(key, entry)
+    if n == 2:
+        ((key, entry), (key2, entry2)) = reads.items()
+        return TwoReads(key, entry, key2, entry2)
+    return reads if reads else NO_READS
+
+
+class SelfLabelled:
+    """A node function whose `str()` is its node's label (`register` with no label keeps
+    none: `Node.label` asks the function). Only for functions whose `str()` never
+    changes and is cheap to make."""
+
+    __slots__ = ()
 
 
 @attrs.define(slots=True, eq=False, weakref_slot=False)
@@ -116,7 +205,8 @@ class Node:
     ordinal: int
     identity: Identity
     outputs: tuple[tuple[DocKey, Path], ...]
-    label: str
+    _label: str | None
+    """The label given at registration; None: `str(fn)` says it when asked (`label`)."""
     parent: Node | None = None
     status: Status = "never-ran"
     reads: ReadSet = NO_READS
@@ -127,8 +217,8 @@ class Node:
     run did not make (a conditional one) still sees a current value."""
     raw_reads: list[tuple[DocKey, Path, bool]] | None = None
     """The last run's read log as logged, when it had more than one entry: an
-    identical log skips re-deriving `reads` (a one-entry log is checked against
-    `reads` directly, so it is not kept)."""
+    identical log skips re-deriving `reads` (a one-entry log, or a two-entry one of
+    two documents, is checked against `reads` directly, so it is not kept)."""
     live_refs: int = 0
     demand: int = 0
     """Explicit demand holders (pulls, event preflight); a root while > 0."""
@@ -151,6 +241,14 @@ class Node:
             f" -> {describe(outputs[0][0])}" if outputs else ""
         )  # which node, when labels repeat
         return f"<Node {self.kind} {self.label!r} #{self.ordinal}{writes} {self.status}>"
+
+    @property
+    def label(self) -> str:
+        """What messages and inspection call the node. A node function that names itself
+        (a sink: `SelfLabelled`) is asked when this is read, so a node holds no
+        formatted string of its own (about 75 bytes per sink)."""
+        label = self._label
+        return str(self.fn) if label is None else label
 
     def gates(self) -> Gates:
         """The gate record, made on first use."""

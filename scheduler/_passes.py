@@ -66,7 +66,15 @@ from ._events import EventLane
 from ._failure_state import Failures
 from ._graph import Graph
 from ._host import MAX_PASSES_PER_SETTLE, Delivery, Statistics
-from ._node import Node, NodeKind, OneRead, lean_reads
+from ._node import (
+    Node,
+    NodeKind,
+    OneRead,
+    SelfLabelled,
+    TwoReads,
+    lean_reads,
+    two_reads_match,
+)
 from ._readers import ReaderIndex, compact_reads
 from ._sinks import deliver_all
 from ._timers import Timers
@@ -135,6 +143,7 @@ class Passes:
         label: str | None = None,
         parent: Node | None = None,
         reads: Iterable[tuple[DocKey, Path, bool]] = (),
+        make: Callable[..., Node] = Node,
     ) -> Node:
         """Add a node. A computation does nothing until demand reaches it; an effect is live now.
 
@@ -146,7 +155,8 @@ class Passes:
         the writers of declared places are kept live and run before the node
         even when its last run did not read them, so a conditional read sees a
         current value the first time (no wasted run). A change to a declared
-        place the last run did not read does not re-run the node.
+        place the last run did not read does not re-run the node. `make` builds the
+        node from `Node`'s fields (a subclass's constructor: `derive`'s `DeriveNode`).
         """
         if kind not in ("computation", "effect"):
             raise InvalidArgumentError(
@@ -155,13 +165,14 @@ class Passes:
         running = self._running
         if parent is None and running is not None:
             parent = running
-        node = Node(
+        node = make(  # (`make`: a `Node` subclass's constructor, see `derive`)
             fn,
             kind,
             next(self._ordinals),
             identity,
             tuple(outputs),
-            label or str(getattr(fn, "__qualname__", "node")),
+            label
+            or (None if isinstance(fn, SelfLabelled) else str(getattr(fn, "__qualname__", "node"))),
             parent,
         )
         if kind == "computation" and running is not None and running.is_live:
@@ -525,9 +536,15 @@ class Passes:
                     moved = bool(other_kind) or len(this_kind) != 1 or this_kind[0] != path
                 if moved:
                     self.graph.set_reads(node, compact_reads(log))
-            elif log != node.raw_reads:  # most runs read exactly what they read last time
-                node.raw_reads = log
+            elif (
+                log != node.raw_reads  # most runs read exactly what they read last time
+                if len(log) != 2 or type(node.reads) is not TwoReads
+                else not two_reads_match(node.reads, log)  # (the same, with no log kept)
+            ):
                 self.graph.set_reads(node, compact_reads(log))
+                # (A kept log always compacts to `reads`; two documents read once each
+                # are checked against `reads` next time instead.)
+                node.raw_reads = None if len(log) == 2 and type(node.reads) is TwoReads else log
         if later:
             return  # an async run: its transaction stays open until its coroutine ends
         if tx.status == "open":

@@ -31,7 +31,7 @@ import attrs
 
 from cells import MISSING, Change, DocKey, Link, Path, same_value, value_equal
 
-from ._node import Node, OneRead, ReadEntry, ReadSet
+from ._node import Node, OneRead, ReadEntry, ReadSet, TwoReads
 
 
 def shallow_equal(a: object, b: object) -> bool:
@@ -106,8 +106,9 @@ def changed_at(before: object, after: object, path: Path, *, shallow: bool) -> b
 
 _ENTRIES: dict[tuple[tuple[Path, ...], tuple[Path, ...]], tuple[tuple[Path, ...], tuple[Path, ...]]]
 _ENTRIES = {}
-"""Shared read-set entries for top-level deep reads (`(("value",),), ()` above all):
-one tuple for every node that reads the same way instead of one each. Bounded."""
+"""Shared read-set entries for deep reads of field names (`(("value",),), ()` above
+all): one tuple for every node that reads the same way instead of one each (two tuples,
+104 bytes). Bounded: the first ones seen are kept."""
 _ENTRIES_KEPT = 64
 
 
@@ -137,7 +138,10 @@ def compact_reads(log: Iterable[tuple[DocKey, Path, bool]]) -> ReadSet:
         spaths = tuple(sorted((p for p in shallow.get(key, ()) if not _covered(p, kept)), key=repr))
         entry = (tuple(sorted(dpaths, key=repr)), spaths)
         out[key] = _ENTRIES.get(entry, entry)
-        if len(_ENTRIES) < _ENTRIES_KEPT and all(len(p) <= 1 for p in dpaths):
+        # Deep paths of field names only (no list index): the ways a program's nodes read
+        # (every element's lift declares its argument's ("value", "element")), not one
+        # entry per element read.
+        if len(_ENTRIES) < _ENTRIES_KEPT and all(type(e) is str for p in dpaths for e in p):
             _ENTRIES.setdefault(entry, entry)
     return out
 
@@ -591,6 +595,8 @@ class ReaderIndex:
                 # parts, or one reader's change could move another's read set.
                 assert type(reads.entry) is tuple and len(reads.entry) == 2, node
                 assert all(type(ps) is tuple for ps in reads.entry), node
+            elif type(reads) is TwoReads:
+                assert reads.key != reads.key2, node
             for key, (dpaths, spaths) in reads.items():
                 for kind, table, paths in ((0, self.deep, dpaths), (1, self.shallow, spaths)):
                     held = dict(_entries(table[key], key, kind)) if key in table else {}

@@ -193,7 +193,7 @@ class Scheduler(Passes):
         copies). A change back to the value last delivered is not delivered.
         Returns cancel.
         """
-        return add_sink(self, cell, Sink(self, cell.link(), fn), "sink")
+        return add_sink(self, cell, Sink(self, cell.link(), fn))
 
     def sink_patches(
         self, cell: Cell, fn: Callable[[list[dict[str, Any]]], None]
@@ -206,7 +206,7 @@ class Scheduler(Passes):
         exactly as `get()` follows them. Applying every list in order to `None`
         gives `get()` (with `None` for absent) after each settle.
         """
-        return add_sink(self, cell, PatchSink(self, cell.link(), fn), "patches")
+        return add_sink(self, cell, PatchSink(self, cell.link(), fn))
 
     def derive(
         self,
@@ -223,8 +223,8 @@ class Scheduler(Passes):
         absent input is None) and writes the result at `out`; its reads and its output
         are declared. Like any computation it runs only while something live reads
         `out` (a `sink`, a pull, another live node). Every input must belong to
-        `out`'s identity. The node function is one small object, not a closure (about
-        64 bytes instead of 340 per node: see the `memory per node` benchmark).
+        `out`'s identity. The node is its own node function (two slots on the node,
+        not a closure of about 340 bytes: see the `memory per node` benchmark).
         """
         return derive(self, out, inputs, fn, label)
 

@@ -3,7 +3,7 @@
 - `sink` / `sink_patches`: an effect node that calls a function with the
   settled value (or JSON Patch operations) after the pass that read it, and
   after every settled change (`Sink`, `PatchSink`).
-- `derive`: a computation node writing `fn(*inputs)` at a cell (`Derive`).
+- `derive`: a computation node writing `fn(*inputs)` at a cell (`DeriveNode`).
 - `pull_now` / `pull`: demand a cell until the graph feeding it settles
   (and, for `pull`, the verdicts are in), then its value.
 Each is a node like any other: what runs it is the pass (`_passes`).
@@ -17,7 +17,7 @@ Not here: when nodes run, or observations (`_observe`, built on `sink`).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import attrs
 
@@ -38,21 +38,15 @@ from cells import (
 )
 
 from ._host import Delivery, Host
-from ._node import Node
+from ._node import Node, SelfLabelled
 
 
-def add_sink(host: Host, cell: Cell, sink: Sink, what: str) -> Callable[[], None]:
+def add_sink(host: Host, cell: Cell, sink: Sink) -> Callable[[], None]:
     """Register `sink` as an effect reading `cell`, settle (its first delivery), and
     return its cancel function. See `Scheduler.sink`."""
     if not callable(sink.fn):
-        raise CellweaveError(f"{what}({cell!r}): fn must be callable, got {sink.fn!r}")
-    node = host.register(
-        sink,
-        identity=cell.identity,
-        kind="effect",
-        label=f"{what} {sink.link}",
-        reads=declared(cell),
-    )
+        raise CellweaveError(f"{sink.what}({cell!r}): fn must be callable, got {sink.fn!r}")
+    node = host.register(sink, identity=cell.identity, kind="effect", reads=declared(cell))
     sink.node = node
     host.settle()
     # A bound method, not a closure over `host`, `node` and `sink` (about 150 bytes
@@ -85,16 +79,21 @@ def derive(
     key = out.doc_key
     path = ("value", *out.path) if out.path else _VALUE_PATH
     links = tuple(c.link() for c in inputs)
-    run = Derive(fn, links[0] if len(links) == 1 else links, key, path)
+    one = links[0] if len(links) == 1 else links
     return host.register(
-        run,
+        _derive_run,  # (replaced by the node itself: see `DeriveNode`)
         identity=out.identity,
         outputs=((key, path),),
         reads=[declared(c)[0] for c in inputs],
         # One shared default label (a formatted one cost 74 bytes per node): the
         # node's repr names the document it writes.
         label=label or "derive",
+        make=lambda *args: DeriveNode(*args, compute=fn, inputs=one),
     )
+
+
+def _derive_run(tx: Transaction) -> None:
+    raise AssertionError("a DeriveNode runs itself")  # pragma: no cover
 
 
 def _pull_node(host: Host, cell: Cell, box: list[Any]) -> Node:
@@ -152,27 +151,31 @@ def _plain(value: Any) -> Any:
     return None if value is MISSING else value
 
 
-@attrs.define(slots=True, eq=False, weakref_slot=False)
-class Derive:
-    """The node function of `Scheduler.derive`: writes `fn(*input values)` at `path`.
+@attrs.define(slots=True, eq=False, weakref_slot=False, repr=False)
+class DeriveNode(Node):
+    """The node of `Scheduler.derive`: it is its own node function (`fn` is the node),
+    writing `compute(*input values)` at its one output.
 
-    A slotted callable rather than a closure: one object per node (the closure,
-    its tuple and three cells cost about 340 bytes). `inputs` is the one input's
-    `Link` itself when there is one (no tuple), else a tuple of links.
+    Two slots more on the node rather than a function object of its own: a closure
+    (its tuple and three cells) cost about 340 bytes, a separate slotted callable
+    64. `inputs` is the one input's `Link` itself when there is one (no tuple), else
+    a tuple of links.
     """
 
-    fn: Callable[..., Any]
-    inputs: Link | tuple[Link, ...]
-    key: DocKey
-    path: Path
+    compute: Callable[..., Any] = attrs.field(kw_only=True)
+    inputs: Link | tuple[Link, ...] = attrs.field(kw_only=True)
+
+    def __attrs_post_init__(self) -> None:
+        self.fn = self
 
     def __call__(self, tx: Transaction) -> None:
         inputs = self.inputs
         if isinstance(inputs, tuple):
-            value = self.fn(*[_plain(read_value(tx, link)) for link in inputs])
+            value = self.compute(*[_plain(read_value(tx, link)) for link in inputs])
         else:
-            value = self.fn(_plain(read_value(tx, inputs)))
-        tx.write(self.key, self.path, value)
+            value = self.compute(_plain(read_value(tx, inputs)))
+        ((key, path),) = self.outputs
+        tx.write(key, path, value)
 
 
 class _Unset:
@@ -184,21 +187,24 @@ _UNSET: Final = _Unset()
 
 
 @attrs.define(slots=True, eq=False, weakref_slot=False)
-class Sink:
+class Sink(SelfLabelled):
     """The node function of `Scheduler.sink`: reads the value, delivers it after the pass.
 
     `shown` is the value last delivered (stored form, never handed out), `pending`
     the one a run read this pass. Absent reads as None, so absent and None are one
-    delivered value.
+    delivered value. Its `str()` is its node's label ("sink <link>").
     """
 
+    what: ClassVar[str] = "sink"
     scheduler: Host
     link: Link
     fn: Any
     # Keeps the materialized value between runs: after a one-element edit of a long
     # mapped list, only that element's links are read again, and the unchanged
-    # elements stay the same objects (the patch diff skips them by identity).
-    materializer: Materializer = attrs.field(
+    # elements stay the same objects (the patch diff skips them by identity). None
+    # while idle (`read`): most sinks read a value without links, and a materializer
+    # costs about 200 bytes.
+    materializer: Materializer | None = attrs.field(
         default=attrs.Factory(lambda self: Materializer(self.scheduler.replica), takes_self=True),
         init=False,
     )
@@ -206,8 +212,34 @@ class Sink:
     shown: Any = attrs.field(default=_UNSET, init=False)
     pending: Any = attrs.field(default=_UNSET, init=False)
 
+    def __str__(self) -> str:
+        return f"{self.what} {self.link}"
+
+    def read(self, tx: Transaction) -> Any:
+        """The value at `link`, as `read_value` reads it: through the materializer, dropped
+        while idle (a read found no link); a plain read that follows links makes a new
+        one, which keeps from the next read on, as the idle one would have."""
+        materializer = self.materializer
+        if materializer is not None:
+            value = materializer.read(tx, self.link)
+            if materializer.idle:
+                self.materializer = None  # (see `Materializer.idle`: this does the same)
+            return value
+        log = tx.reads
+        start = len(log)
+        value = read_value(tx, self.link)
+        t = type(value)
+        if (t is dict or t is list) and len(log) - start > 1:
+            self.materializer = Materializer(self.scheduler.replica)
+        return value
+
+    def thaw(self, value: Any) -> Any:
+        """A copy of `value` (one this sink read) the user may change."""
+        materializer = self.materializer
+        return thaw(value) if materializer is None else materializer.thaw(value)
+
     def __call__(self, tx: Transaction) -> None:
-        value = self.materializer.read(tx, self.link)
+        value = self.read(tx)
         if value is MISSING:
             value = None
         shown = self.shown
@@ -228,7 +260,8 @@ class Sink:
         """End the sink: remove its node and close its materializer (idempotent)."""
         if self.node is not None:
             self.scheduler.remove(self.node)
-        self.materializer.close()
+        if self.materializer is not None:
+            self.materializer.close()
 
     def deliver(self) -> None:
         value = self.pending
@@ -238,7 +271,7 @@ class Sink:
         self.shown = value
         t = type(value)
         # (`thaw` copies containers only; a kept list of flat records in C.)
-        self.fn(self.materializer.thaw(value) if t is dict or t is list else value)
+        self.fn(self.thaw(value) if t is dict or t is list else value)
 
 
 @attrs.define(slots=True, eq=False, weakref_slot=False)
@@ -249,8 +282,10 @@ class PatchSink(Sink):
     value yields no operation and no call.
     """
 
+    what: ClassVar[str] = "patches"
+
     def __call__(self, tx: Transaction) -> None:
-        value = self.materializer.read(tx, self.link)
+        value = self.read(tx)
         if value is MISSING:
             value = None
         if value is self.shown:
@@ -267,9 +302,10 @@ class PatchSink(Sink):
         shown, self.shown = self.shown, value
         # Where the materializer read links again since `shown`: the diff looks there
         # only (one element edited in a long mapped list costs that element).
-        spots = self.materializer.changes(shown, value)
+        materializer = self.materializer
+        spots = None if materializer is None else materializer.changes(shown, value)
         if shown is _UNSET:
-            ops = [{"op": "replace", "path": "", "value": self.materializer.thaw(value)}]
+            ops = [{"op": "replace", "path": "", "value": self.thaw(value)}]
         else:
             ops = patch_ops(shown, value) if spots is None else patch_ops_at(shown, value, spots)
             if not ops:

@@ -264,3 +264,19 @@ def test_a_link_in_an_element_replaced_by_a_value_reads_only_that_element_again(
     assert second is w.read(link)
     w.put("items", "still read by row 5", 5, "title")
     assert {"title": "still read by row 5", "n": 5} == w.read(link)[5]
+
+
+def test_idle_while_the_reads_find_no_link_to_keep(w: World) -> None:
+    # Idle: nothing kept and nothing to keep on the next read (a sink may drop it).
+    assert not w.materializer.idle  # a new one keeps from its first read
+    w.put("plain", {"a": 1, "b": [2, 3]})
+    w.read(w.cell("plain").link())
+    assert w.materializer.idle
+    _board(w, 3)
+    board = w.cell("board").link()
+    w.read(board)  # a plain read finds links: kept from the next read on
+    assert not w.materializer.idle
+    w.read(board)
+    assert not w.materializer.idle and w.computed > 0
+    w.read(w.cell("plain").link())  # another value, without links
+    assert w.materializer.idle

@@ -1,9 +1,16 @@
-"""The one-document read set answers as the dict it stands for."""
+"""The small read sets answer as the dicts they stand for, and a two-document log is
+checked against its read set exactly as compacting it would."""
 
 from __future__ import annotations
 
-from cells import DocKey
-from scheduler._node import OneRead
+import itertools
+
+import pytest
+
+from cells import DocKey, Path
+from scheduler import _readers as readers_module
+from scheduler._node import OneRead, TwoReads, lean_reads, two_reads_match
+from scheduler._readers import compact_reads
 
 
 def test_a_one_document_read_set_answers_get_as_a_dict_does() -> None:
@@ -16,3 +23,60 @@ def test_a_one_document_read_set_answers_get_as_a_dict_does() -> None:
         assert one.get(probe, "absent") == as_dict.get(probe, "absent")
         assert (probe in one) == (probe in as_dict)
     assert dict(one) == as_dict
+
+
+def test_a_two_document_read_set_answers_as_a_dict_does() -> None:
+    a, b, other = DocKey("s", "a"), DocKey("s", "b"), DocKey("s", "c")
+    ea, eb = ((("value",),), ()), ((), (("value", 1),))
+    two = lean_reads({a: ea, b: eb})
+    assert type(two) is TwoReads
+    as_dict = {a: ea, b: eb}
+    for probe in (a, b, other):
+        assert two.get(probe) == as_dict.get(probe)
+        assert two.get(probe, "absent") == as_dict.get(probe, "absent")
+        assert (probe in two) == (probe in as_dict)
+    assert dict(two) == as_dict and len(two) == 2
+    assert two.keys() - {a} == {b}
+    try:
+        two[other]
+    except KeyError:
+        pass
+    else:
+        raise AssertionError("a document not read must raise KeyError")
+
+
+def test_two_reads_match_agrees_with_compacting_the_log() -> None:
+    a, b = DocKey("s", "a"), DocKey("s", "b")
+    paths: list[Path] = [("value",), ("value", 0), ("value", "x")]
+    entries = [(k, p, s) for k in (a, b) for p in paths for s in (False, True)]
+    # Every read set a two-document log can compact to, and every two-entry log.
+    distinct: dict[str, TwoReads] = {}
+    for e1, e2 in itertools.product(entries, repeat=2):
+        reads = lean_reads(compact_reads([e1, e2]))
+        if type(reads) is TwoReads:
+            distinct.setdefault(repr(sorted(reads.items(), key=repr)), reads)
+    sets = list(distinct.values())
+    assert len(sets) == (len(paths) * 2) ** 2  # a path and its kind per document
+    checked = 0
+    for reads in sets:
+        for e1, e2 in itertools.product(entries, repeat=2):
+            log = [e1, e2]
+            assert two_reads_match(reads, log) == (dict(compact_reads(log)) == dict(reads)), (
+                reads,
+                log,
+            )
+            checked += 1
+    assert checked == len(sets) * len(entries) ** 2
+
+
+def test_readers_of_the_same_field_path_share_one_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Entries of field-name paths are shared (every element's lift declares the same
+    # read of its own argument document); a list index is data, not shared.
+    monkeypatch.setattr(readers_module, "_ENTRIES", {})  # (bounded: start empty)
+    a, b = DocKey("s", "a"), DocKey("s", "b")
+    field: Path = ("value", "element")
+    one, two = compact_reads([(a, field, False)]), compact_reads([(b, field, False)])
+    assert one[a] == two[b] == (((field),), ()) and one[a] is two[b]
+    index: Path = ("value", 3)
+    three, four = compact_reads([(a, index, False)]), compact_reads([(b, index, False)])
+    assert three[a] == four[b] and three[a] is not four[b]

@@ -22,6 +22,7 @@ from scheduler import (
     Scheduler,
     SystemClock,
 )
+from scheduler._node import TwoReads
 
 
 @attrs.define
@@ -1139,3 +1140,96 @@ def test_a_settle_of_many_nodes_leaves_no_big_candidate_table(env: Env) -> None:
     assert 600 == len(seen)
     assert not env.sch.runnable()
     assert sys.getsizeof({}) == sys.getsizeof(env.sch._candidates)
+
+
+def test_a_node_reading_two_documents_keeps_no_log_and_follows_its_reads(env: Env) -> None:
+    # Two documents read once each: the read set is checked against the next run's log
+    # directly (no log kept). Reads that move (another document, a second path of one
+    # document, a third document) re-derive it, and only what was read last re-runs it.
+    a, b, c = env.source("a", {"x": 1, "y": 2}), env.source("b", 10), env.source("c", 100)
+    out = env.sp.cell("out")
+    plan: dict[str, Any] = {"reads": [(a, ("value",)), (b, ("value",))]}
+
+    def run(tx: Transaction) -> None:
+        total = []
+        for cell, path in plan["reads"]:
+            total.append(tx.read(cell.doc_key, path))
+        tx.write(out.doc_key, ("value",), repr(total))
+
+    node = env.sch.register(run, identity=env.sp.identity, outputs=[(out.doc_key, ("value",))])
+    seen: list[Any] = []
+    env.sch.sink(out, seen.append)
+    assert type(node.reads) is TwoReads and node.raw_reads is None
+    ran = node.runs
+    b.set(11)
+    env.sch.settle()
+    assert node.runs == ran + 1 and type(node.reads) is TwoReads and node.raw_reads is None
+    c.set(101)  # not read: no run
+    env.sch.settle()
+    assert node.runs == ran + 1
+    plan["reads"] = [(a, ("value", "x")), (c, ("value",))]  # another document, a deeper path
+    b.set(12)
+    env.sch.settle()
+    assert dict(node.reads) == {
+        a.doc_key: ((("value", "x"),), ()),
+        c.doc_key: ((("value",),), ()),
+    }
+    assert node.raw_reads is None
+    runs_now = node.runs
+    b.set(13)  # no longer read
+    env.sch.settle()
+    assert node.runs == runs_now
+    plan["reads"] = [(a, ("value", "x")), (a, ("value", "y"))]  # one document, two paths
+    c.set(102)
+    env.sch.settle()
+    assert dict(node.reads) == {a.doc_key: ((("value", "x"), ("value", "y")), ())}
+    assert node.raw_reads is not None  # (a two-entry log of one document is kept)
+    runs_now = node.runs
+    c.set(103)  # no longer read
+    env.sch.settle()
+    assert node.runs == runs_now
+    plan["reads"] = [(a, ("value",)), (b, ("value",)), (c, ("value",))]
+    a.set({"x": 5, "y": 2})
+    env.sch.settle()
+    assert set(node.reads) == {a.doc_key, b.doc_key, c.doc_key} and node.raw_reads is not None
+    plan["reads"] = [(b, ("value",)), (c, ("value",))]
+    a.set({"x": 6, "y": 2})
+    env.sch.settle()
+    assert type(node.reads) is TwoReads and node.raw_reads is None
+    runs_now = node.runs
+    a.set({"x": 7, "y": 2})  # no longer read
+    env.sch.settle()
+    assert node.runs == runs_now
+    c.set(104)
+    env.sch.settle()
+    assert node.runs == runs_now + 1
+    assert seen[-1] == repr([13, 104])
+    env.check()
+
+
+def test_readers_of_one_document_hold_one_key_object(env: Env) -> None:
+    # Each run makes its read log's keys anew; a small read set keeps a key object that
+    # is already held (its own last or declared read set, another reader's) instead.
+    shared = env.source("shared", 1)
+    own = [env.source(f"own{i}", i) for i in range(3)]
+    outs = [env.sp.cell(f"o{i}") for i in range(3)]
+    nodes = [
+        env.compute(out, [shared, mine], lambda a, b: a + b, declare=False)
+        for out, mine in zip(outs, own, strict=True)
+    ]
+    for out in outs:
+        env.sch.sink(out, lambda _v: None)
+    assert all(type(n.reads) is TwoReads for n in nodes)
+
+    def key_of(node: Node, key: Any) -> Any:
+        (held,) = [k for k in node.reads if k == key]
+        return held
+
+    first = key_of(nodes[0], shared.doc_key)
+    assert all(key_of(n, shared.doc_key) is first for n in nodes)
+    before = [key_of(n, mine.doc_key) for n, mine in zip(nodes, own, strict=True)]
+    shared.set(2)  # every node runs again: same read sets, same key objects
+    env.sch.settle()
+    assert all(key_of(n, shared.doc_key) is first for n in nodes)
+    assert before == [key_of(n, m.doc_key) for n, m in zip(nodes, own, strict=True)]
+    assert [outs[i].get() for i in range(3)] == [2, 3, 4]

@@ -1,0 +1,59 @@
+"""Sinks: a sink's node is labelled by its sink ("sink <link>", "patches <link>")
+without holding a string of its own, and a sink holds a materializer only while its
+value has links to keep."""
+
+from __future__ import annotations
+
+from cells import MemoryStore, Space
+from scheduler import Scheduler
+from scheduler._sinks import Sink
+
+
+def test_a_sink_node_is_labelled_by_the_place_it_reads() -> None:
+    space = Space(MemoryStore(), "sp")
+    sch = Scheduler(space.replica)
+    cell, other = space.cell("a"), space.cell("b")
+    cell.set(1)
+    sch.sink(cell, lambda _v: None)
+    sch.sink_patches(other, lambda _ops: None)
+    out = space.cell("out")
+    sch.derive(out, [cell], lambda v: v, label="copy")
+    labels = sorted(n.label for n in sch.graph.nodes)
+    assert labels == sorted(["copy", f"sink {cell.link()}", f"patches {other.link()}"])
+    (sink_node,) = [n for n in sch.graph.nodes if n.label.startswith("sink ")]
+    assert f"sink {cell.link()}" in repr(sink_node)
+    sch.close()
+
+
+def test_a_sink_holds_a_materializer_only_while_its_value_has_links() -> None:
+    space = Space(MemoryStore(), "sp")
+    sch = Scheduler(space.replica)
+    box, a, b = space.cell("box"), space.cell("a"), space.cell("b")
+    a.set("A")
+    b.set("B")
+    box.set({"x": 1})
+    seen: list[object] = []
+    cancel = sch.sink(box, seen.append)
+    (node,) = sch.graph.nodes
+    sink = node.fn
+    assert isinstance(sink, Sink)
+    assert sink.materializer is None  # a value without links: plain reads
+    box.set({"x": a.link(), "y": b.link()})  # links: kept from the next read on
+    sch.settle()
+    assert sink.materializer is not None
+    box.set({"x": a.link(), "y": b.link(), "z": 0})
+    sch.settle()
+    assert sink.materializer is not None and not sink.materializer.idle
+    a.set("A2")
+    sch.settle()
+    assert seen == [
+        {"x": 1},
+        {"x": "A", "y": "B"},
+        {"x": "A", "y": "B", "z": 0},
+        {"x": "A2", "y": "B", "z": 0},
+    ]
+    box.set(5)  # no links again: dropped
+    sch.settle()
+    assert sink.materializer is None and seen[-1] == 5
+    cancel()
+    sch.close()
