@@ -33,7 +33,19 @@ from ._args import bad_arg, check_callable
 from ._codec import describe
 from ._outcome import CommitResult, Outcome
 from ._pending import Mailbox, Pending
-from ._values import MAX_DEPTH, MAX_INT, MISSING, Value, get_path, normalize, set_path
+from ._values import (
+    ELEMENT_IDS,
+    MAX_DEPTH,
+    MAX_INT,
+    MISSING,
+    Value,
+    get_path,
+    ids_key,
+    normalize,
+    positional,
+    set_path,
+    spliced_ids,
+)
 from .errors import (
     CommitRejected,
     InvalidArgumentError,
@@ -451,6 +463,12 @@ class Transaction:
             else:
                 working = set_path(working, path, v, where="write")
         except InvalidValueError:
+            fixed = positional(td.working, path)
+            if fixed is not None:
+                # A path through element ids (a link to an element of a list): the
+                # write lands at the element's position.
+                self.write(key, fixed, value)
+                return
             # Errors are rare: only now build the message naming document and path.
             where = f"write to {describe(key)} at {list(path)}"
             check_path(path, where=where)
@@ -505,6 +523,7 @@ class Transaction:
         for elem in path:
             if type(elem) is not str and (type(elem) is not int or elem < 0):
                 check_path(path, where=f"splice of {describe(key)} at {list(path)}")
+        path = positional(td.working, path) or path  # through element ids: positions
         current = get_path(td.working, path)
         if current is MISSING:
             current = []
@@ -543,12 +562,17 @@ class Transaction:
         new = current[:index]
         new += added
         new += current[index + delete :]
+        ids = spliced_ids(td.working, path, current, index, delete, len(added))
         try:
             td.working = set_path(td.working, path, new, where="splice")
         except InvalidValueError:
             set_path(td.working, path, new, where=f"splice of {describe(key)} at {list(path)}")
             raise
         self._wrote(td, path)
+        # The list's element ids follow the splice (`element_ids`), in the same document.
+        table = (ELEMENT_IDS, ids_key(path))
+        td.working = set_path(td.working, table, ids, where="splice")
+        self._wrote(td, table)
 
     def delete(self, key: DocKey, path: Path = ()) -> None:
         self.write(key, path, MISSING)
