@@ -501,10 +501,15 @@ def element_ids(root: Value, path: Path, items: list[Any]) -> list[str]:
     return ids + [f"#{nxt + k}" for k in range(n - len(ids))]
 
 
-_POSITIONS: dict[int, tuple[list[str], dict[str, int]]] = {}
-"""Position by id of recently read stored id tables (by the table list's id; the entry
-keeps the list alive, so that id is not reused meanwhile). Bounded."""
+_POSITIONS: dict[int, tuple[list[str], dict[str, int] | int]] = {}
+"""Per recently read stored id table (by the table list's id; the entry keeps the list
+alive, so that id is not reused meanwhile): how often it was searched, then, from
+`_SCANS` searches on, the position of each id. Bounded."""
 _POSITIONS_KEPT = 64
+_SCANS = 8
+"""Searches of a table answered by a C-level scan (`list.index`, stopping at the id)
+before its positions are indexed (an O(N) dict): a splice makes a new table, and
+the few reads that follow it (the new element's) should not pay for an index."""
 
 
 def element_position(root: Value, path: Path, items: list[Any], eid: str) -> int | None:
@@ -518,9 +523,21 @@ def element_position(root: Value, path: Path, items: list[Any], eid: str) -> int
         if held is None or held[0] is not ids:
             if len(_POSITIONS) >= _POSITIONS_KEPT:
                 _POSITIONS.clear()
-            held = (ids, dict(zip(ids, range(len(ids)), strict=True)))
-            _POSITIONS[id(ids)] = held
-        at = held[1].get(eid)
+            held = (ids, 0)
+        index = held[1]
+        if isinstance(index, int):
+            if index + 1 < _SCANS:
+                _POSITIONS[id(ids)] = (ids, index + 1)
+                try:
+                    at: int | None = ids.index(eid)
+                except ValueError:
+                    at = None
+            else:
+                table = dict(zip(ids, range(len(ids)), strict=True))
+                _POSITIONS[id(ids)] = (ids, table)
+                at = table.get(eid)
+        else:
+            at = index.get(eid)
         if at is not None:
             return at if at < n else None
     if eid[:1] != "#" or not eid[1:].isdigit():

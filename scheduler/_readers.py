@@ -160,14 +160,16 @@ def _changed_elements(
         child = children.get(ids_a[oa + k])
         if child is not None:
             out.append((child, lb[ob + k], la[oa + k], (*path, ids_a[oa + k])))
-    middle_b = ids_b[prefix:ob]
-    middle_a = ids_a[prefix:oa]
-    for x in dict.fromkeys([*middle_b, *middle_a]):
+    # An id of either middle is in neither list's common ends (ids are unique in a
+    # list), so its positions are found in the middles alone: O(changed).
+    at_b = {x: j for j, x in enumerate(ids_b[prefix:ob], prefix)}
+    at_a = {x: j for j, x in enumerate(ids_a[prefix:oa], prefix)}
+    for x in at_b.keys() | at_a.keys():
         child = children.get(x)
         if child is None:
             continue
-        pb = element_position(roots[0], path, lb, x)
-        pa = element_position(roots[1], path, la, x)
+        pb = at_b.get(x)
+        pa = at_a.get(x)
         nb = MISSING if pb is None else lb[pb]
         na = MISSING if pa is None else la[pa]
         if nb is not na:
