@@ -502,14 +502,11 @@ def element_ids(root: Value, path: Path, items: list[Any]) -> list[str]:
 
 
 _POSITIONS: dict[int, tuple[list[str], dict[str, int] | int]] = {}
-"""Per recently read stored id table (by the table list's id; the entry keeps the list
-alive, so that id is not reused meanwhile): how often it was searched, then, from
-`_SCANS` searches on, the position of each id. Bounded."""
+"""Per recently searched stored id table (by the table list's id; the entry keeps the
+list alive, so that id is not reused meanwhile): how many entries the C-level scans
+of it went through so far, then, once that is more than its length, the position of
+each id. Bounded."""
 _POSITIONS_KEPT = 64
-_SCANS = 8
-"""Searches of a table answered by a C-level scan (`list.index`, stopping at the id)
-before its positions are indexed (an O(N) dict): a splice makes a new table, and
-the few reads that follow it (the new element's) should not pay for an index."""
 
 
 def element_position(root: Value, path: Path, items: list[Any], eid: str) -> int | None:
@@ -526,16 +523,22 @@ def element_position(root: Value, path: Path, items: list[Any], eid: str) -> int
             held = (ids, 0)
         index = held[1]
         if isinstance(index, int):
-            if index + 1 < _SCANS:
-                _POSITIONS[id(ids)] = (ids, index + 1)
-                try:
-                    at: int | None = ids.index(eid)
-                except ValueError:
-                    at = None
+            # Scan (`list.index` stops at the id: a splice makes a new table, and the
+            # reads that follow it are mostly of the element it added, at the front)
+            # until the scans went through more entries than an index would hold.
+            at: int | None
+            try:
+                found = ids.index(eid)
+            except ValueError:
+                at = None
+                index += len(ids)
             else:
-                table = dict(zip(ids, range(len(ids)), strict=True))
-                _POSITIONS[id(ids)] = (ids, table)
-                at = table.get(eid)
+                at = found
+                index += found + 1
+            if index <= len(ids):
+                _POSITIONS[id(ids)] = (ids, index)
+            else:
+                _POSITIONS[id(ids)] = (ids, dict(zip(ids, range(len(ids)), strict=True)))
         else:
             at = index.get(eid)
         if at is not None:
