@@ -487,7 +487,8 @@ def element_ids(root: Value, path: Path, items: list[Any]) -> list[str]:
     An id names one element of a list for as long as the list holds it, wherever a
     splice (`Transaction.splice`, `Cell.insert`, `Cell.remove`) moves it. A list that
     was never spliced has no table: its ids are `#0`, `#1`, ... by position. A splice
-    stores the table, the ids of what it inserts drawn from a counter. Any other
+    stores the table, the ids of what it inserts drawn from a counter (`~<next>`).
+    Any other
     write keeps the ids by position: positions past the table get `#<next + k>`
     (deterministic, so every reader and every restart sees the same ids), and a
     shorter list keeps the first ones. Returns the stored list itself when it covers
@@ -562,7 +563,7 @@ def spliced_ids(
     current = element_ids(root, path, items)
     nxt += len(current) - len(ids) if len(current) > len(ids) else 0
     new = current[:index]
-    new += [f"#{nxt + k}" for k in range(added)]
+    new += [f"~{nxt + k}" for k in range(added)]
     new += current[index + delete :]
     return [nxt + added, new]
 

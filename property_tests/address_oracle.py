@@ -13,8 +13,9 @@ Only `cells`' public `entity_id` and `Link` are used.
   "Element ids"): the list's document keeps `[next, ids]` at
   `doc["element_ids"][repr(path)]` once the list was spliced; with no table the
   ids are `#0`, `#1`, ... by position; positions past the table get
-  `#<next + k>`; a shorter list keeps the first ids. An id `#k` derives its
-  child as position k did.
+  `#<next + k>`; a shorter list keeps the first ids; a splice gives what it
+  inserts `~<next>`. An id `#k` derives its child as position k did, any other
+  id as itself.
 - The container an element's child is keyed from: the list node's output cell,
   re-addressed (same id) at the narrower of the run's scope and the scope of
   the document the list lives in.
@@ -40,7 +41,7 @@ PRIVACY = {"space": 0, "user": 1, "session": 2}
 """Scopes from the most shared to the most private."""
 
 ElementKey = tuple[Any, ...]
-"""("link", target, occurrence) or ("position", k) for the element id `#k`."""
+"""("link", target, occurrence), ("position", k) for the element id `#k`, or ("id", id)."""
 
 
 def inline_ids(doc: Any, n: int, path: tuple[Any, ...] = ("value",)) -> list[str]:
@@ -63,7 +64,8 @@ def element_keys(items: Iterable[Any], doc: Any = None) -> list[ElementKey]:
             earlier = sum(1 for key in keys if key[0] == "link" and key[1] == item)
             keys.append(("link", item, earlier))
         else:
-            keys.append(("position", int(ids[index][1:])))
+            eid = ids[index]
+            keys.append(("position", int(eid[1:])) if eid[:1] == "#" else ("id", eid))
     return keys
 
 
@@ -96,7 +98,7 @@ def child_link(kind: str, container: Link, key: ElementKey) -> Link:
         ]
         scope: Scope = narrower(container.scope, target.scope)
     else:
-        element = ["pos", key[1]]
+        element = ["pos" if key[0] == "position" else "id", key[1]]
         scope = container.scope
     cause = {kind: [container.id, container.scope], "element": element}
     return Link(container.space, entity_id(cause), scope)

@@ -46,18 +46,18 @@ def test_a_splice_moves_ids_with_their_elements_and_draws_new_ones() -> None:
     items.remove(2)  # "b"
     doc = doc_of(space, "items")
     assert ["new", "a", "c"] == doc["value"]
-    assert ["#3", "#0", "#2"] == element_ids(doc, PATH, doc["value"])
-    assert [4, ["#3", "#0", "#2"]] == doc[ELEMENT_IDS][ids_key(PATH)]
+    assert ["~3", "#0", "#2"] == element_ids(doc, PATH, doc["value"])
+    assert [4, ["~3", "#0", "#2"]] == doc[ELEMENT_IDS][ids_key(PATH)]
     # Other writes keep the ids by position: a longer list draws the next ones.
     items.push("d")
     doc = doc_of(space, "items")
-    assert ["#3", "#0", "#2", "#4"] == element_ids(doc, PATH, doc["value"])
-    items.insert(1, "e")  # the drawn id stays drawn: the next is #5
+    assert ["~3", "#0", "#2", "#4"] == element_ids(doc, PATH, doc["value"])
+    items.insert(1, "e")  # the drawn id stays drawn: the next is 5
     doc = doc_of(space, "items")
-    assert ["#3", "#5", "#0", "#2", "#4"] == element_ids(doc, PATH, doc["value"])
+    assert ["~3", "~5", "#0", "#2", "#4"] == element_ids(doc, PATH, doc["value"])
     items.set(["x"])
     doc = doc_of(space, "items")
-    assert ["#3"] == element_ids(doc, PATH, doc["value"])
+    assert ["~3"] == element_ids(doc, PATH, doc["value"])
 
 
 def test_a_link_naming_an_element_reads_and_writes_it_wherever_it_moved() -> None:

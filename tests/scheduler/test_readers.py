@@ -89,7 +89,7 @@ def test_readers_by_element_id_follow_their_element_through_a_splice() -> None:
             0,
             0,
             [{"title": "new"}],
-            [n + 1, [f"#{n}", *element_ids(before, ("value",), before["value"])]],
+            [n + 1, [f"~{n}", *element_ids(before, ("value",), before["value"])]],
         )
         paths = (("value",), (ELEMENT_IDS, ids_key(("value",))))
         start = index.comparisons
