@@ -40,6 +40,7 @@ from ._values import (
     MISSING,
     Value,
     get_path,
+    has_ids,
     ids_key,
     normalize,
     positional,
@@ -117,6 +118,11 @@ class TxDoc(msgspec.Struct, gc=False):
     """(path, shallow) of every distinct read, in first-read order."""
     written: list[Path] | tuple[Path, ...] | None = None
     """Every written path, in order."""
+
+
+def _links_only(items: list[Any]) -> bool:
+    """Whether every element of `items` is a link (C-level: one pass over the types)."""
+    return not items or set(map(type, items)) == {Link}
 
 
 def _bad_key(key: object, call: str) -> InvalidArgumentError:
@@ -562,17 +568,23 @@ class Transaction:
         new = current[:index]
         new += added
         new += current[index + delete :]
-        ids = spliced_ids(td.working, path, current, index, delete, len(added))
+        # The list's element ids follow the splice (`element_ids`), in the same document;
+        # a list that only ever held links needs none (links are their own identity).
+        ids = (
+            spliced_ids(td.working, path, current, index, delete, len(added))
+            if not _links_only(added) or not _links_only(current) or has_ids(td.working, path)
+            else None
+        )
         try:
             td.working = set_path(td.working, path, new, where="splice")
         except InvalidValueError:
             set_path(td.working, path, new, where=f"splice of {describe(key)} at {list(path)}")
             raise
         self._wrote(td, path)
-        # The list's element ids follow the splice (`element_ids`), in the same document.
-        table = (ELEMENT_IDS, ids_key(path))
-        td.working = set_path(td.working, table, ids, where="splice")
-        self._wrote(td, table)
+        if ids is not None:
+            table = (ELEMENT_IDS, ids_key(path))
+            td.working = set_path(td.working, table, ids, where="splice")
+            self._wrote(td, table)
 
     def delete(self, key: DocKey, path: Path = ()) -> None:
         self.write(key, path, MISSING)

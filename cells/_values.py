@@ -481,14 +481,21 @@ def _id_table(root: Value, path: Path) -> tuple[int, list[str]]:
     return nxt, ids
 
 
+def has_ids(root: Value, path: Path) -> bool:
+    """Whether the list at `path` of document `root` has a stored id table."""
+    tables = root.get(ELEMENT_IDS, MISSING) if type(root) is dict else MISSING
+    return type(tables) is dict and ids_key(path, root) in tables
+
+
 def element_ids(root: Value, path: Path, items: list[Any]) -> list[str]:
     """The element ids of `items`, the list at full-document `path` of document `root`.
 
     An id names one element of a list for as long as the list holds it, wherever a
     splice (`Transaction.splice`, `Cell.insert`, `Cell.remove`) moves it. A list that
     was never spliced has no table: its ids are `#0`, `#1`, ... by position. A splice
-    stores the table, the ids of what it inserts drawn from a counter (`~<next>`).
-    Any other
+    stores the table, the ids of what it inserts drawn from a counter (`~<next>`)
+    (a splice of a list that holds only links, and inserts only links, stores none
+    while the list has none: a link is its own identity). Any other
     write keeps the ids by position: positions past the table get `#<next + k>`
     (deterministic, so every reader and every restart sees the same ids), and a
     shorter list keeps the first ones. Returns the stored list itself when it covers

@@ -93,3 +93,19 @@ def test_a_positional_write_overlaps_a_read_by_element_id_of_the_same_list() -> 
     assert not write_overlaps_read(("value", 5, "title"), ("value", 7), False)
     assert not write_overlaps_read(("value", "a"), ("value", "b"), False)
     assert not write_overlaps_read(("other", 5), ("value", "#7"), False)
+
+
+def test_a_list_of_links_only_gets_no_id_table_until_it_holds_something_else() -> None:
+    space = Space(MemoryStore())
+    items = space.cell("items")
+    a, b = Link(space.space, "a"), Link(space.space, "b")
+    items.set([a])
+    items.insert(0, b)
+    items.remove(1)
+    assert ELEMENT_IDS not in doc_of(space, "items")  # links are their own identity
+    items.insert(0, {"title": "inline"})
+    doc = doc_of(space, "items")
+    assert [2, ["~1", "#0"]] == doc[ELEMENT_IDS][ids_key(PATH)]
+    items.remove(0)  # only links again, but the table stays in step
+    doc = doc_of(space, "items")
+    assert [2, ["#0"]] == doc[ELEMENT_IDS][ids_key(PATH)]
