@@ -349,19 +349,10 @@ class Coordinator:
         old_mid = [id_key(x) for x in old[prefix:end_old]]
         new_mid = [id_key(x) for x in ids[prefix : len(ids) - suffix]]
         identity = tx.identity
-        self.reconciles += 1
-        issuance = Issuance(self.reconciles)
-        created: list[Entry] = []
-        moved: list[tuple[Entry, int, int]] = []
-        deferred = False
-        keep = set(new_mid)
-        errors = self._release(state, [k for k in old_mid if k not in keep])
+        issuance, created, moved, deferred, errors = self._place_middle(
+            tx, state, container, prefix, old_mid, new_mid, lambda i, _key: place.child(ids[i])
+        )
         entries = state.entries
-        for i, key in enumerate(new_mid, prefix):
-            entry = entries.get(key)
-            if entry is None or entry.index != i or entry.owed:
-                placed = (tx, state, issuance, container, created, moved)
-                deferred |= self._place(*placed, entry, key, i, place.child(ids[i]))
         out_key = container.key(identity)
         previous = state.aggregate
         children = [entries[k].child for k in new_mid]
@@ -369,6 +360,8 @@ class Coordinator:
             if old_mid or new_mid:
                 # The container still holds exactly what the last reconcile wrote.
                 tx.splice(out_key, (docs.VALUE,), prefix, end_old - prefix, children)
+                if container != self.container:
+                    tx.write(self.container.key(identity), (docs.VALUE,), container)
         else:
             self._publish(tx, container, [entries[k].child for k in map(id_key, ids)])
         tx.add_settle_callback(lambda _tx, res: self._settled(state, issuance, created, moved, res))
@@ -467,6 +460,36 @@ class Coordinator:
         self._issue(tx, entry, element, issuance)
         return False
 
+    def _place_middle(
+        self,
+        tx: Transaction,
+        state: State,
+        container: Link,
+        prefix: int,
+        old_mid: list[ElementKey],
+        new_mid: list[ElementKey],
+        element_at: Any,
+    ) -> tuple[Issuance, list[Entry], list[tuple[Entry, int, int]], bool, list[Exception]]:
+        """The bookkeeping of a reconcile that touches only a middle (from `prefix` on,
+        `old_mid` replaced by `new_mid`): release the elements that left it, place the
+        new, moved or owed ones (`element_at(i, key)`: the element's argument). Returns
+        the issuance, the entries created and moved, whether a setup waits for a load,
+        and the releases that failed. O(changed)."""
+        self.reconciles += 1
+        issuance = Issuance(self.reconciles)
+        created: list[Entry] = []
+        moved: list[tuple[Entry, int, int]] = []
+        deferred = False
+        keep = set(new_mid)
+        errors = self._release(state, [k for k in old_mid if k not in keep])
+        entries = state.entries
+        for i, key in enumerate(new_mid, prefix):
+            entry = entries.get(key)
+            if entry is None or entry.index != i or entry.owed:
+                placed = (tx, state, issuance, container, created, moved)
+                deferred |= self._place(*placed, entry, key, i, element_at(i, key))
+        return issuance, created, moved, deferred, errors
+
     def _reconcile_middle(
         self,
         tx: Transaction,
@@ -481,19 +504,10 @@ class Coordinator:
         prefix, suffix, old_mid, new_mid = middle
         identity = tx.identity
         end_old = len(old) - suffix
-        self.reconciles += 1
-        issuance = Issuance(self.reconciles)
-        created: list[Entry] = []
-        moved: list[tuple[Entry, int, int]] = []
-        deferred = False
-        keep = set(new_mid)
-        errors = self._release(state, [k for k in old_mid if k not in keep])
+        issuance, created, moved, deferred, errors = self._place_middle(
+            tx, state, container, prefix, old_mid, new_mid, lambda _i, key: key[0]
+        )
         entries = state.entries
-        for i, key in enumerate(new_mid, prefix):
-            entry = entries.get(key)
-            if entry is None or entry.index != i or entry.owed:
-                placed = (tx, state, issuance, container, created, moved)
-                deferred |= self._place(*placed, entry, key, i, key[0])
         counts = state.counts
         for link, _n in old_mid:
             left = counts[link] - 1
