@@ -68,6 +68,7 @@ from ._transaction import Transaction as Transaction
 from ._values import ELEMENT_IDS as ELEMENT_IDS
 from ._values import MAX_DEPTH as MAX_DEPTH
 from ._values import MISSING as MISSING
+from ._values import element_id_at as element_id_at
 from ._values import element_ids as element_ids
 from ._values import element_position as element_position
 from ._values import get_path as get_path
@@ -160,6 +161,7 @@ __all__ = [
     "describe",
     "describe_id",
     "edit_with_retry",
+    "element_id_at",
     "element_ids",
     "element_position",
     "encode_json",

@@ -17,7 +17,15 @@ from typing import Any, Final
 from ._address import DocKey, Link, Path
 from ._codec import describe
 from ._transaction import Transaction, TxDoc, _deps
-from ._values import MISSING, Value, element_ids, element_position, get_path, same_value, thaw
+from ._values import (
+    MISSING,
+    Value,
+    element_id_at,
+    element_position,
+    get_path,
+    same_value,
+    thaw,
+)
 from .errors import LinkCycleError
 
 MAX_HOPS: Final = 100
@@ -728,7 +736,7 @@ def _hit_along(
             at = path[:depth]
             for doc, items in zip(docs, (b, a), strict=True):
                 if type(items) is list and elem < len(items):
-                    named = cur.below.get(element_ids(doc, at, items)[elem])
+                    named = cur.below.get(element_id_at(doc, at, items, elem))
                     if named is not None:
                         _hit_along(named, path, depth + 1, docs, nb, na, hit)
         cur = cur.below.get(elem)

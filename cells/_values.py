@@ -509,6 +509,15 @@ def element_ids(root: Value, path: Path, items: list[Any]) -> list[str]:
     return ids + [f"#{nxt + k}" for k in range(n - len(ids))]
 
 
+def element_id_at(root: Value, path: Path, items: list[Any], i: int) -> str:
+    """The id of element `i` of `items`, the list at `path` of document `root` (what
+    `element_ids(...)[i]` is, in O(1))."""
+    nxt, ids = _id_table(root, path)
+    if i < len(ids) and i < len(items):
+        return ids[i]
+    return f"#{nxt + i - len(ids)}"
+
+
 _POSITIONS: dict[int, tuple[list[str], dict[str, int] | int]] = {}
 """Per recently searched stored id table (by the table list's id; the entry keeps the
 list alive, so that id is not reused meanwhile): how many entries the C-level scans

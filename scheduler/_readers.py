@@ -36,6 +36,7 @@ from cells import (
     DocKey,
     Link,
     Path,
+    element_id_at,
     element_ids,
     element_position,
     same_value,
@@ -570,7 +571,7 @@ class ReaderIndex:
                     at = path[:depth]
                     for root, v in ((before, b), (after, a)):
                         if type(v) is list and elem < len(v):
-                            x = element_ids(root, at, v)[elem]
+                            x = element_id_at(root, at, v, elem)
                             named = t.children.get(x)
                             if named is not None:
                                 nb = _id_step(before, at, b, x)
