@@ -42,6 +42,21 @@ def first_link(root: Value, path: Path, doc: Value = None) -> tuple[int, Link] |
     leaves the value, or reaches a plain value). Reads nothing: `root` is in hand.
     A step naming a list element by its id (`element_ids`) is followed when `doc`,
     the whole document (which holds the ids), is given. O(len(path))."""
+    found = _first_link(root, path, doc)
+    return None if isinstance(found, _IdStep) else found
+
+
+class _IdStep:
+    pass
+
+
+_ID_STEP: Final = _IdStep()
+"""What `_first_link` returns when it meets an element-id step and has no document."""
+
+
+def _first_link(root: Value, path: Path, doc: Value) -> tuple[int, Link] | _IdStep | None:
+    """`first_link`, telling a walk stopped at an element id it could not follow
+    (`doc` None: `_ID_STEP`) from one that found no link."""
     node = root
     for i, elem in enumerate(path):
         if type(node) is Link:
@@ -51,7 +66,9 @@ def first_link(root: Value, path: Path, doc: Value = None) -> tuple[int, Link] |
             node = node.get(elem, MISSING)
         elif t is list and type(elem) is int and elem < len(node):
             node = node[elem]
-        elif t is list and type(elem) is str and doc is not None:
+        elif t is list and type(elem) is str:
+            if doc is None:
+                return _ID_STEP
             at = element_position(doc, (VALUE, *path[:i]), node, elem)
             if at is None:
                 return None
@@ -87,9 +104,12 @@ def _resolve(
             return link, key  # the common case: no link on the way, nothing to track
         found: tuple[int, Link] | None = (0, root)
     else:
-        found = first_link(root, link.path, tx.peek(key))
-        if found is None:
+        first = _first_link(root, link.path, None)
+        if isinstance(first, _IdStep):  # (the document holds the ids: fetched only then)
+            first = _first_link(root, link.path, tx.peek(key))
+        if first is None or isinstance(first, _IdStep):
             return link, key
+        found = first
     current = link
     seen: set[tuple[object, Path]] = set()
     chain: list[Link] = [link]  # formatted only if an error needs it

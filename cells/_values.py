@@ -345,8 +345,23 @@ def get_path(value: Value, path: Path) -> Value:
 
 def _get_by_ids(root: Value, path: Path) -> Value:
     """`get_path` of a path with element-id steps: each resolved to its position."""
-    fixed = positional(root, path)
-    return MISSING if fixed is None else get_path(root, fixed)
+    node = root
+    for i, elem in enumerate(path):
+        t = type(node)
+        if t is dict and type(elem) is str:
+            node = node.get(elem, MISSING)
+            if node is MISSING:
+                return MISSING
+        elif t is list and type(elem) is str:
+            at = element_position(root, path[:i], node, elem)
+            if at is None:
+                return MISSING
+            node = node[at]
+        elif t is list and type(elem) is int and elem < len(node):
+            node = node[elem]
+        else:
+            return MISSING
+    return node
 
 
 def set_path(root: Value, path: Path, new: Value, *, where: str = "write") -> Value:
