@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from pattern_defs import CALLS, Double, Titles
 from support import arun, coordinator, run_list
 
-from cells import MemoryStore
+from cells import MemoryStore, SQLiteStore
 from runner import Runtime, lift, pattern
 
 
@@ -142,11 +143,18 @@ def test_a_child_result_holding_its_element_follows_it_through_a_splice() -> Non
     arun(main)
 
 
-def test_inline_children_survive_a_restart_after_splices() -> None:
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_inline_children_survive_a_restart_after_splices(kind: str, tmp_path: Any) -> None:
+    # The ids are stored with the list: a new runtime (on a reopened SQLite file too)
+    # keys every element as before, finds the same child, and reuses its result.
+    def store() -> Any:
+        return held if kind == "memory" else SQLiteStore(tmp_path / "lists.db")
+
+    held = MemoryStore()
+
     async def main() -> None:
-        store = MemoryStore()
         rows = titles(10)
-        async with Runtime(store) as rt:
+        async with Runtime(store()) as rt:
             items, res = await run_list(rt, Titles, rows)
             assert upper(rows) == await res.key("out").pull()
             await items.insert(0, {"title": "new"})
@@ -155,7 +163,7 @@ def test_inline_children_survive_a_restart_after_splices() -> None:
             del rows[5]
             assert upper(rows) == await res.key("out").pull()
             children = set(rt.registrations())
-        async with Runtime(store) as again:
+        async with Runtime(store()) as again:
             res = again.get_cell("r")
             await again.start(res)
             before = CALLS["upper"]
