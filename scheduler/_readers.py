@@ -249,10 +249,12 @@ def compact_reads(log: Iterable[tuple[DocKey, Path, bool]]) -> ReadSet:
         spaths = tuple(sorted((p for p in shallow.get(key, ()) if not _covered(p, kept)), key=repr))
         entry = (tuple(sorted(dpaths, key=repr)), spaths)
         out[key] = _ENTRIES.get(entry, entry)
-        # Deep paths of field names only (no list index): the ways a program's nodes read
-        # (every element's lift declares its argument's ("value", "element")), not one
-        # entry per element read.
-        if len(_ENTRIES) < _ENTRIES_KEPT and all(type(e) is str for p in dpaths for e in p):
+        # Deep paths of field names only (no list index, no element id: `#k`, `~k`): the
+        # ways a program's nodes read (every element's lift declares its argument's
+        # ("value", "element")), not one entry per element read.
+        if len(_ENTRIES) < _ENTRIES_KEPT and all(
+            type(e) is str and e[:1] not in ("#", "~") for p in dpaths for e in p
+        ):
             _ENTRIES.setdefault(entry, entry)
     return out
 
