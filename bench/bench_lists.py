@@ -5,7 +5,7 @@ The workload is `Board`, defined here: `{"out": items.map(Card)}`, where
 and `Card(element)` is three lifts that do about 20 us of Python together
 (`words`, `score`, `label`), so one element is one registration and three
 scheduler nodes. Two more list shapes keep the tasks inline in the list
-document: dict elements (keyed by position), and plain title strings mapped
+document: dict elements (keyed by element id), and plain title strings mapped
 by `Line` (the same three lifts over the title, with an empty body).
 
 Groups
@@ -44,8 +44,8 @@ Groups
     The insert and remove groups also make the same change by writing the
     whole new list (`items.set([...])`, what a client without the incremental
     calls does), and the same `insert` / `remove` calls on the list of inline
-    dicts (keyed by position: every position from the change on holds another
-    element).
+    dicts (keyed by element id, which a splice moves with its element: no other
+    element's card runs).
 
 The change groups reuse one set-up world per N and list shape for all their
 samples (built once per process, untimed, on the first sample that needs
@@ -902,9 +902,9 @@ def _inline_insert_bench(n: int) -> None:
     )
     def insert_inline() -> Run:
         """`items.insert(0, {...})` into a list of inline dicts, then a pull of card 0.
-        Inline elements are keyed by position: the element at each position changes,
-        so the reconcile walks the whole list and every position's child is
-        invalidated (only the demanded card 0 and the new last position's child run)."""
+        Inline elements are keyed by element id, which the splice moves with each
+        element: the reconcile diffs only the ids' middle, and only the new element's
+        card runs (no kept element's child is invalidated or re-pointed)."""
         world = _built(n, kind=DICTS)
         made = world.made
         world.made += CHANGES
@@ -925,9 +925,8 @@ def _inline_insert_bench(n: int) -> None:
             _expect(
                 f"inline insert at N={n}",
                 counts,
-                # card 0 (a new element at its position) and the new last position's child
-                calls=2 * NODES_PER_CARD * CHANGES,
-                computations=(2 * NODES_PER_CARD + 1) * CHANGES,  # + one reconcile each
+                calls=NODES_PER_CARD * CHANGES,  # the new element's card only
+                computations=(NODES_PER_CARD + 1) * CHANGES,  # + one reconcile each
                 reconciles=CHANGES,
                 registrations=CHANGES,
             )
@@ -940,7 +939,7 @@ def _inline_remove_bench(n: int) -> None:
     @bench(group="lists remove", name=f"cellweave remove middle N={n} (inline dicts)", ops=CHANGES)
     def remove_inline() -> Run:
         """`items.remove(i)` of the middle inline dict, then a pull of the card now at i:
-        every position from i on holds another element (see the insert row)."""
+        that card is its element's, computed before (see the insert row): no card runs."""
         world = _built(n, kind=DICTS)
 
         async def main() -> None:
@@ -959,10 +958,10 @@ def _inline_remove_bench(n: int) -> None:
             _expect(
                 f"inline remove at N={n}",
                 counts,
-                calls=NODES_PER_CARD * CHANGES,  # the card at i: another element now
-                computations=(NODES_PER_CARD + 1) * CHANGES,  # + one reconcile each
+                calls=0,  # the card now at i is its element's, computed before
+                computations=CHANGES,  # the reconciles; no card runs
                 reconciles=CHANGES,
-                registrations=-CHANGES,  # the last position's child
+                registrations=-CHANGES,  # the removed element's child
             )
             return counts
 

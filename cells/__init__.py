@@ -65,9 +65,14 @@ from ._store import LoadGate as LoadGate
 from ._store import StoreBase as StoreBase
 from ._store import VerdictGate as VerdictGate
 from ._transaction import Transaction as Transaction
+from ._values import ELEMENT_IDS as ELEMENT_IDS
 from ._values import MAX_DEPTH as MAX_DEPTH
 from ._values import MISSING as MISSING
+from ._values import element_id_at as element_id_at
+from ._values import element_ids as element_ids
+from ._values import element_position as element_position
 from ._values import get_path as get_path
+from ._values import ids_key as ids_key
 from ._values import normalize as normalize
 from ._values import same_value as same_value
 from ._values import set_path as set_path
@@ -95,6 +100,7 @@ if TYPE_CHECKING:
     from .stores import SQLiteStore as SQLiteStore
 
 __all__ = [
+    "ELEMENT_IDS",
     "INTERNAL_PREFIX",
     "MAX_DEPTH",
     "MAX_HOPS",
@@ -155,10 +161,14 @@ __all__ = [
     "describe",
     "describe_id",
     "edit_with_retry",
+    "element_id_at",
+    "element_ids",
+    "element_position",
     "encode_json",
     "entity_id",
     "first_link",
     "get_path",
+    "ids_key",
     "instance_key",
     "internal_id",
     "is_internal",

@@ -17,7 +17,15 @@ from typing import Any, Final
 from ._address import DocKey, Link, Path
 from ._codec import describe
 from ._transaction import Transaction, TxDoc, _deps
-from ._values import MISSING, Value, same_value, thaw
+from ._values import (
+    MISSING,
+    Value,
+    element_id_at,
+    element_position,
+    get_path,
+    same_value,
+    thaw,
+)
 from .errors import LinkCycleError
 
 MAX_HOPS: Final = 100
@@ -28,11 +36,27 @@ _WHOLE: Final = (_VALUE_PATH, False)
 """A deep read of a whole cell, as a transaction keeps it (`TxDoc.reads`)."""
 
 
-def first_link(root: Value, path: Path) -> tuple[int, Link] | None:
+def first_link(root: Value, path: Path, doc: Value = None) -> tuple[int, Link] | None:
     """The first link met walking `path` down `root` (a document's value), with how
     many path elements lead to it, or None when the walk ends without one (the path
     leaves the value, or reaches a plain value). Reads nothing: `root` is in hand.
-    O(len(path))."""
+    A step naming a list element by its id (`element_ids`) is followed when `doc`,
+    the whole document (which holds the ids), is given. O(len(path))."""
+    found = _first_link(root, path, doc)
+    return None if isinstance(found, _IdStep) else found
+
+
+class _IdStep:
+    pass
+
+
+_ID_STEP: Final = _IdStep()
+"""What `_first_link` returns when it meets an element-id step and has no document."""
+
+
+def _first_link(root: Value, path: Path, doc: Value) -> tuple[int, Link] | _IdStep | None:
+    """`first_link`, telling a walk stopped at an element id it could not follow
+    (`doc` None: `_ID_STEP`) from one that found no link."""
     node = root
     for i, elem in enumerate(path):
         if type(node) is Link:
@@ -42,6 +66,13 @@ def first_link(root: Value, path: Path) -> tuple[int, Link] | None:
             node = node.get(elem, MISSING)
         elif t is list and type(elem) is int and elem < len(node):
             node = node[elem]
+        elif t is list and type(elem) is str:
+            if doc is None:
+                return _ID_STEP
+            at = element_position(doc, (VALUE, *path[:i]), node, elem)
+            if at is None:
+                return None
+            node = node[at]
         else:
             return None
         if node is MISSING:
@@ -73,16 +104,20 @@ def _resolve(
             return link, key  # the common case: no link on the way, nothing to track
         found: tuple[int, Link] | None = (0, root)
     else:
-        found = first_link(root, link.path)
-        if found is None:
+        first = _first_link(root, link.path, None)
+        if isinstance(first, _IdStep):  # (the document holds the ids: fetched only then)
+            first = _first_link(root, link.path, tx.peek(key))
+        if first is None or isinstance(first, _IdStep):
             return link, key
+        found = first
     current = link
     seen: set[tuple[object, Path]] = set()
     chain: list[Link] = [link]  # formatted only if an error needs it
     for hop in range(MAX_HOPS + 1):  # the extra turn sees whether hop MAX_HOPS ended it
         if hop:
             key = current.key(identity)
-            found = first_link(tx.peek(key, _VALUE_PATH), current.path)
+            doc = tx.peek(key)
+            found = first_link(doc.get(VALUE) if type(doc) is dict else MISSING, current.path, doc)
         if found is None:
             return current, key
         at, target = found
@@ -682,16 +717,9 @@ class _Hub:
             if written is None:
                 root.everyone(hit)
                 continue
+            docs = (change.before, change.after)
             for path in written:
-                level: _Level | None = root
-                for elem in path:
-                    assert level is not None
-                    hit.update(level.memos)  # read above the write: contains it
-                    level = level.below.get(elem)
-                    if level is None:
-                        break
-                if level is not None:
-                    level.everyone(hit)  # read at or below the write
+                _hit_along(root, path, 0, docs, change.before, change.after, hit)
         for memo in hit:
             # The link reads again; each ancestor learns it has a dirty kid.
             memo.valid = False
@@ -699,6 +727,51 @@ class _Hub:
             while parent is not None and child not in parent.dirty:
                 parent.dirty.add(child)
                 child, parent = parent, parent.parent
+
+
+def _hit_along(
+    level: _Level,
+    path: Path,
+    start: int,
+    docs: tuple[Value, Value],
+    b: Value,
+    a: Value,
+    hit: set[_Memo],
+) -> None:
+    """Add the kept links that read at, above or below the written `path` (from
+    `path[start]` on, at `level`, whose values are `b` before and `a` after; `docs`:
+    the whole documents) to `hit`.
+
+    Writes are positional; a link through an element id (`element_ids`) reads at the
+    id: where the path enters a list at a position, the links below the ids of the
+    elements there before and after are followed too. O(len(path) + links hit)."""
+    cur: _Level | None = level
+    for depth in range(start, len(path)):
+        assert cur is not None
+        elem = path[depth]
+        hit.update(cur.memos)  # read above the write: contains it
+        nb = _child(b, elem)
+        na = _child(a, elem)
+        if type(elem) is int and cur.below and (type(b) is list or type(a) is list):
+            at = path[:depth]
+            for doc, items in zip(docs, (b, a), strict=True):
+                if type(items) is list and elem < len(items):
+                    named = cur.below.get(element_id_at(doc, at, items, elem))
+                    if named is not None:
+                        _hit_along(named, path, depth + 1, docs, nb, na, hit)
+        cur = cur.below.get(elem)
+        if cur is None:
+            return
+        b, a = nb, na
+    assert cur is not None
+    cur.everyone(hit)  # read at or below the write
+
+
+def _child(v: Value, elem: Any) -> Value:
+    t = type(v)
+    if t is dict or t is list:
+        return get_path(v, (elem,))
+    return MISSING
 
 
 _HUBS: weakref.WeakKeyDictionary[Any, _Hub] = weakref.WeakKeyDictionary()

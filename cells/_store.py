@@ -168,10 +168,17 @@ def write_overlaps_read(write: Path, read: Path, shallow: bool) -> bool:
 
     Deep reads see everything at or below `read`; shallow reads see the key
     set / length / kind at `read` only. Over-approximates.  O(min(len)).
+
+    A read through an element id (a str step where the write has a list index: writes
+    are positional) may have read any element of that list, so a write into an element
+    of it overlaps (conservative: it may be another element).
     """
     n = min(len(write), len(read))
     if write[:n] != read[:n]:
-        return False
+        i = next(i for i in range(n) if write[i] != read[i])
+        if type(write[i]) is not int or type(read[i]) is not str:
+            return False
+        # An element id where the write has a position: see above.
     if shallow:
         return len(write) <= len(read) + 1
     return True

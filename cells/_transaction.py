@@ -33,7 +33,20 @@ from ._args import bad_arg, check_callable
 from ._codec import describe
 from ._outcome import CommitResult, Outcome
 from ._pending import Mailbox, Pending
-from ._values import MAX_DEPTH, MAX_INT, MISSING, Value, get_path, normalize, set_path
+from ._values import (
+    ELEMENT_IDS,
+    MAX_DEPTH,
+    MAX_INT,
+    MISSING,
+    Value,
+    get_path,
+    has_ids,
+    ids_key,
+    normalize,
+    positional,
+    set_path,
+    spliced_ids,
+)
 from .errors import (
     CommitRejected,
     InvalidArgumentError,
@@ -105,6 +118,11 @@ class TxDoc(msgspec.Struct, gc=False):
     """(path, shallow) of every distinct read, in first-read order."""
     written: list[Path] | tuple[Path, ...] | None = None
     """Every written path, in order."""
+
+
+def _links_only(items: list[Any]) -> bool:
+    """Whether every element of `items` is a link (C-level: one pass over the types)."""
+    return not items or set(map(type, items)) == {Link}
 
 
 def _bad_key(key: object, call: str) -> InvalidArgumentError:
@@ -451,6 +469,12 @@ class Transaction:
             else:
                 working = set_path(working, path, v, where="write")
         except InvalidValueError:
+            fixed = positional(td.working, path)
+            if fixed is not None:
+                # A path through element ids (a link to an element of a list): the
+                # write lands at the element's position.
+                self.write(key, fixed, value)
+                return
             # Errors are rare: only now build the message naming document and path.
             where = f"write to {describe(key)} at {list(path)}"
             check_path(path, where=where)
@@ -505,6 +529,7 @@ class Transaction:
         for elem in path:
             if type(elem) is not str and (type(elem) is not int or elem < 0):
                 check_path(path, where=f"splice of {describe(key)} at {list(path)}")
+        path = positional(td.working, path) or path  # through element ids: positions
         current = get_path(td.working, path)
         if current is MISSING:
             current = []
@@ -543,12 +568,23 @@ class Transaction:
         new = current[:index]
         new += added
         new += current[index + delete :]
+        # The list's element ids follow the splice (`element_ids`), in the same document;
+        # a list that only ever held links needs none (links are their own identity).
+        ids = (
+            spliced_ids(td.working, path, current, index, delete, len(added))
+            if not _links_only(added) or not _links_only(current) or has_ids(td.working, path)
+            else None
+        )
         try:
             td.working = set_path(td.working, path, new, where="splice")
         except InvalidValueError:
             set_path(td.working, path, new, where=f"splice of {describe(key)} at {list(path)}")
             raise
         self._wrote(td, path)
+        if ids is not None:
+            table = (ELEMENT_IDS, ids_key(path))
+            td.working = set_path(td.working, table, ids, where="splice")
+            self._wrote(td, table)
 
     def delete(self, key: DocKey, path: Path = ()) -> None:
         self.write(key, path, MISSING)

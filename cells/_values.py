@@ -316,10 +316,14 @@ def same_value(a: Value, b: Value) -> bool:
 
 
 def get_path(value: Value, path: Path) -> Value:
-    """The value at `path` inside `value`, or `MISSING` if it is not reachable.  O(len(path))."""
+    """The value at `path` inside `value`, or `MISSING` if it is not reachable.  O(len(path)).
+
+    A str step on a list names an element by its id (`element_ids`), looked up in the
+    document `value`'s id tables (so `value` must be the whole document then)."""
     if len(path) == 1 and type(value) is dict:
         elem = path[0]
         return value.get(elem, MISSING) if type(elem) is str else MISSING
+    root = value
     for elem in path:
         t = type(value)
         if t is dict:
@@ -329,12 +333,35 @@ def get_path(value: Value, path: Path) -> Value:
             if value is MISSING:
                 return MISSING
         elif t is list:
-            if type(elem) is not int or elem >= len(value):
+            if type(elem) is not int:
+                return _get_by_ids(root, path) if type(elem) is str else MISSING
+            if elem >= len(value):
                 return MISSING
             value = value[elem]
         else:
             return MISSING
     return value
+
+
+def _get_by_ids(root: Value, path: Path) -> Value:
+    """`get_path` of a path with element-id steps: each resolved to its position."""
+    node = root
+    for i, elem in enumerate(path):
+        t = type(node)
+        if t is dict and type(elem) is str:
+            node = node.get(elem, MISSING)
+            if node is MISSING:
+                return MISSING
+        elif t is list and type(elem) is str:
+            at = element_position(root, path[:i], node, elem)
+            if at is None:
+                return MISSING
+            node = node[at]
+        elif t is list and type(elem) is int and elem < len(node):
+            node = node[elem]
+        else:
+            return MISSING
+    return node
 
 
 def set_path(root: Value, path: Path, new: Value, *, where: str = "write") -> Value:
@@ -437,3 +464,163 @@ def thaw(value: Value) -> Value:
     if t is list:
         return [thaw(v) for v in value]
     return value
+
+
+# ---------------------------------------------------------------------- element ids
+
+ELEMENT_IDS: Final = "element_ids"
+"""The document field holding its lists' element-id tables (beside `value`): per list,
+keyed by `ids_key(path)` of its full-document path, `[next, [id, ...]]`."""
+
+
+def ids_key(path: Path, doc: Value = None) -> str:
+    """The key of the id table of the list at full-document `path`: the `repr` of its
+    positional path (which tells a str from an int and cannot mix up two paths). A
+    path through element ids needs `doc`, the whole document, to find the positions."""
+    if doc is not None:
+        path = positional(doc, path) or path
+    return repr(tuple(path))
+
+
+def _id_table(root: Value, path: Path) -> tuple[int, list[str]]:
+    """(next counter, stored ids) of the list at `path` of document `root`: (0, []) when
+    it has no table."""
+    tables = root.get(ELEMENT_IDS, MISSING) if type(root) is dict else MISSING
+    if type(tables) is not dict:
+        return 0, []
+    # Tables are kept by positional path: a path through element ids is translated.
+    entry = tables.get(ids_key(path, root), MISSING)
+    if type(entry) is not list or len(entry) != 2:
+        return 0, []
+    nxt, ids = entry
+    return nxt, ids
+
+
+def has_ids(root: Value, path: Path) -> bool:
+    """Whether the list at `path` of document `root` has a stored id table."""
+    tables = root.get(ELEMENT_IDS, MISSING) if type(root) is dict else MISSING
+    return type(tables) is dict and ids_key(path, root) in tables
+
+
+def element_ids(root: Value, path: Path, items: list[Any]) -> list[str]:
+    """The element ids of `items`, the list at full-document `path` of document `root`.
+
+    An id names one element of a list for as long as the list holds it, wherever a
+    splice (`Transaction.splice`, `Cell.insert`, `Cell.remove`) moves it. A list that
+    was never spliced has no table: its ids are `#0`, `#1`, ... by position. A splice
+    stores the table, the ids of what it inserts drawn from a counter (`~<next>`)
+    (a splice of a list that holds only links, and inserts only links, stores none
+    while the list has none: a link is its own identity). Any other
+    write keeps the ids by position: positions past the table get `#<next + k>`
+    (deterministic, so every reader and every restart sees the same ids), and a
+    shorter list keeps the first ones. Returns the stored list itself when it covers
+    `items` exactly (do not mutate it). O(1) then, else O(N)."""
+    nxt, ids = _id_table(root, path)
+    n = len(items)
+    if len(ids) == n:
+        return ids
+    if len(ids) > n:
+        return ids[:n]
+    return ids + [f"#{nxt + k}" for k in range(n - len(ids))]
+
+
+def element_id_at(root: Value, path: Path, items: list[Any], i: int) -> str:
+    """The id of element `i` of `items`, the list at `path` of document `root` (what
+    `element_ids(...)[i]` is, in O(1))."""
+    nxt, ids = _id_table(root, path)
+    if i < len(ids) and i < len(items):
+        return ids[i]
+    return f"#{nxt + i - len(ids)}"
+
+
+_POSITIONS: dict[int, tuple[list[str], dict[str, int] | int]] = {}
+"""Per recently searched stored id table (by the table list's id; the entry keeps the
+list alive, so that id is not reused meanwhile): how many entries the C-level scans
+of it went through so far, then, once that is more than its length, the position of
+each id. Bounded."""
+_POSITIONS_KEPT = 64
+
+
+def element_position(root: Value, path: Path, items: list[Any], eid: str) -> int | None:
+    """The position of the element `eid` in `items`, the list at full-document `path`
+    of document `root`, or None when the list holds no such element. O(1) after the
+    first lookup in a stored table (O(N) C-level, once per table)."""
+    nxt, ids = _id_table(root, path)
+    n = len(items)
+    if ids:
+        held = _POSITIONS.get(id(ids))
+        if held is None or held[0] is not ids:
+            if len(_POSITIONS) >= _POSITIONS_KEPT:
+                _POSITIONS.clear()
+            held = (ids, 0)
+        index = held[1]
+        if isinstance(index, int):
+            # Scan (`list.index` stops at the id: a splice makes a new table, and the
+            # reads that follow it are mostly of the element it added, at the front)
+            # until the scans went through more entries than an index would hold.
+            at: int | None
+            try:
+                found = ids.index(eid)
+            except ValueError:
+                at = None
+                index += len(ids)
+            else:
+                at = found
+                index += found + 1
+            if index <= len(ids):
+                _POSITIONS[id(ids)] = (ids, index)
+            else:
+                _POSITIONS[id(ids)] = (ids, dict(zip(ids, range(len(ids)), strict=True)))
+        else:
+            at = index.get(eid)
+        if at is not None:
+            return at if at < n else None
+    if eid[:1] != "#" or not eid[1:].isdigit():
+        return None
+    k = int(eid[1:]) - nxt
+    if k < 0:
+        return None
+    at = len(ids) + k
+    return at if at < n else None
+
+
+def spliced_ids(
+    root: Value, path: Path, items: list[Any], index: int, delete: int, added: int
+) -> list[Any]:
+    """The id table entry of the list at `path` (now `items`, before the splice) after
+    replacing `delete` elements from `index` on by `added` new ones, which get fresh
+    ids. O(N) C-level copying."""
+    nxt, ids = _id_table(root, path)
+    current = element_ids(root, path, items)
+    nxt += len(current) - len(ids) if len(current) > len(ids) else 0
+    new = current[:index]
+    new += [f"~{nxt + k}" for k in range(added)]
+    new += current[index + delete :]
+    return [nxt + added, new]
+
+
+def positional(root: Value, path: Path) -> Path | None:
+    """`path` with each element-id step replaced by the element's position in document
+    `root`, or None when it has none or names an element the list does not hold."""
+    out: list[Any] | None = None
+    node = root
+    for i, elem in enumerate(path):
+        t = type(node)
+        if t is list and type(elem) is str:
+            at = element_position(root, path[:i], node, elem)
+            if at is None:
+                return None
+            if out is None:
+                out = list(path[:i])
+            out.append(at)
+            node = node[at]
+            continue
+        if out is not None:
+            out.append(elem)
+        if t is dict and type(elem) is str:
+            node = node.get(elem, MISSING)
+        elif t is list and type(elem) is int and elem < len(node):
+            node = node[elem]
+        else:
+            node = MISSING
+    return None if out is None else tuple(out)

@@ -9,7 +9,13 @@ Only `cells`' public `entity_id` and `Link` are used.
 
 - Element identity: an element that is a link is keyed by its target and by how
   many earlier elements of the list link to the same target (its occurrence);
-  any other element is keyed by its position.
+  any other element is keyed by its element id (docs/reference/cells.md,
+  "Element ids"): the list's document keeps `[next, ids]` at
+  `doc["element_ids"][repr(path)]` once the list was spliced; with no table the
+  ids are `#0`, `#1`, ... by position; positions past the table get
+  `#<next + k>`; a shorter list keeps the first ids; a splice gives what it
+  inserts `~<next>`. An id `#k` derives its child as position k did, any other
+  id as itself.
 - The container an element's child is keyed from: the list node's output cell,
   re-addressed (same id) at the narrower of the run's scope and the scope of
   the document the list lives in.
@@ -35,18 +41,31 @@ PRIVACY = {"space": 0, "user": 1, "session": 2}
 """Scopes from the most shared to the most private."""
 
 ElementKey = tuple[Any, ...]
-"""("link", target, occurrence) or ("position", index)."""
+"""("link", target, occurrence), ("position", k) for the element id `#k`, or ("id", id)."""
 
 
-def element_keys(items: Iterable[Any]) -> list[ElementKey]:
-    """The identity of each element of a list (see the module docstring)."""
+def inline_ids(doc: Any, n: int, path: tuple[Any, ...] = ("value",)) -> list[str]:
+    """The element ids of the `n`-element list at `path` of the document `doc`
+    (see the module docstring)."""
+    tables = doc.get("element_ids") if type(doc) is dict else None
+    entry = tables.get(repr(path)) if type(tables) is dict else None
+    following, ids = entry if type(entry) is list else (0, [])
+    return [ids[i] if i < len(ids) else f"#{following + i - len(ids)}" for i in range(n)]
+
+
+def element_keys(items: Iterable[Any], doc: Any = None) -> list[ElementKey]:
+    """The identity of each element of a list, the one at "value" of the document
+    `doc` (see the module docstring)."""
+    items = list(items)
+    ids = inline_ids(doc, len(items))
     keys: list[ElementKey] = []
     for index, item in enumerate(items):
         if isinstance(item, Link):
             earlier = sum(1 for key in keys if key[0] == "link" and key[1] == item)
             keys.append(("link", item, earlier))
         else:
-            keys.append(("position", index))
+            eid = ids[index]
+            keys.append(("position", int(eid[1:])) if eid[:1] == "#" else ("id", eid))
     return keys
 
 
@@ -79,7 +98,7 @@ def child_link(kind: str, container: Link, key: ElementKey) -> Link:
         ]
         scope: Scope = narrower(container.scope, target.scope)
     else:
-        element = ["pos", key[1]]
+        element = ["pos" if key[0] == "position" else "id", key[1]]
         scope = container.scope
     cause = {kind: [container.id, container.scope], "element": element}
     return Link(container.space, entity_id(cause), scope)

@@ -149,9 +149,9 @@ class ListMachine(HeldVerdicts, RuleBasedStateMachine):
 
     @rule(pos=st.integers(0, 8), v=st.integers(0, 3), front=st.booleans())
     def cell_insert_inline(self, pos: int, v: int, front: bool) -> None:
-        """`Cell.insert` (a splice) of an inline value, at the front or anywhere: every
-        later position then holds another element (inline elements are keyed by
-        position), and the element that was last gets a new position's child."""
+        """`Cell.insert` (a splice) of an inline value, at the front or anywhere: the
+        new element gets a new element id and child, every later element keeps its
+        id (and child) at its new position."""
         self.items.insert(0 if front else min(pos, len(self._list())), v)
         self._settle()
 
@@ -264,7 +264,7 @@ class ListMachine(HeldVerdicts, RuleBasedStateMachine):
             output = result_doc["value"][name]
             assert type(output) is Link, output
             container = base_container(whole(output), list_scope)
-            for key in element_keys(items):
+            for key in element_keys(items, rt.replica.visible(self.items.doc_key)):
                 expected.add(child_link(kind, container, key).key(rt.identity))
         pages = self.pages & rt.lifetimes()
         assert self.pages == pages, "a page lost its lifetime without a stop"

@@ -21,7 +21,9 @@ from scheduler._node import Node
 from scheduler._readers import ReaderIndex, changed_at, compact_reads
 
 KEYS = st.sampled_from(["a", "b", "c"])
-ELEMS = st.one_of(KEYS, st.integers(min_value=0, max_value=2))
+ELEMS = st.one_of(KEYS, st.integers(min_value=0, max_value=2), st.sampled_from(["#0", "#2"]))
+"""Path steps: dict keys, list indices, and element ids (`#k`: a list that was never
+spliced, as every list here, has the ids `#0`, `#1`, ... by position)."""
 PATHS = st.lists(ELEMS, max_size=3).map(tuple)
 LEAVES = st.one_of(st.none(), st.booleans(), st.integers(-2, 2), st.sampled_from(["x", "y"]))
 VALUES = st.recursive(
@@ -39,9 +41,11 @@ _UNREACHABLE_AT = "unreachable at depth"
 def _seen(doc: Any, path: tuple[Any, ...]) -> Any:
     """What a read at `path` finds: the value (or `_ABSENT`), or where the walk stopped.
 
-    A dict is entered only with a str key, a list only with an int index; a missing
-    key or an index past the end is absent (still reachable); anything else (a
-    scalar, an absent value, the wrong kind of key) stops the walk at that depth.
+    A dict is entered only with a str key, a list with an int index or a str element
+    id (these documents hold no id tables, so `#k` names the element at k and any
+    other str no element); a missing key, an index past the end or an id the list
+    does not hold is absent (still reachable); anything else (a scalar, an absent
+    value, a list index into a dict) stops the walk at that depth.
     """
     if doc is MISSING:
         return _ABSENT if not path else (_UNREACHABLE_AT, 0)
@@ -52,6 +56,9 @@ def _seen(doc: Any, path: tuple[Any, ...]) -> Any:
         inner = doc.get(head, MISSING)
     elif isinstance(doc, list) and isinstance(head, int) and not isinstance(head, bool):
         inner = doc[head] if 0 <= head < len(doc) else MISSING
+    elif isinstance(doc, list) and isinstance(head, str):
+        at = int(head[1:]) if head.startswith("#") and head[1:].isdigit() else len(doc)
+        inner = doc[at] if at < len(doc) else MISSING
     else:
         return (_UNREACHABLE_AT, 0)
     found = _seen(inner, rest)

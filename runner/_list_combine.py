@@ -154,7 +154,8 @@ def read_result(tx: Transaction, child: Link) -> tuple[Any, tuple[ReadEntry, ...
     current = child
     for _ in range(MAX_HOPS):
         key = current.key(identity)
-        found = first_link(tx.peek(key, (docs.VALUE,)), current.path)
+        doc = tx.peek(key)
+        found = first_link(doc.get(docs.VALUE) if type(doc) is dict else None, current.path, doc)
         if found is None:
             path = (docs.VALUE, *current.path)
             value = tx.read(key, path)

@@ -2,7 +2,10 @@
 
 An element that is a link is keyed by its target (space, id, scope, path) and
 its occurrence, so its child moves with it and repeated references get a
-child each; an inline value is keyed by its position. The scope is part of
+child each; an inline value is keyed by its element id (`cells.element_ids`),
+which is its position in a list that was never spliced and follows the element
+through every splice (an insert or a remove moves no other element's key, so no
+other child owes a setup or re-reads anything). The scope is part of
 the key, so a re-scoped element is a new element. A child's result id
 derives from (base container, element key), so every runtime and every
 restart finds the same child.
@@ -26,6 +29,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from cells import SCOPES, Link, Scope, entity_id
+from scheduler import common_ends
 
 ElementKey = tuple[Any, ...]
 
@@ -37,8 +41,11 @@ def element_keys(items: Iterable[Any]) -> list[ElementKey]:
     return keys_and_counts(items)[0]
 
 
-def keys_and_counts(items: Iterable[Any]) -> tuple[list[ElementKey], dict[Link, int]]:
-    """`element_keys`, and how often each link occurs."""
+def keys_and_counts(
+    items: Iterable[Any], ids: list[str] | None = None
+) -> tuple[list[ElementKey], dict[Link, int]]:
+    """`element_keys`, and how often each link occurs. With `ids` (the list's
+    `element_ids`), an inline element is keyed by its element id instead of its position."""
     seen: dict[Link, int] = {}
     keys: list[ElementKey] = []
     for i, item in enumerate(items):
@@ -47,8 +54,16 @@ def keys_and_counts(items: Iterable[Any]) -> tuple[list[ElementKey], dict[Link, 
             seen[item] = n + 1
             keys.append((item, n))
         else:
-            keys.append((i,))
+            keys.append((i,) if ids is None else id_key(ids[i]))
     return keys, seen
+
+
+def id_key(eid: str) -> ElementKey:
+    """The element key of an inline element with id `eid`: `#k` keys as `(k,)`, as
+    position k did (a list that was never spliced has ids `#0`, `#1`, ... by position,
+    so its children keep their ids); an id of another form keys as itself."""
+    digits = eid[1:]
+    return (int(digits),) if eid[:1] == "#" and digits.isdigit() else (eid,)
 
 
 def keys_at(items: list[Any], counts: dict[Link, int], start: int, end: int) -> list[ElementKey]:
@@ -71,52 +86,13 @@ def keys_at(items: list[Any], counts: dict[Link, int], start: int, end: int) -> 
     return keys
 
 
-def _same_run(a: list[Any], b: list[Any], start_a: int, start_b: int, limit: int) -> int:
-    """How many elements from `a[start_a]` and `b[start_b]` on are equal pairwise (at
-    most `limit`). Compares growing slices (C-level `==`, identity first), so a run
-    of length r costs O(r) C work and O(log r) Python steps."""
-    done, step = 0, 8
-    while done < limit:
-        step = min(step, limit - done)
-        i, j = start_a + done, start_b + done
-        if a[i : i + step] == b[j : j + step]:
-            done += step
-            step *= 2
-        elif step == 1:
-            return done
-        else:
-            step //= 2
-    return done
-
-
-def common_ends(old: list[Any], new: list[Any]) -> tuple[int, int]:
-    """(prefix, suffix): the lengths of the longest common prefix and, of what remains,
-    the longest common suffix of two lists (by `==`). O(prefix + suffix) C work."""
-    n = min(len(old), len(new))
-    prefix = _same_run(old, new, 0, 0, n)
-    rest = n - prefix
-    # Backwards: compare the reversed tails (slices of reversed copies would cost O(N)).
-    suffix = 0
-    step = 8
-    lo, ln = len(old), len(new)
-    while suffix < rest:
-        step = min(step, rest - suffix)
-        if old[lo - suffix - step : lo - suffix] == new[ln - suffix - step : ln - suffix]:
-            suffix += step
-            step *= 2
-        elif step == 1:
-            break
-        else:
-            step //= 2
-    return prefix, suffix
-
-
 def _plain(key: ElementKey) -> Any:
     """The element key as JSON-like data (for deriving the child's id)."""
     if len(key) == 2:
         link, n = key
         return ["link", link.space, link.id, link.scope, list(link.path), n]
-    return ["pos", key[0]]
+    x = key[0]
+    return ["id", x] if type(x) is str else ["pos", x]
 
 
 def narrower(a: Scope, b: Scope) -> Scope:

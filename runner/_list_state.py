@@ -23,7 +23,7 @@ from typing import Any
 
 from cells import DocKey, Identity, Link
 
-from ._list_keys import ElementKey, child_link, keys_and_counts, keys_at
+from ._list_keys import ElementKey, child_link, id_key, keys_and_counts, keys_at
 
 
 class Issuance:
@@ -82,6 +82,7 @@ class State:
         "entries",
         "failures",
         "identity",
+        "ids",
         "items",
         "load_errors",
         "place",
@@ -104,6 +105,9 @@ class State:
         self.items: list[Any] | None = None
         self.counts: dict[Link, int] = {}
         self.aggregate: list[Any] | None = None
+        self.ids: list[str] | None = None
+        """The element ids the last reconcile over a list with inline elements saw, when
+        it finished cleanly (a map only; else None): the next one diffs against them."""
 
     def __repr__(self) -> str:
         return f"<list state for {self.identity.principal}/{self.identity.session}>"
@@ -126,3 +130,9 @@ class State:
                 assert key in self.entries, key
             if self.aggregate is not None:
                 assert self.aggregate == [self.entries[k].child for k in keys]
+        if self.ids is not None:
+            assert self.items is None, "inline elements or links only, not both"
+            id_keys = [id_key(x) for x in self.ids]
+            for key in id_keys:
+                assert key in self.entries, key
+            assert self.aggregate == [self.entries[k].child for k in id_keys]

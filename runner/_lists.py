@@ -69,16 +69,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from cells import (
+    ELEMENT_IDS,
     CommitResult,
     DocKey,
     Identity,
     Link,
     Outcome,
     Transaction,
+    element_ids,
+    ids_key,
     resolve,
 )
 from cells.errors import LivenessError
-from scheduler import Node
+from scheduler import Node, common_ends
 
 from . import _docs as docs
 from ._builder import NodeSpec, Pattern, find_pattern
@@ -89,9 +92,9 @@ from ._list_keys import (
     ElementKey,
     base_container,
     child_link,
-    common_ends,
     diff_middle,
     element_keys,
+    id_key,
     keys_and_counts,
     keys_at,
     rescoped,
@@ -214,6 +217,7 @@ class Coordinator:
         if state is None:
             return  # that identity's instance was dropped while this run was queued
         previous, state.items = state.items, None  # set again only by a clean finish
+        previous_ids, state.ids = state.ids, None  # likewise (inline elements)
         place = resolve(tx, self.list_link)
         list_key = place.key(identity)
         base = (docs.VALUE, *place.path)
@@ -226,7 +230,7 @@ class Coordinator:
             # so each is released (even where its element key remains) and set up anew.
             self._raise_failed(self._release(state, list(state.entries)))
             state.base = container
-            previous = None
+            previous = previous_ids = None
         items = tx.read(list_key, base, shallow=True)
         if type(items) is not list:
             # Undefined (or not a list): release every child, the output is empty.
@@ -248,9 +252,26 @@ class Coordinator:
                 tx.read(list_key, base)
                 self._reconcile_middle(tx, state, previous, items, middle, container)
                 return
-        self._read_structure(tx, list_key, base, items)
+        kinds = set(map(type, items))
+        self._read_structure(tx, list_key, base, items, kinds)
+        ids: list[str] | None = None
+        if not kinds <= {Link}:
+            # Inline elements are keyed by their element ids, which follow a splice
+            # (read: a splice changes them and runs the coordinator again).
+            doc = tx.peek(list_key)
+            tx.read(list_key, (ELEMENT_IDS, ids_key(base, doc)))
+            ids = element_ids(doc, base, items)
+            if (
+                previous_ids is not None
+                and state.place == place
+                and self.kind == "map"
+                and not self.uses_index
+                and kinds <= {dict, list}
+            ):
+                self._reconcile_ids(tx, state, previous_ids, ids, container, place)
+                return
         self._repoint(state, place)
-        self._reconcile_all(tx, state, place, items, container)
+        self._reconcile_all(tx, state, place, items, container, ids)
 
     def _list_loading(
         self, tx: Transaction, state: State, list_key: DocKey, base: tuple[Any, ...]
@@ -269,11 +290,16 @@ class Coordinator:
             ) from error
 
     def _read_structure(
-        self, tx: Transaction, list_key: DocKey, base: tuple[Any, ...], items: list[Any]
+        self,
+        tx: Transaction,
+        list_key: DocKey,
+        base: tuple[Any, ...],
+        items: list[Any],
+        kinds: set[type],
     ) -> None:
         """Read what decides the children and the aggregate, and nothing inside an element
-        that only its child reads."""
-        if set(map(type, items)) <= {Link}:
+        that only its child reads (`kinds`: the types of the elements)."""
+        if kinds <= {Link}:
             # Links only: one deep read sees exactly what matters (a link re-pointed, the
             # length), while an edit made *through* a link changes another document and
             # re-runs only that element's child. (A filter's output holds links to its
@@ -283,6 +309,8 @@ class Coordinator:
         # Inline values: an edit inside one must not re-run the coordinator, so skip
         # inline containers and read every other position shallowly (a link, or a
         # scalar's kind: a new value of an inline scalar re-runs only its child).
+        if kinds <= {dict, list}:
+            return  # containers only: nothing to read per position
         for i, x in enumerate(items):
             t = type(x)
             if t is not dict and t is not list:
@@ -301,13 +329,63 @@ class Coordinator:
                     kept.owed = True
         state.place = place
 
+    def _reconcile_ids(
+        self,
+        tx: Transaction,
+        state: State,
+        old: list[str],
+        ids: list[str],
+        container: Link,
+        place: Link,
+    ) -> None:
+        """A map over a list of inline containers, when the last reconcile over it
+        finished cleanly (`old`: the element ids it saw): only the middle of the ids
+        (`common_ends`, C-level) is diffed, the container spliced. After a splice of
+        the list that is O(changed) bookkeeping, no child of a kept element owes its
+        setup (its argument names its element id), and the reader index matches no
+        kept element's readers (they read by id). O(N) C-level comparisons."""
+        prefix, suffix = common_ends(old, ids)
+        end_old = len(old) - suffix
+        old_mid = [id_key(x) for x in old[prefix:end_old]]
+        new_mid = [id_key(x) for x in ids[prefix : len(ids) - suffix]]
+        identity = tx.identity
+        issuance, created, moved, deferred, errors = self._place_middle(
+            tx, state, container, prefix, old_mid, new_mid, lambda i, _key: place.child(ids[i])
+        )
+        entries = state.entries
+        out_key = container.key(identity)
+        previous = state.aggregate
+        children = [entries[k].child for k in new_mid]
+        if previous is not None and tx.peek(out_key, (docs.VALUE,)) is previous:
+            if old_mid or new_mid:
+                # The container still holds exactly what the last reconcile wrote.
+                tx.splice(out_key, (docs.VALUE,), prefix, end_old - prefix, children)
+                if container != self.container:
+                    tx.write(self.container.key(identity), (docs.VALUE,), container)
+        else:
+            self._publish(tx, container, [entries[k].child for k in map(id_key, ids)])
+        tx.add_settle_callback(lambda _tx, res: self._settled(state, issuance, created, moved, res))
+        self._raise_failed(errors)
+        if not deferred:
+            state.ids = ids
+            state.aggregate = tx.peek(out_key, (docs.VALUE,))
+        else:
+            state.ids = None
+
     def _reconcile_all(
-        self, tx: Transaction, state: State, place: Link, items: list[Any], container: Link
+        self,
+        tx: Transaction,
+        state: State,
+        place: Link,
+        items: list[Any],
+        container: Link,
+        ids: list[str] | None = None,
     ) -> None:
         """Walk the whole list: release the children of elements that left, place every
         new, moved or owed element, write the whole aggregate. O(N)."""
         identity = tx.identity
-        keys, counts = keys_and_counts(items)
+        state.ids = None
+        keys, counts = keys_and_counts(items, ids)
         wanted = set(keys)
         deferred = False
         self.reconciles += 1
@@ -319,7 +397,7 @@ class Coordinator:
         for i, (key, item) in enumerate(zip(keys, items, strict=True)):
             entry = held.get(key)
             if entry is None or entry.index != i or entry.owed:
-                element = item if type(item) is Link else place.child(i)
+                element = item if type(item) is Link else place.child(i if ids is None else ids[i])
                 placed = (tx, state, issuance, container, created, moved)
                 deferred |= self._place(*placed, entry, key, i, element)
         entries = [state.entries[k] for k in keys]
@@ -333,6 +411,10 @@ class Coordinator:
             state.aggregate = (
                 tx.peek(container.key(identity), (docs.VALUE,)) if self.kind == "map" else None
             )
+        elif not deferred and ids is not None and not counts and self.kind == "map":
+            # Inline elements, every setup issued: the next reconcile may diff the ids.
+            state.ids = ids
+            state.aggregate = tx.peek(container.key(identity), (docs.VALUE,))
 
     def _raise_failed(self, errors: list[Exception]) -> None:
         """Raise the releases that failed (after every sibling's release was tried)."""
@@ -378,6 +460,36 @@ class Coordinator:
         self._issue(tx, entry, element, issuance)
         return False
 
+    def _place_middle(
+        self,
+        tx: Transaction,
+        state: State,
+        container: Link,
+        prefix: int,
+        old_mid: list[ElementKey],
+        new_mid: list[ElementKey],
+        element_at: Any,
+    ) -> tuple[Issuance, list[Entry], list[tuple[Entry, int, int]], bool, list[Exception]]:
+        """The bookkeeping of a reconcile that touches only a middle (from `prefix` on,
+        `old_mid` replaced by `new_mid`): release the elements that left it, place the
+        new, moved or owed ones (`element_at(i, key)`: the element's argument). Returns
+        the issuance, the entries created and moved, whether a setup waits for a load,
+        and the releases that failed. O(changed)."""
+        self.reconciles += 1
+        issuance = Issuance(self.reconciles)
+        created: list[Entry] = []
+        moved: list[tuple[Entry, int, int]] = []
+        deferred = False
+        keep = set(new_mid)
+        errors = self._release(state, [k for k in old_mid if k not in keep])
+        entries = state.entries
+        for i, key in enumerate(new_mid, prefix):
+            entry = entries.get(key)
+            if entry is None or entry.index != i or entry.owed:
+                placed = (tx, state, issuance, container, created, moved)
+                deferred |= self._place(*placed, entry, key, i, element_at(i, key))
+        return issuance, created, moved, deferred, errors
+
     def _reconcile_middle(
         self,
         tx: Transaction,
@@ -392,19 +504,10 @@ class Coordinator:
         prefix, suffix, old_mid, new_mid = middle
         identity = tx.identity
         end_old = len(old) - suffix
-        self.reconciles += 1
-        issuance = Issuance(self.reconciles)
-        created: list[Entry] = []
-        moved: list[tuple[Entry, int, int]] = []
-        deferred = False
-        keep = set(new_mid)
-        errors = self._release(state, [k for k in old_mid if k not in keep])
+        issuance, created, moved, deferred, errors = self._place_middle(
+            tx, state, container, prefix, old_mid, new_mid, lambda _i, key: key[0]
+        )
         entries = state.entries
-        for i, key in enumerate(new_mid, prefix):
-            entry = entries.get(key)
-            if entry is None or entry.index != i or entry.owed:
-                placed = (tx, state, issuance, container, created, moved)
-                deferred |= self._place(*placed, entry, key, i, key[0])
         counts = state.counts
         for link, _n in old_mid:
             left = counts[link] - 1
@@ -493,6 +596,7 @@ class Coordinator:
             state.failures = 0
             return
         state.items = None  # what it recorded did not land: walk the whole list next time
+        state.ids = None
         # Everything this reconcile staged is gone: what it issued is owed again, but
         # only where it is still the latest issuer (a later reconcile decides the rest).
         for entry in state.entries.values():

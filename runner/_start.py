@@ -142,7 +142,7 @@ def _cascade(
         doc = replica.visible(key)
         if type(doc) is dict and docs.PATTERN in doc:
             break
-        found = first_link(doc.get(docs.VALUE) if type(doc) is dict else None, link.path)
+        found = first_link(doc.get(docs.VALUE) if type(doc) is dict else None, link.path, doc)
         if found is None:
             raise PatternError(
                 f"cannot start {describe(given)}: {describe(key)} holds no pattern run (set"

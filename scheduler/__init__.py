@@ -30,6 +30,7 @@ from ._passes import MAX_ITERS as MAX_ITERS
 from ._passes import PASS_RUN_BUDGET as PASS_RUN_BUDGET
 from ._readers import ReaderIndex as ReaderIndex
 from ._readers import changed_at as changed_at
+from ._readers import common_ends as common_ends
 from ._scheduler import Scheduler as Scheduler
 from ._timers import BACKOFF_BASE as BACKOFF_BASE
 from ._timers import BACKOFF_CAP as BACKOFF_CAP
@@ -60,4 +61,5 @@ __all__ = [
     "Statistics",
     "SystemClock",
     "changed_at",
+    "common_ends",
 ]

@@ -26,10 +26,22 @@ from __future__ import annotations
 from collections.abc import Iterable
 from itertools import compress
 from operator import is_not
+from typing import Any
 
 import attrs
 
-from cells import MISSING, Change, DocKey, Link, Path, same_value, value_equal
+from cells import (
+    MISSING,
+    Change,
+    DocKey,
+    Link,
+    Path,
+    element_id_at,
+    element_ids,
+    element_position,
+    same_value,
+    value_equal,
+)
 
 from ._node import Node, OneRead, ReadEntry, ReadSet, TwoReads
 
@@ -71,6 +83,100 @@ def _step(v: object, elem: object) -> object:
     return _UNREACHABLE
 
 
+def _id_step(root: object, prefix: Path, v: object, eid: str) -> object:
+    """The element named `eid` (an element id, `cells.element_ids`) of the list `v` at
+    full path `prefix` of document `root` (a step of `_step` that needs the document)."""
+    if type(v) is not list:
+        return _step(v, eid)
+    pos = element_position(root, prefix, v, eid)
+    return MISSING if pos is None else v[pos]
+
+
+def _same_run(a: list[object], b: list[object], start_a: int, start_b: int, limit: int) -> int:
+    """How many elements from `a[start_a]` and `b[start_b]` on are equal pairwise (at
+    most `limit`). Compares growing slices (C-level `==`, identity first), so a run
+    of length r costs O(r) C work and O(log r) Python steps."""
+    done, step = 0, 8
+    while done < limit:
+        step = min(step, limit - done)
+        i, j = start_a + done, start_b + done
+        if a[i : i + step] == b[j : j + step]:
+            done += step
+            step *= 2
+        elif step == 1:
+            return done
+        else:
+            step //= 2
+    return done
+
+
+def common_ends(old: list[Any], new: list[Any]) -> tuple[int, int]:
+    """(prefix, suffix): the lengths of the longest common prefix and, of what remains,
+    the longest common suffix of two lists (by `==`). O(prefix + suffix) C work and
+    O(log) Python steps (a list coordinator diffs its elements with it, the reader
+    index a list's element ids)."""
+    n = min(len(old), len(new))
+    prefix = _same_run(old, new, 0, 0, n)
+    rest = n - prefix
+    # Backwards: compare the reversed tails (slices of reversed copies would cost O(N)).
+    suffix = 0
+    step = 8
+    lo, ln = len(old), len(new)
+    while suffix < rest:
+        step = min(step, rest - suffix)
+        if old[lo - suffix - step : lo - suffix] == new[ln - suffix - step : ln - suffix]:
+            suffix += step
+            step *= 2
+        elif step == 1:
+            break
+        else:
+            step //= 2
+    return prefix, suffix
+
+
+def _changed_elements(
+    children: dict[str | int, _Trie],
+    roots: tuple[object, object],
+    path: Path,
+    lb: list[object],
+    la: list[object],
+    out: list[tuple[_Trie, object, object, Path]],
+) -> None:
+    """Push the children of a trie level of list `lb` / `la` (at full path `path`) that
+    read an element by its id and whose element changed. The ids' common ends are found
+    by C-level comparisons; there an id keeps its element's position (shifted by the
+    same amount), so kept elements are compared by identity in C (a splice copies them
+    by reference); only the middle's ids are looked at one by one. After a splice that
+    is O(N) C work + O(changed) Python: a reader of an element that moved is not
+    compared, and not triggered."""
+    ids_b = element_ids(roots[0], path, lb)
+    ids_a = element_ids(roots[1], path, la)
+    prefix, suffix = common_ends(ids_b, ids_a)
+    for j in compress(range(prefix), map(is_not, lb[:prefix], la[:prefix])):
+        child = children.get(ids_a[j])
+        if child is not None:
+            out.append((child, lb[j], la[j], (*path, ids_a[j])))
+    ob, oa = len(lb) - suffix, len(la) - suffix
+    for k in compress(range(suffix), map(is_not, lb[ob:], la[oa:])):
+        child = children.get(ids_a[oa + k])
+        if child is not None:
+            out.append((child, lb[ob + k], la[oa + k], (*path, ids_a[oa + k])))
+    # An id of either middle is in neither list's common ends (ids are unique in a
+    # list), so its positions are found in the middles alone: O(changed).
+    at_b = {x: j for j, x in enumerate(ids_b[prefix:ob], prefix)}
+    at_a = {x: j for j, x in enumerate(ids_a[prefix:oa], prefix)}
+    for x in at_b.keys() | at_a.keys():
+        child = children.get(x)
+        if child is None:
+            continue
+        pb = at_b.get(x)
+        pa = at_a.get(x)
+        nb = MISSING if pb is None else lb[pb]
+        na = MISSING if pa is None else la[pa]
+        if nb is not na:
+            out.append((child, nb, na, (*path, x)))
+
+
 def changed_at(before: object, after: object, path: Path, *, shallow: bool) -> bool:
     """Did what a (deep or shallow) read at `path` sees differ between two documents?
 
@@ -81,7 +187,7 @@ def changed_at(before: object, after: object, path: Path, *, shallow: bool) -> b
     final comparison.
     """
     b, a = before, after
-    for elem in path:
+    for i, elem in enumerate(path):
         if b is a:
             return False
         if type(b) is dict and type(a) is dict and type(elem) is str:
@@ -89,8 +195,13 @@ def changed_at(before: object, after: object, path: Path, *, shallow: bool) -> b
             b = b.get(elem, MISSING)
             a = a.get(elem, MISSING)
             continue
-        nb = _step(b, elem)
-        na = _step(a, elem)
+        if type(elem) is str and (type(b) is list or type(a) is list):
+            # An element-id step: resolved in each document's own ids.
+            nb = _id_step(before, path[:i], b, elem)
+            na = _id_step(after, path[:i], a, elem)
+        else:
+            nb = _step(b, elem)
+            na = _step(a, elem)
         if nb is _UNREACHABLE or na is _UNREACHABLE:
             return not (nb is _UNREACHABLE and na is _UNREACHABLE)
         b, a = nb, na
@@ -138,10 +249,12 @@ def compact_reads(log: Iterable[tuple[DocKey, Path, bool]]) -> ReadSet:
         spaths = tuple(sorted((p for p in shallow.get(key, ()) if not _covered(p, kept)), key=repr))
         entry = (tuple(sorted(dpaths, key=repr)), spaths)
         out[key] = _ENTRIES.get(entry, entry)
-        # Deep paths of field names only (no list index): the ways a program's nodes read
-        # (every element's lift declares its argument's ("value", "element")), not one
-        # entry per element read.
-        if len(_ENTRIES) < _ENTRIES_KEPT and all(type(e) is str for p in dpaths for e in p):
+        # Deep paths of field names only (no list index, no element id: `#k`, `~k`): the
+        # ways a program's nodes read (every element's lift declares its argument's
+        # ("value", "element")), not one entry per element read.
+        if len(_ENTRIES) < _ENTRIES_KEPT and all(
+            type(e) is str and e[:1] not in ("#", "~") for p in dpaths for e in p
+        ):
             _ENTRIES.setdefault(entry, entry)
     return out
 
@@ -163,12 +276,14 @@ class _Trie:
     # Hand-written, not attrs: a trie node is made per read path element when a
     # well-read document's trie is built, and attrs' `factory=dict` fields made it
     # about 35% slower to create (1074 ns against 780 ns, measured).
-    __slots__ = ("children", "deep", "shallow")
+    __slots__ = ("children", "deep", "named", "shallow")
 
     def __init__(self) -> None:
         self.children: dict[str | int, _Trie] = {}
         self.deep: dict[Node, None] = {}
         self.shallow: dict[Node, None] = {}
+        self.named = 0
+        """How many children have a str key (below a list level: element ids)."""
 
     def add(self, node: Node, path: Path, shallow: bool) -> None:
         t = self
@@ -176,6 +291,8 @@ class _Trie:
             child = t.children.get(elem)
             if child is None:
                 child = t.children[elem] = _Trie()
+                if type(elem) is str:
+                    t.named += 1
             t = child
         (t.shallow if shallow else t.deep)[node] = None
 
@@ -194,6 +311,8 @@ class _Trie:
             if t.deep or t.shallow or t.children:
                 break
             del parent.children[elem]
+            if type(elem) is str:
+                parent.named -= 1
             t = parent
 
     def everyone(self, out: dict[Node, None]) -> int:
@@ -435,11 +554,12 @@ class ReaderIndex:
         hits: dict[Node, None] = {}
         comparisons = 0
         done: set[int] = set()  # ancestor levels already compared (several paths)
-        below: list[tuple[_Trie, object, object]] = []
+        below: list[tuple[_Trie, object, object, Path]] = []
+        roots = (before, after)
         for path in paths:
             t: _Trie | None = trie
             b, a = before, after
-            for elem in path:
+            for depth, elem in enumerate(path):
                 assert t is not None
                 if b is a:
                     t = None  # nothing at or below here changed after all
@@ -447,6 +567,19 @@ class ReaderIndex:
                 if id(t) not in done:
                     done.add(id(t))
                     comparisons += self._compare_level(t, b, a, hits)
+                if t.named and type(elem) is int and (type(b) is list or type(a) is list):
+                    # Readers by element id below this list: the elements at this
+                    # position before and after (their ids) are compared whole.
+                    at = path[:depth]
+                    for root, v in ((before, b), (after, a)):
+                        if type(v) is list and elem < len(v):
+                            x = element_id_at(root, at, v, elem)
+                            named = t.children.get(x)
+                            if named is not None:
+                                nb = _id_step(before, at, b, x)
+                                na = _id_step(after, at, a, x)
+                                if nb is not na:
+                                    below.append((named, nb, na, (*at, x)))
                 child = t.children.get(elem)
                 if child is None:
                     t = None
@@ -463,15 +596,15 @@ class ReaderIndex:
                     # only the written one, turns reachable (or not), so the whole
                     # subtree is compared. (A write at ["a", "a"] into a document
                     # without "a" makes ["a", "b"] absent where it was unreachable.)
-                    below.append((child, nb, na))
+                    below.append((child, nb, na, path[: depth + 1]))
                     t = None
                     break
                 t, b, a = child, nb, na
             if t is not None:
-                below.append((t, b, a))
+                below.append((t, b, a, path))
         self.comparisons += comparisons
         if below:
-            return self._match_trie_from(below, hits)
+            return self._match_trie_from(below, hits, roots)
         return list(hits)
 
     @staticmethod
@@ -494,14 +627,17 @@ class ReaderIndex:
         both values together. O(readers whose path leads into a changed part + the
         trie levels walked there); a list level with many read elements finds its
         changed elements with one C-level identity scan."""
-        return self._match_trie_from([(trie, before, after)], {})
+        return self._match_trie_from([(trie, before, after, ())], {}, (before, after))
 
     def _match_trie_from(
-        self, stack: list[tuple[_Trie, object, object]], hits: dict[Node, None]
+        self,
+        stack: list[tuple[_Trie, object, object, Path]],
+        hits: dict[Node, None],
+        roots: tuple[object, object],
     ) -> list[Node]:
         comparisons = 0
         while stack:
-            t, b, a = stack.pop()
+            t, b, a, at = stack.pop()
             if b is a:
                 continue  # nothing at or below this path changed
             if t.deep:
@@ -518,6 +654,11 @@ class ReaderIndex:
             if type(b) is list and type(a) is list:
                 lb: list[object] = b
                 la: list[object] = a
+                if t.named:
+                    # Readers by element id: only those whose element changed.
+                    _changed_elements(children, roots, at, lb, la, stack)
+                    if t.named == len(children):
+                        continue
                 n = min(len(lb), len(la))
                 if len(children) * 20 > n:
                     # Many read elements: visit only those that are not the same object
@@ -525,22 +666,28 @@ class ReaderIndex:
                     for j in compress(range(n), map(is_not, lb, la)):
                         child = children.get(j)
                         if child is not None:
-                            stack.append((child, lb[j], la[j]))
+                            stack.append((child, lb[j], la[j], (*at, j)))
                     for j in range(n, max(len(lb), len(la))):
                         child = children.get(j)
                         if child is not None:
                             nb = lb[j] if j < len(lb) else MISSING
                             na = la[j] if j < len(la) else MISSING
-                            stack.append((child, nb, na))
+                            stack.append((child, nb, na, (*at, j)))
                     continue
             for elem, child in children.items():
-                nb = _step(b, elem)
-                na = _step(a, elem)
+                if type(elem) is str and (type(b) is list or type(a) is list):
+                    if type(b) is list and type(a) is list:
+                        continue  # (by `_changed_elements`, above)
+                    nb = _id_step(roots[0], at, b, elem)
+                    na = _id_step(roots[1], at, a, elem)
+                else:
+                    nb = _step(b, elem)
+                    na = _step(a, elem)
                 if nb is _UNREACHABLE or na is _UNREACHABLE:
                     if nb is not na:  # the path breaks on one side only: changed
                         comparisons += child.everyone(hits)
                     continue
-                stack.append((child, nb, na))
+                stack.append((child, nb, na, (*at, elem)))
         self.comparisons += comparisons
         return list(hits)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cells import Change, DocKey, Identity, set_path
+from cells import ELEMENT_IDS, Change, DocKey, Identity, element_ids, ids_key, set_path
 from scheduler._node import Node
 from scheduler._readers import TRIE_READERS, ReaderIndex, compact_reads
 
@@ -58,3 +58,53 @@ def test_a_write_that_makes_a_level_triggers_the_readers_below_it_off_its_path()
     assert [below] == index.match(Change(KEY, before, after))
     assert [below] == index.match(Change(KEY, before, after, (path,)))
     assert not set(readers) & set(index.match(Change(KEY, before, after, (path,))))
+
+
+def _spliced(before: Any, index: int, delete: int, added: list[Any], ids: list[Any]) -> Any:
+    """`before` with the list at "value" spliced, and its element-id table as a
+    splice leaves it (`ids`: [next, [id, ...]] after the splice)."""
+    items = before["value"]
+    return {
+        "value": [*items[:index], *added, *items[index + delete :]],
+        ELEMENT_IDS: {ids_key(("value",)): ids},
+    }
+
+
+def test_readers_by_element_id_follow_their_element_through_a_splice() -> None:
+    # Issue 14: each element's child reads its element by id. An insert at the front
+    # moves every element, yet triggers none of their readers (only the list's length
+    # reader), and compares O(changed) readers, not one per element; an edit by
+    # position triggers the reader of the element there; a removed element's reader
+    # sees it gone.
+    for n in (TRIE_READERS // 2, 4 * TRIE_READERS):  # changed_at and the path trie
+        index = ReaderIndex()
+        elements = [
+            _reader(index, f"title {i}", (("value", f"#{i}", "title"), False)) for i in range(n)
+        ]
+        length = _reader(index, "length", (("value",), True))
+        before = {"value": [{"title": f"t{i}"} for i in range(n)]}
+        index.match(Change(KEY, before, before))  # builds the trie (when well read)
+        front = _spliced(
+            before,
+            0,
+            0,
+            [{"title": "new"}],
+            [n + 1, [f"~{n}", *element_ids(before, ("value",), before["value"])]],
+        )
+        paths = (("value",), (ELEMENT_IDS, ids_key(("value",))))
+        start = index.comparisons
+        assert [length] == index.match(Change(KEY, before, front, paths))
+        if n >= TRIE_READERS:  # (below that, each reader is compared: O(1) each)
+            assert index.comparisons - start <= 4
+        assert [length] == index.match(Change(KEY, before, front))
+        # Position 8 now holds element #7.
+        path = ("value", 8, "title")
+        edited = set_path(front, path, "edited")
+        assert [elements[7]] == index.match(Change(KEY, front, edited, (path,)))
+        assert [elements[7]] == index.match(Change(KEY, front, edited))
+        # Removing position 4 (element #3) removes what elements[3] read.
+        ids = front[ELEMENT_IDS][ids_key(("value",))]
+        removed = _spliced(front, 4, 1, [], [ids[0], [*ids[1][:4], *ids[1][5:]]])
+        assert {elements[3], length} == set(index.match(Change(KEY, front, removed, paths)))
+        assert {elements[3], length} == set(index.match(Change(KEY, front, removed)))
+        index._check([*elements, length])
