@@ -107,10 +107,36 @@ from ._registrations import Registration
 if TYPE_CHECKING:
     from ._core import Launcher
 
-__all__ = ["Coordinator", "base_container", "child_link", "common_ends", "element_keys"]
+__all__ = [
+    "Coordinator",
+    "base_container",
+    "child_link",
+    "common_ends",
+    "element_keys",
+    "presynced_child",
+]
 
 MAX_FAILED_RECONCILES = 5
 """Re-runs after reconciles that fail for good, before the coordinator waits for new input."""
+
+_presynced: dict[tuple[str, Link, ElementKey], Link] = {}
+"""Children a cold resume's pre-sync derived (`presynced_child`), each taken by the first
+`_place` that asks for it: deriving a child's id is a SHA-256 of canonical bytes (about
+a third of the restart cost that is not the collector's was the pre-sync and the first
+reconcile deriving every child twice). Ids are pure functions of their cause, so one
+process-wide map serves every runtime; at most `MAX_PRESYNCED` wait (oldest dropped)."""
+MAX_PRESYNCED = 1 << 16
+
+
+def presynced_child(kind: str, container: Link, key: ElementKey) -> Link:
+    """`child_link(kind, container, key)`, kept for the coordinator's first `_place` of it
+    (the start cascade's element pre-sync derives every child a resumed list holds)."""
+    child = child_link(kind, container, key)
+    held = _presynced
+    if len(held) >= MAX_PRESYNCED:
+        del held[next(iter(held))]
+    held[kind, container, key] = child
+    return child
 
 
 class Coordinator:
@@ -439,7 +465,10 @@ class Coordinator:
         issue its setup if owed. True if that setup waits for its result document to
         load. Called only for an entry that is new, moved or owed."""
         if entry is None:
-            entry = Entry(key, child_link(self.kind, container, key), i)
+            child = _presynced.pop((self.kind, container, key), None)
+            if child is None:
+                child = child_link(self.kind, container, key)
+            entry = Entry(key, child, i)
             entry.created_by = issuance
             state.entries[key] = entry
             created.append(entry)

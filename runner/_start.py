@@ -42,7 +42,7 @@ from cells import (
 from . import _docs as docs
 from ._builder import LIST_KINDS, Pattern, find_pattern
 from ._core import MAX_NESTING
-from ._lists import base_container, child_link, element_keys
+from ._lists import base_container, element_keys, presynced_child
 from ._ownership import StartAttempt
 from ._registrations import Key, Registration
 from .errors import PatternError, PatternLoadError
@@ -296,7 +296,7 @@ def element_run_keys(
                 continue
             base = base_container(container, place.scope)
             for key in element_keys(items):
-                child = child_link(kind, base, key)
+                child = presynced_child(kind, base, key)
                 keys.append(child.key(identity))
                 keys.extend(run_keys(op, child, identity))
     finally:

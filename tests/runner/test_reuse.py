@@ -318,3 +318,29 @@ def test_a_function_over_an_object_it_cannot_hash_is_never_reused() -> None:
     assert function_key(g) is not None
     assert function_key(collections.Counter) is None  # a class, not a function
     assert function_key(reuse_defs.card) is not None
+
+
+def test_a_restart_derives_each_element_child_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The start cascade's element pre-sync derives every child a resumed list holds; the
+    first reconcile takes those (an id is a SHA-256, and deriving each twice cost about
+    a tenth of a restart)."""
+    from runner import _lists
+
+    path = tmp_path / "board.db"
+    items = list(range(N))
+    arun(lambda: set_up_board(SQLiteStore(path), items))
+    derived: collections.Counter[Any] = collections.Counter()
+    real = _lists.child_link
+
+    def counted(kind: str, container: Any, key: Any) -> Any:
+        derived[kind, container, key] += 1
+        return real(kind, container, key)
+
+    monkeypatch.setattr(_lists, "child_link", counted)
+    monkeypatch.setattr(_lists, "_presynced", {})  # (what earlier tests may have left)
+    assert expected_board(items) == arun(lambda: reopen_board(SQLiteStore(path)))
+    assert N == len(derived)
+    assert {1} == set(derived.values())
+    assert {} == _lists._presynced  # every derived child was taken by the reconcile
