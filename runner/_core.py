@@ -47,6 +47,7 @@ from scheduler import Scheduler
 from ._builder import Pattern
 from ._cancel import CancelGroup
 from ._host import SchedulerHost
+from ._list_keys import ElementKey
 from ._ownership import Attempts, PendingStart, PendingStarts, StartAttempt
 from ._registrations import Key, Registration, Registrations, end_instance
 from ._reuse import Book
@@ -351,6 +352,8 @@ class Launcher(Protocol):
     """Whether a lift's first run may keep a stored output whose inputs did not change."""
     reuse_book: Book
     """The lifts that can leave an inputs record (`_reuse`)."""
+    presynced: dict[tuple[str, Link, ElementKey], Link]
+    """Element children a cold resume's pre-sync derived, for the first reconcile to take."""
 
     def stage_setup(
         self, tx: Transaction, pattern: Pattern, argument: Any, result: Link, where: str

@@ -119,20 +119,19 @@ __all__ = [
 MAX_FAILED_RECONCILES = 5
 """Re-runs after reconciles that fail for good, before the coordinator waits for new input."""
 
-_presynced: dict[tuple[str, Link, ElementKey], Link] = {}
-"""Children a cold resume's pre-sync derived (`presynced_child`), each taken by the first
-`_place` that asks for it: deriving a child's id is a SHA-256 of canonical bytes (about
-a third of the restart cost that is not the collector's was the pre-sync and the first
-reconcile deriving every child twice). Ids are pure functions of their cause, so one
-process-wide map serves every runtime; at most `MAX_PRESYNCED` wait (oldest dropped)."""
 MAX_PRESYNCED = 1 << 16
+"""How many pre-synced children a runtime keeps waiting for their first reconcile
+(`presynced_child`); past it the oldest are dropped (and derived again if asked for)."""
 
 
-def presynced_child(kind: str, container: Link, key: ElementKey) -> Link:
-    """`child_link(kind, container, key)`, kept for the coordinator's first `_place` of it
-    (the start cascade's element pre-sync derives every child a resumed list holds)."""
+def presynced_child(
+    held: dict[tuple[str, Link, ElementKey], Link], kind: str, container: Link, key: ElementKey
+) -> Link:
+    """`child_link(kind, container, key)`, kept in `held` (the runner's `presynced`) for
+    the coordinator's first `_place` of it: the start cascade's element pre-sync derives
+    every child a resumed list holds, and deriving a child's id is a SHA-256 of canonical
+    bytes (deriving each twice was about a tenth of a restart)."""
     child = child_link(kind, container, key)
-    held = _presynced
     if len(held) >= MAX_PRESYNCED:
         del held[next(iter(held))]
     held[kind, container, key] = child
@@ -465,7 +464,7 @@ class Coordinator:
         issue its setup if owed. True if that setup waits for its result document to
         load. Called only for an entry that is new, moved or owed."""
         if entry is None:
-            child = _presynced.pop((self.kind, container, key), None)
+            child = self.runner.presynced.pop((self.kind, container, key), None)
             if child is None:
                 child = child_link(self.kind, container, key)
             entry = Entry(key, child, i)

@@ -60,6 +60,7 @@ from ._cancel import CancelGroup
 from ._core import MAX_NESTING, OpenPage, Ownership, Token
 from ._host import SchedulerHost
 from ._instantiate import instantiate
+from ._list_keys import ElementKey
 from ._lists import Coordinator
 from ._ownership import PendingStart
 from ._registrations import InstanceGroup, Instances, Key, Registration
@@ -91,6 +92,9 @@ class Runner(Ownership):
         for (`_reuse`); `Runtime(reuse=False)` turns it off."""
         self.reuse_book = Book()
         """The lifts that can leave an inputs record, written at `Runtime.aclose`."""
+        self.presynced: dict[tuple[str, Link, ElementKey], Link] = {}
+        """Children a cold resume's pre-sync derived, each taken by its coordinator's first
+        placement of it (`_lists.presynced_child`)."""
 
     # ------------------------------------------------------------------ setup
     def stage_setup(

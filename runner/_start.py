@@ -35,6 +35,7 @@ from cells import (
     Pending,
     Transaction,
     describe,
+    element_ids,
     first_link,
     resolve,
 )
@@ -42,7 +43,8 @@ from cells import (
 from . import _docs as docs
 from ._builder import LIST_KINDS, Pattern, find_pattern
 from ._core import MAX_NESTING
-from ._lists import base_container, element_keys, presynced_child
+from ._list_keys import keys_and_counts
+from ._lists import base_container, presynced_child
 from ._ownership import StartAttempt
 from ._registrations import Key, Registration
 from .errors import PatternError, PatternLoadError
@@ -291,12 +293,18 @@ def element_run_keys(
     try:
         for _node, bound, op, kind, container in list_nodes(pattern, result):
             place = resolve(tx, bound)
-            items = tx.peek(place.key(identity), (docs.VALUE, *place.path))
+            list_key = place.key(identity)
+            path = (docs.VALUE, *place.path)
+            items = tx.peek(list_key, path)
             if type(items) is not list:
                 continue
+            # Keyed as the coordinator keys them: inline elements by their element ids.
+            ids = None
+            if any(type(item) is not Link for item in items):
+                ids = element_ids(tx.peek(list_key), path, items)
             base = base_container(container, place.scope)
-            for key in element_keys(items):
-                child = presynced_child(kind, base, key)
+            for key in keys_and_counts(items, ids)[0]:
+                child = presynced_child(runner.presynced, kind, base, key)
                 keys.append(child.key(identity))
                 keys.extend(run_keys(op, child, identity))
     finally:

@@ -320,17 +320,32 @@ def test_a_function_over_an_object_it_cannot_hash_is_never_reused() -> None:
     assert function_key(reuse_defs.card) is not None
 
 
+async def splice_items(store: Any, at: int, x: int, items: list[int]) -> None:
+    """A running board sees `x` inserted at `at` (the list gets element ids)."""
+    async with Runtime(store, space="t") as rt:
+        board = rt.get_cell("board")
+        await rt.start(board)
+        await rt.get_cell("items").insert(at, x)
+        items.insert(at, x)
+        assert expected_board(items) == await board.pull()
+
+
+@pytest.mark.parametrize("spliced", [False, True], ids=["positions", "element-ids"])
 def test_a_restart_derives_each_element_child_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    spliced: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The start cascade's element pre-sync derives every child a resumed list holds; the
-    first reconcile takes those (an id is a SHA-256, and deriving each twice cost about
-    a tenth of a restart)."""
+    """The start cascade's element pre-sync derives every child a resumed list holds,
+    keyed as the coordinator keys them (inline elements by element id once the list was
+    spliced); the first reconcile takes those (an id is a SHA-256, and deriving each
+    twice cost about a tenth of a restart)."""
     from runner import _lists
 
     path = tmp_path / "board.db"
     items = list(range(N))
     arun(lambda: set_up_board(SQLiteStore(path), items))
+    if spliced:
+        arun(lambda: splice_items(SQLiteStore(path), 0, 100, items))
+        arun(lambda: splice_items(SQLiteStore(path), 5, 105, items))
     derived: collections.Counter[Any] = collections.Counter()
     real = _lists.child_link
 
@@ -339,8 +354,6 @@ def test_a_restart_derives_each_element_child_once(
         return real(kind, container, key)
 
     monkeypatch.setattr(_lists, "child_link", counted)
-    monkeypatch.setattr(_lists, "_presynced", {})  # (what earlier tests may have left)
     assert expected_board(items) == arun(lambda: reopen_board(SQLiteStore(path)))
-    assert N == len(derived)
+    assert len(items) == len(derived)
     assert {1} == set(derived.values())
-    assert {} == _lists._presynced  # every derived child was taken by the reconcile
