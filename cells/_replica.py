@@ -485,11 +485,12 @@ class Replica:
         new = working.get(path[0], MISSING)
         old = visible.get(path[0], MISSING)
         t = type(new)
-        if not rec.layers and (
-            (new == old) if t is type(old) and (t is int or t is str) else same_value(new, old)
-        ):
-            # Elided only with no pending layer (as `ops_for` says): a write equal to a
-            # pending layer's must survive that layer's failure (a shadow write).
+        if (new == old) if t is type(old) and (t is int or t is str) else same_value(new, old):
+            if rec.layers:
+                # A shadow write (`ops_for`): equal to a pending layer's value, it must
+                # survive that layer's failure but changes nothing visible now. The
+                # general path sends it without a notification.
+                return False
             self.stats.commits_elided += 1
             tx._settle(_OK)
             return True

@@ -189,6 +189,9 @@ def test_a_computation_s_write_equal_to_a_pending_value_survives_when_that_layer
         second.write(DOC, ("n",), 2)  # equal to the visible (pending) value
         p2 = second.commit()
         assert 2 == gate.waiting()  # sent, not elided
+        # ... but it changed nothing now: no second notification (the shortcut once
+        # notified a change whose before and after were equal).
+        assert ["commit"] == [nf.kind for nf in w.log(w.a)]
         gate.accept(1)
         gate.reject(0, Outcome.PERMANENT)
         w.pump()
