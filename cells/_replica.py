@@ -27,7 +27,9 @@ from __future__ import annotations
 import collections
 import sys
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from types import FrameType
+from typing import Any
 
 import msgspec
 
@@ -54,7 +56,16 @@ from ._staging import (
     stage_writes,
     stale_message,
 )
-from ._store import CommitRequest, DocState, ReadClaim, StoreBase, Verdict, Write
+from ._store import (
+    RUN_WIDTH,
+    CommitRequest,
+    DocState,
+    ReadClaim,
+    StoreBase,
+    Verdict,
+    Write,
+    run_request,
+)
 from ._transaction import LIBRARY_DIRS, OpenedTransaction, Transaction, TxDoc
 from ._values import MISSING, Value, same_value
 from .errors import InconsistentBasisError, OwnershipError, TransactionError
@@ -74,6 +85,8 @@ _OK_OUTCOME = Outcome.OK
 _SENT_LOG: list[tuple[DocKey, Path, bool]] = []
 """`Transaction.reads` of every transaction handed to the store (see `_send`): empty."""
 _NO_KEYS: frozenset[DocKey] = frozenset()
+_REQUEST_PAD = (None,) * (RUN_WIDTH - 1)
+"""What follows a request in a run log entry of its own (see RUN_WIDTH)."""
 
 
 class Replica:
@@ -115,6 +128,11 @@ class Replica:
         self._batch: list[CommitRequest] | None = None
         """Requests held back while a batch is open (`begin_batch`), in commit order."""
         self._batch_depth = 0
+        self._runs: list[Any] | None = None
+        """While a batch is open on a store that takes run logs (`StoreBase.takes_runs`):
+        the run log of every commit made in it, in commit order (`_send_run`; any other
+        commit's request as an entry of its own, see RUN_WIDTH). `_batch` stays empty
+        meanwhile."""
         self.fence_for: Callable[[Transaction, CommitRequest], Fence | None] | None = None
         """Set by a runtime serving claimed pages: the fence a commit carries (or None)."""
         self.session_id = store.connect(self, session_id)
@@ -266,6 +284,8 @@ class Replica:
         self._batch_depth += 1
         if self._batch is None:
             self._batch = []
+            if self.store.takes_runs:
+                self._runs = []
             self.mailbox.before_drain = self.flush_batch  # (only while a batch is open)
 
     def end_batch(self) -> None:
@@ -278,6 +298,7 @@ class Replica:
                 self.flush_batch()
             finally:
                 self._batch = None
+                self._runs = None
                 self.mailbox.before_drain = None
 
     def flush_batch(self) -> None:
@@ -289,6 +310,22 @@ class Replica:
                 self.store.submit(self, batch[0])
             else:
                 self.store.submit_batch(self, batch)
+        runs = self._runs
+        if runs:
+            self._runs = [] if self._batch_depth else None
+            self._submit_runs(runs)
+
+    def _submit_runs(self, runs: list[Any]) -> None:
+        """Hand a run log to the store; as requests if it takes none now."""
+        store = self.store
+        if store.submit_runs(self, self.session_id, runs):
+            return
+        sid = self.session_id
+        requests = [run_request(sid, runs, i) for i in range(0, len(runs), RUN_WIDTH)]
+        if len(requests) == 1:
+            store.submit(self, requests[0])
+        else:
+            store.submit_batch(self, requests)
 
     def sync(self, keys: Iterable[DocKey]) -> Pending[None]:
         """Load or catch up `keys` with the store; resolves when all have answered.
@@ -505,6 +542,16 @@ class Replica:
         rec.visible = working
         rec.version += 1
         ((rpath, shallow),) = rpaths
+        if self._runs is not None and self.fence_for is None:
+            # In a drain: a run log entry, no request (see `_send_run`).
+            self._send_run(
+                tx,
+                seq,
+                change,
+                (tx, seq, rkey, rtd.basis_seq, rpath, shallow, rtd.deps, wkey, path, new,
+                 visible, working),
+            )  # fmt: skip
+            return True
         request = CommitRequest(
             self.session_id,
             seq,
@@ -577,6 +624,14 @@ class Replica:
         change = Change(wkey, visible, working, (path,))
         rec.visible = working
         rec.version += 1
+        if self._runs is not None and self.fence_for is None:
+            self._send_run(
+                tx,
+                seq,
+                change,
+                (tx, seq, None, reads, None, None, deps, wkey, path, new, visible, working),
+            )
+            return True
         request = CommitRequest(
             self.session_id, seq, reads, deps, (Write(wkey, path, new),), _NO_KEYS
         )
@@ -634,11 +689,39 @@ class Replica:
                 else:
                     self._notify(Notification("commit", changes, tx))
         finally:
-            batch = self._batch
-            if batch is not None:
-                batch.append(request)
+            runs = self._runs
+            if runs is not None:  # a batch on a store that takes run logs: one log, in order
+                runs += (request, *_REQUEST_PAD)
+            elif self._batch is not None:
+                self._batch.append(request)
             else:
                 self.store.submit(self, request)
+
+    def _send_run(self, tx: Transaction, seq: int, change: Change, entry: tuple[Any, ...]) -> None:
+        """`_send` of a usual commit made in a batch on a store that takes run logs: in
+        flight and notified the same way, but kept as run log `entry` (see RUN_WIDTH)
+        instead of a request, for the store to evaluate with the drain's other commits
+        (`StoreBase.submit_runs`) and answer in one delivery (`accept_runs`)."""
+        tx._docs = {}  # (as in `_send`)
+        tx.reads = _SENT_LOG
+        self._in_flight[seq] = tx
+        stats = self.stats
+        stats.commits_sent += 1
+        try:
+            subscribers = self._subscribers
+            if not subscribers:
+                stats.notifications += 1
+            elif len(subscribers) == 1:  # `_notify` for one subscriber (a scheduler)
+                stats.notifications += 1
+                subscribers[0](Notification("commit", (change,), tx))
+            else:
+                self._notify(Notification("commit", (change,), tx))
+        finally:
+            runs = self._runs
+            if runs is not None:
+                runs += entry
+            else:  # (the batch ended meanwhile)
+                self._submit_runs(list(entry))
 
     def _stale(self, tx: Transaction, message: str) -> None:
         self.stats.local_stale += 1
@@ -731,6 +814,74 @@ class Replica:
         if i > start and not in_flight and not self._open_txs and self.store._prune_in <= 0:
             self.store.quiesced(self)  # (nothing open, nothing in flight: it may prune)
         return i
+
+    def accept_runs(self, runs: list[Any], results: list[Any], start: int) -> None:
+        """The verdicts of a run log (`StoreBase.submit_runs`) from entry index `start`
+        on, in order: an accepted commit of the usual case (a transaction with no
+        callback, effect or `Pending` to settle, whose layer is its document's oldest,
+        on the state the store applied it to) is settled here, in place, as
+        `accept_run` does; any other goes through `on_accepted` / `on_verdict` with its
+        request. If one raises (a settle callback, a subscriber), the rest are posted
+        back to the front of the mailbox first, as `_BatchDelivery` does."""
+        in_flight = self._in_flight
+        docs = self._docs
+        stats = self.stats
+        heard = self._heard
+        n = len(runs)
+        i = start
+        j = start // RUN_WIDTH * 3
+        try:
+            while i < n:
+                seq, base_seq, value = results[j : j + 3]
+                j += 3
+                if seq is None:  # decided by the general path: (None, verdict, request)
+                    i += RUN_WIDTH
+                    self._heard = max(heard, self._heard)
+                    self.on_verdict(value, base_seq)
+                    continue
+                local_seq = runs[i + 1]
+                if local_seq is None:  # a request of its own (accepted: it wrote one document)
+                    request: CommitRequest | None = runs[i]
+                    assert request is not None
+                    local_seq = request.local_seq
+                    key = request.writes[0].key
+                    tx = in_flight.get(local_seq)
+                else:
+                    request = None
+                    tx = runs[i]
+                    key = runs[i + 7]
+                i += RUN_WIDTH
+                rec = docs[key]
+                layers = rec.layers
+                if (
+                    tx is None
+                    or in_flight.get(local_seq) is not tx
+                    or tx._settle_callbacks is not None
+                    or tx._post_commit is not None
+                    or tx._pending is not None
+                    or tx.result is not None
+                    or not (layers and layers[0].seq == local_seq and base_seq == rec.confirmed_seq)
+                ):
+                    self._heard = max(heard, self._heard)
+                    if request is None:
+                        request = run_request(self.session_id, runs, i - RUN_WIDTH)
+                    self.on_accepted(request, seq, base_seq, value)
+                    continue
+                del in_flight[local_seq]
+                adopt_oldest_layer(rec, layers, value, seq)
+                stats.accepted += 1
+                tx.result = CommitResult(_OK_OUTCOME, None, seq)
+                tx.status = "committed"
+                tx._values = None
+                if seq > heard:
+                    heard = seq
+        finally:
+            if heard > self._heard:
+                self._heard = heard
+            if i < n:
+                self.mailbox.post_front(partial(self.accept_runs, runs, results, i))
+        if not in_flight and not self._open_txs and self.store._prune_in <= 0:
+            self.store.quiesced(self)  # (nothing open, nothing in flight: it may prune)
 
     def on_verdict(self, request: CommitRequest, verdict: Verdict) -> None:
         tx = self._in_flight.pop(request.local_seq, None)

@@ -136,6 +136,35 @@ class Revision(msgspec.Struct, frozen=True, gc=False):
     paths: tuple[Path, ...]
 
 
+RUN_WIDTH = 12
+"""Items per commit in a *run log* (`StoreBase.submit_runs`): a drain's node-run
+commits, flattened into one list, each as
+
+    tx, local_seq, rkey, basis, rpath, shallow, deps, wkey, path, new, baseline, working
+
+One read at (`rkey`, `rpath`, `shallow`) on basis seq `basis`, or, with `rkey` None,
+the read claims in `basis` (a tuple of `ReadClaim`, `rpath` and `shallow` None); the
+local commits `deps` it builds on; one write of `new` at `path` (one top-level field)
+of `wkey`, made on the visible value `baseline`, which gave `working`. `tx` is the
+replica's and opaque to the store. Any other commit is an entry of its own: its
+`CommitRequest` in place of `tx`, and None everywhere else (`local_seq` None says
+which). Flat, so a drain of N commits keeps one list and no object per commit for
+the store's sake (the request, its claims and writes)."""
+
+
+def run_request(session_id: str, runs: Sequence[Any], i: int) -> CommitRequest:
+    """The `CommitRequest` of the run log entry at index `i` (a multiple of RUN_WIDTH)."""
+    if runs[i + 1] is None:
+        request: CommitRequest = runs[i]  # an entry of its own
+        return request
+    _, local_seq, rkey, basis, rpath, shallow, deps, wkey, path, new = runs[i : i + 10]
+    reads = basis if rkey is None else (ReadClaim(rkey, rpath, shallow, basis),)
+    return CommitRequest(session_id, local_seq, reads, deps, (Write(wkey, path, new),), _NO_KEYS)
+
+
+_NO_KEYS: frozenset[DocKey] = frozenset()
+
+
 class SessionListener(Protocol):
     """What a replica gives the store when it connects."""
 
@@ -149,6 +178,10 @@ class SessionListener(Protocol):
         base_seqs={key: base_seq})` without the dicts)."""
 
     def on_foreign(self, seq: int, docs: dict[DocKey, Value]) -> None: ...
+    def accept_runs(self, runs: list[Any], results: list[Any], start: int) -> None:
+        """The verdicts of a run log (`StoreBase.submit_runs`), from entry index `start`
+        on: `results` holds, per entry, (seq, base seq, new value) for an accepted
+        commit, else (None, its `Verdict`, its `CommitRequest`)."""
 
     def low_water(self) -> int | None:
         """The store seq at or below which this session's future commits need no
@@ -532,6 +565,17 @@ class StoreBase(abc.ABC):
         its last one) and `_prune_in` says a prune is due: a store that prunes history
         by low-water marks does it now. Default: nothing."""
         return
+
+    takes_runs: bool = False
+    """Whether `submit_runs` may take a run log (else a replica submits requests)."""
+
+    def submit_runs(self, listener: SessionListener, session_id: str, runs: list[Any]) -> bool:
+        """Evaluate the commits of the run log `runs` (see RUN_WIDTH) in order, exactly as
+        `submit_batch` of their requests would, and answer them with one delivery
+        (`listener.accept_runs`). Returns False, having done nothing, when it cannot now
+        (a held gate, a hooked evaluation, a backend without it): the caller then
+        submits the requests (`run_request`). Default: False."""
+        return False
 
     def _submit_evaluation(self, listener: SessionListener, request: CommitRequest) -> None:
         """Evaluate now (memory) or queue for a writer (SQLite). Default: now."""

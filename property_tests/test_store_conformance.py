@@ -107,7 +107,7 @@ from cells import (
     set_path,
     value_equal,
 )
-from cells._store import CommitRequest, HeldCommit
+from cells._store import RUN_WIDTH, CommitRequest, HeldCommit, run_request
 from cells.errors import (
     ConflictError,
     DependencyRejectedError,
@@ -191,6 +191,11 @@ def applies(doc: Value, path: Path) -> bool:
 
 
 # --------------------------------------------------------------------------- stores
+
+
+def _run_requests(session_id: str, runs: list[Any]) -> list[CommitRequest]:
+    """The requests of a replica's run log (`StoreBase.submit_runs`), in order."""
+    return [run_request(session_id, runs, i) for i in range(0, len(runs), RUN_WIDTH)]
 
 
 @attrs.define
@@ -419,10 +424,22 @@ class StoreConformanceMachine(RuleBasedStateMachine):
             submit_batch(listener, requests)
 
         store.submit_batch = recording_submit_batch  # type: ignore[method-assign]
+        submit_runs = store.submit_runs
+
+        def recording_submit_runs(listener: Any, session_id: str, runs: list[Any]) -> bool:
+            # A run log the store takes is sent as these requests (one it declines
+            # reaches `submit` / `submit_batch` as requests, recorded there).
+            taken = submit_runs(listener, session_id, runs)
+            if taken:
+                self.submitted.extend(_run_requests(session_id, runs))
+            return taken
+
+        store.submit_runs = recording_submit_runs  # type: ignore[method-assign]
 
     def _held_back(self, i: int) -> list[CommitRequest]:
         """Requests replica `i` made in its open batch and has not sent yet."""
-        return list(self.replicas[i]._batch or ())
+        r = self.replicas[i]
+        return list(r._batch or ()) + _run_requests(r.session_id, r._runs or [])
 
     def teardown(self) -> None:
         try:

@@ -37,8 +37,9 @@ Invariants (checked by `_check`)
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from functools import partial
+from typing import Any
 
 import attrs
 
@@ -46,14 +47,17 @@ from .._address import DocKey, Path
 from .._claims import MemoryClaimTable
 from .._store import (
     NO_STATE,
+    RUN_WIDTH,
     CommitRequest,
     DocState,
+    ReadClaim,
     Revision,
     SessionListener,
     StoreBase,
     Verdict,
     _BatchDelivery,
     revision_path,
+    run_request,
     validate_commit,
 )
 from .._values import MISSING, Value, set_path
@@ -301,6 +305,167 @@ class MemoryStore(StoreBase):
                     self._broadcast(request.session_id, seq, {request.writes[0].key: value})
                 elif verdict.error is None and verdict.seq is not None:
                     self._broadcast(request.session_id, verdict.seq, verdict.docs)
+
+    takes_runs = True
+
+    def submit_runs(self, listener: SessionListener, session_id: str, runs: list[Any]) -> bool:
+        """`StoreBase.submit_runs`: a drain's node-run commits, evaluated in one loop.
+
+        Each entry is decided as `_apply_one` decides its request (the same checks, in
+        the same order, each seeing the ones before it), and an entry it cannot decide
+        goes through `_evaluate_general` as its request: the verdicts are exactly those
+        of `submit_batch`. What it saves is the per-commit objects and calls around
+        that: no request, claim or write per commit, one lock and one delivery per
+        drain, and no copy of the written document when the replica's new value was
+        made from this store's current one (`baseline` is the head's value: the
+        replica's `working` is then exactly what `set_path` would make here).
+        """
+        if (
+            self._verdict_gate is not None
+            or self.closed
+            or type(self)._evaluate is not MemoryStore._evaluate
+        ):
+            return False  # held or hooked: every commit goes through `submit` as a request
+        results: list[Any] = []
+        floors = self._floors
+        revisions = self._revisions
+        heads = self._heads
+        general = self._evaluate_general
+        n = len(runs)
+        fast = 0
+        with self._lock:
+            resolutions = self._resolutions.get(session_id)
+            if resolutions is None:
+                resolutions = self._resolutions[session_id] = _Resolved()
+            for i in range(0, n, RUN_WIDTH):
+                _, local_seq, rkey, basis, _, _, deps, key, path, new, baseline, working = runs[
+                    i : i + RUN_WIDTH
+                ]
+                if local_seq is None:  # a request of its own
+                    request = runs[i]
+                    accepted = self._apply_one(request)
+                    if accepted is None:
+                        results += (None, general(request), request)
+                    else:
+                        results += accepted
+                    continue
+                # `_apply_one`'s checks, inlined (see there); `ok` False: ask the general path.
+                ok = True
+                built_on = deps
+                if deps:
+                    low, above, rejected = resolutions.low, resolutions.above, resolutions.rejected
+                    for dep in deps:
+                        if (dep > low and dep not in above) or dep in rejected:
+                            ok = False
+                            break
+                    if len(deps) > 8:
+                        built_on = frozenset(deps)
+                if not ok:
+                    pass
+                elif rkey is None:  # several documents read: their claims
+                    ok = self._reads_clear(session_id, basis, built_on)
+                else:  # one read (`_reads_clear` of one claim, inlined)
+                    revs = revisions.get(rkey)
+                    if revs is None:
+                        head = heads.get(rkey)
+                        ok = head is None or basis >= head.seq
+                    elif isinstance(revs, list):
+                        j = len(revs) - 1
+                        while j >= 0 and revs[j].seq > basis:
+                            rev = revs[j]
+                            if rev.session_id != session_id or rev.local_seq not in built_on:
+                                ok = False
+                                break
+                            j -= 1
+                    elif revs.seq > basis and (
+                        revs.session_id != session_id or revs.local_seq not in built_on
+                    ):
+                        ok = False
+                    if ok and floors and basis < floors.get(rkey, 0):
+                        ok = False
+                head = heads.get(key, NO_STATE)
+                current = head.value
+                if ok:
+                    if current is baseline:
+                        value = working  # what the copy below would make: no copy
+                    elif type(current) is dict:
+                        value = dict(current)
+                        if new is MISSING:
+                            value.pop(path[0], None)
+                        else:
+                            value[path[0]] = new
+                    else:
+                        ok = False  # (not a dict: `set_path` decides, on the general path)
+                if not ok:
+                    request = run_request(session_id, runs, i)
+                    results += (None, general(request), request)
+                    continue
+                self._seq = seq = self._seq + 1
+                heads[key] = DocState(seq, value)
+                paths = _ONE_PATH.get(path)
+                if paths is None:
+                    paths = (path,)
+                    if len(_ONE_PATH) < _ONE_PATH_KEPT:
+                        _ONE_PATH[path] = paths
+                revision = Revision(seq, session_id, local_seq, paths)
+                revs = revisions.get(key)
+                if isinstance(revs, list) and len(revs) < 2 * REVISIONS_KEPT:
+                    revs.append(revision)
+                else:
+                    self._add_revision(key, revision, head.seq)
+                if local_seq == resolutions.low + 1 and not resolutions.above:
+                    resolutions.low = local_seq  # `_Resolved.add` for the usual next commit
+                else:
+                    resolutions.add(local_seq, rejected=False)
+                results += (seq, head.seq, value)
+                fast += 1
+            self._prune_in -= fast  # (the general path counts its own)
+        self.commits_evaluated += n // RUN_WIDTH
+        listener.mailbox.post(partial(listener.accept_runs, runs, results, 0))
+        if len(self._listeners) > 1:
+            self._broadcast_runs(session_id, runs, results)
+        return True
+
+    def _reads_clear(
+        self, session_id: str, reads: Iterable[ReadClaim], built_on: Collection[int]
+    ) -> bool:
+        """`_apply_one`'s read check: nothing was written after any read's basis but
+        `session_id`'s commits in `built_on`, and no basis is below a floor."""
+        revisions = self._revisions
+        floors = self._floors
+        for claim in reads:
+            rkey, basis = claim.key, claim.basis_seq
+            revs = revisions.get(rkey)
+            if revs is None:
+                head = self._heads.get(rkey)
+                if head is not None and basis < head.seq:
+                    return False
+                continue
+            if isinstance(revs, list):
+                j = len(revs) - 1
+                while j >= 0 and revs[j].seq > basis:
+                    rev = revs[j]
+                    if rev.session_id != session_id or rev.local_seq not in built_on:
+                        return False
+                    j -= 1
+            elif revs.seq > basis and (
+                revs.session_id != session_id or revs.local_seq not in built_on
+            ):
+                return False
+            if floors and basis < floors.get(rkey, 0):
+                return False
+        return True
+
+    def _broadcast_runs(self, session_id: str, runs: list[Any], results: list[Any]) -> None:
+        """`_broadcast` of each accepted commit of a run log, in order."""
+        for i in range(0, len(runs), RUN_WIDTH):
+            j = i // RUN_WIDTH * 3
+            seq, verdict, value = results[j : j + 3]
+            if seq is not None:
+                key = runs[i + 7] if runs[i + 1] is not None else runs[i].writes[0].key
+                self._broadcast(session_id, seq, {key: value})
+            elif verdict.error is None and verdict.seq is not None:
+                self._broadcast(session_id, verdict.seq, verdict.docs)
 
     def _evaluate(self, request: CommitRequest) -> Verdict:
         with self._lock:

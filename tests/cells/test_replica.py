@@ -597,8 +597,8 @@ def test_a_batch_reaches_the_store_when_it_ends_and_each_commit_keeps_its_own_ve
 def test_a_batch_of_accepted_commits_settles_each_in_order_with_or_without_callbacks(
     w: World,
 ) -> None:
-    # A drain's verdicts: the replica takes runs of plain accepted commits in one call
-    # (`accept_run`) and leaves the rest (a callback to run, a stale layer) to the
+    # A drain's verdicts: the replica takes a drain's accepted commits in one call
+    # (`accept_runs`) and leaves the rest (a callback to run, a stale layer) to the
     # general delivery, in the same order.
     w.put(DOC, {"n": 0})
     order: list[str] = []
@@ -629,7 +629,15 @@ def test_a_batch_of_accepted_commits_settles_each_in_order_with_or_without_callb
     assert 0 == w.a.in_flight()
     assert {"n": 5} == w.a.visible(DOC) == w.store.read_durable(DOC)
 
-    bare = []  # no callback at all: settled by `accept_run` alone
+    bare = []  # no callback at all: settled by `accept_runs` alone
+    calls: list[tuple[int, int]] = []
+    real = w.a.accept_runs
+
+    def spy(runs: Any, results: Any, start: int) -> None:
+        calls.append((start, len(results) // 3))
+        real(runs, results, start)
+
+    w.a.accept_runs = spy  # type: ignore[method-assign]
     w.a.begin_batch()
     for _ in range(3):
         tx = w.a.edit(ME)
@@ -638,17 +646,8 @@ def test_a_batch_of_accepted_commits_settles_each_in_order_with_or_without_callb
         bare.append(tx)
     w.a.end_batch()
     accepted = w.a.stats.accepted
-    runs: list[tuple[int, int]] = []
-    real = w.a.accept_run
-
-    def spy(requests: Any, verdicts: Any, start: int) -> int:
-        end = real(requests, verdicts, start)
-        runs.append((start, end))
-        return end
-
-    w.a.accept_run = spy  # type: ignore[method-assign]
     w.pump()
-    assert [(0, 3)] == runs  # the three in one call
+    assert [(0, 3)] == calls  # the three in one call
     assert all(tx.status == "committed" and tx.result is not None for tx in bare)
     assert 3 == w.a.stats.accepted - accepted
     assert {"n": 8} == w.a.visible(DOC) == w.store.read_durable(DOC)
