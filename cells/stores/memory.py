@@ -100,6 +100,13 @@ class MemoryStore(StoreBase):
         head's seq as floor, without an entry here."""
         self._prune_in = PRUNE_BATCH
         """Revisions still to add before a quiet session prunes (`StoreBase._prune_in`)."""
+        self._prune_base = PRUNE_BATCH
+        """What `_prune_in` was set to by the last prune: `_prune_base - _prune_in`
+        revisions were added since (each addition counts one down)."""
+        self._kept = 0
+        """Revisions the last prune kept (less those the per-document cap dropped since):
+        with the ones added since, every revision held (`_check`), so a prune that drops
+        all of them knows how many without a walk."""
         self._resolutions: dict[str, _Resolved] = {}
         """Per session: which of its commits (local seqs) have a verdict, and which were
         rejected. Kept as a watermark, not one entry per commit: it would otherwise grow
@@ -327,13 +334,13 @@ class MemoryStore(StoreBase):
         ):
             return False  # held or hooked: every commit goes through `submit` as a request
         results: list[Any] = []
-        floors = self._floors
-        revisions = self._revisions
         heads = self._heads
         general = self._evaluate_general
         n = len(runs)
         fast = 0
         with self._lock:
+            floors = self._floors  # (under the lock: a prune replaces both tables)
+            revisions = self._revisions
             resolutions = self._resolutions.get(session_id)
             if resolutions is None:
                 resolutions = self._resolutions[session_id] = _Resolved()
@@ -409,7 +416,11 @@ class MemoryStore(StoreBase):
                         _ONE_PATH[path] = paths
                 revision = Revision(seq, session_id, local_seq, paths)
                 revs = revisions.get(key)
-                if isinstance(revs, list) and len(revs) < 2 * REVISIONS_KEPT:
+                if revs is None:  # (`_add_revision`'s first case, inlined)
+                    if head.seq:
+                        floors[key] = head.seq  # its history was pruned: keep that floor
+                    revisions[key] = revision
+                elif isinstance(revs, list) and len(revs) < 2 * REVISIONS_KEPT:
                     revs.append(revision)
                 else:
                     self._add_revision(key, revision, head.seq)
@@ -660,6 +671,7 @@ class MemoryStore(StoreBase):
         if len(revs) > 2 * REVISIONS_KEPT:
             # Bounded history: keep the newest REVISIONS_KEPT per document.
             self._floors[key] = revs[-REVISIONS_KEPT - 1].seq
+            self._kept -= len(revs) - REVISIONS_KEPT
             del revs[:-REVISIONS_KEPT]
 
     # -- history pruning (see the module docstring)
@@ -690,13 +702,23 @@ class MemoryStore(StoreBase):
         until a later prune reaches it (the `REVISIONS_KEPT` cap still bounds it).
         """
         with self._lock:
+            held = self._kept + self._prune_base - self._prune_in
             # Asking every session costs O(sessions): prune again after that many new
             # revisions (and at least PRUNE_BATCH), so each revision pays O(1).
-            self._prune_in = max(PRUNE_BATCH, len(self._listeners))
+            self._prune_in = self._prune_base = max(PRUNE_BATCH, len(self._listeners))
+            self._kept = held
             revisions = self._revisions
             if not revisions:
                 return 0
             mark = self.low_water()
+            if mark >= self._seq:
+                # Every revision is at or below the newest seq: all go (one runtime after
+                # a settle, the usual case), with no walk over the documents, in fresh
+                # tables (a dict never shrinks: 2000 emptied entries would keep 80 KB).
+                self._revisions = {}
+                self._floors = {}
+                self._kept = 0
+                return held
             floors = self._floors
             gone: list[DocKey] = []
             partly: list[tuple[DocKey, list[Revision]]] = []
@@ -720,9 +742,9 @@ class MemoryStore(StoreBase):
                 floors[key] = revs[i - 1].seq
                 partly.append((key, revs[i:]))
                 pruned += i
+            self._kept = held - pruned
             if len(gone) == len(revisions):
-                # All of it (one runtime after a settle): fresh tables, as a dict never
-                # shrinks (2000 emptied entries would keep about 80 KB).
+                # All of it: fresh tables, as above.
                 self._revisions = {}
                 self._floors = {}
                 return pruned
@@ -753,6 +775,8 @@ class MemoryStore(StoreBase):
             assert self._ever_written(key)
         for key in self._floors:
             assert key in self._revisions, f"a floor of {key}, which has no revisions left"
+        count = sum(len(r) if isinstance(r, list) else 1 for r in self._revisions.values())
+        assert count == self._kept + self._prune_base - self._prune_in, "revisions miscounted"
 
 
 @attrs.define(eq=False)
