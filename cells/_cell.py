@@ -200,7 +200,19 @@ class Cell:
                 # followed. (The probe is made either way: it refuses an internal
                 # document the same way.)
                 key = DocKey(link.space, link.id)
-                if type(tx.peek(key, _VALUE_PATH)) is not Link or not follow_last:
+                rec = tx._replica._docs.get(key) if key not in tx._docs else None
+                if (
+                    rec is not None
+                    and type(rec.visible) is dict
+                    and tx.status == "open"
+                    and not ("cw:" <= key.id < "cw;")
+                ):
+                    # `peek` of a loaded shared document this identity reaches (no guard
+                    # to ask, nothing read yet), without the call: the usual first access.
+                    probe = rec.visible.get(VALUE, MISSING)
+                else:
+                    probe = tx.peek(key, _VALUE_PATH)
+                if type(probe) is not Link or not follow_last:
                     stage(tx, key, _VALUE_PATH)
                     staged = True
             if not staged:
