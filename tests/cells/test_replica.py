@@ -815,3 +815,126 @@ def test_a_burst_of_commits_in_flight_leaves_no_big_table_once_answered(w: World
     assert all(p.result().ok for p in pendings)
     assert 0 == w.a.in_flight()
     assert empty == sys.getsizeof(w.a._in_flight)
+
+
+def _node_run(r: Replica, read: DocKey, write: DocKey, field: str) -> Transaction:
+    """A node run's usual commit: one field of `write` from one field of `read`."""
+    tx = r.edit(ME)
+    tx.write(write, (field,), tx.read(read, ("n",)) + 1)
+    tx.commit_detached()
+    return tx
+
+
+def test_a_batch_of_node_runs_reaches_the_store_as_one_run_log_with_the_same_verdicts(
+    w: World,
+) -> None:
+    # The usual commits of a drain go as a run log (`submit_runs`): no request each,
+    # one evaluation loop and one delivery; each is still decided as a request would be.
+    w.put(DOC, {"n": 1})
+    w.put(OTHER, {"n": 1})
+    w.put(THIRD, {"n": 1})
+    b = w.replica()
+    sent: list[int] = []
+    submit_runs = w.store.submit_runs
+
+    def spy(listener: Any, session_id: str, runs: list[Any]) -> bool:
+        sent.append(len(runs))
+        return submit_runs(listener, session_id, runs)
+
+    w.store.submit_runs = spy  # type: ignore[method-assign]
+    evaluated = w.store.commits_evaluated
+    w.a.begin_batch()
+    first = _node_run(w.a, DOC, OTHER, "m")  # accepted
+    built_on = _node_run(w.a, OTHER, FOURTH, "m")  # built on `first`'s pending write
+    stale = _node_run(w.a, THIRD, DOC, "m")  # THIRD is rewritten below before the store sees it
+    after_stale = _node_run(w.a, DOC, FOURTH, "k")  # built on `stale`'s rejected write
+    assert w.store.commits_evaluated == evaluated  # held back until the batch ends
+    foreign = b.edit(ME)
+    foreign.write(THIRD, ("n",), 5)
+    foreign.commit()
+    w.a.end_batch()
+    assert sent == [4 * 12]  # one run log, four entries (RUN_WIDTH = 12)
+    assert w.store.commits_evaluated == evaluated + 5
+    w.pump()
+    assert first.result is not None and first.result.ok
+    assert built_on.result is not None and built_on.result.ok
+    assert stale.result is not None and stale.result.outcome is Outcome.STALE_BASIS
+    assert after_stale.result is not None
+    assert isinstance(after_stale.result.error, DependencyRejectedError)
+    assert [first.result.seq, built_on.result.seq] == sorted(
+        [first.result.seq, built_on.result.seq]
+    )
+    assert w.store.read_durable(OTHER) == {"n": 1, "m": 2} == w.a.visible(OTHER)
+    assert w.store.read_durable(FOURTH) == {"m": 2}  # `after_stale`'s "k" is gone with it
+    assert w.a.visible(FOURTH) == {"m": 2}
+    assert w.a.visible(DOC) == {"n": 1} == w.store.read_durable(DOC)
+    assert 0 == w.a.in_flight()
+
+
+def test_a_node_run_whose_written_document_moved_in_the_store_takes_the_stores_value(
+    w: World,
+) -> None:
+    # The store keeps the replica's new value only when it was made from the store's
+    # current one; here another session wrote another field of it first.
+    w.put(DOC, {"n": 1})
+    w.put(OTHER, {"n": 1, "g": 0})
+    b = w.replica()
+    b.visible(OTHER)  # `b` holds OTHER: it hears of `a`'s commit
+    w.a.begin_batch()
+    run = _node_run(w.a, DOC, OTHER, "f")  # blind on OTHER: only DOC is read
+    foreign = b.edit(ME)
+    foreign.write(OTHER, ("g",), 7)
+    foreign.commit()
+    w.a.end_batch()
+    w.pump()
+    assert run.result is not None and run.result.ok
+    assert {"n": 1, "g": 7, "f": 2} == w.store.read_durable(OTHER)
+    assert {"n": 1, "g": 7, "f": 2} == w.a.visible(OTHER) == b.visible(OTHER)
+
+
+def test_a_held_gate_holds_the_node_runs_of_a_batch_as_requests(w: World) -> None:
+    w.put(DOC, {"n": 1})
+    with w.store.testing.hold_verdicts() as gate:
+        w.a.begin_batch()
+        runs = [_node_run(w.a, DOC, DocKey("sp", f"out{i}"), "v") for i in range(3)]
+        w.a.end_batch()
+        assert 3 == gate.waiting()
+        gate.reject(1, Outcome.TERMINAL)
+        gate.release()
+        w.pump()
+    assert [tx.result.outcome for tx in runs if tx.result is not None] == [
+        Outcome.OK,
+        Outcome.TERMINAL,
+        Outcome.OK,
+    ]
+    assert w.a.visible(DocKey("sp", "out1")) is MISSING
+    assert {"v": 2} == w.store.read_durable(DocKey("sp", "out2"))
+
+
+def test_a_failing_callback_in_a_run_log_delivery_leaves_the_rest_for_the_next_pump(
+    w: World,
+) -> None:
+    w.put(DOC, {"n": 1})
+    settled: list[str] = []
+
+    def boom(tx: Transaction, result: CommitResult) -> None:
+        settled.append("boom")
+        raise RuntimeError("callback failed")
+
+    w.a.begin_batch()
+    txs = []
+    for i, cb in enumerate([None, boom, None]):
+        tx = w.a.edit(ME)
+        tx.write(DocKey("sp", f"out{i}"), ("v",), tx.read(DOC, ("n",)))
+        if cb is not None:
+            tx.add_settle_callback(cb)
+        tx.commit_detached()
+        txs.append(tx)
+    w.a.end_batch()
+    with pytest.raises(RuntimeError, match="callback failed"):
+        w.a.pump()
+    assert settled == ["boom"]
+    assert [tx.status for tx in txs] == ["committed", "committed", "committing"]
+    assert len(w.a.mailbox) == 1
+    w.a.pump()
+    assert all(tx.status == "committed" for tx in txs)
