@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import collections
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from functools import partial
 from types import FrameType
 from typing import Any
@@ -57,6 +57,7 @@ from ._staging import (
     stale_message,
 )
 from ._store import (
+    REQUEST_PAD,
     RUN_WIDTH,
     CommitRequest,
     DocState,
@@ -85,8 +86,6 @@ _OK_OUTCOME = Outcome.OK
 _SENT_LOG: list[tuple[DocKey, Path, bool]] = []
 """`Transaction.reads` of every transaction handed to the store (see `_send`): empty."""
 _NO_KEYS: frozenset[DocKey] = frozenset()
-_REQUEST_PAD = (None,) * (RUN_WIDTH - 1)
-"""What follows a request in a run log entry of its own (see RUN_WIDTH)."""
 
 
 class Replica:
@@ -691,7 +690,7 @@ class Replica:
         finally:
             runs = self._runs
             if runs is not None:  # a batch on a store that takes run logs: one log, in order
-                runs += (request, *_REQUEST_PAD)
+                runs += (request, *REQUEST_PAD)
             elif self._batch is not None:
                 self._batch.append(request)
             else:
@@ -760,69 +759,16 @@ class Replica:
         if not self._in_flight and not self._open_txs and self.store._prune_in <= 0:
             self.store.quiesced(self)  # (nothing open, nothing in flight: it may prune)
 
-    def accept_run(
-        self,
-        requests: Sequence[CommitRequest],
-        verdicts: Sequence[Verdict | tuple[int, int, Value]],
-        start: int,
-    ) -> int:
-        """`on_accepted` for each of `requests[start:]`, in order, while it is the usual
-        case: an accepted one-write commit that adopts its document's oldest layer, for
-        a transaction with no callback, effect or `Pending` to settle (a scheduler run's:
-        nothing observable runs, so nothing here can raise). Returns the index of the
-        first request it left for `on_accepted` / `on_verdict` (len: all done).
-
-        One call for a drain's verdicts instead of one (and a tuple unpacked into
-        arguments) per node update."""
-        in_flight = self._in_flight
-        docs = self._docs
-        stats = self.stats
-        heard = self._heard
-        i = start
-        n = len(requests)
-        while i < n:
-            verdict = verdicts[i]
-            if type(verdict) is not tuple:
-                break
-            request = requests[i]
-            local_seq = request.local_seq
-            tx = in_flight.get(local_seq)
-            if (
-                tx is None
-                or tx._settle_callbacks is not None
-                or tx._post_commit is not None
-                or tx._pending is not None
-                or tx.result is not None
-            ):
-                break
-            seq, base_seq, value = verdict
-            rec = docs[request.writes[0].key]
-            layers = rec.layers
-            if not (layers and layers[0].seq == local_seq and base_seq == rec.confirmed_seq):
-                break
-            del in_flight[local_seq]
-            adopt_oldest_layer(rec, layers, value, seq)
-            stats.accepted += 1
-            tx.result = CommitResult(_OK_OUTCOME, None, seq)
-            tx.status = "committed"
-            tx._values = None
-            if seq > heard:
-                heard = seq
-            i += 1
-        if heard > self._heard:
-            self._heard = heard
-        if i > start and not in_flight and not self._open_txs and self.store._prune_in <= 0:
-            self.store.quiesced(self)  # (nothing open, nothing in flight: it may prune)
-        return i
-
     def accept_runs(self, runs: list[Any], results: list[Any], start: int) -> None:
         """The verdicts of a run log (`StoreBase.submit_runs`) from entry index `start`
         on, in order: an accepted commit of the usual case (a transaction with no
         callback, effect or `Pending` to settle, whose layer is its document's oldest,
-        on the state the store applied it to) is settled here, in place, as
-        `accept_run` does; any other goes through `on_accepted` / `on_verdict` with its
-        request. If one raises (a settle callback, a subscriber), the rest are posted
-        back to the front of the mailbox first, as `_BatchDelivery` does."""
+        on the state the store applied it to) is settled here, in place (nothing
+        observable runs for it, so nothing here can raise); any other goes through
+        `on_accepted` / `on_verdict` with its request. If one of those raises (a settle
+        callback, a subscriber), the rest are posted back to the front of the mailbox
+        first, so a later drain delivers them in the same order, exactly as single
+        deliveries would."""
         in_flight = self._in_flight
         docs = self._docs
         stats = self.stats

@@ -163,6 +163,8 @@ def run_request(session_id: str, runs: Sequence[Any], i: int) -> CommitRequest:
 
 
 _NO_KEYS: frozenset[DocKey] = frozenset()
+REQUEST_PAD = (None,) * (RUN_WIDTH - 1)
+"""What follows a request in a run log entry of its own (see RUN_WIDTH)."""
 
 
 class SessionListener(Protocol):
@@ -471,52 +473,6 @@ class _Delivery(msgspec.Struct):
 
     def __call__(self) -> None:
         self.listener.on_verdict(self.request, self.verdict)
-
-
-class _BatchDelivery(msgspec.Struct):
-    """The verdicts of a batch of commits (`StoreBase.submit_batch`): one mailbox item.
-
-    Delivered in order; if one raises (a failing settle callback or subscriber),
-    the rest go back to the front of the mailbox before the error propagates, so a
-    later drain delivers them in the same order, exactly as single deliveries would.
-    """
-
-    listener: SessionListener
-    requests: list[CommitRequest]
-    verdicts: list[Verdict | tuple[int, int, Value]]
-    """Per request, its `Verdict`, or for an accepted one-write commit the tuple
-    (seq, base seq, new value) that `on_accepted` takes: no verdict object and no
-    dicts for the common case (and a tuple of untracked things leaves the
-    collector's view once scanned)."""
-
-    def __call__(self) -> None:
-        listener = self.listener
-        on_verdict = listener.on_verdict
-        on_accepted = listener.on_accepted
-        # A listener may take a run of accepted commits in one call (a replica does:
-        # a drain's commits are answered here, one per node update).
-        accept_run = getattr(listener, "accept_run", None)
-        requests, verdicts = self.requests, self.verdicts
-        i = 0
-        n = len(requests)
-        try:
-            while i < n:
-                if accept_run is not None:
-                    i = accept_run(requests, verdicts, i)
-                    if i >= n:
-                        break
-                request = requests[i]
-                verdict = verdicts[i]
-                i += 1
-                if type(verdict) is tuple:
-                    on_accepted(request, *verdict)
-                else:
-                    on_verdict(request, verdict)  # type: ignore[arg-type]
-        finally:
-            if i < n:
-                self.listener.mailbox.post_front(
-                    _BatchDelivery(self.listener, requests[i:], verdicts[i:])
-                )
 
 
 class StoreBase(abc.ABC):

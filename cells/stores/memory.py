@@ -47,6 +47,7 @@ from .._address import DocKey, Path
 from .._claims import MemoryClaimTable
 from .._store import (
     NO_STATE,
+    REQUEST_PAD,
     RUN_WIDTH,
     CommitRequest,
     DocState,
@@ -55,7 +56,6 @@ from .._store import (
     SessionListener,
     StoreBase,
     Verdict,
-    _BatchDelivery,
     revision_path,
     run_request,
     validate_commit,
@@ -294,24 +294,15 @@ class MemoryStore(StoreBase):
             # must go through it, one delivery each.
             super()._submit_batch_evaluation(listener, requests)
             return
-        # One lock and one mailbox delivery for the whole batch; each commit is
-        # still validated and applied alone, in order, as `submit` would.
-        apply_one = self._apply_one
-        general = self._evaluate_general
-        verdicts: list[Verdict | tuple[int, int, Value]] = []
-        with self._lock:
-            for request in requests:
-                accepted = apply_one(request)
-                verdicts.append(general(request) if accepted is None else accepted)
-        self.commits_evaluated += len(verdicts)
-        listener.mailbox.post(_BatchDelivery(listener, list(requests), verdicts))
-        if len(self._listeners) > 1:
-            for request, verdict in zip(requests, verdicts, strict=True):
-                if isinstance(verdict, tuple):
-                    seq, _, value = verdict
-                    self._broadcast(request.session_id, seq, {request.writes[0].key: value})
-                elif verdict.error is None and verdict.seq is not None:
-                    self._broadcast(request.session_id, verdict.seq, verdict.docs)
+        # One lock and one mailbox delivery for the whole batch, each commit still
+        # validated and applied alone, in order, as `submit` would: a run log of
+        # requests (see RUN_WIDTH), which `submit_runs` takes now (it declines only
+        # what was handled above: a held gate, a closed store, a hooked evaluation).
+        runs: list[Any] = []
+        for request in requests:
+            runs += (request, *REQUEST_PAD)
+        taken = self.submit_runs(listener, requests[0].session_id, runs) if runs else True
+        assert taken, "submit_runs declined a batch submit_batch let through"
 
     takes_runs = True
 
