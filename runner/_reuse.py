@@ -57,6 +57,7 @@ import sys
 import types
 import weakref
 from collections.abc import Callable
+from math import copysign
 from typing import Any, Final
 
 import msgspec
@@ -241,8 +242,8 @@ def _tag(value: Any) -> Any:
     if t is float:
         if value != value:
             return ("f", "nan")
-        if value.is_integer() and -(2**63) <= value < 2**63:
-            return int(value)
+        if value.is_integer() and -(2**63) <= value < 2**63 and (value or copysign(1.0, value) > 0):
+            return int(value)  # (not -0.0: `value_equal` tells it from 0)
         return ("f", value.hex())
     if t is Link:
         return ("k", value.space, value.id, value.scope, list(value.path))
