@@ -439,6 +439,7 @@ class MemoryStore(StoreBase):
             rkey, basis = claim.key, claim.basis_seq
             revs = revisions.get(rkey)
             if revs is None:
+                # No revision left: the head's seq is the floor (see `_revisions_since`).
                 head = self._heads.get(rkey)
                 if head is not None and basis < head.seq:
                     return False
@@ -509,31 +510,10 @@ class MemoryStore(StoreBase):
                 # Many deps (a commit reading N documents that hold pending writes has
                 # up to N) are looked up in a set: in the tuple, that cost O(N^2) here.
                 built_on = frozenset(deps)
-        floors = self._floors
-        revisions = self._revisions
+        if not self._reads_clear(session_id, request.reads, built_on):
+            return None
         heads = self._heads
-        for claim in request.reads:
-            revs = revisions.get(claim.key)
-            basis = claim.basis_seq
-            if revs is None:
-                # No revision left: the head's seq is the floor (see `_revisions_since`).
-                head = heads.get(claim.key)
-                if head is not None and basis < head.seq:
-                    return None
-                continue
-            if isinstance(revs, list):
-                i = len(revs) - 1
-                while i >= 0 and revs[i].seq > basis:
-                    rev = revs[i]
-                    if rev.session_id != session_id or rev.local_seq not in built_on:
-                        return None
-                    i -= 1
-            elif revs.seq > basis and (
-                revs.session_id != session_id or revs.local_seq not in built_on
-            ):
-                return None
-            if floors and basis < floors.get(claim.key, 0):
-                return None
+        revisions = self._revisions
         w = writes[0]
         key, path, new = w.key, w.path, w.value
         head = heads.get(key, NO_STATE)
