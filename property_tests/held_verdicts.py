@@ -2,17 +2,21 @@
 
 Shared by the list machines (`test_lists_props`, `test_list_element_edits_props`):
 a machine mixes `HeldVerdicts` in before `RuleBasedStateMachine` and provides
-`store`, `rt`, `gate` (None while nothing is held) and `_settle()`.
+`store`, `rt`, `gate` (None while nothing is held), `loop`, `clock` and `_settle()`.
+The mixin also gives both machines their common driving (`_wait`, `quiesce`) and
+the runtime's structural invariant.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from hypothesis import strategies as st
-from hypothesis.stateful import precondition, rule
+from hypothesis.stateful import invariant, precondition, rule
 
 from cells import Outcome, VerdictGate
+from scheduler import BACKOFF_CAP, ManualClock
 
 OUTCOMES = (Outcome.STALE_BASIS, Outcome.PERMANENT, Outcome.ABORTED)
 
@@ -21,9 +25,35 @@ class HeldVerdicts:
     store: Any
     rt: Any
     gate: VerdictGate | None
+    loop: asyncio.AbstractEventLoop
+    clock: ManualClock
 
     def _settle(self) -> None:
         raise NotImplementedError
+
+    def _wait(self, awaitable: Any) -> Any:
+        async def go() -> Any:
+            return await awaitable
+
+        return self.loop.run_until_complete(go())
+
+    def quiesce(self) -> None:
+        """Release what is held, then drain until nothing is deferred or running."""
+        if self.gate is not None:
+            self.gate.release()
+            self.gate = None
+        for _ in range(20):
+            self._wait(self.rt.idle())
+            self._settle()
+            if self.rt.scheduler.deferred():
+                self.clock.advance(BACKOFF_CAP + 1)
+                continue
+            if not self.rt.scheduler.busy():
+                break
+
+    @invariant()
+    def structures_hold(self) -> None:
+        self.rt._check()
 
     @precondition(lambda self: self.gate is None)
     @rule()

@@ -23,11 +23,11 @@ from typing import Any
 
 from held_verdicts import HeldVerdicts
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import RuleBasedStateMachine, rule
 
 from cells import MISSING, Link, MemoryStore, VerdictGate, read_value
 from runner import Runtime, lift, pattern
-from scheduler import BACKOFF_CAP, ManualClock
+from scheduler import ManualClock
 
 N_CELLS = 4
 TITLES = ("a", "b", "c")
@@ -95,12 +95,6 @@ class ElementEditMachine(HeldVerdicts, RuleBasedStateMachine):
         self._settle()
 
     # ------------------------------------------------------------------ driving
-    def _wait(self, awaitable: Any) -> Any:
-        async def go() -> Any:
-            return await awaitable
-
-        return self.loop.run_until_complete(go())
-
     def _settle(self) -> None:
         try:
             self.rt.settle()
@@ -188,23 +182,6 @@ class ElementEditMachine(HeldVerdicts, RuleBasedStateMachine):
     @rule()
     def quiescent(self) -> None:
         self.check_quiescent()
-
-    @invariant()
-    def structures_hold(self) -> None:
-        self.rt._check()
-
-    def quiesce(self) -> None:
-        if self.gate is not None:
-            self.gate.release()
-            self.gate = None
-        for _ in range(20):
-            self._wait(self.rt.idle())
-            self._settle()
-            if self.rt.scheduler.deferred():
-                self.clock.advance(BACKOFF_CAP + 1)
-                continue
-            if not self.rt.scheduler.busy():
-                break
 
     def check_quiescent(self) -> None:
         self.quiesce()

@@ -26,11 +26,11 @@ from typing import Any
 from address_oracle import base_container, child_link, element_keys, whole
 from held_verdicts import HeldVerdicts
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
 from cells import MISSING, Link, MemoryStore, VerdictGate, read_value
 from runner import Runtime
-from scheduler import BACKOFF_CAP, ManualClock
+from scheduler import ManualClock
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests" / "runner"))
 from pattern_defs import AllThree
@@ -88,12 +88,6 @@ class ListMachine(HeldVerdicts, RuleBasedStateMachine):
         self._settle()
 
     # ------------------------------------------------------------------ driving
-    def _wait(self, awaitable: Any) -> Any:
-        async def go() -> Any:
-            return await awaitable
-
-        return self.loop.run_until_complete(go())
-
     def _settle(self) -> None:
         try:
             self.rt.settle()
@@ -224,23 +218,6 @@ class ListMachine(HeldVerdicts, RuleBasedStateMachine):
         """Everything settles, mid-run too: the outputs, the registrations and the
         sink's kept value (re-read only where it changed) are checked then."""
         self.check_quiescent()
-
-    @invariant()
-    def structures_hold(self) -> None:
-        self.rt._check()
-
-    def quiesce(self) -> None:
-        if self.gate is not None:
-            self.gate.release()
-            self.gate = None
-        for _ in range(20):
-            self._wait(self.rt.idle())
-            self._settle()
-            if self.rt.scheduler.deferred():
-                self.clock.advance(BACKOFF_CAP + 1)
-                continue
-            if not self.rt.scheduler.busy():
-                break
 
     def check_quiescent(self) -> None:
         self.quiesce()
