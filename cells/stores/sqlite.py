@@ -18,7 +18,9 @@ Layout (format version 3): what one commit writes is close together
   kept revision count, its floor and the floor its next pruning sets.
 - The writer remembers the head rows it last committed (`_known`), valid while no
   other writer has committed since: a commit rewriting them reads none, and the usual
-  one (a field of each document, each once) is staged in one loop (`_stage_known`).
+  one (a field of each document, each once) is staged in one loop (`_stage_known`), and
+  a read of a document whose remembered head is no newer than the read's basis is
+  checked without a query (`_known_revisions_since`).
 - A commit's rows go to each table in one statement (multi-row VALUES, split into
   power-of-two chunks of at most `_MAX_ROWS` rows, so only a few statement texts are
   ever prepared), not one per row: a 100-document commit steps about 13 statements
@@ -863,6 +865,18 @@ class SQLiteStore(WriterStore):
         return None if row is None else (int(row[0]), row[1])
 
     # ------------------------------------------------------------------ validation callbacks
+    def _known_revisions_since(
+        self, conn: sqlite3.Connection, session_id: str, session_key: str, key: DocKey, seq: int
+    ) -> list[Revision]:
+        """`_revisions_since`, answered without a query for a document whose head row this
+        writer remembers at a seq no newer than the basis (the usual read: of a document
+        this writer committed and nobody wrote since). Only inside `_evaluate`, after it
+        checked that no other writer committed since `_known` was remembered."""
+        got = self._known.get(key)
+        if got is not None and got[1] <= seq:
+            return []
+        return self._revisions_since(conn, session_id, session_key, key, seq)
+
     @staticmethod
     def _revisions_since(
         conn: sqlite3.Connection, session_id: str, session_key: str, key: DocKey, seq: int
@@ -948,7 +962,7 @@ class SQLiteStore(WriterStore):
                 ) or validate_commit(
                     request,
                     revisions_since=functools.partial(
-                        self._revisions_since, conn, request.session_id, session_key
+                        self._known_revisions_since, conn, request.session_id, session_key
                     ),
                     resolution=lambda _sid, local_seq: self._resolution(session_key, local_seq),
                     ever_written=functools.partial(self._ever_written, conn),

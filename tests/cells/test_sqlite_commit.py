@@ -16,8 +16,9 @@ import pytest
 import cells.stores.sqlite
 from cells import DocKey, Replica, Space, SQLiteStore
 from cells._pending import Mailbox
-from cells._store import CommitRequest, DocState, Verdict, Write
+from cells._store import CommitRequest, DocState, ReadClaim, Verdict, Write
 from cells._values import Value
+from cells.errors import ConflictError
 
 Make = Callable[..., SQLiteStore]
 WAIT = 20.0
@@ -189,3 +190,50 @@ def test_documents_due_together_are_pruned_together(
     assert len(every) == floors
     last = 4 * kept + 2
     assert [last] * len(every) == [store.read_durable(k)["value"] for k in every]
+
+
+def reading(sid: str, n: int, read: DocKey, basis: int, written: DocKey) -> CommitRequest:
+    """Commit `n` of `sid`: reads `read`'s field at `basis`, writes `written`'s."""
+    claim = ReadClaim(read, ("value",), False, basis)
+    return CommitRequest(sid, n, (claim,), (), (Write(written, ("value",), n),), frozenset())
+
+
+def test_a_read_of_a_document_the_writer_committed_is_checked_without_a_query(
+    stores: Make, db: FsPath
+) -> None:
+    # The writer remembers the head rows it committed (`_known`): a read whose basis is
+    # its document's head (nobody wrote it since) is decided without reading the head.
+    store = stores(db)
+    listener = Verdicts()
+    sid = store.connect(listener)
+    x, y = key("x"), key("y")
+    assert 1 == commit(store, listener, sid, 1, x).seq
+    assert store._wconn is not None
+    heard: list[str] = []
+    store._wconn.set_trace_callback(heard.append)
+    store.submit(listener, reading(sid, 2, x, 1, y))
+    assert store.flush(WAIT)
+    store._wconn.set_trace_callback(None)
+    listener.mailbox.drain()
+    assert 2 == listener.got[-1].seq
+    assert [] == [s for s in heard if s.startswith("SELECT doc, seq, floor FROM head")]
+
+
+def test_a_read_of_a_remembered_document_another_writer_replaced_conflicts(
+    stores: Make, db: FsPath
+) -> None:
+    # What the writer remembers is not used once another writer committed: the read
+    # at seq 1 meets the other store's write at seq 2.
+    store, other = stores(db), stores(db)
+    listener = Verdicts()
+    sid = store.connect(listener)
+    x, y = key("x"), key("y")
+    assert 1 == commit(store, listener, sid, 1, x).seq
+    assert Space(other, "c").cell("x").set(7).wait(WAIT).ok  # seq 2
+    store.submit(listener, reading(sid, 2, x, 1, y))
+    assert store.flush(WAIT)
+    listener.mailbox.drain()
+    verdict = listener.got[-1]
+    assert verdict.seq is None
+    assert isinstance(verdict.error, ConflictError)
+    assert "seq 2 has since written ['value']" in str(verdict.error)
