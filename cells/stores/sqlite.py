@@ -7,15 +7,19 @@ shared `validate_commit`, answered from SQL inside the same `BEGIN IMMEDIATE`
 transaction that applies the commit, so the verdict and the data can never
 disagree, even with other processes writing the same file.
 
-Layout (format version 3): what one commit writes is close together
-- `revision` is keyed by (seq, document number): a commit's rows are contiguous,
-  so a 100-document commit dirties a page or two of history, not one per
-  document. Each row names its document's previous revision (`prev`); a conflict
-  check walks back from the head, one primary-key lookup per revision newer than
-  the read's basis (none when the document was not written since: the usual case).
+Layout (format version 4): what one commit writes is close together
+- `revision` is a rowid table whose ids are given in commit order: a commit's rows
+  are contiguous and appended at the end of the tree (which SQLite does without
+  rebalancing the last pages, as a tree keyed by (seq, document) made it do in
+  version 3), so a 100-document commit dirties a page or two of history, not one
+  per document. Each row names its document's previous revision by id (`prev`);
+  a conflict check walks back from the head's last one (`rev`), one primary-key
+  lookup per revision newer than the read's basis (none when the document was not
+  written since: the usual case). Each `commit_log` row names the id its first
+  revision got (`first`), so a commit's revisions are found without an index by seq.
 - `head` is numbered (`doc`, which revisions name), updated in place, and carries
   what a commit needs to decide about history without a query: the document's
-  kept revision count, its floor and the floor its next pruning sets.
+  kept revision count, its floor and the newest revision its next pruning deletes.
 - The writer remembers the head rows it last committed (`_known`), valid while no
   other writer has committed since: a commit rewriting them reads none, and the usual
   one (a field of each document, each once) is staged in one loop (`_stage_known`), and
@@ -25,8 +29,9 @@ Layout (format version 3): what one commit writes is close together
   power-of-two chunks of at most `_MAX_ROWS` rows, so only a few statement texts are
   ever prepared), not one per row: a 100-document commit steps about 11 statements
   where it stepped about 300. Documents due for pruning are walked, deleted, given
-  their floors and their emptied commits deleted together, a statement each. The verdict names the state each document was applied on (`base_seqs`):
-  the committing replica adopts its own layers instead of re-folding the documents.
+  their floors and their emptied commits deleted together, a statement each. The
+  verdict names the state each document was applied on (`base_seqs`): the committing
+  replica adopts its own layers instead of re-folding the documents.
 
 Bounded history (the cap `MemoryStore` also applies; it prunes further by its
 sessions' low-water marks, which processes sharing a file do not report here)
@@ -86,11 +91,13 @@ Invariants (checked by `_check`)
   revision or a claim; no commit is both accepted and rejected;
 - a document keeps at most 2 * REVISIONS_KEPT revisions, all above its floor,
   and at least REVISIONS_KEPT once it has a floor; its head counts them, and its
-  `next_floor` is its (REVISIONS_KEPT + 1)-th oldest (NULL while it has fewer);
-- each revision's `prev` is its document's previous kept revision, or for the
-  oldest its floor (0 if none); every revision names a commit and a head;
-- every head's seq is its document's last revision seq; every commit wrote a
-  document or claimed a create-only key;
+  `next_floor` is the id of its (REVISIONS_KEPT + 1)-th oldest (NULL while it has fewer);
+- revision ids follow commit order, and each commit's lie from its `first` up to the
+  next commit's; each revision's `prev` is the id of its document's previous kept
+  revision, or for the oldest 0 (or, once pruned, an id that names no row); every
+  revision names a commit and a head;
+- every head's seq and `rev` are its document's last revision's; every commit wrote
+  a document or claimed a create-only key;
 - what the writer remembers of head rows (`_known`) is what the file holds,
   whenever the file's max seq is still the one it was remembered at;
 - this store has delivered every seq up to `_delivered`, which never exceeds max seq.
@@ -150,15 +157,19 @@ from .memory import REVISIONS_KEPT
 T = TypeVar("T")
 
 FORMAT: Final = "cellweave-store"
-VERSION: Final = 3
+VERSION: Final = 4
 """The store format version this module writes (and reads, with every older one).
 
 2: history is pruned (per document, a floor); an older cellweave must not write such a
 file, as its conflict checks would take pruned revisions for none.
 3: history is stored by commit (`revision` keyed by seq, then the document's number),
 so one commit's history rows are contiguous; each revision names its document's previous
-one, and the head row carries the document's revision count and floor. Opening a
-version 1 or 2 file upgrades it in one transaction (`_upgrade`)."""
+one, and the head row carries the document's revision count and floor.
+4: `revision` is a rowid table, its ids given in commit order (a commit's rows are
+appended at the end of the tree: about 2 fewer pages per 100-document commit); a revision
+names its document's previous one by id, the head its last one (`rev`), and each
+`commit_log` row the id of its first revision (`first`). Opening a version 1, 2 or 3 file
+upgrades it in one transaction (`_upgrade`)."""
 
 _SQLITE_HEADER: Final = b"SQLite format 3\x00"
 _BUSY_TIMEOUT_S: Final = 5.0
@@ -169,10 +180,10 @@ _NO_ORIGIN: Final = ""
 _KEY_COLS: Final = ", ".join(KEY_COLUMNS)
 _KEY_MATCH: Final = "space = ? AND doc_id = ? AND scope = ? AND principal = ? AND session = ?"
 
-# Version 3. A commit writes one `commit_log` row, one `revision` row per document (all
-# under its seq, so next to each other) and updates each document's `head` row in place:
-# a 100-document commit dirties a few pages, not one per document's history.
-_SCHEMA: Final = (
+# Version 3 (what `_upgrade_2_to_3` makes and `_UPGRADE_3_TO_4` takes on). A commit
+# writes one `commit_log` row, one `revision` row per document (all under its seq, so
+# next to each other) and updates each document's `head` row in place.
+_SCHEMA_3: Final = (
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
     """CREATE TABLE commit_log (
         seq INTEGER PRIMARY KEY,
@@ -224,6 +235,72 @@ _SCHEMA: Final = (
     # Pruning deletes a commit_log row only once no claim names its seq.
     "CREATE INDEX claimed_by_seq ON claimed (seq)",
 )
+# Version 4. A commit writes one `commit_log` row, one `revision` row per document (all
+# with ids after every earlier commit's, so appended at the end of the table) and updates
+# each document's `head` row in place: a 100-document commit dirties a few pages.
+_SCHEMA: Final = (
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
+    # `first`: the id the commit's first revision got (the next id, for a commit that
+    # wrote none): a commit's revisions are the ids from its `first` up to the next
+    # commit's, so finding them by seq needs no index on `revision`. No default: a
+    # cellweave of format 3 still holding an upgraded file open fails to commit (its
+    # commit_log insert names no `first`) instead of writing rows version 4 misreads.
+    """CREATE TABLE commit_log (
+        seq INTEGER PRIMARY KEY,
+        session_id TEXT NOT NULL,
+        local_seq INTEGER NOT NULL,
+        first INTEGER NOT NULL
+    )""",
+    # Commits rejected after (or without) evaluation. No longer written (verdicts are
+    # kept in memory, `SessionVerdicts`); kept so older files keep their meaning.
+    """CREATE TABLE rejection (
+        session_id TEXT NOT NULL,
+        local_seq INTEGER NOT NULL,
+        PRIMARY KEY (session_id, local_seq)
+    ) WITHOUT ROWID""",
+    # A head row exists for every document ever written; value NULL means deleted, and
+    # the row still counts as "ever written" for create-only. `doc` is the document's
+    # number (its revisions name it); `seq` its last revision's seq and `rev` that
+    # revision's id, `revisions` how many of its revisions are kept, `floor` the newest
+    # pruned one's seq (NULL: none pruned), `next_floor` the id of the newest revision its
+    # next pruning deletes (whose seq becomes the floor): its (REVISIONS_KEPT + 1)-th
+    # oldest kept revision (NULL while it keeps fewer), so pruning walks only what it
+    # deletes.
+    f"""CREATE TABLE head (
+        doc INTEGER PRIMARY KEY,
+        space TEXT NOT NULL, doc_id TEXT NOT NULL, scope TEXT NOT NULL,
+        principal TEXT NOT NULL, session TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        revisions INTEGER NOT NULL,
+        floor INTEGER,
+        next_floor INTEGER,
+        value TEXT,
+        rev INTEGER NOT NULL DEFAULT 0,
+        UNIQUE ({_KEY_COLS})
+    )""",
+    # A rowid table, ids given in commit order: a commit's rows are appended at the end
+    # of the tree, which SQLite does without rebalancing its last pages (a tree keyed
+    # by (seq, document), version 3, rebalanced them: about 2 more pages per 100 rows).
+    # `prev` is the id of the document's previous revision (0: none; for the oldest
+    # kept one, the newest pruned one's, which is gone, or 0): the conflict check walks
+    # it back from the head's `rev`.
+    """CREATE TABLE revision (
+        id INTEGER PRIMARY KEY,
+        seq INTEGER NOT NULL,
+        doc INTEGER NOT NULL,
+        prev INTEGER NOT NULL,
+        paths TEXT NOT NULL
+    )""",
+    # Create-only keys of accepted commits, written or not (MemoryStore: its heads and `_claimed`).
+    f"""CREATE TABLE claimed (
+        space TEXT NOT NULL, doc_id TEXT NOT NULL, scope TEXT NOT NULL,
+        principal TEXT NOT NULL, session TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        PRIMARY KEY ({_KEY_COLS})
+    ) WITHOUT ROWID""",
+    # Pruning deletes a commit_log row only once no claim names its seq.
+    "CREATE INDEX claimed_by_seq ON claimed (seq)",
+)
 _TABLES: Final = frozenset({"meta", "commit_log", "rejection", "revision", "head", "claimed"})
 _TABLES_BEFORE_3: Final = {1: _TABLES, 2: _TABLES | {"revision_floor"}}
 
@@ -252,7 +329,11 @@ def _upgrade_2_to_3(kept: int) -> tuple[str, ...]:
         "DROP INDEX IF EXISTS head_by_seq",
         "DROP INDEX IF EXISTS claimed_by_seq",
         # ... the version 3 ones are made (meta and rejection stay) ...
-        *(s for s in _SCHEMA if not s.startswith(("CREATE TABLE meta", "CREATE TABLE rejection"))),
+        *(
+            s
+            for s in _SCHEMA_3
+            if not s.startswith(("CREATE TABLE meta", "CREATE TABLE rejection"))
+        ),
         # ... and filled: the same commits, documents, revisions, floors and claims.
         "INSERT INTO commit_log (seq, session_id, local_seq)"
         " SELECT seq, session_id, local_seq FROM commit_log_2",
@@ -275,12 +356,44 @@ def _upgrade_2_to_3(kept: int) -> tuple[str, ...]:
     )
 
 
+_UPGRADE_3_TO_4: Final = (
+    # Revisions get ids in (seq, document) order, so ids keep commit order; each names
+    # its document's previous one by id (the oldest kept one: 0, its pruned
+    # predecessor having no id).
+    "ALTER TABLE revision RENAME TO revision_3",
+    next(s for s in _SCHEMA if s.startswith("CREATE TABLE revision")),
+    "INSERT INTO revision (id, seq, doc, prev, paths)"
+    " SELECT id, seq, doc, COALESCE(LAG(id) OVER (PARTITION BY doc ORDER BY seq), 0), paths"
+    " FROM (SELECT ROW_NUMBER() OVER (ORDER BY seq, doc) AS id, seq, doc, paths"
+    " FROM revision_3)",
+    "DROP TABLE revision_3",
+    # (Lookups by document and by seq, for the upgrade only.)
+    "CREATE INDEX revision_upgrade_doc ON revision (doc, seq)",
+    "CREATE INDEX revision_upgrade_seq ON revision (seq, id)",
+    "ALTER TABLE head ADD COLUMN rev INTEGER NOT NULL DEFAULT 0",
+    "UPDATE head SET rev = COALESCE((SELECT r.id FROM revision r"
+    " WHERE r.doc = head.doc AND r.seq = head.seq), 0), next_floor = (SELECT r.id"
+    " FROM revision r WHERE r.doc = head.doc AND r.seq = head.next_floor)",
+    # (Made again, not altered: a column added by ALTER TABLE needs a default, and
+    # `first` must have none.)
+    "ALTER TABLE commit_log RENAME TO commit_log_3",
+    next(s for s in _SCHEMA if s.startswith("CREATE TABLE commit_log")),
+    "INSERT INTO commit_log (seq, session_id, local_seq, first)"
+    " SELECT c.seq, c.session_id, c.local_seq, COALESCE((SELECT MIN(r.id) FROM revision r"
+    " WHERE r.seq >= c.seq), (SELECT COALESCE(MAX(id), 0) + 1 FROM revision))"
+    " FROM commit_log_3 c",
+    "DROP TABLE commit_log_3",
+    "DROP INDEX revision_upgrade_doc",
+    "DROP INDEX revision_upgrade_seq",
+)
+
 _Change = tuple[int, dict[DocKey, Value]]
-_Head = tuple[int, int, int, "str | None"]
-"""A head row as a commit needs it: (doc number, last revision's seq, kept revisions, value)."""
-_Known = tuple[int, int, int, Value]
+_Head = tuple[int, int, int, "str | None", int]
+"""A head row as a commit needs it: (doc number, last revision's seq, kept revisions,
+value, last revision's id)."""
+_Known = tuple[int, int, int, Value, int]
 """A head row as the writer remembers it (`SQLiteStore._known`): (doc number, seq, kept
-revisions, decoded value)."""
+revisions, decoded value, last revision's id)."""
 _Staged = tuple[
     dict[DocKey, Value],
     dict[DocKey, int],
@@ -291,60 +404,71 @@ _Staged = tuple[
 ]
 """What a commit writes, ready for its statements: each document's new value, the seq of
 the state it applies on (0: never written), its head row as the commit leaves it (before
-pruning), the revision rows (doc number, previous revision, paths text; flat, by
-document number), the head updates (doc number, stored value; flat) and the documents
-due for pruning."""
+pruning), the revision rows (id, doc number, previous revision's id, paths text; flat,
+ids ascending), the head updates (doc number, revision id, stored value; flat) and the
+documents due for pruning."""
 _CHUNK: Final = 150
 """Documents per statement that reads many at once (at most 6 parameters each: under
 the 999 an older SQLite allows)."""
 
 _CHAIN: Final = (
-    # A document's revisions from its head back, newest first, while `prev` > the bound.
-    "WITH RECURSIVE chain (seq) AS (VALUES (?) UNION ALL"
-    " SELECT r.prev FROM chain JOIN revision r ON r.seq = chain.seq AND r.doc = ?"
-    " WHERE r.prev > ?)"
+    # A document's revisions from its head's (`rev` ?1, document ?2) back, newest first,
+    # while their seq is above the bound ?3 (the walk ends at the first one at or below
+    # it, or at the oldest kept one, whose predecessor is gone). Select from `chain c
+    # JOIN revision r ON r.id = c.id AND r.doc = ?2 AND r.seq > ?3`.
+    "WITH RECURSIVE chain (id) AS (VALUES (?1) UNION ALL"
+    " SELECT r.prev FROM chain JOIN revision r ON r.id = chain.id AND r.doc = ?2"
+    " WHERE r.seq > ?3 AND r.prev > 0)"
 )
 
 
 # One commit's writes, a statement per table (`_execute_rows`). The head update names
 # the commit's seq ?1 and REVISIONS_KEPT ?2 before its rows (bound, not written into the
 # text: tests shrink the window); the write that makes a document's kept revisions
-# REVISIONS_KEPT + 1 is the floor its next pruning sets.
+# REVISIONS_KEPT + 1 is the newest its next pruning deletes. A revision row binds the
+# commit's seq as ?1 (the column order puts it first: a plain ? before ?1 would take 1).
 _UPDATE_HEADS: Final = (
-    "UPDATE head SET next_floor = CASE revisions WHEN ?2 THEN ?1"
-    " ELSE next_floor END, seq = ?1, revisions = revisions + 1, value = v.column2"
-    " FROM (VALUES {rows}) AS v WHERE head.doc = v.column1"
+    "UPDATE head SET next_floor = CASE revisions WHEN ?2 THEN v.column2"
+    " ELSE next_floor END, seq = ?1, revisions = revisions + 1, rev = v.column2,"
+    " value = v.column3 FROM (VALUES {rows}) AS v WHERE head.doc = v.column1"
 )
-_INSERT_REVISIONS: Final = "INSERT INTO revision (seq, doc, prev, paths) VALUES {rows}"
+_INSERT_REVISIONS: Final = "INSERT INTO revision (seq, id, doc, prev, paths) VALUES {rows}"
 _UPDATE_HEAD: Final = (
-    "UPDATE head SET next_floor = CASE revisions WHEN ?2 THEN ?1"
-    " ELSE next_floor END, seq = ?1, revisions = revisions + 1, value = ?4 WHERE doc = ?3"
+    "UPDATE head SET next_floor = CASE revisions WHEN ?2 THEN ?4 ELSE next_floor END,"
+    " seq = ?1, revisions = revisions + 1, rev = ?4, value = ?5 WHERE doc = ?3"
 )
-_INSERT_REVISION: Final = "INSERT INTO revision (seq, doc, prev, paths) VALUES (?, ?, ?, ?)"
+_INSERT_REVISION: Final = "INSERT INTO revision (seq, id, doc, prev, paths) VALUES (?, ?, ?, ?, ?)"
 _PRUNED_HEADS: Final = (
-    "SELECT doc, seq, revisions, floor, next_floor FROM head WHERE doc IN ({rows})"
+    "SELECT doc, seq, revisions, floor, next_floor, rev FROM head WHERE doc IN ({rows})"
 )
-# Several documents' revisions from a start back, while `prev` > the document's bound.
+# Several documents' revisions from a start (an id) back to the oldest kept one, whose
+# predecessor is gone (or 0); each step checks the document and that the seq is above
+# the document's floor, the bound (a pruned revision's id never names another row, but
+# the walk does not rely on it).
 _WALK_MANY: Final = (
-    "WITH RECURSIVE chain (doc, seq, bound) AS (VALUES {rows} UNION ALL"
+    "WITH RECURSIVE chain (doc, id, bound) AS (VALUES {rows} UNION ALL"
     " SELECT c.doc, r.prev, c.bound FROM chain c JOIN revision r"
-    " ON r.seq = c.seq AND r.doc = c.doc WHERE r.prev > c.bound) SELECT doc, seq FROM chain"
+    " ON r.id = c.id AND r.doc = c.doc WHERE r.seq > c.bound AND r.prev > 0)"
+    " SELECT c.doc, r.id, r.seq FROM chain c JOIN revision r"
+    " ON r.id = c.id AND r.doc = c.doc AND r.seq > c.bound"
 )
-# (A row-value IN over a subquery: SQLite searches the primary key for each pair, where
-# over a bare VALUES list it scans the table.)
-_DELETE_REVISIONS: Final = (
-    "DELETE FROM revision WHERE (seq, doc) IN (SELECT column1, column2 FROM (VALUES {rows}))"
-)
+# (An IN over a subquery: SQLite searches the primary key for each id, where over a bare
+# VALUES list it may scan the table.)
+_DELETE_REVISIONS: Final = "DELETE FROM revision WHERE id IN (SELECT column1 FROM (VALUES {rows}))"
 # A pruned document's kept count and floor (each document's own values).
 _SET_FLOORS: Final = (
     "UPDATE head SET revisions = v.column2, floor = v.column3, next_floor = NULL"
     " FROM (VALUES {rows}) AS v WHERE head.doc = v.column1"
 )
 # The commits pruning left without a revision or a claim: a commit that wrote several
-# documents keeps its row while another names it.
+# documents keeps its row while another names it. A commit's revisions are the ids from
+# its `first` up to the next kept commit's `first` (the commits between kept none), and
+# the newest commit's row is never pruned (its revisions are their documents' newest).
 _DELETE_COMMITS: Final = (
     "DELETE FROM commit_log WHERE seq IN (SELECT column1 FROM (VALUES {rows}))"
-    " AND NOT EXISTS (SELECT 1 FROM revision r WHERE r.seq = commit_log.seq)"
+    " AND NOT EXISTS (SELECT 1 FROM revision r WHERE r.id >= commit_log.first"
+    " AND r.id < COALESCE((SELECT n.first FROM commit_log n WHERE n.seq > commit_log.seq"
+    " ORDER BY n.seq LIMIT 1), 9223372036854775807))"
     " AND NOT EXISTS (SELECT 1 FROM claimed c WHERE c.seq = commit_log.seq)"
 )
 
@@ -727,10 +851,10 @@ class SQLiteStore(WriterStore):
             raise self._wrap(exc, "cannot initialize the store") from exc
 
     def _upgrade(self, conn: sqlite3.Connection, version: int) -> None:
-        """Bring a version 1 or 2 file to `VERSION`, inside the caller's transaction (so an
+        """Bring a version 1, 2 or 3 file to `VERSION`, inside the caller's transaction (so an
         interrupted upgrade leaves the old file as it was). Every commit, document,
         revision, floor and claim is kept; only the layout changes."""
-        steps = {1: _UPGRADE_1_TO_2, 2: _upgrade_2_to_3(REVISIONS_KEPT)}
+        steps = {1: _UPGRADE_1_TO_2, 2: _upgrade_2_to_3(REVISIONS_KEPT), 3: _UPGRADE_3_TO_4}
         for step in range(version, VERSION):
             for stmt in steps[step]:
                 conn.execute(stmt)
@@ -894,20 +1018,20 @@ class SQLiteStore(WriterStore):
         conn: sqlite3.Connection, session_id: str, session_key: str, key: DocKey, seq: int
     ) -> list[Revision]:
         head = conn.execute(
-            f"SELECT doc, seq, floor FROM head WHERE {_KEY_MATCH}", _k(key)
+            f"SELECT doc, seq, floor, rev FROM head WHERE {_KEY_MATCH}", _k(key)
         ).fetchone()
         if head is None or head[1] <= seq:
             return []  # not written since the basis (the usual case): one index lookup
-        doc, last, floor = head
+        doc, _, floor, rev = head
         if floor is not None and seq < floor:
             return [pruned_revision(int(floor))]
         # The revisions after the basis, walked back from the head (each names the one
         # before): one primary-key lookup per revision, whatever else was committed.
         rows = conn.execute(
             f"{_CHAIN} SELECT r.seq, c.session_id, c.local_seq, r.paths FROM chain"
-            " JOIN revision r ON r.seq = chain.seq AND r.doc = ?"
+            " JOIN revision r ON r.id = chain.id AND r.doc = ?2 AND r.seq > ?3"
             " JOIN commit_log c ON c.seq = r.seq ORDER BY r.seq",
-            (last, doc, seq, doc),
+            (rev, doc, seq),
         ).fetchall()
         return revisions_from_rows(rows, session_id, session_key)
 
@@ -965,7 +1089,7 @@ class SQLiteStore(WriterStore):
             session_key = self._session_key(request.session_id)
             conn.execute("BEGIN IMMEDIATE")
             try:
-                top, behind = self._changes_after(conn, self._delivered)
+                top, next_id, behind = self._changes_after(conn, self._delivered)
                 if top != self._known_top:  # another writer committed: it may have changed any
                     self._known.clear()
                     self._known_top = top
@@ -982,7 +1106,7 @@ class SQLiteStore(WriterStore):
                 seq = top + 1
                 staged: _Staged | None = None
                 if error is None:
-                    staged = self._stage_known(request.writes, seq)
+                    staged = self._stage_known(request.writes, seq, next_id)
                     if staged is None:
                         try:
                             docs, paths, heads = self._stage(conn, request.writes)
@@ -994,12 +1118,12 @@ class SQLiteStore(WriterStore):
                                 f" applies: {exc}"
                             )
                         else:
-                            staged = self._rows(conn, seq, docs, paths, heads)
+                            staged = self._rows(conn, seq, next_id, docs, paths, heads)
                 rows: dict[DocKey, _Known] = {}
                 if staged is None:  # (rejected)
                     verdict = Verdict(None, error=error)
                 else:
-                    self._apply(conn, request, session_key, seq, staged)
+                    self._apply(conn, request, session_key, seq, next_id, staged)
                     docs, base_seqs, rows = staged[0], staged[1], staged[2]
                     verdict = Verdict(seq, docs, base_seqs=base_seqs)
                 conn.execute("COMMIT")
@@ -1016,7 +1140,7 @@ class SQLiteStore(WriterStore):
             self._delivered = max(self._delivered, top, verdict.seq or 0)
             return verdict
 
-    def _stage_known(self, writes: tuple[Write, ...], seq: int) -> _Staged | None:
+    def _stage_known(self, writes: tuple[Write, ...], seq: int, next_id: int) -> _Staged | None:
         """`_stage` and `_rows` in one loop, for the usual commit of a store that is its
         file's only writer: every write sets one top-level field of a dict document whose
         head row this writer remembers, each document once. None (nothing read or
@@ -1030,14 +1154,13 @@ class SQLiteStore(WriterStore):
         revisions: list[object] = []
         updates: list[object] = []
         due: list[int] = []
-        ordered = True
-        before = -1
+        rev = next_id - 1
         for w in writes:
             key, path = w.key, w.path
             got = known.get(key)
             if got is None or len(path) != 1 or key in docs:
                 return None
-            doc, last, count, current = got
+            doc, last, count, current, prev = got
             field = path[0]
             if type(current) is not dict or type(field) is not str:
                 return None
@@ -1049,18 +1172,13 @@ class SQLiteStore(WriterStore):
                 new[field] = value
             docs[key] = new
             base_seqs[key] = last
-            rows[key] = (doc, seq, count + 1, new)
+            rev += 1
+            rows[key] = (doc, seq, count + 1, new, rev)
             text = texts.get(path)
-            revisions += (doc, last, text if text is not None else _paths_text([path]))
-            updates += (doc, encode_value(new))
+            revisions += (rev, doc, prev, text if text is not None else _paths_text([path]))
+            updates += (doc, rev, encode_value(new))
             if count >= over:
                 due.append(doc)
-            if doc < before:
-                ordered = False
-            before = doc
-        if not ordered:
-            by_doc = sorted(zip(revisions[::3], revisions[1::3], revisions[2::3], strict=True))
-            revisions = [p for r in by_doc for p in r]
         return docs, base_seqs, rows, revisions, updates, due
 
     def _stage(
@@ -1119,7 +1237,7 @@ class SQLiteStore(WriterStore):
             key = w.key
             got = known.get(key)
             if got is not None:
-                heads[key] = (got[0], got[1], got[2], None)
+                heads[key] = (got[0], got[1], got[2], None, got[4])
             else:
                 missing.append(key)
         if missing:
@@ -1146,7 +1264,8 @@ class SQLiteStore(WriterStore):
             if len(chunk) == 1:
                 key = chunk[0]
                 row = conn.execute(
-                    f"SELECT doc, seq, revisions, value FROM head WHERE {_KEY_MATCH}", _k(key)
+                    f"SELECT doc, seq, revisions, value, rev FROM head WHERE {_KEY_MATCH}",
+                    _k(key),
                 ).fetchone()
                 if row is not None:
                     out[key] = row
@@ -1154,25 +1273,27 @@ class SQLiteStore(WriterStore):
             values = ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(chunk))
             rows = conn.execute(
                 f"WITH k (n, {_KEY_COLS}) AS (VALUES {values})"
-                " SELECT k.n, h.doc, h.seq, h.revisions, h.value FROM k JOIN head h"
+                " SELECT k.n, h.doc, h.seq, h.revisions, h.value, h.rev FROM k JOIN head h"
                 " ON h.space = k.space AND h.doc_id = k.doc_id AND h.scope = k.scope"
                 " AND h.principal = k.principal AND h.session = k.session",
                 [p for n, key in enumerate(chunk) for p in (n, *_k(key))],
             ).fetchall()
-            for n, doc, seq, revisions, raw in rows:
-                out[chunk[n]] = (doc, seq, revisions, raw)
+            for n, doc, seq, revisions, raw, rev in rows:
+                out[chunk[n]] = (doc, seq, revisions, raw, rev)
         return out
 
     @staticmethod
     def _rows(
         conn: sqlite3.Connection,
         seq: int,
+        next_id: int,
         docs: dict[DocKey, Value],
         paths: dict[DocKey, list[Path]],
         heads: dict[DocKey, _Head],
     ) -> _Staged:
         """What `_stage`'s documents write (`_Staged`), after making a head row for each
-        document written for the first time (its number is what its revision names)."""
+        document written for the first time (its number is what its revision names). The
+        revisions get ids from `next_id` on, in the order of `docs`."""
         new = [key for key in docs if key not in heads]
         if new:  # first writes: a head row each, then their numbers
             conn.executemany(
@@ -1180,23 +1301,22 @@ class SQLiteStore(WriterStore):
                 [(*_k(key), seq) for key in new],
             )
             made = SQLiteStore._heads(conn, new)
-            heads = {**heads, **{key: (h[0], 0, 0, None) for key, h in made.items()}}
+            heads = {**heads, **{key: (h[0], 0, 0, None, 0) for key, h in made.items()}}
         base_seqs: dict[DocKey, int] = {}
         rows: dict[DocKey, _Known] = {}
-        revisions: list[tuple[int, int, str]] = []
+        revisions: list[object] = []
         updates: list[object] = []
         due: list[int] = []
         over = 2 * REVISIONS_KEPT
-        for key, value in docs.items():
-            doc, last, count, _ = heads[key]
+        for rev, (key, value) in enumerate(docs.items(), next_id):
+            doc, last, count, _, prev = heads[key]
             base_seqs[key] = last
-            rows[key] = (doc, seq, count + 1, value)
-            revisions.append((doc, last, _paths_text(paths[key])))
-            updates += (doc, encode_value(value))
+            rows[key] = (doc, seq, count + 1, value, rev)
+            revisions += (rev, doc, prev, _paths_text(paths[key]))
+            updates += (doc, rev, encode_value(value))
             if count >= over:
                 due.append(doc)
-        revisions.sort()  # (by document number: appended at the end of the tree in order)
-        return docs, base_seqs, rows, [p for r in revisions for p in r], updates, due
+        return docs, base_seqs, rows, revisions, updates, due
 
     @staticmethod
     def _apply(
@@ -1204,16 +1324,17 @@ class SQLiteStore(WriterStore):
         request: CommitRequest,
         session_key: str,
         seq: int,
+        next_id: int,
         staged: _Staged,
     ) -> None:
-        """Write the commit: its `commit_log` row, a `revision` row per document (all under
-        `seq`: contiguous) and each document's head, updated in place: one statement per
+        """Write the commit: its `commit_log` row, a `revision` row per document (ids from
+        `next_id` on: appended) and each document's head, updated in place: one statement per
         table (per power-of-two chunk of rows, `_execute_rows`), then the pruning of the
         documents past 2 * REVISIONS_KEPT revisions (`_prune`), which corrects the kept
         revision counts in `staged`'s head rows."""
         conn.execute(
-            "INSERT INTO commit_log (seq, session_id, local_seq) VALUES (?, ?, ?)",
-            (seq, session_key, request.local_seq),
+            "INSERT INTO commit_log (seq, session_id, local_seq, first) VALUES (?, ?, ?, ?)",
+            (seq, session_key, request.local_seq, next_id),
         )
         _, _, rows, revisions, updates, due = staged
         if len(rows) == 1:  # (one document: the plain statements cost less)
@@ -1221,10 +1342,10 @@ class SQLiteStore(WriterStore):
             conn.execute(_INSERT_REVISION, (seq, *revisions))
         elif rows:
             _execute_rows(
-                conn, _UPDATE_HEADS, "(?, ?)", updates, width=2, first=(seq, REVISIONS_KEPT)
+                conn, _UPDATE_HEADS, "(?, ?, ?)", updates, width=3, first=(seq, REVISIONS_KEPT)
             )
             _execute_rows(
-                conn, _INSERT_REVISIONS, "(?1, ?, ?, ?)", revisions, width=3, first=(seq,)
+                conn, _INSERT_REVISIONS, "(?1, ?, ?, ?, ?)", revisions, width=4, first=(seq,)
             )
         if request.create_only:
             conn.executemany(
@@ -1233,9 +1354,9 @@ class SQLiteStore(WriterStore):
             )
         if due:
             gone, pruned = SQLiteStore._prune(conn, due)
-            for key, (doc, _, count, value) in rows.items():
+            for key, (doc, _, count, value, rev) in rows.items():
                 if doc in gone:
-                    rows[key] = (doc, seq, count - gone[doc], value)
+                    rows[key] = (doc, seq, count - gone[doc], value, rev)
             seqs: list[object] = [*sorted(pruned)]
             _execute_rows(conn, _DELETE_COMMITS, "(?)", seqs, width=1)
 
@@ -1257,38 +1378,39 @@ class SQLiteStore(WriterStore):
         walking all its revisions from the newest.
         """
         kept = REVISIONS_KEPT
-        found: dict[int, tuple[int, int, int]] = {}  # doc: (last seq, count, floor)
+        found: dict[int, tuple[int, int, int]] = {}  # doc: (last revision's id, count, floor)
         starts: list[object] = []  # (doc, walk from, floor) per document, flat
-        for doc, last, count, floor, next_floor in _execute_rows(
+        for doc, _, count, floor, next_floor, rev in _execute_rows(
             conn, _PRUNED_HEADS, "?", list(docs), width=1
         ):
             if count <= 2 * kept:
                 continue
             bound = floor or 0
-            found[doc] = (last, count, bound)
+            found[doc] = (rev, count, bound)
             if next_floor is not None:
                 starts += (doc, next_floor, bound)
-        walked: dict[int, list[int]] = {doc: [] for doc in found}
-        for doc, seq in _execute_rows(conn, _WALK_MANY, "(?, ?, ?)", starts, width=3):
-            walked[doc].append(seq)
+        walked: dict[int, list[tuple[int, int]]] = {doc: [] for doc in found}
+        for doc, rev, seq in _execute_rows(conn, _WALK_MANY, "(?, ?, ?)", starts, width=3):
+            walked[doc].append((rev, seq))
         gone: dict[int, int] = {}
         pruned: set[int] = set()
-        pairs: list[object] = []
+        ids: list[object] = []
         floors: list[object] = []  # (doc, kept revisions, floor) per document, flat
         for doc, (last, count, bound) in found.items():
-            seqs = walked[doc]
-            if count - len(seqs) != kept:  # (the usual case never gets here)
-                newest_first = [
-                    int(r[0])
-                    for r in conn.execute(f"{_CHAIN} SELECT seq FROM chain", (last, doc, bound))
-                ]
-                seqs = newest_first[kept:]
-            for s in seqs:
-                pairs += (s, doc)
-            pruned.update(seqs)
-            gone[doc] = len(seqs)
-            floors += (doc, count - len(seqs), max(seqs))
-        _execute_rows(conn, _DELETE_REVISIONS, "(?, ?)", pairs, width=2)
+            revs = walked[doc]
+            if count - len(revs) != kept:  # (the usual case never gets here)
+                newest_first = conn.execute(
+                    f"{_CHAIN} SELECT r.id, r.seq FROM chain JOIN revision r"
+                    " ON r.id = chain.id AND r.doc = ?2 AND r.seq > ?3 ORDER BY r.id DESC",
+                    (last, doc, bound),
+                ).fetchall()
+                revs = newest_first[kept:]
+            for rev, seq in revs:
+                ids.append(rev)
+                pruned.add(seq)
+            gone[doc] = len(revs)
+            floors += (doc, count - len(revs), max(seq for _, seq in revs))
+        _execute_rows(conn, _DELETE_REVISIONS, "(?)", ids, width=1)
         _execute_rows(conn, _SET_FLOORS, "(?, ?, ?)", floors, width=3)
         return gone, pruned
 
@@ -1297,30 +1419,39 @@ class SQLiteStore(WriterStore):
             self._resolve(self._session_key(request.session_id), request.local_seq, rejected=True)
 
     # ------------------------------------------------------------------ foreign commits
-    def _changes_after(self, conn: sqlite3.Connection, after: int) -> tuple[int, list[_Change]]:
-        """(max seq, commits after `after` with the documents whose head they still are).
+    def _changes_after(
+        self, conn: sqlite3.Connection, after: int
+    ) -> tuple[int, int, list[_Change]]:
+        """(max seq, the next revision id, commits after `after` with the documents whose
+        head they still are).
 
         A document written again later is delivered only with its latest seq,
         so every (seq, value) delivered is the document's true state at seq.
-        Run inside a transaction (one snapshot).  O(documents written since `after`).
+        Run inside a transaction (one snapshot).  O(documents written since `after`):
+        the revisions after `after` are the ids from the `first` of the oldest commit
+        after it (its row is kept: the newest commit's always is).
         """
-        top = self._max_seq(conn)
+        top, next_id = conn.execute(
+            "SELECT (SELECT COALESCE(MAX(seq), 0) FROM commit_log),"
+            " (SELECT COALESCE(MAX(id), 0) + 1 FROM revision)"
+        ).fetchone()
         if top <= after:
-            return top, []
+            return top, next_id, []
         with self._lock:
             if not self._listeners:
-                return top, []  # nobody to tell; a later session loads fresh state
+                return top, next_id, []  # nobody to tell; a later session loads fresh state
         rows = conn.execute(
             "SELECT r.seq, h.space, h.doc_id, h.scope, h.principal, h.session, h.value"
-            " FROM revision r JOIN head h ON h.doc = r.doc"
-            " WHERE r.seq > ? AND r.seq <= ? AND h.seq = r.seq ORDER BY r.seq",
-            (after, top),
+            " FROM revision r JOIN head h ON h.doc = r.doc AND h.rev = r.id"
+            " WHERE r.id >= (SELECT c.first FROM commit_log c WHERE c.seq > ?1"
+            " ORDER BY c.seq LIMIT 1) AND r.seq > ?1 ORDER BY r.id",
+            (after,),
         ).fetchall()
         out: dict[int, dict[DocKey, Value]] = {}
         for seq, space, doc_id, scope, principal, session, raw in rows:
             key = self._key_of(space, doc_id, scope, principal, session)
             out.setdefault(int(seq), {})[key] = self._decode(raw, key)
-        return top, list(out.items())
+        return top, next_id, list(out.items())
 
     def _deliver(self, changes: list[_Change]) -> None:
         for seq, docs in changes:
@@ -1353,7 +1484,7 @@ class SQLiteStore(WriterStore):
             try:
                 conn.execute("BEGIN")
                 try:
-                    top, changes = self._changes_after(conn, self._delivered)
+                    top, _, changes = self._changes_after(conn, self._delivered)
                 finally:
                     _rollback(conn)  # a read-only snapshot: nothing to commit
             except BaseException as exc:
@@ -1429,19 +1560,23 @@ class SQLiteStore(WriterStore):
             try:
                 if self._known_top != self._max_seq(conn):
                     return
-                for key, (doc, seq, revisions, value) in self._known.items():
+                for key, (doc, seq, revisions, value, rev) in self._known.items():
                     row = conn.execute(
-                        f"SELECT doc, seq, revisions, value FROM head WHERE {_KEY_MATCH}", _k(key)
+                        f"SELECT doc, seq, revisions, rev, value FROM head WHERE {_KEY_MATCH}",
+                        _k(key),
                     ).fetchone()
                     assert row is not None, key
-                    assert (doc, seq, revisions) == tuple(row[:3]), (key, row)
-                    assert value_equal(value, self._decode(row[3], key)), key
+                    assert (doc, seq, revisions, rev) == tuple(row[:4]), (key, row)
+                    assert value_equal(value, self._decode(row[4], key)), key
             finally:
                 conn.execute("COMMIT")
 
     @staticmethod
     def _checks() -> Iterator[tuple[str, str]]:
-        per_doc = "(SELECT doc, COUNT(*) AS n, MAX(seq) AS last FROM revision GROUP BY doc)"
+        per_doc = (
+            "(SELECT doc, COUNT(*) AS n, MAX(seq) AS last, MAX(id) AS last_id"
+            " FROM revision GROUP BY doc)"
+        )
         yield (
             "SELECT COUNT(*) FROM rejection x JOIN commit_log c USING (session_id, local_seq)",
             "a commit is recorded as both accepted and rejected",
@@ -1456,10 +1591,10 @@ class SQLiteStore(WriterStore):
             "a head's revision count is not its document's number of revisions",
         )
         yield (
-            "SELECT COUNT(*) FROM head h LEFT JOIN (SELECT doc, seq FROM (SELECT doc, seq,"
+            "SELECT COUNT(*) FROM head h LEFT JOIN (SELECT doc, id FROM (SELECT doc, id,"
             " ROW_NUMBER() OVER (PARTITION BY doc ORDER BY seq) AS i FROM revision)"
             f" WHERE i = {REVISIONS_KEPT + 1}) n ON n.doc = h.doc"
-            " WHERE h.next_floor IS NOT n.seq",
+            " WHERE h.next_floor IS NOT n.id",
             "a head's next floor is not its (REVISIONS_KEPT + 1)-th oldest kept revision",
         )
         yield (
@@ -1473,8 +1608,20 @@ class SQLiteStore(WriterStore):
         )
         yield (
             f"SELECT COUNT(*) FROM head h LEFT JOIN {per_doc} c ON c.doc = h.doc"
-            " WHERE h.seq IS NOT c.last",
-            "a head's seq is not its document's last revision",
+            " WHERE h.seq IS NOT c.last OR h.rev IS NOT c.last_id",
+            "a head's seq or rev is not its document's last revision",
+        )
+        yield (
+            "SELECT COUNT(*) FROM (SELECT seq, LAG(seq) OVER (ORDER BY id) AS before"
+            " FROM revision) WHERE seq < before",
+            "revision ids do not follow commit order",
+        )
+        yield (
+            # A commit's revisions are the ids from its `first` up to the next commit's.
+            "SELECT COUNT(*) FROM revision r JOIN (SELECT seq, first, LEAD(first) OVER"
+            " (ORDER BY seq) AS next FROM commit_log) c ON c.seq = r.seq"
+            " WHERE r.id < c.first OR r.id >= COALESCE(c.next, r.id + 1)",
+            "a revision's id is outside its commit's range",
         )
         yield (
             "SELECT COUNT(*) FROM revision r WHERE NOT EXISTS (SELECT 1 FROM head h"
@@ -1482,17 +1629,18 @@ class SQLiteStore(WriterStore):
             "a revision names no document",
         )
         yield (
-            # Each revision names the document's one before it; the oldest kept one,
-            # the newest pruned (its floor), or none (0).
-            "SELECT COUNT(*) FROM (SELECT r.prev, LAG(r.seq) OVER"
+            # Each revision names the document's one before it by id; the oldest kept
+            # one none (0) or, once pruned, an id below its own that names no row.
+            "SELECT COUNT(*) FROM (SELECT r.id, r.prev, LAG(r.id) OVER"
             " (PARTITION BY r.doc ORDER BY r.seq) AS before, h.floor FROM revision r"
-            " JOIN head h ON h.doc = r.doc) WHERE prev IS NOT COALESCE(before, floor, 0)",
+            " JOIN head h ON h.doc = r.doc) WHERE CASE WHEN before IS NOT NULL"
+            " THEN prev IS NOT before WHEN floor IS NULL THEN prev != 0"
+            " ELSE prev >= id OR prev IN (SELECT id FROM revision) END",
             "a revision does not name its document's previous revision",
         )
         yield (
-            "SELECT COUNT(*) FROM commit_log c WHERE NOT EXISTS"
-            " (SELECT 1 FROM revision r WHERE r.seq = c.seq)"
-            " AND NOT EXISTS (SELECT 1 FROM claimed k WHERE k.seq = c.seq)",
+            "SELECT COUNT(*) FROM commit_log c WHERE c.seq NOT IN (SELECT seq FROM revision)"
+            " AND c.seq NOT IN (SELECT seq FROM claimed)",
             "a commit wrote nothing and claimed nothing",
         )
         yield (

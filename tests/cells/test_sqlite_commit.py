@@ -152,12 +152,19 @@ def test_a_commit_of_any_size_writes_every_document_and_its_history(
     conn = sqlite3.connect(db)
     try:
         per_seq = conn.execute(
-            "SELECT seq, COUNT(*), MIN(prev), MAX(prev) FROM revision GROUP BY seq ORDER BY seq"
+            "SELECT r.seq, COUNT(*), MIN(COALESCE(p.seq, 0)), MAX(COALESCE(p.seq, 0)),"
+            " MIN(r.id), MAX(r.id) FROM revision r LEFT JOIN revision p"
+            " ON p.id = r.prev AND p.doc = r.doc GROUP BY r.seq ORDER BY r.seq"
         ).fetchall()
     finally:
         conn.close()
-    # Each commit's revisions name the commit before it (each document's previous one).
-    assert [(1, size, 0, 0), (2, size, 1, 1), (3, size, 2, 2)] == per_seq
+    # Each commit's revisions name the commit before it (each document's previous one),
+    # and take the ids after the commit before's: appended at the end of the table.
+    assert [
+        (1, size, 0, 0, 1, size),
+        (2, size, 1, 1, size + 1, 2 * size),
+        (3, size, 2, 2, 2 * size + 1, 3 * size),
+    ] == per_seq
     store._check()
 
 

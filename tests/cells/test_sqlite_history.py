@@ -395,6 +395,160 @@ def test_an_older_format_file_is_upgraded_when_opened(
     store._check()
 
 
+# The DDL of store format version 3, as cellweave wrote it before version 4 (revisions
+# keyed by (seq, document number), each naming its document's previous one by seq).
+V3_DDL = (
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE commit_log (seq INTEGER PRIMARY KEY, session_id TEXT NOT NULL,"
+    " local_seq INTEGER NOT NULL)",
+    "CREATE TABLE rejection (session_id TEXT NOT NULL, local_seq INTEGER NOT NULL,"
+    " PRIMARY KEY (session_id, local_seq)) WITHOUT ROWID",
+    f"CREATE TABLE head (doc INTEGER PRIMARY KEY, {_KEY}, seq INTEGER NOT NULL,"
+    " revisions INTEGER NOT NULL, floor INTEGER, next_floor INTEGER, value TEXT,"
+    f" UNIQUE ({_PK}))",
+    "CREATE TABLE revision (seq INTEGER NOT NULL, doc INTEGER NOT NULL, prev INTEGER NOT NULL,"
+    " paths TEXT NOT NULL, PRIMARY KEY (seq, doc)) WITHOUT ROWID",
+    f"CREATE TABLE claimed ({_KEY}, seq INTEGER NOT NULL, PRIMARY KEY ({_PK})) WITHOUT ROWID",
+    "CREATE INDEX claimed_by_seq ON claimed (seq)",
+)
+
+
+def write_v3_file(db: FsPath, commits: list[OldCommit]) -> None:
+    """A file as cellweave wrote it in format 3, holding `commits` (seq 1, 2, ...): a
+    document past 2 * REVISIONS_KEPT revisions keeps its newest REVISIONS_KEPT, its head
+    counting them and recording its floor, and the next floor once it keeps more than
+    REVISIONS_KEPT; each revision names the document's previous one by seq (the oldest
+    kept one its floor); commit_log keeps the rows something names."""
+    kept = REVISIONS_KEPT
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("BEGIN")
+    for stmt in V3_DDL:
+        conn.execute(stmt)
+    conn.executemany(
+        "INSERT INTO meta VALUES (?, ?)", [("format", "cellweave-store"), ("version", "3")]
+    )
+    for seq, (writes, claims) in enumerate(commits, 1):
+        conn.execute("INSERT INTO commit_log VALUES (?, ?, ?)", (seq, "old@1", seq))
+        for key, (value, paths) in writes.items():
+            k = key_params(key)
+            conn.execute(
+                f"INSERT INTO head ({_PK}, seq, revisions) VALUES (?, ?, ?, ?, ?, 0, 0)"
+                " ON CONFLICT DO NOTHING",
+                k,
+            )
+            doc, last = conn.execute(f"SELECT doc, seq FROM head WHERE {_MATCH}", k).fetchone()
+            conn.execute(
+                "INSERT INTO revision VALUES (?, ?, ?, ?)", (seq, doc, last, json.dumps(paths))
+            )
+            conn.execute(
+                "UPDATE head SET next_floor = CASE revisions WHEN ? THEN ? ELSE next_floor END,"
+                " seq = ?, revisions = revisions + 1, value = ? WHERE doc = ?",
+                (kept, seq, seq, encode_value(value), doc),
+            )
+            count = conn.execute("SELECT revisions FROM head WHERE doc = ?", (doc,)).fetchone()[0]
+            if count > 2 * kept:
+                oldest = conn.execute(
+                    "SELECT seq FROM revision WHERE doc = ? ORDER BY seq LIMIT ?",
+                    (doc, count - kept),
+                ).fetchall()
+                floor = oldest[-1][0]
+                conn.execute("DELETE FROM revision WHERE doc = ? AND seq <= ?", (doc, floor))
+                conn.execute(
+                    "UPDATE head SET revisions = ?, floor = ?, next_floor = NULL WHERE doc = ?",
+                    (kept, floor, doc),
+                )
+                conn.execute(
+                    "DELETE FROM commit_log WHERE seq < ? AND seq NOT IN (SELECT seq FROM"
+                    " revision UNION SELECT seq FROM claimed)",
+                    (seq,),
+                )
+        for key in claims:
+            conn.execute("INSERT INTO claimed VALUES (?, ?, ?, ?, ?, ?)", (*key_params(key), seq))
+    conn.execute("COMMIT")
+    conn.close()
+
+
+def v3_history(db: FsPath) -> History:
+    """Per document of a version 3 file: its floor, and its kept (seq, paths) revisions."""
+    conn = sqlite3.connect(db)
+    try:
+        out: History = {}
+        for doc, floor, *key in conn.execute(f"SELECT doc, floor, {_PK} FROM head").fetchall():
+            revs = conn.execute(
+                "SELECT seq, paths FROM revision WHERE doc = ? ORDER BY seq", (doc,)
+            )
+            out[DocKey(*key)] = (
+                floor,
+                [(seq, tuple(tuple(p) for p in json.loads(paths))) for seq, paths in revs],
+            )
+        return out
+    finally:
+        conn.close()
+
+
+def test_a_version_3_file_is_upgraded_when_opened(stores: Make, db: FsPath) -> None:
+    # Version 4 gives revisions ids in commit order and chains them by id: every
+    # document, revision, floor, next floor and claim of the version 3 file is kept.
+    commits = old_commits()
+    write_v3_file(db, commits)
+    before = v3_history(db)
+    churned, once, deleted, claimed = keys("churned", "once", "deleted", "claimed")
+    assert before[churned][0] is not None  # pruned twice, and more than kept since
+    assert REVISIONS_KEPT < len(before[churned][1]) <= 2 * REVISIONS_KEPT
+    store = stores(db)
+    assert "4" == str(VERSION) == meta_version(db)
+    store._check()  # counts, floors, next floors (now ids), chains by id, commit ranges
+    assert len(commits) == store.seq
+    assert {"value": {"x": 1}} == store.read_durable(once)
+    assert MISSING is store.read_durable(deleted)
+    last = 3 * REVISIONS_KEPT + 6
+    assert {"value": {"x": last, "y": last}} == store.read_durable(churned)
+    conn = store._reader_conn()
+    for key, (floor, revs) in before.items():
+        for basis in range(len(commits) + 1):
+            got = store._revisions_since(conn, "s", "s@1", key, basis)
+            if floor is not None and basis < floor:
+                assert [(floor, ((),))] == [(r.seq, r.paths) for r in got]
+                continue
+            assert [(seq, p) for seq, p in revs if seq > basis] == [
+                (r.seq, r.paths) for r in got
+            ], (key, basis)
+            assert all(r.session_id == "old@1" and r.local_seq == r.seq for r in got)
+    # The store goes on: create-only meets the old claim, the churned document is
+    # pruned by its upgraded next floor, and another store's session that loaded the
+    # documents before hears of every later commit (found through `first`).
+    watcher = stores(db)
+    watching = Space(watcher, "h")
+    assert {"x": 1} == watching.get_cell("once").get()
+    assert last == watching.get_cell("churned").get()["x"]
+    space = Space(store, "h")
+    tx = space.edit()
+    tx.create_only(claimed)
+    tx.write(claimed, ("value",), 1)
+    assert Outcome.PERMANENT is tx.commit().wait(WAIT).outcome
+    for i in range(2 * REVISIONS_KEPT):
+        assert space.get_cell("churned").key("x").set(-i).wait(WAIT).ok
+        if i in (0, REVISIONS_KEPT - 1, REVISIONS_KEPT, 2 * REVISIONS_KEPT - 1):
+            store._check()
+    assert rows(db, "revision") <= 2 * REVISIONS_KEPT + 2
+    assert space.get_cell("once").key("x").set(2).wait(WAIT).ok
+    assert watcher.poll() > 0
+    watching.replica.pump()
+    assert -(2 * REVISIONS_KEPT - 1) == watching.get_cell("churned").get()["x"]
+    assert {"x": 2} == watching.get_cell("once").get()
+    # A cellweave of format 3 still holding the file open cannot commit to it: its
+    # first statement (the commit's row) no longer fits, so it writes nothing.
+    conn = sqlite3.connect(db)
+    try:
+        with pytest.raises(sqlite3.IntegrityError, match="commit_log.first"):
+            conn.execute(
+                "INSERT INTO commit_log (seq, session_id, local_seq) VALUES (?, ?, ?)",
+                (store.seq + 1, "old@1", 1),
+            )
+    finally:
+        conn.close()
+
+
 def test_a_failed_upgrade_leaves_the_file_as_it_was(db: FsPath) -> None:
     write_old_file(db, 2, old_commits())
     conn = sqlite3.connect(db)
