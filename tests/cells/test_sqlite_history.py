@@ -540,7 +540,7 @@ def test_a_version_3_file_is_upgraded_when_opened(stores: Make, db: FsPath) -> N
     # first statement (the commit's row) no longer fits, so it writes nothing.
     conn = sqlite3.connect(db)
     try:
-        with pytest.raises(sqlite3.IntegrityError, match="commit_log.first"):
+        with pytest.raises(sqlite3.IntegrityError, match=r"commit_log\.first"):
             conn.execute(
                 "INSERT INTO commit_log (seq, session_id, local_seq) VALUES (?, ?, ?)",
                 (store.seq + 1, "old@1", 1),
