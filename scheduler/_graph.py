@@ -257,8 +257,9 @@ class Graph:
         return TwoReads(k1, reads.entry, k2, reads.entry2)
 
     def _held_key(self, node: Node, key: DocKey) -> DocKey:
-        """An object equal to `key` that `node`'s read sets (last and declared) or another
-        reader of the document already hold, else `key`. O(1): small read sets only."""
+        """An object equal to `key` that `node`'s read sets (last and declared), another
+        reader of the document or a writer of it already hold, else `key`. O(1): small
+        read sets only, one writer's outputs."""
         for held in (node.reads, node.declared):
             k = held_key(held, key)
             if k is not None:
@@ -273,6 +274,15 @@ class Graph:
             k = held_key(other.reads, key)
             if k is not None:
                 return k
+        # A writer's output key (a sink on a `derive` output reads what the node
+        # writes, and nothing else reads it): one key per document, not two.
+        writers = self.writers_by_doc.get(key)
+        if writers is not None:
+            writer = next(iter(writers)) if type(writers) is set else writers
+            assert isinstance(writer, Node)
+            for k, _ in writer.outputs:
+                if k == key:
+                    return k
         return key
 
     def _apply_writers(self, node: Node, new_writers: set[Node]) -> None:

@@ -133,6 +133,15 @@ def held_key(reads: ReadSet | None, key: DocKey) -> DocKey | None:
     return None
 
 
+Output: TypeAlias = tuple[DocKey, Path]
+"""One declared output: a document and a path in it."""
+
+
+def _one_output(outputs: tuple[Output, ...]) -> Output | tuple[Output, ...]:
+    """How a node keeps its declared outputs (`Node._outs`): one output bare, else the tuple."""
+    return outputs[0] if len(outputs) == 1 else outputs
+
+
 def _is_only(entry: ReadEntry, path: Path, shallow: bool) -> bool:
     """`entry` is exactly `path`, deep or shallow as `shallow` says."""
     other_kind, this_kind = entry if shallow else (entry[1], entry[0])
@@ -204,7 +213,9 @@ class Node:
     kind: NodeKind
     ordinal: int
     identity: Identity
-    outputs: tuple[tuple[DocKey, Path], ...]
+    _outs: Output | tuple[Output, ...] = attrs.field(alias="outputs", converter=_one_output)
+    """The declared outputs (`outputs`): the one `(key, path)` pair itself when there is
+    exactly one, the usual case (a 1-tuple around it cost every node 48 bytes)."""
     _label: str | None
     """The label given at registration; None: `str(fn)` says it when asked (`label`)."""
     parent: Node | None = None
@@ -241,6 +252,12 @@ class Node:
             f" -> {describe(outputs[0][0])}" if outputs else ""
         )  # which node, when labels repeat
         return f"<Node {self.kind} {self.label!r} #{self.ordinal}{writes} {self.status}>"
+
+    @property
+    def outputs(self) -> tuple[Output, ...]:
+        """The places the node declared it writes (`register(outputs=...)`), in order."""
+        outs = self._outs
+        return (outs,) if outs and type(outs[0]) is DocKey else outs  # type: ignore[return-value]
 
     @property
     def label(self) -> str:

@@ -193,7 +193,7 @@ class Scheduler(Passes):
         copies). A change back to the value last delivered is not delivered.
         Returns cancel.
         """
-        return add_sink(self, cell, Sink(self, cell.link(), fn))
+        return add_sink(self, cell, fn, Sink)
 
     def sink_patches(
         self, cell: Cell, fn: Callable[[list[dict[str, Any]]], None]
@@ -206,7 +206,7 @@ class Scheduler(Passes):
         exactly as `get()` follows them. Applying every list in order to `None`
         gives `get()` (with `None` for absent) after each settle.
         """
-        return add_sink(self, cell, PatchSink(self, cell.link(), fn))
+        return add_sink(self, cell, fn, PatchSink)
 
     def derive(
         self,

@@ -41,17 +41,24 @@ from ._host import Delivery, Host
 from ._node import Node, SelfLabelled
 
 
-def add_sink(host: Host, cell: Cell, sink: Sink) -> Callable[[], None]:
-    """Register `sink` as an effect reading `cell`, settle (its first delivery), and
-    return its cancel function. See `Scheduler.sink`."""
-    if not callable(sink.fn):
-        raise CellweaveError(f"{sink.what}({cell!r}): fn must be callable, got {sink.fn!r}")
-    node = host.register(sink, identity=cell.identity, kind="effect", reads=declared(cell))
-    sink.node = node
+def add_sink(host: Host, cell: Cell, fn: Any, kind: type[Sink]) -> Callable[[], None]:
+    """Register a `kind` sink (`Sink` or `PatchSink`) calling `fn`, reading `cell`, settle
+    (its first delivery), and return its cancel function. See `Scheduler.sink`."""
+    if not callable(fn):
+        raise CellweaveError(f"{kind.what}({cell!r}): fn must be callable, got {fn!r}")
+    link = cell.link()
+    node = host.register(
+        _SINK_RUN,  # (replaced by the node itself: see `Sink`)
+        identity=cell.identity,
+        kind="effect",
+        reads=declared(cell),
+        make=lambda *args: kind(*args, scheduler=host, link=link, callback=fn),
+    )
     host.settle()
-    # A bound method, not a closure over `host`, `node` and `sink` (about 150 bytes
-    # less per sink: see the `memory per unit` benchmark's observed derived node).
-    return sink.cancel
+    # A bound method, not a closure over `host` and the node (about 150 bytes less per
+    # sink: see the `memory per unit` benchmark's observed derived node).
+    assert isinstance(node, Sink)
+    return node.cancel
 
 
 def derive(
@@ -94,6 +101,19 @@ def derive(
 
 def _derive_run(tx: Transaction) -> None:
     raise AssertionError("a DeriveNode runs itself")  # pragma: no cover
+
+
+class _SinkRun(SelfLabelled):
+    """What `add_sink` registers as the node function before the node replaces it with
+    itself: `SelfLabelled`, so the node keeps no label string and asks the sink."""
+
+    __slots__ = ()
+
+    def __call__(self, tx: Transaction) -> None:
+        raise AssertionError("a Sink runs itself")  # pragma: no cover
+
+
+_SINK_RUN: Final = _SinkRun()
 
 
 def _pull_node(host: Host, cell: Cell, box: list[Any]) -> Node:
@@ -174,8 +194,8 @@ class DeriveNode(Node):
             value = self.compute(*[_plain(read_value(tx, link)) for link in inputs])
         else:
             value = self.compute(_plain(read_value(tx, inputs)))
-        ((key, path),) = self.outputs
-        tx.write(key, path, value)
+        key, path = self._outs  # (its one output, kept bare: see `Node._outs`)
+        tx.write(key, path, value)  # type: ignore[arg-type]
 
 
 class _Unset:
@@ -186,19 +206,22 @@ class _Unset:
 _UNSET: Final = _Unset()
 
 
-@attrs.define(slots=True, eq=False, weakref_slot=False)
-class Sink(SelfLabelled):
-    """The node function of `Scheduler.sink`: reads the value, delivers it after the pass.
+@attrs.define(slots=True, eq=False, weakref_slot=False, repr=False)
+class Sink(Node):
+    """The node of `Scheduler.sink`: reads the value, delivers it after the pass.
 
-    `shown` is the value last delivered (stored form, never handed out), `pending`
-    the one a run read this pass. Absent reads as None, so absent and None are one
-    delivered value. Its `str()` is its node's label ("sink <link>").
+    It is its own node function (`fn` is the node, as for `DeriveNode`): a separate
+    sink object beside its node cost about 40 bytes more per sink (its header and
+    the two references between them). `callback` is the user's function. `shown` is
+    the value last delivered (stored form, never handed out), `pending` the one a
+    run read this pass. Absent reads as None, so absent and None are one delivered
+    value. Its `str()` is its node's label ("sink <link>").
     """
 
     what: ClassVar[str] = "sink"
-    scheduler: Host
-    link: Link
-    fn: Any
+    scheduler: Host = attrs.field(kw_only=True)
+    link: Link = attrs.field(kw_only=True)
+    callback: Any = attrs.field(kw_only=True)
     # Keeps the materialized value between runs: after a one-element edit of a long
     # mapped list, only that element's links are read again, and the unchanged
     # elements stay the same objects (the patch diff skips them by identity). None
@@ -208,9 +231,16 @@ class Sink(SelfLabelled):
         default=attrs.Factory(lambda self: Materializer(self.scheduler.replica), takes_self=True),
         init=False,
     )
-    node: Node | None = attrs.field(default=None, init=False)
     shown: Any = attrs.field(default=_UNSET, init=False)
     pending: Any = attrs.field(default=_UNSET, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.fn = self
+
+    @property
+    def node(self) -> Node:
+        """The sink's node: itself (`Delivery`)."""
+        return self
 
     def __str__(self) -> str:
         return f"{self.what} {self.link}"
@@ -258,8 +288,7 @@ class Sink(SelfLabelled):
 
     def cancel(self) -> None:
         """End the sink: remove its node and close its materializer (idempotent)."""
-        if self.node is not None:
-            self.scheduler.remove(self.node)
+        self.scheduler.remove(self)
         if self.materializer is not None:
             self.materializer.close()
 
@@ -271,10 +300,10 @@ class Sink(SelfLabelled):
         self.shown = value
         t = type(value)
         # (`thaw` copies containers only; a kept list of flat records in C.)
-        self.fn(self.thaw(value) if t is dict or t is list else value)
+        self.callback(self.thaw(value) if t is dict or t is list else value)
 
 
-@attrs.define(slots=True, eq=False, weakref_slot=False)
+@attrs.define(slots=True, eq=False, weakref_slot=False, repr=False)
 class PatchSink(Sink):
     """`Scheduler.sink_patches`: delivers JSON Patch operations instead of the value.
 
@@ -310,7 +339,7 @@ class PatchSink(Sink):
             ops = patch_ops(shown, value) if spots is None else patch_ops_at(shown, value, spots)
             if not ops:
                 return
-        self.fn(ops)
+        self.callback(ops)
 
 
 def deliver_all(deliveries: dict[Delivery, None], fail: Callable[[Node, Exception], None]) -> None:
