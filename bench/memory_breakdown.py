@@ -3,7 +3,10 @@
 Options: ``--units N``, ``--by file|line``, ``--via runner``, ``--top K``, ``--sqlite``.
 
 ROW is one of ``element`` (a mapped list element, as the ``memory per unit``
-row), ``page`` (an open page, as that row) or ``served`` (a claimed idle served
+row), ``page`` (an open page, as that row), ``derive`` (a live `Scheduler.derive`
+node reading one shared source, as the ``memory per node`` rows; ``--updates K``:
+after K more updates), ``observed`` (a derive node on its own source with a
+`Scheduler.sink` on it, as the observed derived node row) or ``served`` (a claimed idle served
 page, as ``bench.claims_scale``, on a throwaway PostgreSQL cluster, or on SQLite
 with ``--sqlite``). In a fresh process, builds N units under `tracemalloc`
 (after `gc.collect()`), takes a snapshot and prints the bytes and objects per
@@ -112,6 +115,57 @@ async def _page(rt: Runtime, units: int) -> object:
     return pages
 
 
+def _scheduler_row(row: str, units: int, updates: int, by: str, top: int) -> None:
+    """`derive` or `observed` (see the module doc): scheduler nodes on a bare `Space`."""
+    from cells import MemoryStore, Space
+    from scheduler import Scheduler
+
+    space = Space(MemoryStore(), "bench")
+    sch = Scheduler(space.replica)
+    src = space.cell("src")
+    src.set(0)
+    sch.settle()
+    gc.collect()
+    tracemalloc.start(FRAMES)
+    base = tracemalloc.take_snapshot()
+    kept: list[object] = []
+    if row == "derive":
+        for i in range(units):
+            out = space.cell(f"n{i}")
+            sch.derive(out, [src], lambda v, i=i: v + i)
+            kept.append(out)
+        for node in list(sch.graph.nodes):
+            sch.demand(node)
+        sch.settle()
+        for k in range(1, updates + 1):
+            src.set(k)
+            sch.settle()
+        sch.replica.pump()
+        assert sch.stats.runs_computation == units * (updates + 1)
+    else:
+        sources = [space.cell(f"src{i}") for i in range(units)]
+        tx = space.edit()
+        for i, cell in enumerate(sources):
+            cell.with_tx(tx).set(i)
+        tx.commit()
+        space.replica.pump()
+        seen: list[object] = []
+        for i, cell in enumerate(sources):
+            out = space.cell(f"out{i}")
+            sch.derive(out, [cell], lambda v: {"n": v, "double": (v or 0) * 2})
+            kept += (cell, out, sch.sink(out, seen.append))
+        sch.settle()
+        assert len(seen) == units
+        kept.append(seen)
+    gc.collect()
+    skip = [tracemalloc.Filter(False, tracemalloc.__file__)]
+    snap = tracemalloc.take_snapshot().filter_traces(skip)
+    tracemalloc.stop()
+    _report(snap, base.filter_traces(skip), units, by, top)
+    del kept
+    sch.close()
+
+
 def _in_memory(
     main: Callable[[Runtime, int], Awaitable[object]], units: int, by: str, top: int
 ) -> None:
@@ -181,8 +235,9 @@ async def _served(units: int, by: str, top: int, sqlite: bool) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.memory_breakdown")
-    parser.add_argument("row", choices=["element", "page", "served"])
+    parser.add_argument("row", choices=["element", "page", "derive", "observed", "served"])
     parser.add_argument("--units", type=int, default=1000)
+    parser.add_argument("--updates", type=int, default=0, help="derive: updates after the run")
     parser.add_argument("--by", choices=["file", "line"], default="file")
     parser.add_argument("--top", type=int, default=40)
     parser.add_argument(
@@ -195,7 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     ONLY = args.only
     if args.via:
         VIA, FRAMES = args.via, 25
-    if args.row == "served":
+    if args.row in ("derive", "observed"):
+        _scheduler_row(args.row, args.units, args.updates, args.by, args.top)
+    elif args.row == "served":
         asyncio.run(_served(args.units, args.by, args.top, args.sqlite))
     else:
         _in_memory(_element if args.row == "element" else _page, args.units, args.by, args.top)

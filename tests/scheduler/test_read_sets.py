@@ -80,3 +80,15 @@ def test_readers_of_the_same_field_path_share_one_entry(monkeypatch: pytest.Monk
     index: Path = ("value", 3)
     three, four = compact_reads([(a, index, False)]), compact_reads([(b, index, False)])
     assert three[a] == four[b] and three[a] is not four[b]
+
+
+@pytest.mark.parametrize("count", [0, 1, 2, 3])
+def test_a_node_answers_its_declared_outputs_as_declared(count: int) -> None:
+    # One output is kept bare (no 1-tuple around it): `outputs` gives the same tuple
+    # back for every count, including two outputs (a pair of pairs, not one pair).
+    from cells import Identity
+    from scheduler._node import Node
+
+    declared = tuple((DocKey("s", f"o{i}"), ("value", i)) for i in range(count))
+    node = Node(lambda _tx: None, "computation", 0, Identity("p", "s"), declared, "n")
+    assert node.outputs == declared

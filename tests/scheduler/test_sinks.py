@@ -57,3 +57,24 @@ def test_a_sink_holds_a_materializer_only_while_its_value_has_links() -> None:
     assert sink.materializer is None and seen[-1] == 5
     cancel()
     sch.close()
+
+
+def test_a_sink_on_a_derived_cell_reads_the_key_its_writer_holds() -> None:
+    # The sink reads what the derive node writes: its read set keeps the writer's key
+    # object, not an equal one of its own (one key per document).
+    space = Space(MemoryStore(), "sp")
+    sch = Scheduler(space.replica)
+    src, out = space.cell("src"), space.cell("out")
+    src.set(1)
+    node = sch.derive(out, [src], lambda v: v + 1)
+    seen: list[object] = []
+    cancel = sch.sink(out, seen.append)
+    (sink,) = [n for n in sch.graph.nodes if n is not node]
+    assert isinstance(sink, Sink) and sink.fn is sink
+    ((written, _path),) = node.outputs
+    (read,) = sink.reads
+    assert read is written
+    assert seen == [2]
+    cancel()
+    assert not sink.registered and list(sch.graph.nodes) == [node]
+    sch.close()
