@@ -137,7 +137,7 @@ Output: TypeAlias = tuple[DocKey, Path]
 """One declared output: a document and a path in it."""
 
 
-def _one_output(outputs: tuple[Output, ...]) -> Output | tuple[Output, ...]:
+def one_output(outputs: tuple[Output, ...]) -> Output | tuple[Output, ...]:
     """How a node keeps its declared outputs (`Node._outs`): one output bare, else the tuple."""
     return outputs[0] if len(outputs) == 1 else outputs
 
@@ -213,9 +213,11 @@ class Node:
     kind: NodeKind
     ordinal: int
     identity: Identity
-    _outs: Output | tuple[Output, ...] = attrs.field(alias="outputs", converter=_one_output)
+    _outs: Output | tuple[Output, ...] = attrs.field(alias="outputs")
     """The declared outputs (`outputs`): the one `(key, path)` pair itself when there is
-    exactly one, the usual case (a 1-tuple around it cost every node 48 bytes)."""
+    exactly one, the usual case (a 1-tuple around it cost every node 48 bytes), as
+    `register` passes them (`one_output`); a tuple of pairs also reads right. (Not an
+    attrs converter: that makes attrs hook every attribute write of the node.)"""
     _label: str | None
     """The label given at registration; None: `str(fn)` says it when asked (`label`)."""
     parent: Node | None = None

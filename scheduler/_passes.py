@@ -73,6 +73,7 @@ from ._node import (
     SelfLabelled,
     TwoReads,
     lean_reads,
+    one_output,
     two_reads_match,
 )
 from ._readers import ReaderIndex, compact_reads
@@ -170,7 +171,7 @@ class Passes:
             kind,
             next(self._ordinals),
             identity,
-            tuple(outputs),
+            one_output(tuple(outputs)),
             label
             or (None if isinstance(fn, SelfLabelled) else str(getattr(fn, "__qualname__", "node"))),
             parent,
