@@ -55,10 +55,13 @@ class Statistics:
 
 
 class Delivery(Protocol):
-    """A sink waiting to call its function once the pass has ended."""
+    """A sink waiting to call its function once the pass has ended: a sink is its own
+    node, so `registered` is its node's, and `node` the node itself."""
+
+    registered: bool
 
     @property
-    def node(self) -> Node | None: ...
+    def node(self) -> Node: ...
 
     def deliver(self) -> None: ...
 

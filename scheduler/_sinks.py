@@ -354,9 +354,8 @@ def deliver_all(deliveries: dict[Delivery, None], fail: Callable[[Node, Exceptio
         batch = deliveries.copy()
         deliveries.clear()  # (a sink's function may write: its re-runs land here)
         for sink in batch:
-            node = sink.node
-            if node is not None and node.registered:
+            if sink.registered:  # (the sink's own: it is its node)
                 try:
                     sink.deliver()
                 except Exception as exc:
-                    fail(node, exc)  # the sink's function raised: its node fails
+                    fail(sink.node, exc)  # the sink's function raised: its node fails
