@@ -607,16 +607,14 @@ _SPLICES: dict[int, tuple[list[Any], list[Any], int, int]] = {}
 keeps both lists alive, so neither id is reused meanwhile): (new list, the list it was
 made from, index, elements inserted). Bounded: the oldest entry goes first."""
 _SPLICES_KEPT = 16
-SPLICE_NOTED: Final = 32
-"""Lists shorter than this are not noted (`note_splice`): comparing their ends is cheap."""
 
 
 def note_splice(old: list[Any], new: list[Any], index: int, delete: int, added: int) -> None:
     """Remember that `new` is `old` with `delete` elements from `index` on replaced by
     `added` others, its kept elements the same objects (`Transaction.splice` makes it so):
-    `splice_ends(old, new)` then answers without comparing. O(1)."""
-    if len(new) < SPLICE_NOTED and len(old) < SPLICE_NOTED:
-        return
+    `splice_ends(old, new)` then answers without comparing. O(1). (Short lists too: a
+    dict entry costs less than a branch on the length would save, and every list test
+    then runs the same way as a long list.)"""
     if len(_SPLICES) >= _SPLICES_KEPT:
         del _SPLICES[next(iter(_SPLICES))]
     _SPLICES[id(new)] = (new, old, index, added)
@@ -627,7 +625,8 @@ def splice_ends(old: list[Any], new: list[Any]) -> tuple[int, int] | None:
     process: the elements before the splice point and after the inserted ones, which
     are the same objects at the same distance from each end in both lists (so equal,
     though a longer common prefix or suffix may exist). None when unknown (another
-    process's change, several changes in between, a short list): compare then. O(1).
+    process's change, several changes in between, a splice noted too long ago):
+    compare then. O(1).
 
     What keeps a splice O(changed) at every N: the reader index and the list
     coordinators take their common ends from here instead of comparing N elements."""
@@ -639,7 +638,7 @@ def splice_ends(old: list[Any], new: list[Any]) -> tuple[int, int] | None:
 
 
 _TYPES: dict[int, tuple[list[Any], frozenset[type]]] = {}
-"""Per recently seen long list (by its id; the entry keeps it alive): the set of its
+"""Per recently seen list (by its id; the entry keeps it alive): the set of its
 elements' types. Bounded: the oldest entry goes first."""
 _TYPES_KEPT = 16
 
@@ -657,8 +656,6 @@ def element_types(items: list[Any]) -> frozenset[type]:
 
 
 def _keep_types(items: list[Any], kinds: frozenset[type]) -> None:
-    if len(items) < SPLICE_NOTED:
-        return
     if len(_TYPES) >= _TYPES_KEPT:
         del _TYPES[next(iter(_TYPES))]
     _TYPES[id(items)] = (items, kinds)
