@@ -714,6 +714,71 @@ def _reaktiv_aggregate_bench(n: int, op: str) -> None:
         return run
 
 
+def _aggregate_remove_bench(n: int, board: Any, op: str) -> None:
+    @bench(
+        group="lists remove",
+        name=f"cellweave {op} remove middle, sink N={n} (inline dicts)",
+        ops=CHANGES,
+    )
+    def remove_aggregate() -> Run:
+        """`items.remove(i)` of the middle inline dict under a filter or flat_map, with a
+        sink on the output's first item (a view showing it), then `await rt.idle()`.
+        No element's node runs; the coordinator reconciles once and the combiner
+        combines the whole list again (`combines`): O(N), what issue 14 item 5 still
+        asks to bring to one element."""
+        world = _built(n, kind=DICTS, board=board)
+        # What the view shows after each removal, worked out before the timed region.
+        tasks = list(world.tasks)
+        wanted: list[Any] = []
+        for _ in range(CHANGES):
+            del tasks[len(tasks) // 2]
+            kept = [t for t in tasks if str(t["title"]).endswith("!")]
+            wanted.append(tasks[0]["title"] if op == "flat_map" else kept[0] if kept else None)
+        seen: list[Any] = []
+        _cancels.append(world.res.key("out", 0).sink(seen.append))
+        world.drive(world.rt.idle)
+
+        removed: list[tuple[int, dict[str, Any]]] = []
+
+        async def main() -> None:
+            for want in wanted:
+                i = len(world.tasks) // 2
+                removed.append((i, world.tasks.pop(i)))
+                await world.items.remove(i)
+                await world.rt.idle()
+                if seen[-1] != want:
+                    raise BenchError(f"{op} remove: shown {seen[-1]!r}, not {want!r}")
+
+        async def put_back() -> None:
+            # The world is shared with the edit rows: the removed tasks go back, untimed.
+            while removed:
+                i, t = removed.pop()
+                world.tasks.insert(i, t)
+                await world.items.insert(i, t)
+            await world.rt.idle()
+
+        def run() -> Callable[[], Counts]:
+            counted = world.counter()
+            world.drive(main)
+            counts = counted()
+
+            def finish() -> Counts:
+                world.drive(put_back)
+                _expect(
+                    f"{op} remove at N={n} (inline dicts)",
+                    counts,
+                    calls=0,  # no element's node runs
+                    reconciles=CHANGES,
+                    combines=CHANGES,  # the whole list combined again: O(N)
+                    registrations=-CHANGES,
+                )
+                return counts
+
+            return finish
+
+        return run
+
+
 for _n in SIZES:
     for _kind in (LINKS, DICTS):
         for _how in ("sink", "pull"):
@@ -721,6 +786,8 @@ for _n in SIZES:
             _aggregate_edit_bench(_n, TagBoard, "flat_map", _kind, _how)
     _reaktiv_aggregate_bench(_n, "filter")
     _reaktiv_aggregate_bench(_n, "flat_map")
+    _aggregate_remove_bench(_n, KeptBoard, "filter")
+    _aggregate_remove_bench(_n, TagBoard, "flat_map")
 
 
 def _peer_benches(n: int) -> None:

@@ -71,11 +71,13 @@ from ._values import MISSING as MISSING
 from ._values import element_id_at as element_id_at
 from ._values import element_ids as element_ids
 from ._values import element_position as element_position
+from ._values import element_types as element_types
 from ._values import get_path as get_path
 from ._values import ids_key as ids_key
 from ._values import normalize as normalize
 from ._values import same_value as same_value
 from ._values import set_path as set_path
+from ._values import splice_ends as splice_ends
 from ._values import thaw as thaw
 from ._values import value_equal as value_equal
 from .errors import ArgumentTypeError as ArgumentTypeError
@@ -164,6 +166,7 @@ __all__ = [
     "element_id_at",
     "element_ids",
     "element_position",
+    "element_types",
     "encode_json",
     "entity_id",
     "first_link",
@@ -182,6 +185,7 @@ __all__ = [
     "running_loop",
     "same_value",
     "set_path",
+    "splice_ends",
     "thaw",
     "value_equal",
 ]

@@ -39,10 +39,13 @@ from ._values import (
     MAX_INT,
     MISSING,
     Value,
+    element_types,
     get_path,
     has_ids,
     ids_key,
     normalize,
+    note_splice,
+    note_types,
     positional,
     set_path,
     spliced_ids,
@@ -122,7 +125,10 @@ class TxDoc(msgspec.Struct, gc=False):
 
 def _links_only(items: list[Any]) -> bool:
     """Whether every element of `items` is a link (C-level: one pass over the types)."""
-    return not items or set(map(type, items)) == {Link}
+    return not items or set(map(type, items)) == _LINK
+
+
+_LINK = frozenset((Link,))
 
 
 def _bad_key(key: object, call: str) -> InvalidArgumentError:
@@ -568,13 +574,19 @@ class Transaction:
         new = current[:index]
         new += added
         new += current[index + delete :]
+        # Noted, so the reader index and a list coordinator find the common ends without
+        # comparing N elements, and the types of the kept elements without a pass.
+        note_splice(current, new, index, delete, len(added))
         # The list's element ids follow the splice (`element_ids`), in the same document;
         # a list that only ever held links needs none (links are their own identity).
         ids = (
             spliced_ids(td.working, path, current, index, delete, len(added))
-            if not _links_only(added) or not _links_only(current) or has_ids(td.working, path)
+            if has_ids(td.working, path)
+            or not _links_only(added)
+            or not element_types(current) <= _LINK
             else None
         )
+        note_types(current, new, added)  # after `element_types(current)`, which keeps it
         try:
             td.working = set_path(td.working, path, new, where="splice")
         except InvalidValueError:

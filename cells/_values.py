@@ -589,14 +589,91 @@ def spliced_ids(
 ) -> list[Any]:
     """The id table entry of the list at `path` (now `items`, before the splice) after
     replacing `delete` elements from `index` on by `added` new ones, which get fresh
-    ids. O(N) C-level copying."""
+    ids. O(N) C-level copying. The new id list is noted as spliced (`splice_ends`)."""
     nxt, ids = _id_table(root, path)
     current = element_ids(root, path, items)
     nxt += len(current) - len(ids) if len(current) > len(ids) else 0
     new = current[:index]
     new += [f"~{nxt + k}" for k in range(added)]
     new += current[index + delete :]
+    note_splice(current, new, index, delete, added)
     return [nxt + added, new]
+
+
+# ---------------------------------------------------------------------- splice hints
+
+_SPLICES: dict[int, tuple[list[Any], list[Any], int, int]] = {}
+"""Per list made by a recent splice in this process (by the new list's id; the entry
+keeps both lists alive, so neither id is reused meanwhile): (new list, the list it was
+made from, index, elements inserted). Bounded: the oldest entry goes first."""
+_SPLICES_KEPT = 16
+
+
+def note_splice(old: list[Any], new: list[Any], index: int, delete: int, added: int) -> None:
+    """Remember that `new` is `old` with `delete` elements from `index` on replaced by
+    `added` others, its kept elements the same objects (`Transaction.splice` makes it so):
+    `splice_ends(old, new)` then answers without comparing. O(1). (Short lists too: a
+    dict entry costs less than a branch on the length would save, and every list test
+    then runs the same way as a long list.)"""
+    if len(_SPLICES) >= _SPLICES_KEPT:
+        del _SPLICES[next(iter(_SPLICES))]
+    _SPLICES[id(new)] = (new, old, index, added)
+
+
+def splice_ends(old: list[Any], new: list[Any]) -> tuple[int, int] | None:
+    """(prefix, suffix) when `new` was made from `old` itself by one splice in this
+    process: the elements before the splice point and after the inserted ones, which
+    are the same objects at the same distance from each end in both lists (so equal,
+    though a longer common prefix or suffix may exist). None when unknown (another
+    process's change, several changes in between, a splice noted too long ago):
+    compare then. O(1).
+
+    What keeps a splice O(changed) at every N: the reader index and the list
+    coordinators take their common ends from here instead of comparing N elements."""
+    held = _SPLICES.get(id(new))
+    if held is None or held[0] is not new or held[1] is not old:
+        return None
+    index, added = held[2], held[3]
+    return index, len(new) - index - added
+
+
+_TYPES: dict[int, tuple[list[Any], frozenset[type]]] = {}
+"""Per recently seen list (by its id; the entry keeps it alive): the set of its
+elements' types. Bounded: the oldest entry goes first."""
+_TYPES_KEPT = 16
+
+
+def element_types(items: list[Any]) -> frozenset[type]:
+    """The types of the elements of `items` (a stored list value: never mutated). O(1) for
+    a list seen lately or made by a splice of a list of one type with elements of that
+    type (`note_types`), else one C-level pass."""
+    held = _TYPES.get(id(items))
+    if held is not None and held[0] is items:
+        return held[1]
+    kinds = frozenset(map(type, items))
+    _keep_types(items, kinds)
+    return kinds
+
+
+def _keep_types(items: list[Any], kinds: frozenset[type]) -> None:
+    if len(_TYPES) >= _TYPES_KEPT:
+        del _TYPES[next(iter(_TYPES))]
+    _TYPES[id(items)] = (items, kinds)
+
+
+def note_types(old: list[Any], new: list[Any], added: list[Any]) -> None:
+    """`new` is `old` spliced with `added` inserted: when `old` is known to hold one type
+    only and every added element is of that type, so is `new` (exactly; a removal never
+    adds a type). O(len(added))."""
+    held = _TYPES.get(id(old))
+    if held is None or held[0] is not old or len(held[1]) != 1:
+        return
+    kinds = held[1]
+    (kind,) = kinds
+    for x in added:
+        if type(x) is not kind:
+            return
+    _keep_types(new, kinds if new else frozenset())
 
 
 def positional(root: Value, path: Path) -> Path | None:

@@ -66,6 +66,7 @@ Invariants (checked by `_check`)
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING, Any
 
 from cells import (
@@ -77,6 +78,7 @@ from cells import (
     Outcome,
     Transaction,
     element_ids,
+    element_types,
     ids_key,
     resolve,
 )
@@ -277,7 +279,7 @@ class Coordinator:
                 tx.read(list_key, base)
                 self._reconcile_middle(tx, state, previous, items, middle, container)
                 return
-        kinds = set(map(type, items))
+        kinds = element_types(items)  # O(1) after a splice of a list of one type
         self._read_structure(tx, list_key, base, items, kinds)
         ids: list[str] | None = None
         if not kinds <= {Link}:
@@ -320,7 +322,7 @@ class Coordinator:
         list_key: DocKey,
         base: tuple[Any, ...],
         items: list[Any],
-        kinds: set[type],
+        kinds: AbstractSet[type],
     ) -> None:
         """Read what decides the children and the aggregate, and nothing inside an element
         that only its child reads (`kinds`: the types of the elements)."""

@@ -40,6 +40,7 @@ from cells import (
     element_ids,
     element_position,
     same_value,
+    splice_ends,
     value_equal,
 )
 
@@ -114,7 +115,11 @@ def common_ends(old: list[Any], new: list[Any]) -> tuple[int, int]:
     """(prefix, suffix): the lengths of the longest common prefix and, of what remains,
     the longest common suffix of two lists (by `==`). O(prefix + suffix) C work and
     O(log) Python steps (a list coordinator diffs its elements with it, the reader
-    index a list's element ids)."""
+    index a list's element ids). O(1) for two lists one splice apart (`cells.splice_ends`),
+    whose ends that splice kept are returned instead (perhaps not the longest)."""
+    ends = splice_ends(old, new)
+    if ends is not None:
+        return ends
     n = min(len(old), len(new))
     prefix = _same_run(old, new, 0, 0, n)
     rest = n - prefix
@@ -148,19 +153,22 @@ def _changed_elements(
     same amount), so kept elements are compared by identity in C (a splice copies them
     by reference); only the middle's ids are looked at one by one. After a splice that
     is O(N) C work + O(changed) Python: a reader of an element that moved is not
-    compared, and not triggered."""
+    compared, and not triggered. After a splice made in this process (`cells.splice_ends`
+    of both the elements and their ids) the ends are known and their elements are the
+    same objects: O(changed)."""
     ids_b = element_ids(roots[0], path, lb)
     ids_a = element_ids(roots[1], path, la)
     prefix, suffix = common_ends(ids_b, ids_a)
-    for j in compress(range(prefix), map(is_not, lb[:prefix], la[:prefix])):
-        child = children.get(ids_a[j])
-        if child is not None:
-            out.append((child, lb[j], la[j], (*path, ids_a[j])))
     ob, oa = len(lb) - suffix, len(la) - suffix
-    for k in compress(range(suffix), map(is_not, lb[ob:], la[oa:])):
-        child = children.get(ids_a[oa + k])
-        if child is not None:
-            out.append((child, lb[ob + k], la[oa + k], (*path, ids_a[oa + k])))
+    if splice_ends(lb, la) != (prefix, suffix):
+        for j in compress(range(prefix), map(is_not, lb[:prefix], la[:prefix])):
+            child = children.get(ids_a[j])
+            if child is not None:
+                out.append((child, lb[j], la[j], (*path, ids_a[j])))
+        for k in compress(range(suffix), map(is_not, lb[ob:], la[oa:])):
+            child = children.get(ids_a[oa + k])
+            if child is not None:
+                out.append((child, lb[ob + k], la[oa + k], (*path, ids_a[oa + k])))
     # An id of either middle is in neither list's common ends (ids are unique in a
     # list), so its positions are found in the middles alone: O(changed).
     at_b = {x: j for j, x in enumerate(ids_b[prefix:ob], prefix)}

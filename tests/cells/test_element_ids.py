@@ -12,10 +12,12 @@ from cells import (
     Space,
     element_ids,
     element_position,
+    element_types,
     first_link,
     get_path,
     ids_key,
     read_value,
+    splice_ends,
 )
 from cells._store import write_overlaps_read
 
@@ -109,3 +111,48 @@ def test_a_list_of_links_only_gets_no_id_table_until_it_holds_something_else() -
     items.remove(0)  # only links again, but the table stays in step
     doc = doc_of(space, "items")
     assert [2, ["#0"]] == doc[ELEMENT_IDS][ids_key(PATH)]
+
+
+def test_a_splice_notes_its_ends_for_exactly_the_two_lists_it_joins() -> None:
+    # The reader index and the list coordinators take a splice's common ends from
+    # `splice_ends` instead of comparing N elements: it must answer only for the very
+    # list a splice made from the very list it spliced.
+    space = Space(MemoryStore())
+    items = space.cell("items")
+    items.set([{"t": i} for i in range(11)])
+    items.remove(10)  # the list has a stored id table from now on
+    tx = space.edit()
+    key = items.link().key(tx.identity)
+    old = tx.peek(key, PATH)
+    tx.splice(key, PATH, 3, 2, [{"t": "new"}])
+    new = tx.peek(key, PATH)
+    assert (3, 5) == splice_ends(old, new)  # 3 kept before it, 10 - 3 - 2 = 5 after
+    assert all(a is b for a, b in zip(old[:3], new[:3], strict=True))
+    assert all(a is b for a, b in zip(old[5:], new[4:], strict=True))
+    ids_before = element_ids(doc_of(space, "items"), PATH, old)
+    ids_after = element_ids(tx.peek(key), PATH, new)
+    assert (3, 5) == splice_ends(ids_before, ids_after)  # the ids moved alike
+    assert splice_ends(new, old) is None  # the other way round: not a splice
+    assert splice_ends(list(old), new) is None  # an equal list, another object
+    tx.write(key, (*PATH, 0, "t"), "edited")  # the list is copied: no longer that splice
+    assert splice_ends(old, tx.peek(key, PATH)) is None
+    tx.abort()
+
+
+def test_element_types_follow_a_splice_of_a_list_of_one_type() -> None:
+    space = Space(MemoryStore())
+    items = space.cell("items")
+    items.set([{"t": i} for i in range(10)])
+    tx = space.edit()
+    key = items.link().key(tx.identity)
+    assert frozenset({dict}) == element_types(tx.peek(key, PATH))
+    tx.splice(key, PATH, 0, 1, [{"t": "new"}])
+    assert frozenset({dict}) == element_types(tx.peek(key, PATH))
+    tx.splice(key, PATH, 0, 0, ["a str"])
+    mixed = tx.peek(key, PATH)
+    assert frozenset({dict, str}) == element_types(mixed)
+    tx.splice(key, PATH, 0, 1)  # the only str goes: the types are exact again
+    assert frozenset({dict}) == element_types(tx.peek(key, PATH))
+    tx.splice(key, PATH, 0, len(tx.peek(key, PATH)))
+    assert frozenset() == element_types(tx.peek(key, PATH))
+    tx.abort()
