@@ -66,13 +66,15 @@ from cells import (
 from . import _docs as docs
 from ._builder import load_pattern
 from ._registrations import Key
+from ._remote_events import Inbox, inbox_key, inbox_link
 
 if TYPE_CHECKING:
     # asyncio, logging, socket and uuid load on first use (inside a serving loop, an
     # error, a new owner): `import runner` stays cheap for programs that never serve.
     import asyncio
 
-    from cells import Replica, StoreBase
+    from cells import Authority, Replica, StoreBase
+    from scheduler import Scheduler
 
     from ._host import SchedulerHost
     from ._pages import Pages
@@ -88,6 +90,8 @@ class Serving(Protocol):
     runner: Runner
     host: SchedulerHost
     pages: Pages
+    scheduler: Scheduler
+    authority: Authority
 
     @property
     def closed(self) -> bool: ...
@@ -270,6 +274,11 @@ class PageServer:
         book.served = self.held.__contains__
         book.recorded_hint = self._wake.set
         book.claim_clock = self.clock
+        self.inbox = Inbox(
+            rt.replica, rt.authority, rt.scheduler, rt.host, self.space, self._holder
+        )
+        """Events sent from served runtimes to the pages held here (`runner._remote_events`)."""
+        self._inbox_off = rt.replica.subscribe(self._inbox_changed)
 
     def __repr__(self) -> str:
         return f"<PageServer {self.owner} holds {len(self.held)} pages>"
@@ -284,9 +293,17 @@ class PageServer:
         node registered later, a list element's or an instance's, is already in it).
         A miss looks at the registrations installed since the last look (newest
         first, stopping at one seen before), so it costs O(new registrations)."""
+        page = tx.meta.get("page")
+        if type(page) is Held:  # an inbox outcome of the page's event
+            return None if page.dead else page.stamp
         if not self.held:
             return None
         by_id = self._fence_by_id
+        event = tx.meta.get("event")
+        if event is not None:  # a handling (its receipt): the page its stream is in
+            held = self._holder(event.handler.stream[0])
+            if held is not None:
+                return held.stamp
         for attempt in (0, 1):
             outputs = getattr(tx.source, "outputs", None)
             if outputs:
@@ -301,6 +318,37 @@ class PageServer:
             if attempt == 0 and not self._scan_new():
                 return None
         return None
+
+    def _holder(self, key: DocKey) -> Held | None:
+        """The page held here whose runs own document `key`, if any."""
+        held = self._fence_by_id.get(key.id)
+        if held is None and self._scan_new():
+            held = self._fence_by_id.get(key.id)
+        if held is None or held.dead or self.held.get((held.principal, held.pid)) is not held:
+            return None
+        return held
+
+    # ------------------------------------------------------------------ events
+    def deliver_events(self) -> int:
+        """Deliver the queued events of every watched principal's inbox to the pages
+        held here (`Inbox.deliver`); how many were sent."""
+        if self.stopped:
+            return 0
+        return sum(self.inbox.deliver(key.principal) for key in self.watched)
+
+    def _inbox_changed(self, note: Any) -> None:
+        inbox_id = inbox_link(self.space).id
+        if any(change.key.id == inbox_id for change in note.changes):
+            self._deliver_soon()
+
+    def _deliver_soon(self) -> None:
+        import asyncio
+
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # (no loop: the next tick delivers)
+        loop.call_soon(self.deliver_events)
 
     def _scan_new(self) -> bool:
         """Index the registrations installed since the last scan (generations grow with
@@ -444,6 +492,7 @@ class PageServer:
                 book.served, book.recorded_hint, book.claim_clock = self._pages_before
             self._pages_before = None
         self.stopped = True
+        self._inbox_off()
         if self.rt.replica.fence_for == self.fence_for:
             self.rt.replica.fence_for = None
         held, self.held = self.held, {}
@@ -483,6 +532,7 @@ class PageServer:
         taken = self._take_over(opened, now, room) if room > 0 else 0
         if self._task is None:
             self._start_queued(len(self._queue))  # driven by hand (tests): all at once
+        self.deliver_events()
         return claimed + taken >= self.batch
 
     def _start_queued(self, n: int) -> None:
@@ -573,8 +623,9 @@ class PageServer:
         new = [k for k in keys if k not in self.watched and k not in self.loading]
         if new:
             self.loading.update(new)
+            inboxes = [inbox_key(self.space, k.principal) for k in new]
             try:
-                await rt.replica.sync(new)  # (a Pending is awaitable)
+                await rt.replica.sync([*new, *inboxes])  # (a Pending is awaitable)
             finally:
                 self.loading.difference_update(new)
             self.watched.update(new)
@@ -799,6 +850,8 @@ class PageServer:
                     self._index_reg(held, reg)
             if not ok:
                 trace.record("page-claim-start-failed", str(target), fence=held.fence)
+            else:
+                self._deliver_soon()  # events queued for it while it started
 
         started.add_done_callback(after)
 

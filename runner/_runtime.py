@@ -63,6 +63,7 @@ from ._inspection import Inspection, inspect_run, inspect_runtime
 from ._operations import Operations
 from ._pages import Pages
 from ._registrations import Key, Registration
+from ._remote_events import Outbox
 from ._runner import Runner
 from ._send import Sends
 from ._sent import Sent
@@ -162,6 +163,8 @@ class Runtime:
             self._pages_book.served = _not_here
         self._sends = Sends(self.replica, self.scheduler, self._host, self.runner)
         self._sends.starts = pages == "local"
+        if pages == "served":
+            self._sends.outbox = Outbox(self.replica, self._authority, space)
         self._ops = Operations(
             space=space,
             identity=self.identity,
@@ -209,6 +212,8 @@ class Runtime:
             return
         if self._server is not None:
             self._server.close()  # claims released while the runtime still works
+        if self._sends.outbox is not None:
+            self._sends.outbox.close()
         self._ops.closed = True
         # Each step runs even if one before it raised (a cleanup of a run that fails):
         # a closed runtime never keeps its scheduler or replica going.
@@ -573,6 +578,8 @@ class _Serving:
         self.runner = rt.runner
         self.host = rt._host
         self.pages = rt._pages_book
+        self.scheduler = rt.scheduler
+        self.authority = rt._authority
 
     @property
     def closed(self) -> bool:

@@ -40,6 +40,7 @@ from ._sent import bind_event, fail_parked, settle_hook
 from .errors import PatternLoadError
 
 if TYPE_CHECKING:
+    from ._remote_events import Outbox
     from ._runner import Runner
     from ._sent import Sent
 
@@ -58,6 +59,8 @@ class Sends:
         self.starts = True
         """Whether a send may start the result its stream is in (False in a runtime
         made with `pages="served"`: it runs nothing, serving processes do)."""
+        self.outbox: Outbox | None = None
+        """Where a send goes that `starts` forbids: recorded for the page's owner."""
 
     def send(
         self, identity: Identity, stream: Cell, event: Any, event_id: str | None, sent: Sent
@@ -86,12 +89,12 @@ class Sends:
                 return
             run = self._unstarted_run(stream, identity)
             if run is not None and not self.starts:
-                raise CellweaveError(
-                    f"cannot send {event!r} to {stream!r}: the result it is in ({run}) does"
-                    " not run in this runtime, which was made with pages='served' (it runs"
-                    " nothing; serving processes run its pages), and an event reaches a"
-                    " handler only in the process that runs it"
+                # pages="served": the process that holds the page's claim delivers it.
+                assert self.outbox is not None
+                self.outbox.send(
+                    identity, target, (run, self._pattern_of(run, identity)), event, event_id, sent
                 )
+                return
             if run is not None and self._may_bind(run, target.link(), identity):
                 self._park(run, identity, stream, event, event_id, sent)
                 return
@@ -120,6 +123,14 @@ class Sends:
         if reg is not None and identity in reg.identities:
             return None
         return target
+
+    def _pattern_of(self, run: Link, identity: Identity) -> str | None:
+        tx = self.replica.edit(identity)
+        try:
+            name = tx.peek(run.key(identity), (docs.PATTERN,))
+        finally:
+            tx.abort("send probe")
+        return name if isinstance(name, str) else None
 
     def _may_bind(self, run: Link, place: Link, identity: Identity) -> bool:
         """Whether starting `run` may bind a handler at `place`: a handler of its tree

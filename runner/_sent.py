@@ -35,7 +35,15 @@ _ENDS: Final = ("done", "dropped", "failed")
 class Sent:
     """The handle of a sent event; `await` it for the handling's outcome."""
 
-    __slots__ = ("_closed", "_event", "_failure", "_idle", "_waiters")
+    __slots__ = (
+        "_closed",
+        "_event",
+        "_failure",
+        "_idle",
+        "_remote_error",
+        "_remote_status",
+        "_waiters",
+    )
 
     def __init__(self, idle: Callable[[], Awaitable[None]], closed: Callable[[], bool]) -> None:
         self._idle = idle
@@ -45,6 +53,10 @@ class Sent:
         """Why a parked send was never queued (its result did not start, or bound no
         handler there)."""
         self._waiters: list[asyncio.Future[None]] | None = None
+        self._remote_status: str | None = None
+        """For an event recorded for a page another process runs: its status as this
+        process last heard it (its `_event` stays None)."""
+        self._remote_error: BaseException | None = None
 
     def __repr__(self) -> str:
         ev = self._event
@@ -66,6 +78,14 @@ class Sent:
         self._failure = error
         self._wake()
 
+    def _remote(self, status: str, error: str | None = None) -> None:
+        """An event handled in another process: its status as heard here."""
+        self._remote_status = status
+        if error is not None:
+            self._remote_error = CellweaveError(error)
+        if status in _ENDS:
+            self._wake()
+
     def _wake(self) -> None:
         waiters, self._waiters = self._waiters, None
         for fut in waiters or ():
@@ -83,6 +103,8 @@ class Sent:
         "done", "dropped" or "failed"."""
         if self._failure is not None:
             return "failed"
+        if self._remote_status is not None:
+            return self._remote_status
         return "parked" if self._event is None else self._event.status
 
     @property
@@ -90,6 +112,8 @@ class Sent:
         """Why it failed or was dropped, once it has; else None."""
         if self._failure is not None:
             return self._failure
+        if self._remote_error is not None:
+            return self._remote_error
         return None if self._event is None else self._event.error
 
     def done(self) -> bool:

@@ -17,8 +17,8 @@ from pattern_defs import Child, Parent, Spawner
 from support import arun, turns
 
 from cells import (
+    MISSING,
     Cell,
-    CellweaveError,
     Fence,
     Link,
     MemoryStore,
@@ -28,6 +28,8 @@ from cells import (
     StoreError,
 )
 from runner import PageServer, Runtime
+from runner import _docs as docs
+from runner._remote_events import RemoteHandlingError, inbox_key
 
 
 class Clock:
@@ -833,25 +835,155 @@ def test_rows_of_pages_whose_record_vanished_are_forgotten_and_stop_crowding_tak
     store.close()
 
 
-def test_a_served_runtime_resumes_nothing_and_refuses_a_send_it_would_start_for() -> None:
+async def _parent_page(store: StoreBase) -> Cell:
+    """A Parent page alice opened from a local runtime (its intent stays)."""
+    async with Runtime(store, principal="alice") as local:
+        page = local.get_cell("parent")
+        async with local.edit() as tx:
+            local.setup(tx, Parent, {"value": 1, "items": [], "count": 0}, page)
+        assert await local.open_page(page) is True
+        return page
+
+
+def _argument(store: StoreBase, page: Cell) -> Any:
+    """The Parent page's argument as the store holds it."""
+    return store.read_durable(docs.argument_link(page.link()).key(page.identity))["value"]
+
+
+def _count(store: StoreBase, page: Cell) -> Any:
+    return _argument(store, page)["count"]
+
+
+def test_a_served_runtime_resumes_nothing_and_records_a_send_for_the_pages_owner() -> None:
     store = MemoryStore()
 
     async def main() -> None:
-        async with Runtime(store, principal="alice") as local:
-            page = local.get_cell("parent")
-            async with local.edit() as tx:
-                local.setup(tx, Parent, {"value": 1, "items": [], "count": 0}, page)
-            assert await local.open_page(page) is True  # recorded open, run here
+        page = await _parent_page(store)
         ui = Runtime(store, principal="alice", pages="served")
         await ui.__aenter__()
         assert await ui.resume() == []  # the workers run it, not this runtime
         assert not ui.registrations()
-        with pytest.raises(CellweaveError, match=r"pages='served'.*runs nothing"):
-            ui.send(ui.get_cell("parent").key("bump"), {"by": 2})
-        assert not ui.registrations()  # the send started nothing either
+        sent = ui.send(ui.get_cell("parent").key("bump"), {"by": 2})
+        await ui.idle()
+        assert not ui.registrations()  # the send started nothing here
+        assert sent.status == "queued"  # recorded in alice's inbox, for the page's owner
         await ui.aclose()
         async with Runtime(store, principal="alice") as again:  # pages="local"
             assert [c.id for c in await again.resume()] == [page.id]
+
+    arun(main)
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_a_send_in_a_served_runtime_reaches_the_owners_handler_in_order_and_hears_the_outcome(
+    kind: str, tmp_path: pathlib.Path
+) -> None:
+    store = _store(kind, tmp_path)
+    clock = Clock()
+
+    async def main() -> None:
+        page = await _parent_page(store)
+        ui = Runtime(store, principal="alice", pages="served")
+        await ui.__aenter__()
+        a, sa = await _serve(store, clock)
+        assert len(sa.held) == 1
+        stream = ui.get_cell("parent")
+        sends = [ui.send(stream.key("add"), {"item": f"i{n}"}) for n in range(5)]
+        bumped = ui.send(stream.key("bump"), {"by": 2})
+        failing = ui.send(stream.key("bump"), {"by": "two"})  # the handler raises
+        await _settle(store, ui, a)  # (a change of the inbox wakes the owner's delivery)
+        await sa.tick()  # and so does each heartbeat
+        await _settle(store, ui, a)
+        await _settle(store, ui, a)
+        assert [s.status for s in sends] == ["done"] * 5
+        assert await bumped == "done"
+        with pytest.raises(RemoteHandlingError, match=r"HandlerError.*TypeError"):
+            await failing
+        value = _argument(store, page)
+        assert value["count"] == 2
+        items = value["items"]
+        if isinstance(items, Link):
+            items = store.read_durable(items.key(page.identity))["value"]
+        assert items == [f"i{n}" for n in range(5)]  # in send order
+        inbox = store.read_durable(inbox_key("default", "alice"))["value"]
+        assert inbox["queue"] == [] and len(inbox["outcomes"]) == 7
+        await sa.tick()
+        await _settle(store, ui, a)
+        assert _count(store, page) == 2  # delivered once: nothing left to deliver again
+        for rt in (a, ui):
+            await rt.aclose()
+
+    arun(main)
+    store.close()
+
+
+def test_a_bad_event_is_refused_at_the_served_sender() -> None:
+    from typed_defs import Todo
+
+    from runner.errors import PatternError
+
+    store = MemoryStore()
+
+    async def main() -> None:
+        async with Runtime(store, principal="alice") as local:
+            page = local.get_cell("todo")
+            async with local.edit() as tx:
+                local.setup(tx, Todo, {"items": []}, page)
+            assert await local.open_page(page) is True
+        ui = Runtime(store, principal="alice", pages="served")
+        await ui.__aenter__()
+        with pytest.raises(PatternError, match=r"title"):
+            ui.send(ui.get_cell("todo").key("add"), {"titel": "x"})
+        await ui.idle()
+        assert store.read_durable(inbox_key("default", "alice")) is MISSING  # not recorded
+        await ui.aclose()
+
+    arun(main)
+
+
+def test_an_event_handled_before_a_takeover_is_neither_lost_nor_handled_twice() -> None:
+    """The owner crashes after the handling committed and before its outcome was
+    recorded: the new owner delivers the item again, its receipt refuses the second
+    handling, and the sender hears "done". A second event the crashed owner had
+    handled but not committed (its commit held) is handled once, by the new owner."""
+    store = MemoryStore()
+    clock = Clock()
+
+    async def main() -> None:
+        page = await _parent_page(store)
+        ui = Runtime(store, principal="alice", pages="served")
+        await ui.__aenter__()
+        a, sa = await _serve(store, clock)
+        (held_page,) = sa.held.values()
+        first = ui.send(ui.get_cell("parent").key("bump"), {"by": 2})
+        second = ui.send(ui.get_cell("parent").key("bump"), {"by": 5})
+        await _settle(store, ui)
+        with store.testing.hold_verdicts() as gate:
+            await sa.tick()  # A delivers both; the handlings' commits wait at the gate
+            await turns()
+            mine = [h.request for h in gate.held() if h.request.session_id == a.replica.session_id]
+            assert len(mine) == 2  # one handling each, under the page's fence
+            assert {r.fence for r in mine} == {Fence("default", "alice", held_page.pid, 1)}
+            gate.accept(0)  # the first handling commits (count 2, its receipt written) ...
+            await turns()
+            assert _count(store, page) == 2
+            # ... and A dies before the second's verdict and before any outcome is recorded.
+            sa.stopped = True
+            a._server = None
+            a.close()
+        assert first.status == "queued" and second.status == "queued"
+        clock.now += 11  # A's lease ran out
+        b, sb = await _serve(store, clock)
+        assert sb.takeovers and sb.takeovers[0]["reason"] == "lease-expired"
+        await _settle(store, ui, b)
+        await sb.tick()
+        await _settle(store, ui, b)
+        await _settle(store, ui, b)
+        assert await first == "done" and await second == "done"
+        assert _count(store, page) == 7  # each event handled exactly once
+        assert store.read_durable(inbox_key("default", "alice"))["value"]["queue"] == []
+        for rt in (b, ui):
+            await rt.aclose()
 
     arun(main)
 
