@@ -64,7 +64,7 @@ from cells import (
 from scheduler import QueuedEvent, Scheduler
 
 from . import _docs as docs
-from ._builder import Pattern, find_pattern
+from ._builder import NodeSpec, Pattern, find_pattern
 from ._core import MAX_NESTING
 from ._types import event_converter
 from .errors import PatternLoadError
@@ -212,14 +212,15 @@ class Outbox:
 
 def _check_schema(pattern: str | None, run: Link, place: Link, event: Any) -> Any:
     """`event` checked against the type of the handler at `place`, when `run`'s pattern
-    tree names a handler node there (a list's or lift's children are known only where
-    they run: the owner checks those); else unchanged."""
-    if pattern is None or place.path:
+    tree names a handler node there (else the owner checks it); else unchanged."""
+    found = None if pattern is None else handler_at(pattern, run, place)
+    if found is None:
         return event
-    try:
-        convert = _converter_in(find_pattern(pattern), run, place, 0)
-    except PatternLoadError:
-        return event  # not loadable here: the owner checks it
+    owner, spec = found
+    fn = owner.function(spec.target)
+    convert = event_converter(
+        fn, f"{getattr(fn, '__qualname__', spec.target)} in pattern {owner.identity}"
+    )
     if convert is None:
         return event
     import msgspec
@@ -227,16 +228,27 @@ def _check_schema(pattern: str | None, run: Link, place: Link, event: Any) -> An
     return msgspec.to_builtins(convert(event))
 
 
-def _converter_in(pattern: Pattern, result: Link, place: Link, depth: int) -> Any:
+def handler_at(pattern: str, result: Link, place: Link) -> tuple[Pattern, NodeSpec] | None:
+    """The handler node whose stream is `place`, in the tree of `result` (a run of
+    `pattern`) as far as its patterns name it (a list's or lift's children are known
+    only where they run); None if none is, or a pattern does not load here."""
+    if place.path:
+        return None
+    try:
+        return _handler_in(find_pattern(pattern), result, place, 0)
+    except PatternLoadError:
+        return None
+
+
+def _handler_in(
+    pattern: Pattern, result: Link, place: Link, depth: int
+) -> tuple[Pattern, NodeSpec] | None:
     for node in pattern.graph.nodes:
         out = docs.internal_link(result, node.index)
         if node.kind == "handler" and out == place:
-            fn = pattern.function(node.target)
-            return event_converter(
-                fn, f"{getattr(fn, '__qualname__', node.target)} in pattern {pattern.identity}"
-            )
+            return pattern, node
         if node.kind == "pattern" and depth < MAX_NESTING:
-            found = _converter_in(find_pattern(node.target), out, place, depth + 1)
+            found = _handler_in(find_pattern(node.target), out, place, depth + 1)
             if found is not None:
                 return found
     return None

@@ -404,7 +404,9 @@ class Runtime:
     def handler_label(self, stream: Cell) -> str | None:
         """The label of the handler an event sent to `stream` would reach (links
         followed, as `send` follows them), or None when none is bound there. Views
-        use it to show streams as buttons."""
+        use it to show streams as buttons. In a runtime made with `pages="served"`,
+        the handler of a result run elsewhere is found in the result's pattern (as far
+        as the pattern names it: not among a list's or lift's children)."""
         self._require_open()
         if not isinstance(stream, Cell):
             raise PatternError(f"rt.handler_label: expected a Cell, got {stream!r}")
@@ -412,7 +414,10 @@ class Runtime:
             target = stream.resolve()
         except CellweaveError:
             return None
-        return self.scheduler.handler_label(target)
+        label = self.scheduler.handler_label(target)
+        if label is None:  # pages="served": the handler is bound where the page runs
+            label = self._sends.remote_label(stream, target, self.identity)
+        return label
 
     # -- pages
     async def serve_pages(

@@ -33,9 +33,11 @@ from scheduler import Scheduler
 from . import _docs as docs
 from ._builder import LIST_KINDS, Pattern, find_pattern
 from ._checks import check_event, plain_event
+from ._computed import node_label
 from ._core import MAX_NESTING
 from ._host import SchedulerHost
 from ._registrations import Key
+from ._remote_events import handler_at
 from ._sent import bind_event, fail_parked, settle_hook
 from .errors import PatternLoadError
 
@@ -123,6 +125,17 @@ class Sends:
         if reg is not None and identity in reg.identities:
             return None
         return target
+
+    def remote_label(self, stream: Cell, target: Cell, identity: Identity) -> str | None:
+        """In a served runtime: the label of the handler `stream` (resolved: `target`)
+        would reach in the process that runs its page (found in the page's patterns),
+        or None."""
+        if self.starts:
+            return None
+        run = self._unstarted_run(stream, identity)
+        name = None if run is None else self._pattern_of(run, identity)
+        found = None if run is None or name is None else handler_at(name, run, target.link())
+        return None if found is None else node_label(*found)
 
     def _pattern_of(self, run: Link, identity: Identity) -> str | None:
         tx = self.replica.edit(identity)

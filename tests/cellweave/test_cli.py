@@ -188,7 +188,7 @@ def _until(cond: Any, what: str, deadline: float = 60.0) -> Any:
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
-def test_serve_with_served_pages_runs_nothing_and_workers_run_its_pages(
+def test_serve_with_served_pages_runs_nothing_and_workers_run_its_pages_and_events(
     kind: str, tmp_path: Any, request: pytest.FixtureRequest
 ) -> None:
     import signal
@@ -250,9 +250,16 @@ def test_serve_with_served_pages_runs_nothing_and_workers_run_its_pages(
         assert 0 == shown.returncode, shown.stderr
         (claim,) = json.loads(shown.stdout)["claims"]  # the root, opened as a page
         assert claim["owner"] == owner and claim["fence"] == 1
-        # An event reaches a handler only where it runs: refused here, by name.
+        # The stream shows as a button (its handler found in the page's pattern) ...
+        button = root()["clear"]
+        assert button == {"$stream": "Shout.n1 handler served_app:clear"}, button
+        # ... and a click in the served shell is recorded in the store, handled by the
+        # worker that holds the page, its result shown here.
         sent = client.ask({"op": "send", "cell": "root", "path": ["clear"], "event": None})
-        assert "error" == sent["type"] and "pages='served'" in sent["message"], sent
+        assert "ok" == sent["type"], sent
+        cleared = {"text": None, "loud": None, "clear": button}
+        _until(lambda: root() == cleared, "the worker's handling of the click, recomputed")
+        assert [] == client.ask({"op": "inspect"})["inspect"]["registrations"]
         client.close()
         worker.send_signal(signal.SIGTERM)
         out, err = worker.communicate(timeout=60)

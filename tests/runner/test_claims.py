@@ -863,6 +863,9 @@ def test_a_served_runtime_resumes_nothing_and_records_a_send_for_the_pages_owner
         await ui.__aenter__()
         assert await ui.resume() == []  # the workers run it, not this runtime
         assert not ui.registrations()
+        # Its streams show as buttons: the handler is found in the page's pattern.
+        label = ui.handler_label(ui.get_cell("parent").key("bump"))
+        assert label == "Parent.n3 handler pattern_defs:increment"
         sent = ui.send(ui.get_cell("parent").key("bump"), {"by": 2})
         await ui.idle()
         assert not ui.registrations()  # the send started nothing here
