@@ -55,6 +55,7 @@ from ._builder import load_pattern as load_pattern
 from ._builder import navigate_to as navigate_to
 from ._builder import pattern as pattern
 from ._claims import PageServer as PageServer
+from ._remote_events import RemoteHandlingError as RemoteHandlingError
 from ._runtime import Runtime as Runtime
 from ._sent import Sent as Sent
 from ._session import Session as Session
@@ -86,6 +87,7 @@ __all__ = [
     "PatternInstance",
     "PatternLoadError",
     "Ref",
+    "RemoteHandlingError",
     "ResumeError",
     "Runtime",
     "Sent",

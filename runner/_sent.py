@@ -9,7 +9,10 @@ handled, the handler aborted its own transaction, the handler went away, or
 the runtime closed before it was handled); it raises the handling's error
 when it failed: `HandlerError` (the handler's exception its cause),
 `CommitConvergenceError`, or the `CellweaveError` of a send that waited for
-its result to start and could not be delivered.
+its result to start and could not be delivered. An event a served runtime
+(`pages="served"`) records for a page another process runs goes parked ->
+queued (recorded in the store) -> done | dropped | failed, as that process
+reports it; a failure there raises `RemoteHandlingError` with its message.
 
 Invariants
 - `status` moves forward only: parked -> queued -> dispatched -> done | dropped

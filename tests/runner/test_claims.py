@@ -27,9 +27,9 @@ from cells import (
     StoreBase,
     StoreError,
 )
-from runner import PageServer, Runtime
+from runner import PageServer, RemoteHandlingError, Runtime
 from runner import _docs as docs
-from runner._remote_events import RemoteHandlingError, inbox_key
+from runner._remote_events import inbox_key
 
 
 class Clock:
