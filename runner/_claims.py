@@ -278,6 +278,7 @@ class PageServer:
             rt.replica, rt.authority, rt.scheduler, rt.host, self.space, self._holder
         )
         """Events sent from served runtimes to the pages held here (`runner._remote_events`)."""
+        self._inbox_id = inbox_link(self.space).id
         self._inbox_off = rt.replica.subscribe(self._inbox_changed)
 
     def __repr__(self) -> str:
@@ -337,7 +338,7 @@ class PageServer:
         return sum(self.inbox.deliver(key.principal) for key in self.watched)
 
     def _inbox_changed(self, note: Any) -> None:
-        inbox_id = inbox_link(self.space).id
+        inbox_id = self._inbox_id
         if any(change.key.id == inbox_id for change in note.changes):
             self._deliver_soon()
 

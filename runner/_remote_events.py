@@ -115,6 +115,7 @@ class Outbox:
         self.unsent: dict[str, list[tuple[dict[str, Any], Sent]]] = {}
         """Principal -> items waiting for the append in flight to settle."""
         self.appending: set[str] = set()
+        self._inbox_id = inbox_link(space).id
         self._unsubscribe: Callable[[], None] | None = None
 
     def send(
@@ -191,9 +192,8 @@ class Outbox:
     def _changed(self, note: Notification) -> None:
         if not self.waiting:
             return
-        inbox_id = inbox_link(self.space).id
         for change in note.changes:
-            if change.key.id == inbox_id:
+            if change.key.id == self._inbox_id:
                 self._hear(change.key.principal)
 
     def _hear(self, principal: str) -> None:
