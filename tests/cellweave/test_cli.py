@@ -214,9 +214,11 @@ def test_serve_with_served_pages_runs_nothing_and_workers_run_its_pages_and_even
         token = line.rsplit("?token=", 1)[1].strip()
 
         def connected() -> Any:
+            from websockets.exceptions import InvalidHandshake
+
             try:
                 return connect(f"ws://127.0.0.1:{port}/ws?token={token}")
-            except OSError:
+            except (OSError, InvalidHandshake):  # not listening, or not answering yet
                 return None
 
         conn = _until(connected, "the shell to listen")
