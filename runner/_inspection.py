@@ -8,7 +8,9 @@ principal may see of it: the runs with an instance of that principal and the
 runs they descend from (so the tree has its roots). `rt.inspect_run(key)` is
 one run's pattern graph with how often each of its nodes ran.
 
-Diagnostics observe and never decide: nothing here changes a registration.
+Diagnostics observe and never decide: nothing here changes a registration,
+except that each first sets up the element children a restart left dormant
+(`Runner.wake_dormant`), which is what a run without dormancy would show.
 Not here: the bookkeeping itself (`_core`, `_pages`), or the checks on the way
 in (`_operations`).
 """
@@ -89,6 +91,7 @@ def inspect_run(ops: Operations, key: str, principal: str | None) -> dict[str, A
     """`rt.inspect_run`: the pattern graph of the run registered under `key`, with
     each node's instances and runs, and the run's children."""
     ops.require_open()
+    ops.runner.wake_dormant()
     runner = ops.runner
     if not isinstance(key, str):
         raise PatternError(f"rt.inspect_run: key must be a str from inspect(), got {key!r}")
@@ -111,6 +114,7 @@ def inspect_runtime(ops: Operations, principal: str | None) -> Inspection:
     """`rt.inspect()`: the whole runtime's snapshot (pages: `principal`'s, default the
     runtime's own; another principal's raise `OwnershipError`)."""
     ops.require_open()
+    ops.runner.wake_dormant()
     runner = ops.runner
     identity = ops.identity
     pages = ops.pages(identity, principal)
@@ -155,6 +159,7 @@ def inspect_runtime(ops: Operations, principal: str | None) -> Inspection:
 def inspect_session(ops: Operations, identity: Identity) -> dict[str, Any]:
     """`session.inspect()`: what `identity`'s principal may see (module docstring)."""
     ops.require_open()
+    ops.runner.wake_dormant()
     runner = ops.runner
     principal = identity.principal
     visible = visible_runs(runner, principal)

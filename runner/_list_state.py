@@ -19,11 +19,14 @@ Invariants (checked by `State._check`)
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cells import DocKey, Identity, Link
 
 from ._list_keys import ElementKey, child_link, id_key, keys_and_counts, keys_at
+
+if TYPE_CHECKING:
+    from ._list_dormant import Sleeper
 
 
 class Issuance:
@@ -46,7 +49,7 @@ class Entry:
     unchanged, so nothing else moved. For the other ops a shifted prefix or suffix
     keeps its older `index`, which nothing reads (updating it would be O(N))."""
 
-    __slots__ = ("child", "created_by", "index", "issuer", "key", "owed")
+    __slots__ = ("child", "created_by", "index", "issuer", "key", "owed", "sleeper")
 
     def __init__(self, key: ElementKey, child: Link, index: int) -> None:
         self.key = key
@@ -55,9 +58,12 @@ class Entry:
         self.owed = True
         self.issuer: Issuance | None = None
         self.created_by: Issuance | None = None
+        self.sleeper: Sleeper | None = None
+        """Set while its child is dormant (`_list_dormant`): counted as set up, nothing
+        installed. Cleared when it wakes or is set up again."""
 
     def __repr__(self) -> str:
-        state = " owed" if self.owed else ""
+        state = " owed" if self.owed else " dormant" if self.sleeper is not None else ""
         return f"<element {self.key!r} @{self.index}{state}>"
 
 
@@ -87,6 +93,7 @@ class State:
         "load_errors",
         "place",
         "syncing",
+        "waking",
     )
 
     def __init__(self, identity: Identity) -> None:
@@ -105,6 +112,9 @@ class State:
         self.items: list[Any] | None = None
         self.counts: dict[Link, int] = {}
         self.aggregate: list[Any] | None = None
+        self.waking: list[tuple[Entry, Link]] = []
+        """Dormant entries that woke (owed), with their element argument, for the next
+        reconcile to set up (`_list_dormant`)."""
         self.ids: list[str] | None = None
         """The element ids the last reconcile over a list with inline elements saw, when
         it finished cleanly (a map only; else None): the next one diffs against them."""
@@ -117,6 +127,7 @@ class State:
         assert self.base is not None or not self.entries, self
         for key, entry in self.entries.items():
             assert entry.key == key, entry
+            assert entry.sleeper is None or entry.sleeper.entry is entry, entry
             assert self.base is not None
             assert entry.child == child_link(kind, self.base, key), entry
         if self.items is not None:

@@ -66,6 +66,7 @@ Invariants (checked by `_check`)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING, Any
 
@@ -89,6 +90,7 @@ from . import _docs as docs
 from ._builder import NodeSpec, Pattern, find_pattern
 from ._cancel import CancelGroup
 from ._list_combine import Combiner, elements_link
+from ._list_dormant import Sleeper, Watch, asleep, sleepable
 from ._list_functions import ElementFunctions
 from ._list_keys import (
     ElementKey,
@@ -182,6 +184,12 @@ class Coordinator:
             self.functions = ElementFunctions(runner, fn, self.label)
             self.uses_index = self.functions.uses_index
         self.chain = (*reg.chain, reg.key)
+        self.lifts = sleepable(self.op) if self.kind == "map" and self.functions is None else None
+        """What a dormant child's check needs (`_list_dormant`); None: never dormant."""
+        self.watches: dict[Identity, Watch] = {}
+        """Per identity, the dormant children and the node watching what they read."""
+        self._asleep: list[Sleeper] = []
+        """The children the running reconcile left dormant."""
         self.states: dict[Identity, State] = {}
         self.nodes: dict[Identity, Node] = {}
         """One reconcile node per identity the registration runs for, running as it."""
@@ -222,6 +230,9 @@ class Coordinator:
         if node is None:
             return
         self.runner.scheduler.remove(node)
+        watch = self.watches.pop(identity, None)
+        if watch is not None:
+            watch.close()
         if self.combiner is not None:
             self.combiner.drop(identity)
         state = self.states.pop(identity)
@@ -236,7 +247,18 @@ class Coordinator:
     def reconcile(self, tx: Transaction) -> None:
         """One run of the coordinator for `tx.identity`: read the list's structure, keep a
         child per element, write the aggregate. O(changed) over a list of links that was
-        clean last time (`_reconcile_middle`), else O(N) (`_reconcile_all`)."""
+        clean last time (`_reconcile_middle`), else O(N) (`_reconcile_all`). The
+        children it leaves dormant are watched from then on (`_list_dormant`)."""
+        self._asleep = []
+        try:
+            self._reconcile(tx)
+        finally:
+            asleep, self._asleep = self._asleep, []
+            state = self.states.get(tx.identity)
+            if asleep and state is not None and self.active:
+                self._watch(state, asleep)
+
+    def _reconcile(self, tx: Transaction) -> None:
         if not self.active:
             return
         identity = tx.identity
@@ -268,6 +290,8 @@ class Coordinator:
             tx.add_settle_callback(lambda _tx, res: self._settled(state, None, [], [], res))
             self._raise_failed(errors)
             return
+        if state.waking and self._wake(tx, state, container):
+            previous = previous_ids = None  # a woken child waits for a load: walk all
         if (
             previous is not None
             and state.place == place
@@ -487,6 +511,16 @@ class Coordinator:
             # staged under it, would act on a state nobody has read).
             self._await_load(state, child_key)
             return True
+        if entry.created_by is issuance and self.lifts is not None and self.runner.reuse:
+            # New here, and maybe already in the store as this setup would leave it with
+            # every output vouched for: leave it dormant (`_list_dormant`).
+            sleeper = asleep(tx, self.op, self.lifts, entry, self._argument(entry, element))
+            if sleeper is not None:
+                entry.sleeper = sleeper
+                entry.owed = False
+                entry.issuer = issuance
+                self._asleep.append(sleeper)
+                return False
         self._issue(tx, entry, element, issuance)
         return False
 
@@ -571,15 +605,20 @@ class Coordinator:
             state.items = items
             state.aggregate = tx.peek(out_key, (docs.VALUE,)) if self.kind == "map" else None
 
+    def _argument(self, entry: Entry, element: Link) -> dict[str, Any]:
+        argument: dict[str, Any] = {"element": element}
+        if self.uses_index:
+            argument["index"] = entry.index
+        return argument
+
     def _issue(self, tx: Transaction, entry: Entry, element: Link, issuance: Issuance) -> None:
+        entry.sleeper = None
         if self.functions is not None:
             self.functions.issue(tx, entry.child, element, entry.index)
             entry.owed = False
             entry.issuer = issuance
             return
-        argument: dict[str, Any] = {"element": element}
-        if self.uses_index:
-            argument["index"] = entry.index
+        argument = self._argument(entry, element)
         self.runner.stage_setup(tx, self.op, argument, entry.child, self.label)
         self.runner.launch(
             tx,
@@ -592,6 +631,82 @@ class Coordinator:
         )
         entry.owed = False
         entry.issuer = issuance
+
+    # ------------------------------------------------------------------ dormant children
+    def _watch(self, state: State, sleepers: list[Sleeper]) -> None:
+        """Watch `sleepers`, left dormant by the reconcile running now."""
+        watch = self.watches.get(state.identity)
+        if watch is None:
+            self.watches[state.identity] = Watch(
+                self.runner.scheduler,
+                state,
+                state.identity,
+                self.label,
+                self._wake_sleepers,
+                sleepers,
+            )
+        else:
+            watch.add(sleepers)
+
+    def _wake_sleepers(self, state: State, sleepers: list[Sleeper]) -> None:
+        """`sleepers` (dormant children of `state`) are needed: each owes its setup, which
+        the next reconcile issues (`_wake`)."""
+        for sleeper in sleepers:
+            entry = sleeper.entry
+            if entry.sleeper is sleeper and state.entries.get(entry.key) is entry:
+                entry.sleeper = None
+                entry.owed = True
+                state.waking.append((entry, sleeper.element))
+                self.runner.trace.record("wake", entry.child.key(state.identity))
+        node = self.nodes.get(state.identity)
+        if state.waking and node is not None and self.active:
+            self.runner.scheduler.invalidate(node)
+
+    def _wake(self, tx: Transaction, state: State, container: Link) -> bool:
+        """Set up the woken entries that still owe it, in `tx`; True if one waits for a
+        load (then the whole list is walked: it is placed when the load ends)."""
+        waking, state.waking = state.waking, []
+        self.reconciles += 1
+        issuance = Issuance(self.reconciles)
+        deferred = False
+        created: list[Entry] = []
+        moved: list[tuple[Entry, int, int]] = []
+        for entry, element in waking:
+            if state.entries.get(entry.key) is entry and entry.owed:
+                placed = (tx, state, issuance, container, created, moved)
+                deferred |= self._place(*placed, entry, entry.key, entry.index, element)
+        tx.add_settle_callback(lambda _tx, res: self._settled(state, issuance, [], [], res))
+        return deferred
+
+    def wake_all(self) -> None:
+        """Set up every dormant child now, in a transaction of its own per identity (what
+        inspection asks first, so it shows every run)."""
+        for identity, watch in list(self.watches.items()):
+            state = self.states.get(identity)
+            if state is None or not self.active:
+                continue
+            self._wake_sleepers(state, watch.sleepers())
+            if not state.waking or state.base is None:
+                continue
+            tx = self.runner.replica.edit(identity)
+            try:
+                if self._wake(tx, state, state.base):
+                    state.items = state.ids = None
+            except BaseException:
+                tx.abort("waking dormant children failed")
+                raise
+            tx.add_settle_callback(self._woken(state))
+            tx.commit_detached()
+
+    def _woken(self, state: State) -> Callable[[Transaction, CommitResult], None]:
+        def settled(_tx: Transaction, res: CommitResult) -> None:
+            # `_settled` leaves a stale basis to the scheduler's re-run, but no node ran
+            # this transaction: run the reconcile again (it sets up what is owed).
+            node = self.nodes.get(state.identity)
+            if res.outcome is Outcome.STALE_BASIS and node is not None and self.active:
+                self.runner.scheduler.invalidate(node)
+
+        return settled
 
     def _await_load(self, state: State, key: DocKey, *, report: bool = False) -> None:
         runner = self.runner

@@ -236,6 +236,7 @@ class Operations:
         """`operator`: the runtime's own call (`rt.stop`), which may end any run; a
         session's stop ends only what its principal launched or opened (`_boundary`)."""
         self.require_open()
+        self.runner.wake_dormant()  # a dormant element child ends as a running one would
         # Arguments and the principal boundary first, whatever `generation` says: a
         # guessed generation must not reach what is not this identity's to end.
         # (Checks inlined where they pass: stop and start are what churn costs.)
@@ -307,6 +308,7 @@ class Operations:
         self, identity: Identity, cell: Cell, token: Registration | None, *, operator: bool
     ) -> None:
         self.require_open()
+        self.runner.wake_dormant()  # (as `stop`)
         check.check_cell(cell, "rt.release")
         check_same_store(cell, self.replica, "rt.release")
         if operator or cell.identity == identity:

@@ -275,11 +275,14 @@ def _digest(
     tx: Transaction,
     out_key: DocKey,
     value_path: tuple[Any, ...],
+    inputs: list[Any] | None = None,
 ) -> str:
+    """The digest over `code`, what `reads` see in `tx` (`inputs`: that list, if the
+    caller made it already) and the output at `value_path` of `out_key`."""
     peek = tx.peek
-    seen = [code, [_seen(peek(key, path), shallow) for key, path, shallow in reads]]
-    out = peek(out_key, value_path)
-    seen.append(_seen(out, False))
+    if inputs is None:
+        inputs = [_seen(peek(key, path), shallow) for key, path, shallow in reads]
+    seen = [code, inputs, _seen(peek(out_key, value_path), False)]
     return hashlib.blake2b(_encode_seen(seen), digest_size=16).hexdigest()
 
 
@@ -390,30 +393,56 @@ def reused(tx: Transaction, out_key: DocKey, value_path: tuple[Any, ...], code: 
     """Whether the output stored at `value_path` of `out_key` can stand for a run in `tx`
     (see the module docstring). When it can, the recorded reads are logged in `tx` (the
     node's read set) and nothing is written; otherwise `tx` is left as it was."""
-    if code is None:
+    found = vouched(tx, out_key, value_path, code)
+    if found is None:
         return False
+    read = tx.read
+    reads = found[0]
+    for key, path, shallow in reads:
+        read(key, path, shallow=shallow)
+    return True
+
+
+Reads = list[tuple[DocKey, tuple[Any, ...], bool]]
+"""A read set as an inputs record lists it: (document, path, shallow) per read."""
+
+
+def vouched(
+    tx: Transaction, out_key: DocKey, value_path: tuple[Any, ...], code: str | None
+) -> tuple[Reads, list[Any]] | None:
+    """The reads of the inputs record of `out_key`, and what each sees now (`seen_now`),
+    when the record vouches, in `tx`, for the output stored at `value_path` (same code
+    key, same digest over what those places hold now); else None. Peeks only: nothing
+    is logged or written in `tx`."""
+    if code is None:
+        return None
     held = tx.peek(out_key, (INPUTS,))
     if type(held) is not str or not held.startswith(code):
-        return False
+        return None
     digest = held[_KEY_CHARS : 2 * _KEY_CHARS]
     try:
         stored = _decode_reads(held[2 * _KEY_CHARS :])
     except msgspec.DecodeError:
-        return False  # not a record this module wrote: run
+        return None  # not a record this module wrote: run
     if type(stored) is not list:
-        return False
+        return None
     identity = tx.identity
-    reads: list[tuple[DocKey, tuple[Any, ...], bool]] = []
+    reads: Reads = []
     try:
         for space, id_, scope, path, shallow in stored:
             if type(space) is not str or type(id_) is not str or type(path) is not list:
-                return False  # not a record this module wrote: run
+                return None  # not a record this module wrote: run
             reads.append((instance_key(space, id_, scope, identity), tuple(path), shallow is True))
     except (TypeError, ValueError):
-        return False  # not a record this module wrote: run
-    if _digest(code, reads, tx, out_key, value_path) != digest:
-        return False
-    read = tx.read
-    for key, path, shallow in reads:
-        read(key, path, shallow=shallow)
-    return True
+        return None  # not a record this module wrote: run
+    inputs = seen_now(tx, reads)
+    if _digest(code, reads, tx, out_key, value_path, inputs) != digest:
+        return None
+    return reads, inputs
+
+
+def seen_now(tx: Transaction, reads: Reads) -> list[Any]:
+    """What each of `reads` sees in `tx` now (comparable with `==`: equal exactly when a
+    function reading those places would see equal values, as the digest compares them)."""
+    peek = tx.peek
+    return [_seen(peek(key, path), shallow) for key, path, shallow in reads]

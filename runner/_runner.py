@@ -96,6 +96,12 @@ class Runner(Ownership):
         """Children a cold resume's pre-sync derived, each taken by its coordinator's first
         placement of it (`_lists.presynced_child`)."""
 
+    def wake_dormant(self) -> None:
+        """Set up every dormant element child now (`_list_dormant`): what inspection does
+        first, so that it shows every run."""
+        for coordinator in list(self.coordinators):
+            coordinator.wake_all()
+
     # ------------------------------------------------------------------ setup
     def stage_setup(
         self, tx: Transaction, pattern: Pattern, argument: Any, result: Link, where: str

@@ -363,10 +363,12 @@ class Runtime:
         """The current registration (token) of the result, or None."""
         self._require_open()
         check.check_cell(cell, "rt.registration")
+        self.runner.wake_dormant()  # a dormant element child shows as running
         return self.runner.registrations.get(self.key(cell))
 
     def registrations(self) -> frozenset[Key]:
         self._require_open()
+        self.runner.wake_dormant()  # (as `registration`)
         return self.runner.registrations.keys()
 
     def pending_starts(self) -> frozenset[Key]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import collections
 from typing import Any
 
-from runner import lift, pattern
+from runner import handler, lift, pattern
 
 CALLS: collections.Counter[Any] = collections.Counter()
 
@@ -65,3 +65,19 @@ def BoardAt(items):  # type: ignore[no-untyped-def]
 def Launcher(value):  # type: ignore[no-untyped-def]
     """A lift that returns a pattern instance: it launches a computed child."""
     return {"child": lift(child_of)(value)}
+
+
+@handler
+def bump(event, element):  # type: ignore[no-untyped-def]
+    element.set((element.get() or 0) + 1)
+
+
+@pattern
+def BumpCard(element):  # type: ignore[no-untyped-def]
+    """A card with a handler: events can arrive, so its run is always installed."""
+    return {"card": lift(card)(element), "bump": bump(element=element)}
+
+
+@pattern
+def BumpBoard(items):  # type: ignore[no-untyped-def]
+    return {"cards": items.map(BumpCard)}
