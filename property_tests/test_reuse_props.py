@@ -78,3 +78,49 @@ def test_a_restart_reruns_exactly_the_changed_elements(first: list[Any], data: A
     assert value_equal(board_value(then), value)
     expected = {i: 1 for i, x in enumerate(then) if i >= len(first) or not value_equal(first[i], x)}
     assert expected == runs
+
+
+async def scenario_after_reopening(
+    first: list[Any], then: list[Any]
+) -> tuple[Any, Any, dict[int, int], int]:
+    """The board runs on `first`, the runtime closes, a second runtime restarts it (its
+    element children dormant, `runner._list_dormant`), pulls it, sets the list to `then`
+    and pulls again."""
+    store = MemoryStore()
+    async with Runtime(store, space="p") as rt:
+        items, board = rt.get_cell("items"), rt.get_cell("board")
+        async with rt.edit() as tx:
+            items.with_tx(tx).set(first)
+            rt.run(tx, BoardAt, {"items": items}, board)
+        await board.pull()
+    CALLS.clear()
+    async with Runtime(store, space="p") as rt:
+        items, board = rt.get_cell("items"), rt.get_cell("board")
+        await rt.start(board)
+        before = await board.pull()
+        ran_before = sum(CALLS.values())
+        async with rt.edit() as tx:
+            items.with_tx(tx).set(then)
+        value = await board.pull()
+    runs = {k[1]: n for k, n in CALLS.items() if k[0] == "at"}
+    return before, value, runs, ran_before
+
+
+@settings(deadline=None)
+@given(st.lists(ELEMENTS, max_size=6), st.data())
+def test_a_change_after_reopening_reruns_exactly_the_changed_elements(
+    first: list[Any], data: Any
+) -> None:
+    then = data.draw(
+        st.one_of(
+            st.lists(ELEMENTS, min_size=len(first), max_size=len(first)),
+            st.lists(ELEMENTS, max_size=7),
+        ),
+        label="then",
+    )
+    before, value, runs, ran_before = asyncio.run(scenario_after_reopening(first, then))
+    assert value_equal(board_value(first), before)
+    assert 0 == ran_before
+    assert value_equal(board_value(then), value)
+    expected = {i: 1 for i, x in enumerate(then) if i >= len(first) or not value_equal(first[i], x)}
+    assert expected == runs
