@@ -17,8 +17,16 @@ rows compare computation, not the disk's flush).
   (``runs`` 0: each card's lift keeps its stored output, see `runner._reuse`)
   and at most 0.3x the first setup.
 
+- **edit after restart**, one op = one edit: on a restarted board whose
+  element runs are still dormant (`runner._list_dormant`), set one element to a
+  new value and pull the board (that card's run is installed and its lift runs,
+  ``runs`` 1). Over a list of inline values every dormant element reads the
+  list document, so this pays one comparison per dormant element.
+
 Counted work: ``runs``, calls of the cards' lift function (counted inside it),
-and ``sent``, transactions the runtime's replica sent to the store.
+``sent``, transactions the runtime's replica sent to the store, and
+``installed``, the registrations (runs) installed once the board was pulled
+(every card's on a first setup; none but the board's on a restart).
 
 See docs/performance.md ("Restart") for numbers.
 """
@@ -120,11 +128,12 @@ def _timed(path: str, n: int, *, first: bool) -> Run:
 
         def finish() -> Counts:
             sent = rt.replica.stats.commits_sent
+            installed = len(rt.runner.registrations)
             loop.run_until_complete(_close(rt, store))
             loop.close()
             if first and ran != n:
                 raise BenchError(f"restart: the first setup ran {ran} cards, not {n}")
-            return {"runs": ran, "sent": sent}
+            return {"runs": ran, "sent": sent, "installed": installed}
 
         return finish
 
@@ -162,6 +171,35 @@ def _register(group: str, n: int) -> None:
         loop.run_until_complete(_close(*loop.run_until_complete(_first_setup(path, n))))
         loop.close()
         return _timed(path, n, first=False)
+
+    @bench(group=group, name=f"edit after restart ({n} elements)", ops=1)
+    def edit_after_restart() -> Run:
+        path = _fresh_file()
+        loop = asyncio.new_event_loop()
+        loop.run_until_complete(_close(*loop.run_until_complete(_first_setup(path, n))))
+        rt, store = loop.run_until_complete(_restart(path, n))
+        board, items = rt.get_cell("board"), rt.get_cell("items")
+
+        async def edit() -> Any:
+            items.key(n // 2).set(-1)
+            return await board.pull()
+
+        def run() -> Finish:
+            runs = RUNS[0]
+            value = loop.run_until_complete(edit())
+            ran = RUNS[0] - runs
+
+            def finish() -> Counts:
+                if value["cards"][n // 2] != {"n": -1, "double": -2}:
+                    raise BenchError("restart: the edited card is wrong")
+                installed = len(rt.runner.registrations)
+                loop.run_until_complete(_close(rt, store))
+                loop.close()
+                return {"runs": ran, "installed": installed}
+
+            return finish
+
+        return run
 
 
 _register("restart", ELEMENTS)

@@ -404,6 +404,13 @@ def reused(tx: Transaction, out_key: DocKey, value_path: tuple[Any, ...], code: 
 
 
 Reads = list[tuple[DocKey, tuple[Any, ...], bool]]
+
+_KEYS: dict[tuple[str, str, Any, Identity], DocKey] = {}
+_PATHS: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+_SHARED_MAX: Final = 1 << 16
+"""The document keys and paths records name, shared: every card of a board reads the
+same list document and the same argument path (one object each, not one per card,
+while a restarted runtime's cards are dormant, `_list_dormant`). Cleared when full."""
 """A read set as an inputs record lists it: (document, path, shallow) per read."""
 
 
@@ -428,11 +435,21 @@ def vouched(
         return None
     identity = tx.identity
     reads: Reads = []
+    keys, paths = _KEYS, _PATHS
+    if len(keys) > _SHARED_MAX or len(paths) > _SHARED_MAX:
+        keys.clear()
+        paths.clear()
     try:
         for space, id_, scope, path, shallow in stored:
             if type(space) is not str or type(id_) is not str or type(path) is not list:
                 return None  # not a record this module wrote: run
-            reads.append((instance_key(space, id_, scope, identity), tuple(path), shallow is True))
+            where = (space, id_, scope, identity)
+            key = keys.get(where)
+            if key is None:
+                key = keys[where] = instance_key(space, id_, scope, identity)
+            at = tuple(path)
+            at = paths.setdefault(at, at)
+            reads.append((key, at, shallow is True))
     except (TypeError, ValueError):
         return None  # not a record this module wrote: run
     inputs = seen_now(tx, reads)
