@@ -38,6 +38,7 @@ Invariants (checked by `Scheduler._check`)
 
 from __future__ import annotations
 
+import gc
 import heapq
 import inspect
 import itertools
@@ -89,6 +90,14 @@ PASS_RUN_BUDGET: Final = 10
 """Runs of one node per pass before it is deferred."""
 MAX_REACTIVE_RETRIES: Final = 10
 """Retries of a node whose commit failed for a reason other than a stale basis."""
+
+PAUSE_COLLECTOR: Final = True
+"""Whether `settle` pauses Python's cyclic garbage collector while it runs (not when the
+program disabled it itself). A settle that sets up N nodes allocates O(N) objects that
+stay alive, and every collection it triggers walks what is still young, so a 50,000
+-element setup ran about 6,800 collections (1,400 paused). Paused, allocations still
+count, and the collector runs after the settle ends; reference counting frees everything
+acyclic meanwhile. See docs/performance.md, "Restart"."""
 
 
 class Passes:
@@ -356,6 +365,10 @@ class Passes:
         if self._settling or self._closed:
             return
         self._settling = True
+        # The cyclic collector waits for the settle to end (`PAUSE_COLLECTOR`).
+        collecting = PAUSE_COLLECTOR and gc.isenabled()
+        if collecting:
+            gc.disable()
         try:
             pumped = False
             for _ in range(MAX_PASSES_PER_SETTLE):
@@ -372,6 +385,8 @@ class Passes:
                         break
         finally:
             self._settling = False
+            if collecting:
+                gc.enable()
         self._timers.arm()
         failures = self._failures
         if failures.raised or failures.observations.suspect:  # (`pending_report`, inlined)
