@@ -41,17 +41,15 @@ Not here: the records and their digest (`_reuse`), placing and setup (`_lists`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cells import DocKey, Identity, Link, Transaction, value_equal
 from scheduler import Node, Scheduler
 
 from . import _docs as docs
 from ._builder import Pattern
+from ._list_state import Entry, Sleeper, State
 from ._reuse import Reads, node_code_key, seen_now, vouched
-
-if TYPE_CHECKING:
-    from ._list_state import Entry, State
 
 __all__ = ["Sleeper", "Watch", "asleep", "sleepable"]
 
@@ -72,22 +70,6 @@ def sleepable(op: Pattern) -> list[tuple[int, str]] | None:
             return None
         lifts.append((spec.index, code))
     return lifts or None
-
-
-class Sleeper:
-    """One dormant child: its entry, the element argument it would be set up with, and
-    every place its lifts' records list with what each saw when it fell asleep."""
-
-    __slots__ = ("element", "entry", "reads", "seen")
-
-    def __init__(self, entry: Entry, element: Link, reads: Reads, seen: list[Any]) -> None:
-        self.entry = entry
-        self.element = element
-        self.reads = reads
-        self.seen = seen
-
-    def __repr__(self) -> str:
-        return f"<dormant {self.entry!r}>"
 
 
 def asleep(

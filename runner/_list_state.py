@@ -5,6 +5,9 @@ reconcile (an `Issuance`). When that reconcile's transaction fails (a stale
 basis too), every entry it still stamps owes its setup again, and only the
 latest issuer decides.
 
+A dormant entry (`_list_dormant`) holds a `Sleeper`: its child counts as set
+up although nothing of it is installed.
+
 Bookkeeping is kept per resolution identity `(principal, session)` (a
 `State` each): one identity's completed setup never satisfies another's.
 
@@ -19,14 +22,11 @@ Invariants (checked by `State._check`)
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cells import DocKey, Identity, Link
 
 from ._list_keys import ElementKey, child_link, id_key, keys_and_counts, keys_at
-
-if TYPE_CHECKING:
-    from ._list_dormant import Sleeper
 
 
 class Issuance:
@@ -65,6 +65,28 @@ class Entry:
     def __repr__(self) -> str:
         state = " owed" if self.owed else " dormant" if self.sleeper is not None else ""
         return f"<element {self.key!r} @{self.index}{state}>"
+
+
+class Sleeper:
+    """One dormant child: its entry, the element argument it would be set up with, and
+    every place its lifts' records list with what each saw when it fell asleep."""
+
+    __slots__ = ("element", "entry", "reads", "seen")
+
+    def __init__(
+        self,
+        entry: Entry,
+        element: Link,
+        reads: list[tuple[DocKey, tuple[Any, ...], bool]],
+        seen: list[Any],
+    ) -> None:
+        self.entry = entry
+        self.element = element
+        self.reads = reads
+        self.seen = seen
+
+    def __repr__(self) -> str:
+        return f"<dormant {self.entry!r}>"
 
 
 class State:
