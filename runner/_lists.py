@@ -59,8 +59,15 @@ loading, and an element whose result document is loading keeps its setup
 owed (new elements are still set up). Each awaited document gets one sync,
 shared by every reconcile meanwhile; when it ends the coordinator runs again.
 
+Dormant children (`_list_dormant`): a new element whose child is already in
+the store as its setup would leave it, every output vouched for by its inputs
+record, is counted as set up without installing anything; a watch node per
+identity wakes it (an owed setup, issued by the next reconcile) when what it
+read changes, and `wake_all` wakes every one (inspection).
+
 Invariants (checked by `_check`)
-- one state per reconcile node, each for that node's identity;
+- one state per reconcile node, each for that node's identity, and a watch
+  only for an identity with a reconcile node;
 - each state passes its own check (`State._check`).
 """
 
@@ -821,6 +828,7 @@ class Coordinator:
 
     def _check(self) -> None:
         assert self.states.keys() == self.nodes.keys(), (self.states, self.nodes)
+        assert self.watches.keys() <= self.nodes.keys(), (self.watches, self.nodes)
         for identity, state in self.states.items():
             assert state.identity == identity, state
             assert self.nodes[identity].identity == identity, state
