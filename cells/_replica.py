@@ -741,7 +741,15 @@ class Replica:
         if not (layers and layers[0].seq == local_seq and base_seq == rec.confirmed_seq):
             self._apply_verdict(tx, request, Verdict(seq, {key: value}, base_seqs={key: base_seq}))
         else:
-            adopt_oldest_layer(rec, layers, value, seq)
+            if type(layers) is tuple and len(layers) == 1:
+                # `adopt_oldest_layer` of the document's only layer (a commit made
+                # outside a batch: nothing else of it is pending), inlined.
+                rec.layers = ()
+                rec.confirmed = rec.visible = value
+                rec.confirmed_seq = seq
+                rec.loaded = True
+            else:
+                adopt_oldest_layer(rec, layers, value, seq)
             self.stats.accepted += 1
             result = CommitResult(_OK_OUTCOME, None, seq)
             if tx._settle_callbacks is None and tx._post_commit is None and tx.result is None:
@@ -762,9 +770,10 @@ class Replica:
     def accept_runs(self, runs: list[Any], results: list[Any], start: int) -> None:
         """The verdicts of a run log (`StoreBase.submit_runs`) from entry index `start`
         on, in order: an accepted commit of the usual case (a transaction with no
-        callback, effect or `Pending` to settle, whose layer is its document's oldest,
-        on the state the store applied it to) is settled here, in place (nothing
-        observable runs for it, so nothing here can raise); any other goes through
+        callback or effect to run and no `Pending` with callbacks, whose layer is its
+        document's oldest, on the state the store applied it to) is settled here, in
+        place (nothing observable runs for it, so nothing here can raise); any other
+        goes through
         `on_accepted` / `on_verdict` with its request. If one of those raises (a settle
         callback, a subscriber), the rest are posted back to the front of the mailbox
         first, so a later drain delivers them in the same order, exactly as single
@@ -778,7 +787,9 @@ class Replica:
         j = start // RUN_WIDTH * 3
         try:
             while i < n:
-                seq, base_seq, value = results[j : j + 3]
+                seq = results[j]  # (indexed, not sliced: no list per commit)
+                base_seq = results[j + 1]
+                value = results[j + 2]
                 j += 3
                 if seq is None:  # decided by the general path: (None, verdict, request)
                     i += RUN_WIDTH
@@ -799,12 +810,13 @@ class Replica:
                 i += RUN_WIDTH
                 rec = docs[key]
                 layers = rec.layers
+                pending = None if tx is None else tx._pending
                 if (
                     tx is None
                     or in_flight.get(local_seq) is not tx
                     or tx._settle_callbacks is not None
                     or tx._post_commit is not None
-                    or tx._pending is not None
+                    or (pending is not None and pending._callbacks is not None)
                     or tx.result is not None
                     or not (layers and layers[0].seq == local_seq and base_seq == rec.confirmed_seq)
                 ):
@@ -814,13 +826,25 @@ class Replica:
                     self.on_accepted(request, seq, base_seq, value)
                     continue
                 del in_flight[local_seq]
-                adopt_oldest_layer(rec, layers, value, seq)
+                if type(layers) is tuple and len(layers) == 1:
+                    # `adopt_oldest_layer` of the document's only layer (the usual case),
+                    # inlined as in `_apply_verdict`.
+                    rec.layers = ()
+                    rec.confirmed = rec.visible = value
+                    rec.confirmed_seq = seq
+                    rec.loaded = True
+                else:
+                    adopt_oldest_layer(rec, layers, value, seq)
                 stats.accepted += 1
-                tx.result = CommitResult(_OK_OUTCOME, None, seq)
+                result = tx.result = CommitResult(_OK_OUTCOME, None, seq)
                 tx.status = "committed"
                 tx._values = None
                 if seq > heard:
                     heard = seq
+                if pending is not None:
+                    # A `Pending` nobody is called back by (a `commit()` to be read or
+                    # awaited): resolving it runs nothing.
+                    pending._resolve(result)
         finally:
             if heard > self._heard:
                 self._heard = heard

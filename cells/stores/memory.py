@@ -264,7 +264,12 @@ class MemoryStore(StoreBase):
         with self._lock:
             self._resolve(request.session_id, request.local_seq, None)
 
-    def _submit_evaluation(self, listener: SessionListener, request: CommitRequest) -> None:
+    def submit(self, listener: SessionListener, request: CommitRequest) -> None:
+        """`StoreBase.submit` with `_submit_evaluation`'s body here, not a call away: it
+        runs once per commit made outside a batch (every Cell API commit)."""
+        if self._verdict_gate is not None or self.closed:
+            super().submit(listener, request)  # held by the gate, or refused: closed
+            return
         if type(self)._evaluate is not MemoryStore._evaluate:
             # A subclass hooks `_evaluate` (to count or to inject faults): go through it.
             self._evaluate_and_answer(listener, request)
@@ -285,6 +290,11 @@ class MemoryStore(StoreBase):
         self._answer(listener, request, verdict)
         if verdict.error is None and verdict.seq is not None and len(self._listeners) > 1:
             self._broadcast(request.session_id, verdict.seq, verdict.docs)
+
+    def _submit_evaluation(self, listener: SessionListener, request: CommitRequest) -> None:
+        # (`StoreBase`'s hook, reached only past its gate and closed checks, which
+        # `submit` repeats: it then evaluates.)
+        self.submit(listener, request)
 
     def _submit_batch_evaluation(
         self, listener: SessionListener, requests: Sequence[CommitRequest]
