@@ -65,14 +65,34 @@ class Notification(msgspec.Struct, frozen=True):
 
 
 class Layer(msgspec.Struct, gc=False):
-    """One pending commit's writes to one document.
+    """One pending commit's writes to one document: `value` at `path` first, then the
+    (path, value) pairs of `rest`, in order (`writes` lists them all).
 
     A Struct because one is made per commit; `gc=False` because it holds only
-    paths and values, which never refer back to it.
+    paths and values, which never refer back to it. The first write is two fields,
+    not a pair in a tuple: the usual layer (a node run's commit) has one write, and
+    its two tuples were, with the transaction, most of what a commit in flight
+    handed the cyclic collector (a drain of N runs keeps N layers until its
+    verdicts).
     """
 
     seq: int
-    writes: Sequence[tuple[Path, Value]]
+    path: Path
+    value: Value
+    rest: Sequence[tuple[Path, Value]] = ()
+
+    @property
+    def writes(self) -> Sequence[tuple[Path, Value]]:
+        """Every write of the layer, in order, as (path, value) pairs. O(writes)."""
+        first = (self.path, self.value)
+        rest = self.rest
+        return (first, *rest) if rest else (first,)
+
+    @classmethod
+    def of(cls, seq: int, ops: Sequence[tuple[Path, Value]]) -> Layer:
+        """The layer of local commit `seq` carrying `ops` (at least one write)."""
+        (path, value) = ops[0]
+        return cls(seq, path, value, ops[1:] if len(ops) > 1 else ())
 
     def __repr__(self) -> str:
         return f"Layer({self.seq}, {self.writes!r})"

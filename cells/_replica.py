@@ -534,9 +534,9 @@ class Replica:
         self._next_seq = seq + 1
         layers = rec.layers
         if not layers:
-            rec.layers = (Layer(seq, ((path, new),)),)
+            rec.layers = (Layer(seq, path, new),)
         else:
-            push_layer(rec, Layer(seq, ((path, new),)))
+            push_layer(rec, Layer(seq, path, new))
         change = Change(wkey, visible, working, (path,))
         rec.visible = working
         rec.version += 1
@@ -615,7 +615,7 @@ class Replica:
         reads, deps = read_claims(docs)
         seq = self._next_seq
         self._next_seq = seq + 1
-        layer = Layer(seq, ((path, new),))
+        layer = Layer(seq, path, new)
         if not rec.layers:
             rec.layers = (layer,)
         else:
@@ -646,7 +646,7 @@ class Replica:
         changes: list[Change] = []
         writes: list[Write] = []
         for key, rec, ops, after, visible_change in staged:
-            push_layer(rec, Layer(seq, ops))
+            push_layer(rec, Layer.of(seq, ops))
             if visible_change:
                 # A shadow write (equal to a still-pending value) changes nothing now.
                 paths = (ops[0][0],) if len(ops) == 1 else tuple([op[0] for op in ops])
