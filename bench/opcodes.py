@@ -12,6 +12,12 @@ is timed. It is only a proxy: it does not see time spent in C (dict copies, stru
 construction, the collector), and one bytecode is not one unit of time. Timed
 figures (against reaktiv in the same run) still come from ``python -m bench``.
 
+With ``--collections N`` it runs ``run()`` N more times untraced instead, and prints
+the cyclic collector's collections per ``run()`` by generation (deterministic for a
+given version: they follow the objects the per-update path keeps alive, not the
+load) and the share of the CPU time they took (``gc.callbacks``; this one moves
+with the load).
+
 Shapes: ``chain`` (chain 1000, 20 writes), ``broad`` (broad 1000, 10 writes),
 ``diamond`` (diamond 5), ``cellx`` and ``cellx-ends`` (cellx 1000, a sink per
 node / on the 4 ends), ``memory-commit`` (the Cell API commit). The bench rows'
@@ -22,7 +28,9 @@ from __future__ import annotations
 
 import argparse
 import collections
+import gc
 import sys
+import time
 from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any
@@ -89,15 +97,60 @@ def count(shape: str) -> tuple[float, float, collections.Counter[str]]:
     return opcodes[0] / per, opcodes[1] / per, by
 
 
+def collections_per_run(shape: str, runs: int) -> tuple[list[float], float]:
+    """Collections per `run()` of `shape` by generation (young, middle, full), over
+    `runs` untraced runs after one warm run, and the share of CPU time they took."""
+    setup, _, repeatable = SHAPES[shape]
+    run = setup()
+    if repeatable:
+        run()
+    counts = [0, 0, 0]
+    spent = [0.0]
+    started = [0.0]
+
+    def observe(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            started[0] = time.process_time()
+        else:
+            counts[info["generation"]] += 1
+            spent[0] += time.process_time() - started[0]
+
+    gc.callbacks.append(observe)
+    try:
+        begin = time.process_time()
+        for _ in range(runs if repeatable else 1):
+            run()
+        total = time.process_time() - begin
+    finally:
+        gc.callbacks.remove(observe)
+    done = runs if repeatable else 1
+    return [c / done for c in counts], spent[0] / total if total else 0.0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.opcodes", description=__doc__)
     parser.add_argument("shapes", nargs="*", metavar="SHAPE", help=", ".join(SHAPES))
     parser.add_argument("--top", type=int, default=0, help="list the N costliest functions")
+    parser.add_argument(
+        "--collections",
+        type=int,
+        default=0,
+        metavar="N",
+        help="instead: the collector's collections per run() over N untraced runs",
+    )
     args = parser.parse_args(argv)
     unknown = [s for s in args.shapes if s not in SHAPES]
     if unknown:
         parser.error(f"unknown shape(s) {', '.join(unknown)}; known: {', '.join(SHAPES)}")
     for shape in args.shapes or SHAPES:
+        if args.collections:
+            per_run, share = collections_per_run(shape, args.collections)
+            young, middle, full = per_run
+            print(
+                f"{shape:14} collections per run: {young:6.1f} young {middle:5.1f} middle"
+                f" {full:5.2f} full, {share:5.1%} of the CPU time"
+            )
+            continue
         per = SHAPES[shape][1]
         bytecodes, calls, by = count(shape)
         print(f"{shape:14} {bytecodes:7.0f} bytecodes {calls:6.1f} calls per update")
