@@ -653,6 +653,58 @@ def test_a_batch_of_accepted_commits_settles_each_in_order_with_or_without_callb
     assert {"n": 8} == w.a.visible(DOC) == w.store.read_durable(DOC)
 
 
+def test_a_usual_commit_awaited_in_a_batch_is_settled_by_the_run_log_delivery(
+    w: World,
+) -> None:
+    # A usual commit (one document read, one field of another written) made with
+    # `commit()` in a batch: its `Pending` has no callback, so `accept_runs` resolves it
+    # in place, with the verdict's seq; one with a done callback goes the general way,
+    # and its callback runs once, in commit order.
+    w.put(DOC, {"n": 1})
+    w.put(OTHER, {"m": 0})
+    calls: list[int] = []
+    real = w.a.accept_runs
+
+    def spy(runs: Any, results: Any, start: int) -> None:
+        calls.append(start)
+        real(runs, results, start)
+
+    w.a.accept_runs = spy  # type: ignore[method-assign]
+    general: list[int] = []
+    real_accepted = w.a.on_accepted
+
+    def spy_accepted(request: Any, seq: int, base_seq: int, value: Any) -> None:
+        general.append(seq)
+        real_accepted(request, seq, base_seq, value)
+
+    w.a.on_accepted = spy_accepted  # type: ignore[method-assign]
+    order: list[str] = []
+    accepted = w.a.stats.accepted
+    w.a.begin_batch()
+    pendings = []
+    for i in range(3):
+        tx = w.a.edit(ME)
+        tx.write(OTHER, ("m",), tx.read(DOC, ("n",)) + i + 1)
+        pending = tx.commit()
+        if i == 1:
+            pending.add_done_callback(lambda p: order.append(f"called {p.result().seq}"))
+        pendings.append((tx, pending))
+    w.a.end_batch()
+    assert all(not p.done() for _, p in pendings)
+    w.pump()
+    assert [0] == calls  # one delivery
+    seqs = [p.result().seq for _, p in pendings]
+    assert all(p.result().ok for _, p in pendings)
+    assert seqs == sorted(seqs) and len(set(seqs)) == 3
+    assert [f"called {seqs[1]}"] == order
+    assert [seqs[1]] == general  # only the one with a callback took the general way
+    assert all(tx.status == "committed" and tx.result is p.result() for tx, p in pendings)
+    assert 3 == w.a.stats.accepted - accepted
+    assert 0 == w.a.in_flight()
+    assert {"m": 4} == w.a.visible(OTHER) == w.store.read_durable(OTHER)
+    w.a._check()
+
+
 def test_a_commit_in_a_batch_built_on_a_rejected_one_is_rejected(w: World) -> None:
     w.put(DOC, {"n": 1})
     b = w.replica()
