@@ -3,8 +3,11 @@
 On a throwaway PostgreSQL cluster (bench/pg_cluster.py), for each page count N:
 
 - N idle open pages (each triples an input nobody changes), 100 per principal,
-  are opened by UI runtimes, which then go away; one serving runtime (`rt.serve_pages`) claims and
-  runs them all;
+  are opened by UI runtimes in a separate process (`--ui`), which then exits; one
+  serving runtime (`rt.serve_pages`) in this process claims and runs them all, so
+  its heap holds everything a real serving process pays per page (ids derived and
+  their remembered causes included: UI runtimes in this process would have derived
+  and remembered them first);
 - memory: Python heap (tracemalloc) of the serving process once every page is
   claimed, running and idle, less before `serve_pages`, per page; and of the claim
   bookkeeping alone (the `PageServer`'s own tables: held pages, fence map,
@@ -31,6 +34,7 @@ import argparse
 import asyncio
 import gc
 import os
+import subprocess
 import sys
 import time
 import tracemalloc
@@ -104,6 +108,30 @@ async def _open_pages(store: PostgresStore, n: int) -> None:
             await ui.idle()  # the UI records the pages; the serving runtime runs them
 
 
+def open_pages_elsewhere(store: Any, n: int) -> None:
+    """`_open_pages(store, n)` in a separate process (a UI's), so this process derives
+    and remembers nothing of the pages before it serves them. `store` is a
+    `PostgresStore` (its DSN and schema) or a `SQLiteStore` (its path)."""
+    if isinstance(store, PostgresStore):
+        where = ["--ui-dsn", store.dsn, "--ui-schema", store.schema]
+    else:
+        where = ["--ui-sqlite", str(store.path)]
+    subprocess.run([sys.executable, "-m", "bench.claims_scale", "--ui", str(n), *where], check=True)
+
+
+def _ui(args: argparse.Namespace) -> None:
+    from bench import claims_scale  # not `__main__`: the pattern is named by its module
+    from cells import SQLiteStore
+
+    store: Any
+    if args.ui_sqlite:
+        store = SQLiteStore(args.ui_sqlite)
+    else:
+        store = PostgresStore(args.ui_dsn, schema=args.ui_schema, poll_interval=0)
+    asyncio.run(claims_scale._open_pages(store, args.ui))
+    store.close()
+
+
 async def _claim_all(server: PageServer, rt: Runtime, n: int) -> None:
     while len(server.held) < n:
         await server.tick()
@@ -113,7 +141,7 @@ async def _claim_all(server: PageServer, rt: Runtime, n: int) -> None:
 
 async def scale(dsn: str, n: int) -> dict[str, float]:
     store = PostgresStore(dsn, schema=f"s_{uuid.uuid4().hex[:12]}", poll_interval=0)
-    await _open_pages(store, n)
+    open_pages_elsewhere(store, n)
     gc.collect()
     tracemalloc.start()
     rt = Runtime(store, principal="server")
@@ -150,7 +178,7 @@ async def scale(dsn: str, n: int) -> dict[str, float]:
 
 async def takeover(dsn: str, n: int) -> dict[str, float]:
     store = PostgresStore(dsn, schema=f"t_{uuid.uuid4().hex[:12]}", poll_interval=0)
-    await _open_pages(store, n)
+    open_pages_elsewhere(store, n)
     now = [1000.0]
     a = Runtime(store, principal="server")
     await a.__aenter__()
@@ -226,7 +254,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.claims_scale")
     parser.add_argument("--pages", type=int, nargs="*", default=[100, 1000, 10000])
     parser.add_argument("--takeover", type=int, default=1000)
-    asyncio.run(main_async(parser.parse_args(argv)))
+    parser.add_argument("--ui", type=int, help=argparse.SUPPRESS)  # the UI process's page count
+    parser.add_argument("--ui-dsn", help=argparse.SUPPRESS)
+    parser.add_argument("--ui-schema", help=argparse.SUPPRESS)
+    parser.add_argument("--ui-sqlite", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.ui is not None:
+        _ui(args)
+    else:
+        asyncio.run(main_async(args))
     return 0
 
 

@@ -8,10 +8,11 @@ node reading one shared source, as the ``memory per node`` rows; ``--updates K``
 after K more updates), ``observed`` (a derive node on its own source with a
 `Scheduler.sink` on it, as the observed derived node row) or ``served`` (a claimed idle served
 page, as ``bench.claims_scale``, on a throwaway PostgreSQL cluster, or on SQLite
-with ``--sqlite``). In a fresh process, builds N units under `tracemalloc`
-(after `gc.collect()`), takes a snapshot and prints the bytes and objects per
-unit that are still held, grouped by source file (or file and line), largest
-first, with the total. Allocations of this module itself are left out.
+with ``--sqlite``; its UI runtimes open the pages in a separate process). In a
+fresh process, builds N units under `tracemalloc` (after `gc.collect()`), takes
+a snapshot and prints the bytes and objects per unit that are still held,
+grouped by source file (or file and line), largest first, with the total.
+Allocations of this module itself are left out.
 """
 
 from __future__ import annotations
@@ -193,7 +194,7 @@ def _in_memory(
 
 
 async def _served(units: int, by: str, top: int, sqlite: bool) -> None:
-    from bench.claims_scale import _claim_all, _open_pages
+    from bench.claims_scale import _claim_all, open_pages_elsewhere
     from bench.pg_cluster import Cluster
     from cells import PostgresStore, SQLiteStore
 
@@ -206,7 +207,7 @@ async def _served(units: int, by: str, top: int, sqlite: bool) -> None:
         cluster = Cluster()
         store = PostgresStore(cluster.dsn, schema=f"s_{uuid.uuid4().hex[:12]}", poll_interval=0)
     try:
-        await _open_pages(store, units)
+        open_pages_elsewhere(store, units)
         gc.collect()
         rt = Runtime(store, principal="server")
         await rt.__aenter__()
