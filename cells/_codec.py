@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import math
+import sys
 from typing import Any, Final
 
 import msgspec
@@ -102,8 +103,19 @@ def from_wire(value: Any) -> Value:
     return _from_wire(value, 0)
 
 
+SHARED_STRING: Final = 48
+"""Decoded strings up to this length (names, field keys, enum-like values such as a
+page record's session or a run's pattern) are interned: a replica holding thousands
+of documents keeps one copy of each, not a fresh one per decoded occurrence (50 to
+80 bytes each). Ids (55 characters) are longer: most occur once in a process, where
+interning would only add its table's entry (about 40 bytes)."""
+_intern = sys.intern
+
+
 def _from_wire(value: Any, depth: int) -> Value:
     t = type(value)
+    if t is str:
+        return _intern(value) if len(value) <= SHARED_STRING else value
     if t is dict:
         if depth > MAX_DEPTH:
             raise CorruptStoreError(
@@ -116,21 +128,24 @@ def _from_wire(value: Any, depth: int) -> Value:
                 if "link@1" in tagged:
                     body = tagged["link@1"]
                     return Link(
-                        body["space"], body["id"], body.get("scope", "space"), tuple(body["path"])
+                        _intern(body["space"]),
+                        body["id"],
+                        _intern(body.get("scope", "space")),  # type: ignore[arg-type]
+                        tuple(_from_wire(p, depth) for p in body["path"]) if body["path"] else (),
                     )
                 if "num@1" in tagged and tagged["num@1"] in _FLOATS:
                     return _FLOATS[tagged["num@1"]]
                 body = tagged.get("dict@1")
                 if type(body) is dict:
                     # Its keys are literal (never a tag), its values encoded as usual.
-                    return {k: _from_wire(v, depth) for k, v in body.items()}
+                    return {_key(k): _from_wire(v, depth) for k, v in body.items()}
             if type(tagged) is dict and len(tagged) == 1 and "@" in next(iter(tagged)):
                 raise CorruptStoreError(f"unknown tagged value in stored data: {value!r}")
             # Not a tag's shape (tags are one "name@version" key): a dict written
             # before the "/" key was escaped, by a path write such as
             # `cell.key("/").set("x")`. It reads back as what was written.
             return {"/": _from_wire(tagged, depth)}
-        return {k: _from_wire(v, depth) for k, v in value.items()}
+        return {_key(k): _from_wire(v, depth) for k, v in value.items()}
     if t is list:
         if depth > MAX_DEPTH:
             raise CorruptStoreError(
@@ -138,6 +153,10 @@ def _from_wire(value: Any, depth: int) -> Value:
             )
         return [_from_wire(v, depth + 1) for v in value]
     return value
+
+
+def _key(k: str) -> str:
+    return _intern(k) if len(k) <= SHARED_STRING else k
 
 
 def encode_json(value: Value) -> bytes:
@@ -190,13 +209,19 @@ def canonical_bytes(value: Any) -> bytes:
     return _msgpack_encoder.encode(_tagged(normalize(value, where="cause")))
 
 
-def entity_id(cause: Any) -> str:
+def entity_id(cause: Any, *, recall: Recall | None = None) -> str:
     """A document id derived deterministically from `cause` (any JSON-like value).
 
     Equal causes (by `value_equal`, dict key order ignored) give equal ids in
     every process; different causes give different ids (SHA-256). The cause is
     remembered in this process (see `cause_of`), so reprs and errors can name a
     cell by what it was made from rather than by its hash.
+
+    `recall`, for ids derived in bulk from objects the caller keeps anyway (a run's
+    internal documents, derived from its result's link): a tuple of a function and
+    its arguments that gives `cause` again when called. It is remembered instead of
+    the cause's canonical bytes (a tuple of references, about 60 bytes, against
+    about 150), and called only when `cause_of` asks.
     """
     norm = normalize(cause, where="cause")
     data = _msgpack_encoder.encode(_tagged(norm))
@@ -210,15 +235,19 @@ def entity_id(cause: Any) -> str:
         # The canonical bytes, not the normalized value: about 120 bytes where the value
         # cost about 270 per id (a run's every internal document has one), and a copy a
         # caller mutating `cause` cannot change. Decoded only when asked (`cause_of`).
-        causes[eid] = data
+        causes[eid] = data if recall is None else recall
     return eid
+
+
+Recall = tuple[Any, ...]
+"""`(function, *arguments)`: calling `function(*arguments)` gives a cause again."""
 
 
 MAX_REMEMBERED_CAUSES: Final = 1 << 16
 """How many causes `entity_id` remembers (the oldest are forgotten first)."""
 MAX_REMEMBERED_CAUSE: Final = 512
 """Causes whose canonical form is longer (in bytes) are not remembered."""
-_causes: dict[str, bytes] = {}
+_causes: dict[str, bytes | Recall] = {}
 _msgpack_decoder = msgspec.msgpack.Decoder()
 
 
@@ -228,7 +257,12 @@ def cause_of(eid: str) -> Value:
     list their keys sorted; an integral float reads as an int (equal by `value_equal`,
     as the id is). O(size of the cause), no I/O."""
     data = _causes.get(eid)
-    return MISSING if data is None else _untagged(_msgpack_decoder.decode(data))
+    if data is None:
+        return MISSING
+    if type(data) is not bytes:
+        recall: Recall = data  # type: ignore[assignment]
+        data = canonical_bytes(recall[0](*recall[1:]))  # the same form a remembered cause has
+    return _untagged(_msgpack_decoder.decode(data))
 
 
 def _untagged(tagged: Any) -> Value:

@@ -90,3 +90,25 @@ def test_a_remembered_cause_reads_back_as_the_value_it_was() -> None:
     assert cause == back
     assert ["a", "z"] == list(back)  # keys sorted
     assert [0.1] == cause_of(entity_id([0.1]))
+
+
+def test_an_id_made_with_a_recall_names_the_cause_the_recall_gives_again() -> None:
+    # A recall (a function and its arguments) is remembered instead of the cause's
+    # bytes, and called only when the cause is asked for.
+    calls: list[str] = []
+
+    def again(base: str, node: float) -> object:
+        calls.append(base)
+        return {"node": node, "internal": [base, "space"]}
+
+    base = entity_id("recalled board")
+    cause = {"internal": [base, "space"], "node": 2.0}
+    eid = entity_id(cause, recall=(again, base, 2.0))
+    assert eid == entity_id({"node": 2, "internal": [base, "space"]})  # the id is the cause's
+    assert [] == calls
+    back = cause_of(eid)
+    assert {"internal": [base, "space"], "node": 2} == back
+    assert ["internal", "node"] == list(back)  # the same form a remembered cause has
+    assert int is type(back["node"])
+    assert "{'internal': [<'recalled board'>, 'space'], 'node': 2}" == describe_id(eid)
+    assert [base, base] == calls

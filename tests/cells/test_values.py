@@ -368,6 +368,26 @@ def test_json_disk_form_is_plain_json() -> None:
     assert encode_json({"a": [1, "x", None, True]}) == b'{"a":[1,"x",null,true]}'
 
 
+def test_decoded_short_strings_are_one_object_per_process() -> None:
+    # A replica holding thousands of documents keeps one copy of each name, field key
+    # and link part, not one per decoded document; longer strings (ids) are left alone.
+    long = "x" * 80
+    raw = encode_json(
+        {
+            "session": "local",
+            "page": {"local": [long]},
+            "at": Link("space one", "of:id", "user", ("field", 2)),
+        }
+    )
+    a, b = decode_json(raw), decode_json(raw)
+    assert a == b
+    assert a["session"] is b["session"]
+    assert next(iter(a["page"])) is next(iter(b["page"]))
+    assert a["at"].space is b["at"].space and a["at"].scope is b["at"].scope
+    assert a["at"].path[0] is b["at"].path[0] and a["at"].path == ("field", 2)
+    assert a["page"]["local"][0] == long and a["page"]["local"][0] is not b["page"]["local"][0]
+
+
 def test_decode_json_refuses_unknown_tagged_values() -> None:
     with pytest.raises(CorruptStoreError):
         decode_json(b'{"/": {"what@9": 1}}')
