@@ -8,7 +8,9 @@ import json
 import pytest
 from pattern_defs import Child
 
+from cells import describe_id
 from runner import PatternError, Runtime
+from runner import _docs as docs
 
 
 def test_inspect_names_each_registration_and_page_by_its_cause() -> None:
@@ -48,3 +50,24 @@ def test_a_nodes_repr_names_the_cause_of_the_document_it_writes() -> None:
     node = rt.scheduler.derive(out, [src], lambda v: v)
     assert "('total')" in repr(node)
     rt.close()
+
+
+def test_a_runs_argument_internal_and_page_ids_name_their_causes() -> None:
+    # The runner remembers these causes as recalls of the result's link (not as bytes).
+    async def main() -> tuple[str | None, str | None, str | None]:
+        async with Runtime() as rt:
+            board = rt.get_cell({"board": "hall"})
+            async with rt.edit() as tx:
+                rt.run(tx, Child, {"value": 2}, board)
+            assert await rt.open_page(board) is True
+            link = board.link()
+            return (
+                describe_id(docs.argument_link(link).id),
+                describe_id(docs.internal_link(link, 0).id),
+                describe_id(docs.page_id(link)),
+            )
+
+    argument, internal, page = asyncio.run(main())
+    assert "{'argument': [<{'board': 'hall'}>, 'space']}" == argument
+    assert "{'internal': [<{'board': 'hall'}>, 'space'], 'node': 0}" == internal
+    assert page is not None and page.startswith("['default', <{'board': 'hall'}>, 'space', [")
