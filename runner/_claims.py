@@ -154,18 +154,19 @@ class Held:
         "ids",
         "key",
         "link",
-        "pid",
-        "principal",
+        "ref",
         "root",
         "session",
         "stamp",
     )
 
     def __init__(
-        self, space: str, principal: str, pid: str, session: str, link: Link, fence: int
+        self, space: str, ref: tuple[str, str], session: str, link: Link, fence: int
     ) -> None:
-        self.principal = principal
-        self.pid = pid
+        principal, pid = ref
+        self.ref = ref
+        """(principal, page id): its key in `held`, one tuple shared with the page's
+        record in `Pages.by_pid` (a 10,000-page server keeps one per page, not two)."""
         self.session = session
         self.link = link
         self.fence = fence
@@ -179,6 +180,14 @@ class Held:
         """Entries of the fence map pointing at it."""
         self.dead = False
         """Stopped here for good: its fence map entries are misses, purged in bulk."""
+
+    @property
+    def principal(self) -> str:
+        return self.ref[0]
+
+    @property
+    def pid(self) -> str:
+        return self.ref[1]
 
 
 class PageServer:
@@ -541,7 +550,7 @@ class PageServer:
         queue = self._queue
         for _ in range(min(n, len(queue))):
             held = queue.popleft()
-            if self.held.get((held.principal, held.pid)) is held:
+            if self.held.get(held.ref) is held:
                 self._start_page(held)
         if not queue:
             self._emptied.set()
@@ -567,7 +576,7 @@ class PageServer:
             self._chunk = min(self.batch, self._chunk * 2)
 
     def _lose(self, held: Held, now: float, why: str) -> None:
-        del self.held[(held.principal, held.pid)]
+        del self.held[held.ref]
         self.lost.append(
             {
                 "page": held.pid,
@@ -788,7 +797,7 @@ class PageServer:
     ) -> None:
         principal, pid = ref
         session, target = opened
-        held = Held(self.space, principal, pid, session, target, fence)
+        held = Held(self.space, ref, session, target, fence)
         if not self.held or self.renewed_at is None:
             self.renewed_at = self.clock()  # its lease runs from about now
         self.held[ref] = held
@@ -826,11 +835,11 @@ class PageServer:
         self._emptied.clear()
 
     def _start_page(self, held: Held) -> None:
-        ref = (held.principal, held.pid)
+        ref = held.ref
         target = held.link
         identity = Identity(held.principal, held.session)
         cell = Cell(self.rt.replica, identity, target, host=self.rt.host)
-        started = self.rt.pages.resume_one(held.pid, cell, identity)
+        started = self.rt.pages.resume_one(held.pid, cell, identity, ref=ref)
         trace = self.rt.runner.trace
 
         def after(p: Pending[bool]) -> None:
@@ -863,7 +872,7 @@ class PageServer:
         if why != "claim lost":
             self._unindex(held)
         book = self.rt.pages
-        rec = book.by_pid.get((held.principal, held.pid))
+        rec = book.by_pid.get(held.ref)
         if rec is None or self.rt.closed:
             return
         key = rec.key

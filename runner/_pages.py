@@ -574,12 +574,16 @@ class Pages:
                 "cellweave: reopening the claim of page %s failed: %r", pid, exc
             )
 
-    def resume_one(self, pid: str, cell: Cell, identity: Identity) -> Pending[bool]:
-        rec = self.by_pid.get((identity.principal, pid))
+    def resume_one(
+        self, pid: str, cell: Cell, identity: Identity, *, ref: tuple[str, str] | None = None
+    ) -> Pending[bool]:
+        """Start page `pid` (recorded open) of `identity`'s principal. `ref`, if given,
+        is `(principal, pid)` as the caller keeps it (a claim), shared as the key here."""
+        if ref is None:
+            ref = (identity.principal, pid)
+        rec = self.by_pid.get(ref)
         if rec is None:
-            rec = self.by_pid[(identity.principal, pid)] = PageRecord(
-                identity.principal, pid, cell.link()
-            )
+            rec = self.by_pid[ref] = PageRecord(identity.principal, pid, cell.link())
         page = rec
         return self.runner.start(
             cell.link(),
