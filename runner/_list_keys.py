@@ -115,11 +115,18 @@ def child_link(kind: str, container: Link, key: ElementKey) -> Link:
     """The element's child result: its id derives from (base container, element key), and
     it is exposed at the narrower of the container's scope and the element's scope (an
     element linked at a narrower scope gets a child per instance of it)."""
-    cause = {kind: [container.id, container.scope], "element": _plain(key)}
+    cause = _child_cause(kind, container, key)
     scope = container.scope
     if len(key) == 2:
         scope = narrower(scope, key[0].scope)
-    return Link(container.space, entity_id(cause), scope)
+    # The cause is remembered as a recall of the objects the coordinator keeps anyway.
+    return Link(
+        container.space, entity_id(cause, recall=(_child_cause, kind, container, key)), scope
+    )
+
+
+def _child_cause(kind: str, container: Link, key: ElementKey) -> Any:
+    return {kind: [container.id, container.scope], "element": _plain(key)}
 
 
 def diff_middle(

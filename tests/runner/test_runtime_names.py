@@ -8,9 +8,10 @@ import json
 import pytest
 from pattern_defs import Child
 
-from cells import describe_id
+from cells import Link, describe_id, entity_id
 from runner import PatternError, Runtime
 from runner import _docs as docs
+from runner._list_keys import child_link, element_keys
 
 
 def test_inspect_names_each_registration_and_page_by_its_cause() -> None:
@@ -71,3 +72,17 @@ def test_a_runs_argument_internal_and_page_ids_name_their_causes() -> None:
     assert "{'argument': [<{'board': 'hall'}>, 'space']}" == argument
     assert "{'internal': [<{'board': 'hall'}>, 'space'], 'node': 0}" == internal
     assert page is not None and page.startswith("['default', <{'board': 'hall'}>, 'space', [")
+
+
+def test_a_list_elements_child_id_names_its_container_and_element() -> None:
+    container = Link("default", entity_id("cards of the hall board"), "space")
+    element = Link("default", entity_id("card 7"), "space")
+    (key,) = element_keys([element])
+    child = child_link("map", container, key)
+    assert child.id == entity_id(
+        {"map": [container.id, "space"], "element": ["link", "default", element.id, "space", [], 0]}
+    )
+    assert (
+        "{'element': ['link', 'default', <'card 7'>, 'space', [], 0], 'map': [<'cards of the hall"
+        " board'>, 'space']}" == describe_id(child.id, limit=200)
+    )
