@@ -224,5 +224,12 @@ def test_the_reader_trie_matches_exactly_the_readers_the_rule_triggers(
                 reads.reverse()
                 del reads[1:]
                 index.apply(node, compact_reads((key, p, s) for p, s in reads))
+            # Unregister some readers and register them again (the trie is made, and
+            # kept, as readers come and go: no match is needed to make it).
+            for node in nodes[1::3]:
+                index.remove(node)
+            index._check([n for n in nodes if n.reads])
+            for node, reads in zip(nodes[1::3], readers[1::3], strict=False):
+                index.apply(node, compact_reads((key, p, s) for p, s in reads))
     finally:
         readers_module.TRIE_READERS = saved

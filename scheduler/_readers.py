@@ -18,7 +18,8 @@ Invariants (checked by `_check`)
   has deep (shallow) paths: the node itself when it is the only one, else a dict
   of at least two mapping each to exactly those paths;
 - a document's path trie, when it has one, holds exactly those paths, and only
-  documents with readers have one.
+  documents with readers have one; a document with `TRIE_READERS` or more readers
+  (deep and shallow counted apart) has one.
 """
 
 from __future__ import annotations
@@ -377,8 +378,9 @@ class ReaderIndex:
     deep: dict[DocKey, Readers] = attrs.field(factory=dict, init=False)
     shallow: dict[DocKey, Readers] = attrs.field(factory=dict, init=False)
     tries: dict[DocKey, _Trie] = attrs.field(factory=dict, init=False)
-    """Made by `match` once a document has `TRIE_READERS` readers, then kept in
-    step by `apply` until the document has no readers."""
+    """Made by `apply` when a document reaches `TRIE_READERS` readers, then kept in
+    step by `apply` and `remove` until the document has no readers (a document whose
+    readers fall below the threshold keeps its trie)."""
     comparisons: int = attrs.field(default=0, init=False)
 
     def apply(self, node: Node, new: ReadSet) -> list[DocKey]:
@@ -389,6 +391,7 @@ class ReaderIndex:
             self._drop(node, key)
             touched.append(key)
         tries = self.tries
+        untried: list[DocKey] = []
         for key, (dpaths, spaths) in new.items():
             was = old.get(key)
             if was == (dpaths, spaths):
@@ -417,12 +420,32 @@ class ReaderIndex:
                         table[key] = {readers: readers.reads[key][kind], node: paths}
                 elif readers is not None:
                     self._unread(table, key, readers, node)
+            if trie is None and _count(self.deep.get(key)) + _count(self.shallow.get(key)) >= (
+                TRIE_READERS
+            ):
+                untried.append(key)
         if not touched:
             new = old  # equal: keep the object the node (and maybe others) already hold
         elif type(new) is OneRead:
             new = self._shared(new)
         node.reads = new
+        for key in untried:
+            # Made here, as the readers register (a list's cards, in setup), not by the
+            # first change's `match`: that change would pay for walking every reader
+            # (about a third of an edit's work at 1,000 elements). After `node.reads`
+            # is set: a lone reader's paths are read from it.
+            self._make_trie(key)
         return touched
+
+    def _make_trie(self, key: DocKey) -> None:
+        """The path trie of `key`'s readers, once they are `TRIE_READERS` or more."""
+        trie = self.tries[key] = _Trie()
+        for kind, table in ((0, self.deep), (1, self.shallow)):
+            readers = table.get(key)
+            if readers is not None:
+                for node, paths in _entries(readers, key, kind):
+                    for p in paths:
+                        trie.add(node, p, kind == 1)
 
     def _shared(self, one: OneRead) -> ReadSet:
         """An equal `OneRead` that another reader of the same document already holds, or
@@ -527,13 +550,6 @@ class ReaderIndex:
                 return self._matching(((node, paths),), before, after, False)
             if len(deep) < TRIE_READERS:
                 return self._matching(deep.items(), before, after, False)  # the usual document
-        if trie is None and _count(deep) + _count(shallow) >= TRIE_READERS:
-            trie = self.tries[key] = _Trie()
-            for kind, table in ((0, deep), (1, shallow)):
-                if table is not None:
-                    for node, paths in _entries(table, key, kind):
-                        for p in paths:
-                            trie.add(node, p, kind == 1)
         if trie is not None:
             written = change.paths
             if written is not None:
@@ -762,6 +778,9 @@ class ReaderIndex:
                 for node, paths in _entries(readers, key, kind):
                     assert key in node.reads and node.registered, (node, key)
                     assert paths, (node, key)
+        for key in self.deep.keys() | self.shallow.keys():
+            if _count(self.deep.get(key)) + _count(self.shallow.get(key)) >= TRIE_READERS:
+                assert key in self.tries, f"{key} has many readers and no trie"
         for key, trie in self.tries.items():
             # The trie holds exactly the document's read paths.
             want = {
