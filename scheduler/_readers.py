@@ -595,9 +595,15 @@ class ReaderIndex:
                     # Readers by element id below this list: the elements at this
                     # position before and after (their ids) are compared whole.
                     at = path[:depth]
+                    seen = None
                     for root, v in ((before, b), (after, a)):
                         if type(v) is list and elem < len(v):
                             x = element_id_at(root, at, v, elem)
+                            if x == seen:
+                                # The same element on both sides (an edit inside it, the
+                                # usual case): its readers are compared once, not twice.
+                                continue
+                            seen = x
                             named = t.children.get(x)
                             if named is not None:
                                 nb = _id_step(before, at, b, x)
