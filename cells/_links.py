@@ -98,15 +98,18 @@ def _resolve(
     adding the place of every hop, its document and full-document path, to `hops`)."""
     identity = tx.identity
     key = DocKey(link.space, link.id) if link.scope == "space" else link.key(identity)
-    root = tx.peek(key, _VALUE_PATH)
     if not link.path:
+        root = tx.peek(key, _VALUE_PATH)
         if type(root) is not Link:
             return link, key  # the common case: no link on the way, nothing to track
         found: tuple[int, Link] | None = (0, root)
     else:
-        first = _first_link(root, link.path, None)
-        if isinstance(first, _IdStep):  # (the document holds the ids: fetched only then)
-            first = _first_link(root, link.path, tx.peek(key))
+        # The whole document, in hand for an element-id step (its ids are beside the
+        # value): one walk, not a walk that stops at the id and a second one.
+        doc = tx.peek(key)
+        first = _first_link(
+            doc.get(VALUE, MISSING) if type(doc) is dict else MISSING, link.path, doc
+        )
         if first is None or isinstance(first, _IdStep):
             return link, key
         found = first

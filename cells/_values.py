@@ -527,6 +527,8 @@ def element_ids(root: Value, path: Path, items: list[Any]) -> list[str]:
 def element_id_at(root: Value, path: Path, items: list[Any], i: int) -> str:
     """The id of element `i` of `items`, the list at `path` of document `root` (what
     `element_ids(...)[i]` is, in O(1))."""
+    if type(root) is dict and ELEMENT_IDS not in root:
+        return f"#{i}"  # no table: ids by position (what the end below gives)
     nxt, ids = _id_table(root, path)
     if i < len(ids) and i < len(items):
         return ids[i]
@@ -545,6 +547,14 @@ def element_position(root: Value, path: Path, items: list[Any], eid: str) -> int
     """The position of the element `eid` in `items`, the list at full-document `path`
     of document `root`, or None when the list holds no such element. O(1) after the
     first lookup in a stored table (O(N) C-level, once per table)."""
+    if type(root) is dict and ELEMENT_IDS not in root:
+        # No table in the document (no list of it was spliced): ids by position, what
+        # the end of this function decides, without `_id_table`. Every read of an
+        # element of a never-spliced list through its id comes here.
+        if eid[:1] != "#" or not eid[1:].isdigit():
+            return None
+        pos = int(eid[1:])
+        return pos if pos < len(items) else None
     nxt, ids = _id_table(root, path)
     n = len(items)
     if ids:
