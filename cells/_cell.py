@@ -143,7 +143,11 @@ class Cell:
 
     def key(self, *path: PathElem) -> Cell:
         """The cell at a nested path (`cell.key("items", 0)`)."""
-        check_path(path, where=f"{self!r}.key()")
+        for elem in path:
+            if type(elem) is not str and (type(elem) is not int or elem < 0):
+                # Only here is the message (and so the cell's repr) made: a UI makes a
+                # cell per edit and per pull, and formatting it was half of `key`.
+                check_path(path, where=f"{self!r}.key()")
         return self._derive(self._link.child(*path))
 
     def __getitem__(self, elem: PathElem) -> Cell:

@@ -245,6 +245,18 @@ def compact_reads(log: Iterable[tuple[DocKey, Path, bool]]) -> ReadSet:
         (shallow if is_shallow else deep).setdefault(key, set()).add(path)
     out: dict[DocKey, ReadEntry] = {}
     for key in deep.keys() | shallow.keys():
+        ds = deep.get(key)
+        ss = shallow.get(key)
+        if ss is None and ds is not None and len(ds) == 1:
+            # One deep path (most documents a node reads): nothing to cover or sort.
+            one: ReadEntry = (tuple(ds), ())
+            out[key] = _ENTRIES.get(one, one)
+            if len(_ENTRIES) < _ENTRIES_KEPT and one not in _ENTRIES and _field_paths(one[0]):
+                _ENTRIES[one] = one
+            continue
+        if ds is None and ss is not None and len(ss) == 1:
+            out[key] = ((), tuple(ss))  # one shallow path (a link followed on the way)
+            continue
         # Shortest first, so every deep path that could cover `p` is kept before `p`
         # is looked at; a set of the kept ones makes "is a prefix of p kept" one
         # lookup per prefix, O(len(p)), not one comparison per kept path (a sink on
@@ -258,14 +270,16 @@ def compact_reads(log: Iterable[tuple[DocKey, Path, bool]]) -> ReadSet:
         spaths = tuple(sorted((p for p in shallow.get(key, ()) if not _covered(p, kept)), key=repr))
         entry = (tuple(sorted(dpaths, key=repr)), spaths)
         out[key] = _ENTRIES.get(entry, entry)
-        # Deep paths of field names only (no list index, no element id: `#k`, `~k`): the
-        # ways a program's nodes read (every element's lift declares its argument's
-        # ("value", "element")), not one entry per element read.
-        if len(_ENTRIES) < _ENTRIES_KEPT and all(
-            type(e) is str and e[:1] not in ("#", "~") for p in dpaths for e in p
-        ):
-            _ENTRIES.setdefault(entry, entry)
+        if len(_ENTRIES) < _ENTRIES_KEPT and entry not in _ENTRIES and _field_paths(dpaths):
+            _ENTRIES[entry] = entry
     return out
+
+
+def _field_paths(paths: Iterable[Path]) -> bool:
+    """Deep paths of field names only (no list index, no element id: `#k`, `~k`): the
+    ways a program's nodes read (every element's lift declares its argument's
+    ("value", "element")), kept in `_ENTRIES`; not one entry per element read."""
+    return all(type(e) is str and e[:1] not in ("#", "~") for p in paths for e in p)
 
 
 TRIE_READERS = 16

@@ -30,6 +30,7 @@ from cells import (
     Materializer,
     Path,
     Transaction,
+    first_link,
     patch_ops,
     patch_ops_at,
     read_value,
@@ -123,8 +124,50 @@ def _pull_node(host: Host, cell: Cell, box: list[Any]) -> Node:
         box[0] = read_value(tx, link)
 
     return host.register(
-        run, identity=cell.identity, kind="effect", label=f"pull {link}", reads=declared(cell)
+        run, identity=cell.identity, kind="effect", label=f"pull {link}", reads=_ahead(host, cell)
     )
+
+
+PULL_HOPS: Final = 8
+"""How many links `_ahead` follows (a longer chain: its first run finds the rest)."""
+
+
+def _ahead(host: Host, cell: Cell) -> list[tuple[DocKey, Path, bool]]:
+    """What a pull's first run reads if no link on the way moves before it runs: the
+    place of each link it follows (shallow, as `read_value` logs it) and the place
+    they lead to (deep), found by walking the visible documents (nothing logged).
+
+    Declared, these make the writers of the place the links lead to run before the
+    pull's node: without them its first run read only the cell's own document,
+    followed the links to a place whose writer had not run yet, and ran again once
+    it had (issue 14: one of the two runs of every pull of a mapped element's
+    result). When a link does move first, the run reads where it leads now and
+    runs again as before: declared reads decide order, never what the node read.
+    Without a link on the way this is `declared(cell)`; with one, exactly what the
+    run logs (so its read set, once it ran, is the declared one: no delta)."""
+    replica = host.replica
+    identity = cell.identity
+    current = cell.link()
+    key = cell.doc_key
+    reads: list[tuple[DocKey, Path, bool]] = []
+    for _hop in range(PULL_HOPS):
+        doc = replica.visible(key)
+        found = first_link(
+            doc.get("value", MISSING) if type(doc) is dict else MISSING, current.path, doc
+        )
+        if found is None:
+            break
+        at, target = found
+        reads.append((key, ("value", *current.path[:at]), True))
+        current = Link(target.space, target.id, target.scope, target.path + current.path[at:])
+        key = current.key(identity)
+    else:
+        # Still links after PULL_HOPS of them: the run finds the rest (or the cycle).
+        return [declared(cell)[0], *reads]
+    if not reads:
+        return [declared(cell)[0]]
+    reads.append((key, ("value", *current.path) if current.path else _VALUE_PATH, False))
+    return reads
 
 
 def pull_now(host: Host, cell: Cell) -> Any:

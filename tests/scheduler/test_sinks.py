@@ -77,4 +77,32 @@ def test_a_sink_on_a_derived_cell_reads_the_key_its_writer_holds() -> None:
     assert seen == [2]
     cancel()
     assert not sink.registered and list(sch.graph.nodes) == [node]
+
+
+def test_a_pull_through_links_runs_once_after_the_value_it_leads_to_is_computed() -> None:
+    # Issue 14: a pull of a mapped element's result follows links (the list's item to
+    # the element's result, its field to a lift's output). Its node's first run used
+    # to see only the pulled cell's own document, follow the links to a value whose
+    # writer had not run yet, and run again once it had: two runs per pull. The
+    # places the links lead to are declared, so the writer runs first and the pull
+    # once. When a link moves, the pull still reads where it leads now.
+    space = Space(MemoryStore(), "sp")
+    sch = Scheduler(space.replica)
+    x, doubled, card, board = (space.cell(n) for n in ("x", "doubled", "card", "board"))
+    x.set(1)
+    sch.derive(doubled, [x], lambda v: 2 * v, label="double")
+    card.set({"label": doubled.link()})
+    board.set({"out": [card.link()]})
+    pulled = board.key("out", 0, "label")
+    assert 2 == sch.pull_now(pulled)
+    for value in (5, 7):
+        x.set(value)
+        runs = sch.stats.runs_effect, sch.stats.runs_computation
+        assert 2 * value == sch.pull_now(pulled)
+        assert (1, 1) == (sch.stats.runs_effect - runs[0], sch.stats.runs_computation - runs[1])
+    # A link re-pointed after the walk: the pull reads where it leads when it runs.
+    other = space.cell("other")
+    other.set({"label": "plain"})
+    board.set({"out": [other.link()]})
+    assert "plain" == sch.pull_now(pulled)
     sch.close()
