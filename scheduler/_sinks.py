@@ -33,6 +33,7 @@ from cells import (
     first_link,
     patch_ops,
     patch_ops_at,
+    reaches,
     read_value,
     same_value,
     thaw,
@@ -151,6 +152,10 @@ def _ahead(host: Host, cell: Cell) -> list[tuple[DocKey, Path, bool]]:
     key = cell.doc_key
     reads: list[tuple[DocKey, Path, bool]] = []
     for _hop in range(PULL_HOPS):
+        if not reaches(identity, key):
+            # A document the pull's reads may be refused (or need authority): its run
+            # decides; the walk makes no writer of it run first.
+            return [declared(cell)[0], *reads]
         doc = replica.visible(key)
         found = first_link(
             doc.get("value", MISSING) if type(doc) is dict else MISSING, current.path, doc
