@@ -110,13 +110,49 @@ class SQLClaimTable(ClaimTable):
             if lock is None or not self._postgres:
                 return list(conn.execute(text, tuple(params)).fetchall())
             with conn.transaction():
-                conn.execute(
-                    "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"cellweave claims {lock}",)
-                )
+                self._lock(conn, lock)
                 return list(conn.execute(text, tuple(params)).fetchall())
 
         rows: list[Any] = self._run(go)
         return rows
+
+    @staticmethod
+    def _lock(conn: Any, space: str) -> None:
+        """PostgreSQL, inside a transaction: take `space`'s claims lock (see `_exec`)."""
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"cellweave claims {space}",))
+
+    def _delete_raising_floor(
+        self, space: str, where: str, params: Sequence[Any], delete: str, deleting: Sequence[Any]
+    ) -> int:
+        """Raise the space's fence floor (its row with no principal) to the highest fence
+        of the rows `where` (with `params`) matches, then run `delete` (with `deleting`,
+        returning one row per deleted claim), in one transaction under the space's claims
+        lock: a page claimed again later gets a fence above every deleted one. How many
+        claims were deleted."""
+        floor = (
+            f"INSERT INTO {self._t} AS c (space, principal, page, fence, heartbeat_at,"
+            " expires_at, claimed_at) SELECT ?, '', '', m, 0, ?, 0 FROM (SELECT MAX(fence)"
+            f" AS m FROM {self._t} WHERE {where}) AS top WHERE m IS NOT NULL"
+            " ON CONFLICT (space, principal, page) DO UPDATE SET fence ="
+            f" {'GREATEST' if self._postgres else 'MAX'}(c.fence, excluded.fence)"
+        )
+        floor_sql, delete_sql = self._sql(floor), self._sql(delete)
+        floor_params, delete_params = (space, CLOSED_AT, *params), tuple(deleting)
+        self.statements += 1
+
+        def both(conn: Any) -> int:
+            conn.execute(floor_sql, floor_params)
+            return len(conn.execute(delete_sql, delete_params).fetchall())
+
+        def go(conn: Any) -> int:
+            if self._postgres:
+                with conn.transaction():
+                    self._lock(conn, space)
+                    return both(conn)
+            return both(conn)
+
+        n: int = self._run(go)
+        return n
 
     def fence_error(self, conn: Any, fence: Fence) -> FencedError | None:
         """Inside the commit's transaction on `conn`."""
@@ -329,36 +365,14 @@ class SQLClaimTable(ClaimTable):
             " AND heartbeat_at < ?"
         )
         params = [space, CLOSED_AT, before]
-        # The fence floor first (over every row the deletion may take: a superset, as
-        # ties in the order may pick others), then the deletion, in one transaction.
-        floor = (
-            f"INSERT INTO {self._t} AS c (space, principal, page, fence, heartbeat_at,"
-            " expires_at, claimed_at) SELECT ?, '', '', m, 0, ?, 0 FROM (SELECT MAX(fence)"
-            f" AS m FROM {self._t} WHERE {closed}) AS top WHERE m IS NOT NULL"
-            " ON CONFLICT (space, principal, page) DO UPDATE SET fence ="
-            f" {'GREATEST' if self._postgres else 'MAX'}(c.fence, excluded.fence)"
-        )
+        # The fence floor over every row the deletion may take (a superset, as ties in
+        # the order may pick others), then the deletion.
         delete = (
             f"DELETE FROM {self._t} WHERE (space, principal, page) IN (SELECT space, principal,"
             f" page FROM {self._t} WHERE {closed} ORDER BY heartbeat_at LIMIT ?)"
             " RETURNING page"
         )
-        self.statements += 1
-
-        def go(conn: Any) -> int:
-            if self._postgres:
-                with conn.transaction():
-                    conn.execute(
-                        "SELECT pg_advisory_xact_lock(hashtext(%s))",
-                        (f"cellweave claims {space}",),
-                    )
-                    conn.execute(self._sql(floor), (space, CLOSED_AT, *params))
-                    return len(conn.execute(self._sql(delete), (*params, limit)).fetchall())
-            conn.execute(self._sql(floor), (space, CLOSED_AT, *params))
-            return len(conn.execute(self._sql(delete), (*params, limit)).fetchall())
-
-        n: int = self._run(go)
-        return n
+        return self._delete_raising_floor(space, closed, params, delete, [*params, limit])
 
     def forget(self, space: str, rows: Sequence[ClaimRow], now: float) -> int:
         n = 0
@@ -391,30 +405,8 @@ class SQLClaimTable(ClaimTable):
             "space = ? AND principal <> '' AND expires_at < ?"
             f" AND (nonce IS NULL OR expires_at < ?) AND ({' OR '.join(match)})"
         )
-        floor = (
-            f"INSERT INTO {self._t} AS c (space, principal, page, fence, heartbeat_at,"
-            " expires_at, claimed_at) SELECT ?, '', '', m, 0, ?, 0 FROM (SELECT MAX(fence)"
-            f" AS m FROM {self._t} WHERE {where}) AS top WHERE m IS NOT NULL"
-            " ON CONFLICT (space, principal, page) DO UPDATE SET fence ="
-            f" {'GREATEST' if self._postgres else 'MAX'}(c.fence, excluded.fence)"
-        )
         delete = f"DELETE FROM {self._t} WHERE {where} RETURNING page"
-        self.statements += 1
-
-        def go(conn: Any) -> int:
-            if self._postgres:
-                with conn.transaction():
-                    conn.execute(
-                        "SELECT pg_advisory_xact_lock(hashtext(%s))",
-                        (f"cellweave claims {space}",),
-                    )
-                    conn.execute(self._sql(floor), (space, CLOSED_AT, *params))
-                    return len(conn.execute(self._sql(delete), params).fetchall())
-            conn.execute(self._sql(floor), (space, CLOSED_AT, *params))
-            return len(conn.execute(self._sql(delete), params).fetchall())
-
-        n: int = self._run(go)
-        return n
+        return self._delete_raising_floor(space, where, params, delete, params)
 
     def reopen(self, space: str, principal: str, page: str) -> bool:
         rows = self._exec(
