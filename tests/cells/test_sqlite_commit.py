@@ -7,11 +7,12 @@ the committing replica adopts its own layers instead of re-folding the documents
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path as FsPath
 from typing import Any
 
 import pytest
+from sqlite_support import Make, open_stores
 
 import cells.stores.sqlite
 from cells import DocKey, Replica, Space, SQLiteStore
@@ -20,7 +21,6 @@ from cells._store import CommitRequest, DocState, ReadClaim, Verdict, Write
 from cells._values import Value
 from cells.errors import ConflictError
 
-Make = Callable[..., SQLiteStore]
 WAIT = 20.0
 
 
@@ -31,20 +31,8 @@ def db(tmp_path: FsPath) -> FsPath:
 
 @pytest.fixture
 def stores() -> Iterator[Make]:
-    opened: list[SQLiteStore] = []
-
-    def make(path: FsPath, **kwargs: Any) -> SQLiteStore:
-        kwargs.setdefault("poll_interval", 0)
-        kwargs.setdefault("synchronous", "OFF")  # the commit path, not durability
-        store = SQLiteStore(path, **kwargs)
-        opened.append(store)
-        return store
-
-    yield make
-    for store in opened:
-        if not store.closed:
-            store._check()
-            store.close()
+    with open_stores(synchronous="OFF") as make:  # the commit path, not durability
+        yield make
 
 
 class Verdicts:

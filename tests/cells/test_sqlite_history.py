@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path as FsPath
 from typing import Any
 
 import pytest
+from sqlite_support import Make, open_stores
 
 from cells import (
     MISSING,
@@ -34,7 +35,6 @@ from cells.stores._sql import encode_value, key_params
 from cells.stores.memory import REVISIONS_KEPT
 from cells.stores.sqlite import VERSION
 
-Make = Callable[..., SQLiteStore]
 WAIT = 20.0
 
 
@@ -45,20 +45,8 @@ def db(tmp_path: FsPath) -> FsPath:
 
 @pytest.fixture
 def stores() -> Iterator[Make]:
-    opened: list[SQLiteStore] = []
-
-    def make(path: FsPath, **kwargs: Any) -> SQLiteStore:
-        kwargs.setdefault("poll_interval", 0)
-        kwargs.setdefault("synchronous", "OFF")  # history, not durability, is tested here
-        store = SQLiteStore(path, **kwargs)
-        opened.append(store)
-        return store
-
-    yield make
-    for store in opened:
-        if not store.closed:
-            store._check()
-            store.close()
+    with open_stores(synchronous="OFF") as make:  # history, not durability, is tested here
+        yield make
 
 
 def rows(db: FsPath, table: str) -> int:

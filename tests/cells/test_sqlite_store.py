@@ -18,11 +18,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path as FsPath
 from typing import Any
 
 import pytest
+from sqlite_support import Make, open_stores
 
 from cells import (
     MISSING,
@@ -59,8 +60,6 @@ SAMPLE: dict[str, Any] = {
     "links": [Link("notes", "a"), Link("elsewhere", "b", "session", ())],
 }
 
-Make = Callable[..., SQLiteStore]
-
 
 @pytest.fixture
 def db(tmp_path: FsPath) -> FsPath:
@@ -70,19 +69,8 @@ def db(tmp_path: FsPath) -> FsPath:
 @pytest.fixture
 def stores() -> Iterator[Make]:
     """Open SQLiteStores (polling off unless asked); checked and closed at teardown."""
-    opened: list[SQLiteStore] = []
-
-    def make(path: FsPath, **kwargs: Any) -> SQLiteStore:
-        kwargs.setdefault("poll_interval", 0)
-        store = SQLiteStore(path, **kwargs)
-        opened.append(store)
-        return store
-
-    yield make
-    for store in opened:
-        if not store.closed:
-            store._check()
-        store.close()
+    with open_stores() as make:
+        yield make
 
 
 class Recorder:
