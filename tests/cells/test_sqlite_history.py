@@ -307,6 +307,23 @@ def old_history(db: FsPath) -> History:
         conn.close()
 
 
+def assert_every_basis_meets(store: SQLiteStore, before: History, last_seq: int) -> None:
+    """Every basis up to `last_seq` meets exactly the revisions the old file kept after it (or
+    its floor), with the session and local seq of the commit that wrote each; `before`
+    maps each document to the old file's floor and (seq, paths) revisions."""
+    conn = store._reader_conn()
+    for key, (floor, revs) in before.items():
+        for basis in range(last_seq + 1):
+            got = store._revisions_since(conn, "s", "s@1", key, basis)
+            if floor is not None and basis < floor:
+                assert [(floor, ((),))] == [(r.seq, r.paths) for r in got]
+                continue
+            assert [(seq, p) for seq, p in revs if seq > basis] == [
+                (r.seq, r.paths) for r in got
+            ], (key, basis)
+            assert all(r.session_id == "old@1" and r.local_seq == r.seq for r in got)
+
+
 def meta_version(db: FsPath) -> str:
     conn = sqlite3.connect(db)
     try:
@@ -357,19 +374,7 @@ def test_an_older_format_file_is_upgraded_when_opened(
     assert MISSING is store.read_durable(deleted)
     last = 3 * REVISIONS_KEPT + 6
     assert {"value": {"x": last, "y": last}} == store.read_durable(churned)
-    # Every basis meets exactly the revisions the old file kept after it (or its floor),
-    # with the session and local seq of the commit that wrote each.
-    conn = store._reader_conn()
-    for key, (floor, revs) in before.items():
-        for basis in range(len(commits) + 1):
-            got = store._revisions_since(conn, "s", "s@1", key, basis)
-            if floor is not None and basis < floor:
-                assert [(floor, ((),))] == [(r.seq, r.paths) for r in got]
-                continue
-            assert [(seq, p) for seq, p in revs if seq > basis] == [
-                (r.seq, r.paths) for r in got
-            ], (key, basis)
-            assert all(r.session_id == "old@1" and r.local_seq == r.seq for r in got)
+    assert_every_basis_meets(store, before, len(commits))
     # And the store goes on: create-only still meets the old claim; a document of the
     # version 1 file, never pruned, is pruned at its next write; history stays bounded.
     space = Space(store, "h")
@@ -491,17 +496,7 @@ def test_a_version_3_file_is_upgraded_when_opened(stores: Make, db: FsPath) -> N
     assert MISSING is store.read_durable(deleted)
     last = 3 * REVISIONS_KEPT + 6
     assert {"value": {"x": last, "y": last}} == store.read_durable(churned)
-    conn = store._reader_conn()
-    for key, (floor, revs) in before.items():
-        for basis in range(len(commits) + 1):
-            got = store._revisions_since(conn, "s", "s@1", key, basis)
-            if floor is not None and basis < floor:
-                assert [(floor, ((),))] == [(r.seq, r.paths) for r in got]
-                continue
-            assert [(seq, p) for seq, p in revs if seq > basis] == [
-                (r.seq, r.paths) for r in got
-            ], (key, basis)
-            assert all(r.session_id == "old@1" and r.local_seq == r.seq for r in got)
+    assert_every_basis_meets(store, before, len(commits))
     # The store goes on: create-only meets the old claim, the churned document is
     # pruned by its upgraded next floor, and another store's session that loaded the
     # documents before hears of every later commit (found through `first`).
