@@ -63,15 +63,20 @@ class ShellServer:
         self.thread.join(DEADLINE)
 
 
-def wait_for(cond: Callable[[], Any], what: str) -> Any:
-    end = time.monotonic() + DEADLINE
+def wait_for(
+    cond: Callable[[], Any], what: str, deadline: float = DEADLINE, every: float = 0.01
+) -> Any:
+    """Polls `cond` every `every` seconds until it gives something true, and returns that
+    (for another thread's or process's effect: no verdict gate reaches it); the
+    deadline only turns a hang into a failure."""
+    end = time.monotonic() + deadline
     while True:
         got = cond()
         if got:
             return got
         if time.monotonic() > end:
             raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.01)
+        time.sleep(every)
 
 
 class Client:

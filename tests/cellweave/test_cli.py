@@ -7,7 +7,6 @@ import json
 import pathlib
 import subprocess
 import sys
-import time
 from typing import Any
 
 import pytest
@@ -174,27 +173,18 @@ def _free_port() -> int:
         return port
 
 
-def _until(cond: Any, what: str, deadline: float = 60.0) -> Any:
-    """Polls another process's effect (cross-process: no verdict gate reaches it); the
-    deadline only turns a hang into a failure."""
-    end = time.monotonic() + deadline
-    while True:
-        got = cond()
-        if got:
-            return got
-        if time.monotonic() > end:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.05)
-
-
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 def test_serve_with_served_pages_runs_nothing_and_workers_run_its_pages_and_events(
     kind: str, tmp_path: Any, request: pytest.FixtureRequest
 ) -> None:
     import signal
 
-    from shell_support import Client, hello
+    from shell_support import Client, hello, wait_for
     from websockets.sync.client import connect
+
+    def until(cond: Any, what: str) -> Any:
+        # Another process's effect, behind a process start: a longer deadline.
+        return wait_for(cond, what, deadline=60.0, every=0.05)
 
     if kind == "sqlite":
         db = str(tmp_path / "served.db")
@@ -221,7 +211,7 @@ def test_serve_with_served_pages_runs_nothing_and_workers_run_its_pages_and_even
             except (OSError, InvalidHandshake):  # not listening, or not answering yet
                 return None
 
-        conn = _until(connected, "the shell to listen")
+        conn = until(connected, "the shell to listen")
         conn.__enter__()  # (closed by client.close(), or by the process ending)
         client = Client(conn)
         client.send({"op": "hello"})
@@ -240,12 +230,12 @@ def test_serve_with_served_pages_runs_nothing_and_workers_run_its_pages_and_even
 
         # Computed by the worker (the setup function's `rt.run` only staged the setup
         # here), read by the UI through the store; then an edit in the UI, computed there.
-        _until(lambda: root().get("loud") == "HI", "the worker's first result in the UI")
+        until(lambda: root().get("loud") == "HI", "the worker's first result in the UI")
         ok = client.ask(
             {"op": "set", "cell": "root", "path": ["text"], "value": "hey", "basis": "hi"}
         )
         assert "ok" == ok["type"], ok
-        _until(lambda: root().get("loud") == "HEY", "the worker's result of the edit in the UI")
+        until(lambda: root().get("loud") == "HEY", "the worker's result of the edit in the UI")
         view = client.ask({"op": "inspect"})["inspect"]
         assert [] == view["registrations"]  # the UI process runs nothing
         shown = cli("inspect", "--db", db, "--principal", "local", "--json")
@@ -260,7 +250,7 @@ def test_serve_with_served_pages_runs_nothing_and_workers_run_its_pages_and_even
         sent = client.ask({"op": "send", "cell": "root", "path": ["clear"], "event": None})
         assert "ok" == sent["type"], sent
         cleared = {"text": None, "loud": None, "clear": button}
-        _until(lambda: root() == cleared, "the worker's handling of the click, recomputed")
+        until(lambda: root() == cleared, "the worker's handling of the click, recomputed")
         assert [] == client.ask({"op": "inspect"})["inspect"]["registrations"]
         client.close()
         worker.send_signal(signal.SIGTERM)
