@@ -14,7 +14,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from bench.pg_cluster import Cluster
 from cells import (
     Fence,
     FencedError,
@@ -30,15 +29,6 @@ B = Owner("host-b", 22, "b" * 32)
 SPACE = "default"
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    server = Cluster()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 @pytest.fixture(params=["memory", "sqlite", "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Iterator[StoreBase]:
     if request.param == "memory":
@@ -48,8 +38,8 @@ def store(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Iterator[St
     else:
         from cells import PostgresStore
 
-        cluster = request.getfixturevalue("cluster")
-        made = PostgresStore(cluster.dsn, schema=f"t_{uuid.uuid4().hex}", poll_interval=0)
+        pg_cluster = request.getfixturevalue("pg_cluster")
+        made = PostgresStore(pg_cluster.dsn, schema=f"t_{uuid.uuid4().hex}", poll_interval=0)
     try:
         yield made
     finally:

@@ -50,15 +50,6 @@ WAIT = 20.0
 Make = Callable[..., PostgresStore]
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    server = Cluster()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 @pytest.fixture
 def db() -> str:
     """A fresh schema name: each test starts on an empty store."""
@@ -66,13 +57,13 @@ def db() -> str:
 
 
 @pytest.fixture
-def stores(cluster: Cluster) -> Iterator[Make]:
+def stores(pg_cluster: Cluster) -> Iterator[Make]:
     """Open PostgresStores (polling off unless asked); checked, closed and dropped after."""
     opened: list[PostgresStore] = []
 
     def make(schema: str, **kwargs: Any) -> PostgresStore:
         kwargs.setdefault("poll_interval", 0)
-        store = PostgresStore(cluster.dsn, schema=schema, **kwargs)
+        store = PostgresStore(pg_cluster.dsn, schema=schema, **kwargs)
         opened.append(store)
         return store
 
@@ -81,7 +72,7 @@ def stores(cluster: Cluster) -> Iterator[Make]:
         if not store.closed:
             store._check()
         store.close()
-    with psycopg.connect(cluster.dsn, autocommit=True) as conn:
+    with psycopg.connect(pg_cluster.dsn, autocommit=True) as conn:
         for schema in {s.schema for s in opened}:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
@@ -92,8 +83,8 @@ def make_store(stores: Make, db: str) -> Callable[[], StoreBase]:
     return lambda: stores(db)
 
 
-def rows(cluster: Cluster, schema: str, table: str) -> int:
-    with psycopg.connect(cluster.dsn) as conn:
+def rows(pg_cluster: Cluster, schema: str, table: str) -> int:
+    with psycopg.connect(pg_cluster.dsn) as conn:
         row = conn.execute(f"SELECT COUNT(*) FROM {schema}.{table}").fetchone()
         assert row is not None
         return int(row[0])
@@ -192,7 +183,7 @@ def test_acknowledged_commit_survives_close_and_reopen(stores: Make, db: str) ->
 
 
 def test_history_of_one_document_stays_bounded_under_churn(
-    stores: Make, db: str, cluster: Cluster
+    stores: Make, db: str, pg_cluster: Cluster
 ) -> None:
     store = stores(db)
     space = Space(store, "h")
@@ -205,7 +196,7 @@ def test_history_of_one_document_stays_bounded_under_churn(
         assert tx.commit().wait(WAIT).ok
     assert cycles == cell.get()
     assert cycles == store.seq
-    assert REVISIONS_KEPT <= rows(cluster, db, "revision") <= 2 * REVISIONS_KEPT
+    assert REVISIONS_KEPT <= rows(pg_cluster, db, "revision") <= 2 * REVISIONS_KEPT
     store._check()
 
 
@@ -221,7 +212,7 @@ with PostgresStore(sys.argv[1], schema=sys.argv[2], poll_interval=0) as store:
 
 
 def test_commit_from_another_process_integrates_after_poll(
-    stores: Make, db: str, cluster: Cluster
+    stores: Make, db: str, pg_cluster: Cluster
 ) -> None:
     store = stores(db)
     space = Space(store, "shared")
@@ -229,7 +220,7 @@ def test_commit_from_another_process_integrates_after_poll(
     assert MISSING is cell.get()
     notes = sqlite_store.record(space)
     done = subprocess.run(
-        [sys.executable, "-c", INTEGRATOR, cluster.dsn, db],
+        [sys.executable, "-c", INTEGRATOR, pg_cluster.dsn, db],
         capture_output=True,
         cwd=REPO,
         timeout=WAIT * 3,
@@ -421,43 +412,43 @@ def test_an_unreachable_server_is_a_store_error(tmp_path: FsPath) -> None:
     assert not isinstance(info.value, psycopg.Error)
 
 
-def test_an_unknown_role_is_an_authentication_error(cluster: Cluster) -> None:
-    dsn = f"host={cluster.socket_dir} port={cluster.port} user=nobody_here dbname=postgres"
+def test_an_unknown_role_is_an_authentication_error(pg_cluster: Cluster) -> None:
+    dsn = f"host={pg_cluster.socket_dir} port={pg_cluster.port} user=nobody_here dbname=postgres"
     with pytest.raises(StoreError, match="authentication failed"):
         PostgresStore(dsn)
 
 
-def test_a_missing_database_is_a_store_error(cluster: Cluster) -> None:
+def test_a_missing_database_is_a_store_error(pg_cluster: Cluster) -> None:
     with pytest.raises(StoreError, match="no such database"):
-        PostgresStore(cluster.dsn_for("no_such_db"))
+        PostgresStore(pg_cluster.dsn_for("no_such_db"))
 
 
 def test_a_schema_of_a_newer_version_is_refused_untouched(
-    stores: Make, db: str, cluster: Cluster
+    stores: Make, db: str, pg_cluster: Cluster
 ) -> None:
     stores(db).close()
-    with psycopg.connect(cluster.dsn, autocommit=True) as conn:
+    with psycopg.connect(pg_cluster.dsn, autocommit=True) as conn:
         conn.execute(f"UPDATE {db}.meta SET value = %s WHERE key = 'version'", (str(VERSION + 1),))
     with pytest.raises(CorruptStoreError, match="newer cellweave"):
         stores(db)
-    with psycopg.connect(cluster.dsn) as conn:
+    with psycopg.connect(pg_cluster.dsn) as conn:
         row = conn.execute(f"SELECT value FROM {db}.meta WHERE key = 'version'").fetchone()
     assert row == (str(VERSION + 1),)
 
 
 def test_a_schema_that_is_not_a_store_is_refused_untouched(
-    stores: Make, db: str, cluster: Cluster
+    stores: Make, db: str, pg_cluster: Cluster
 ) -> None:
-    with psycopg.connect(cluster.dsn, autocommit=True) as conn:
+    with psycopg.connect(pg_cluster.dsn, autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA {db}")
         conn.execute(f"CREATE TABLE {db}.customers (id int)")
     with pytest.raises(CorruptStoreError, match="not a cellweave store"):
         stores(db)
-    assert 0 == rows(cluster, db, "customers")
+    assert 0 == rows(pg_cluster, db, "customers")
 
 
-def test_a_schema_named_like_a_keyword_works(stores: Make, cluster: Cluster) -> None:
-    with psycopg.connect(cluster.dsn, autocommit=True) as conn:
+def test_a_schema_named_like_a_keyword_works(stores: Make, pg_cluster: Cluster) -> None:
+    with psycopg.connect(pg_cluster.dsn, autocommit=True) as conn:
         conn.execute('DROP SCHEMA IF EXISTS "user" CASCADE')
     a, b = stores("user"), stores("user")
     assert Space(a, "k").cell("x").set(1).wait(WAIT).ok
@@ -465,20 +456,20 @@ def test_a_schema_named_like_a_keyword_works(stores: Make, cluster: Cluster) -> 
     assert {"value": 1} == b.read_durable(DocKey("k", "x"))
 
 
-def test_bad_arguments_are_refused(cluster: Cluster) -> None:
+def test_bad_arguments_are_refused(pg_cluster: Cluster) -> None:
     with pytest.raises(InvalidArgumentError):
         PostgresStore(42)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="schema"):
-        PostgresStore(cluster.dsn, schema="Robert'); DROP TABLE x;--")
+        PostgresStore(pg_cluster.dsn, schema="Robert'); DROP TABLE x;--")
     with pytest.raises(InvalidArgumentError, match="poll_interval"):
-        PostgresStore(cluster.dsn, poll_interval=-1)
+        PostgresStore(pg_cluster.dsn, poll_interval=-1)
     with pytest.raises(InvalidArgumentError, match="pool_size"):
-        PostgresStore(cluster.dsn, pool_size=0)
+        PostgresStore(pg_cluster.dsn, pool_size=0)
     with pytest.raises(InvalidArgumentError, match="dsn") as info:
         PostgresStore("password=hunter2 host='unterminated")
     assert "hunter2" not in str(info.value)
     with pytest.raises(InvalidArgumentError, match="connect_timeout"):
-        PostgresStore(cluster.dsn, connect_timeout=0)
+        PostgresStore(pg_cluster.dsn, connect_timeout=0)
 
 
 class LoadRecorder(sqlite_store.Recorder):

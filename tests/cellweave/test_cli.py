@@ -133,17 +133,6 @@ def test_worker_serves_pages_under_claims_and_releases_them_on_sigterm(tmp_path:
 HERE = pathlib.Path(__file__).resolve().parent
 
 
-@pytest.fixture(scope="module")
-def pg_cluster() -> Any:
-    from bench.pg_cluster import Cluster
-
-    server = Cluster()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def _start(*args: str) -> subprocess.Popen[str]:
     """A `cellweave` process run from this directory (it imports served_app from here)."""
     return subprocess.Popen(

@@ -565,17 +565,6 @@ def test_a_stopped_page_is_not_claimed_again_by_a_server_that_still_sees_it_open
 # --------------------------------------------------------------------------- a UI process
 
 
-@pytest.fixture(scope="module")
-def pg_cluster() -> Any:
-    from bench.pg_cluster import Cluster
-
-    server = Cluster()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def _two_stores(kind: str, tmp_path: pathlib.Path, request: pytest.FixtureRequest) -> list[Any]:
     """Two store objects on one database: a UI process's and a serving process's."""
     if kind == "sqlite":
