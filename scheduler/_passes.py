@@ -78,7 +78,7 @@ from ._node import (
     two_reads_match,
 )
 from ._readers import ReaderIndex, compact_reads
-from ._sinks import deliver_all
+from ._sinks import PatchSink, Sink, deliver_all
 from ._timers import Timers
 
 if TYPE_CHECKING:
@@ -88,6 +88,8 @@ MAX_ITERS: Final = 10
 """Drains per pass before remaining work is deferred."""
 PASS_RUN_BUDGET: Final = 10
 """Runs of one node per pass before it is deferred."""
+_DIRECT_SINKS: Final = frozenset((Sink, PatchSink))
+"""Node types `_run` may run without a transaction (`Sink.run_direct`)."""
 MAX_REACTIVE_RETRIES: Final = 10
 """Retries of a node whose commit failed for a reason other than a stale basis."""
 
@@ -503,11 +505,28 @@ class Passes:
             gates.throttle_ready_at = self.clock.now() + gates.throttle
             self._timers.update(node)
         stats = self.stats
+        replica = self.replica
         if node.kind == "effect":
             stats.runs_effect += 1
+            if (
+                type(node) in _DIRECT_SINKS
+                and node.direct  # type: ignore[attr-defined]
+                and gates is None
+                and not replica.closed
+                and not self.work.by_owner
+            ):
+                # A sink whose last run read one plain value at its cell: read it from
+                # the replica, with no transaction (see `Sink.run_direct`). A sink per
+                # node (cellx, broad) paid a transaction, a read log and an elided
+                # commit per update for this.
+                try:
+                    if node.run_direct(replica):  # type: ignore[attr-defined]
+                        return
+                except Exception as exc:
+                    self._fail(node, exc)
+                    return
         else:
             stats.runs_computation += 1
-        replica = self.replica
         if replica.closed:
             raise TransactionError(f"replica {replica.session_id} is closed")  # as `edit` says
         tx = Transaction(replica, node.identity, source=node)  # `replica.edit`, without the call

@@ -40,7 +40,7 @@ from cells import (
 )
 
 from ._host import Delivery, Host
-from ._node import Node, SelfLabelled
+from ._node import Node, OneRead, SelfLabelled
 
 
 def add_sink(host: Host, cell: Cell, fn: Any, kind: type[Sink]) -> Callable[[], None]:
@@ -281,6 +281,10 @@ class Sink(Node):
     )
     shown: Any = attrs.field(default=_UNSET, init=False)
     pending: Any = attrs.field(default=_UNSET, init=False)
+    direct: bool = attrs.field(default=False, init=False)
+    """Its last run read exactly its cell's whole value (one deep read at ``("value",)``
+    of its own document, no link on the way, no materializer kept): the next run may
+    read the visible document directly (`run_direct`)."""
 
     def __attrs_post_init__(self) -> None:
         self.fn = self
@@ -317,7 +321,57 @@ class Sink(Node):
         return thaw(value) if materializer is None else materializer.thaw(value)
 
     def __call__(self, tx: Transaction) -> None:
+        log = tx.reads
+        start = len(log)
         value = self.read(tx)
+        # The same test as `run_direct`'s: one whole-cell read of a plain value. (A
+        # sink's transaction reads nothing else, so `start` is 0 in a scheduler run.)
+        t = type(value)
+        self.direct = (
+            len(log) - start == 1
+            and start == 0
+            and not self.link.path
+            and self.materializer is None
+            and log[0][1] == _VALUE_PATH
+            and not log[0][2]
+            and t is not dict
+            and t is not list
+            and t is not Link
+        )
+        self.take(value)
+
+    def run_direct(self, replica: Any) -> bool:
+        """Run without a transaction, if the last run allows it (`direct`): read the
+        cell's visible value from the replica's record and take it as `__call__` would.
+        False, with nothing done, when it cannot (the caller runs the sink in a
+        transaction then).
+
+        Why this is the same run: a sink writes nothing, so its transaction only ever
+        elided; its one read is of one document, so no basis can be inconsistent; its
+        identity and document are those its last run read through a transaction (the
+        ownership check passed then and depends on nothing else); and its read set stays
+        exactly what that run left (the same one deep read), so the reader index and the
+        graph need no update. Any other case (a link or container at the cell, a path
+        inside the cell, a materializer, no record) goes through the transaction, which
+        also recomputes `direct`.
+        """
+        reads = self.reads
+        if type(reads) is not OneRead:
+            return False
+        rec = replica._docs.get(reads.key)
+        if rec is None:
+            return False
+        doc = rec.visible
+        value = doc.get("value", MISSING) if type(doc) is dict else MISSING
+        t = type(value)
+        if t is dict or t is list or t is Link:
+            return False  # links to follow or to look for: `read_value` decides
+        self.take(value)
+        return True
+
+    def take(self, value: Any) -> None:
+        """What a run does with the value it read: pending delivery if it differs from
+        the one last delivered."""
         if value is MISSING:
             value = None
         shown = self.shown
@@ -361,8 +415,7 @@ class PatchSink(Sink):
 
     what: ClassVar[str] = "patches"
 
-    def __call__(self, tx: Transaction) -> None:
-        value = self.read(tx)
+    def take(self, value: Any) -> None:
         if value is MISSING:
             value = None
         if value is self.shown:

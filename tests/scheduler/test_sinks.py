@@ -106,3 +106,121 @@ def test_a_pull_through_links_runs_once_after_the_value_it_leads_to_is_computed(
     board.set({"out": [other.link()]})
     assert "plain" == sch.pull_now(pulled)
     sch.close()
+
+
+# ----------------------------------------------------------------------------- direct runs
+# A sink whose last run read one plain value at its cell reads the next one from the
+# replica with no transaction (`Sink.run_direct`). These pin that the shortcut is taken
+# and that it sees every kind of change a transaction's read would.
+
+
+def _sink_of(sch: Scheduler) -> Sink:
+    (sink,) = [n for n in sch.graph.nodes if isinstance(n, Sink)]
+    return sink
+
+
+def test_a_sink_of_a_plain_value_runs_without_a_transaction() -> None:
+    space = Space(MemoryStore(), "sp")
+    sch = Scheduler(space.replica)
+    cell = space.cell("a")
+    cell.set(1)
+    seen: list[object] = []
+    sch.sink(cell, seen.append)
+    sink = _sink_of(sch)
+    assert sink.direct
+    elided, runs = space.replica.stats.commits_elided, sch.stats.runs_effect
+    for v in (2, "two", None, 2.5, True):
+        cell.set(v)
+        sch.settle()
+    assert [1, 2, "two", None, 2.5, True] == seen
+    # Five runs, none of them a transaction (each would have been an elided commit).
+    assert (5, 0) == (sch.stats.runs_effect - runs, space.replica.stats.commits_elided - elided)
+    sch.close()
+
+
+def test_a_direct_sink_follows_a_link_that_appears_at_its_cell() -> None:
+    # The cell goes from a plain value to a link: the direct read must not hand out the
+    # link, and the sink must go on to hear the link's target.
+    space = Space(MemoryStore(), "sp")
+    sch = Scheduler(space.replica)
+    cell, target = space.cell("a"), space.cell("t")
+    cell.set(1)
+    target.set("T1")
+    seen: list[object] = []
+    sch.sink(cell, seen.append)
+    assert _sink_of(sch).direct
+    cell.set(target.link())
+    sch.settle()
+    assert not _sink_of(sch).direct
+    target.set("T2")
+    sch.settle()
+    cell.set(3)  # plain again: direct from the next run on
+    sch.settle()
+    assert _sink_of(sch).direct
+    target.set("T3")  # no longer read
+    sch.settle()
+    cell.set(4)
+    sch.settle()
+    assert [1, "T1", "T2", 3, 4] == seen
+    sch.close()
+
+
+def test_a_direct_sink_follows_links_inside_a_container_that_appears() -> None:
+    space = Space(MemoryStore(), "sp")
+    sch = Scheduler(space.replica)
+    cell, target = space.cell("a"), space.cell("t")
+    cell.set(1)
+    target.set("T1")
+    seen: list[object] = []
+    sch.sink_patches(cell, seen.append)
+    cell.set({"x": target.link()})
+    sch.settle()
+    target.set("T2")
+    sch.settle()
+    assert [
+        [{"op": "replace", "path": "", "value": 1}],
+        [{"op": "replace", "path": "", "value": {"x": "T1"}}],
+        [{"op": "replace", "path": "/x", "value": "T2"}],
+    ] == seen
+    sch.close()
+
+
+def test_a_direct_sink_hears_another_sessions_commit() -> None:
+    # A foreign commit reaches the replica as an integrate notification, not through a
+    # transaction of this session: the direct read must see the integrated value.
+    store = MemoryStore()
+    here, there = Space(store, "sp"), Space(store, "sp")
+    sch = Scheduler(here.replica)
+    here.cell("a").set(1)
+    seen: list[object] = []
+    sch.sink(here.cell("a"), seen.append)
+    assert _sink_of(sch).direct
+    for v in (2, 3):
+        there.cell("a").set(v)
+        there.replica.pump()
+        sch.settle()
+    assert [1, 2, 3] == seen
+    sch.close()
+
+
+def test_a_direct_sink_sees_a_rejected_commit_reverted() -> None:
+    # This session's write is applied locally at once (the sink delivers it), then the
+    # store refuses it: the revert puts the confirmed value back, and the direct read
+    # must deliver that, not keep the dropped value.
+    store = MemoryStore()
+    space = Space(store, "sp")
+    sch = Scheduler(space.replica)
+    cell = space.cell("a")
+    cell.set(1)
+    seen: list[object] = []
+    sch.sink(cell, seen.append)
+    with store.testing.hold_verdicts() as gate:
+        cell.set(5)
+        sch.settle()
+        assert [1, 5] == seen
+        gate.reject(0)
+        space.replica.pump()
+        sch.settle()
+    assert [1, 5, 1] == seen
+    assert _sink_of(sch).direct
+    sch.close()
