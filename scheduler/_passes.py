@@ -515,8 +515,9 @@ class Passes:
                 and not replica.closed
                 and not self.work.by_owner
             ):
-                # A sink whose last run read one plain value at its cell: read it from
-                # the replica, with no transaction (see `Sink.run_direct`). A sink per
+                # A sink whose last run read its cell's whole value, with no link at
+                # or in it: read it from the replica, with no transaction (see
+                # `Sink.run_direct`). A sink per
                 # node (cellx, broad) paid a transaction, a read log and an elided
                 # commit per update for this.
                 try:

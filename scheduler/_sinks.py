@@ -246,6 +246,16 @@ class DeriveNode(Node):
         tx.write(key, path, value)  # type: ignore[arg-type]
 
 
+def _has_link(value: Any) -> bool:
+    """Whether a stored container holds a link anywhere inside it (what `read_value`
+    would follow). O(size): the walk `read_value` makes of it to look for links."""
+    for v in value.values() if type(value) is dict else value:
+        t = type(v)
+        if t is Link or ((t is dict or t is list) and _has_link(v)):
+            return True
+    return False
+
+
 class _Unset:
     def __repr__(self) -> str:
         return "UNSET"
@@ -283,8 +293,8 @@ class Sink(Node):
     pending: Any = attrs.field(default=_UNSET, init=False)
     direct: bool = attrs.field(default=False, init=False)
     """Its last run read exactly its cell's whole value (one deep read at ``("value",)``
-    of its own document, no link on the way, no materializer kept): the next run may
-    read the visible document directly (`run_direct`)."""
+    of its own document, no link at it or inside it, no materializer kept): the next
+    run may read the visible document directly (`run_direct`)."""
 
     def __attrs_post_init__(self) -> None:
         self.fn = self
@@ -324,9 +334,9 @@ class Sink(Node):
         log = tx.reads
         start = len(log)
         value = self.read(tx)
-        # The same test as `run_direct`'s: one whole-cell read of a plain value. (A
+        # The same test as `run_direct`'s: one whole-cell read, no link followed. (A
         # sink's transaction reads nothing else, so `start` is 0 in a scheduler run.)
-        t = type(value)
+        # (One log entry: no link was followed, at the cell or inside its value.)
         self.direct = (
             len(log) - start == 1
             and start == 0
@@ -334,9 +344,7 @@ class Sink(Node):
             and self.materializer is None
             and log[0][1] == _VALUE_PATH
             and not log[0][2]
-            and t is not dict
-            and t is not list
-            and t is not Link
+            and type(value) is not Link
         )
         self.take(value)
 
@@ -351,9 +359,10 @@ class Sink(Node):
         identity and document are those its last run read through a transaction (the
         ownership check passed then and depends on nothing else); and its read set stays
         exactly what that run left (the same one deep read), so the reader index and the
-        graph need no update. Any other case (a link or container at the cell, a path
-        inside the cell, a materializer, no record) goes through the transaction, which
-        also recomputes `direct`.
+        graph need no update. Any other case (a link at the cell or inside its value, a
+        path inside the cell, a materializer, no record) goes through the transaction,
+        which also recomputes `direct`. O(1) for a scalar; a list or dict is walked for
+        links, as `read_value` walks it.
         """
         reads = self.reads
         if type(reads) is not OneRead:
@@ -364,8 +373,8 @@ class Sink(Node):
         doc = rec.visible
         value = doc.get("value", MISSING) if type(doc) is dict else MISSING
         t = type(value)
-        if t is dict or t is list or t is Link:
-            return False  # links to follow or to look for: `read_value` decides
+        if t is Link or ((t is dict or t is list) and _has_link(value)):
+            return False  # links to follow: `read_value` (and a materializer) decide
         self.take(value)
         return True
 

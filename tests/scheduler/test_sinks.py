@@ -224,3 +224,50 @@ def test_a_direct_sink_sees_a_rejected_commit_reverted() -> None:
     assert [1, 5, 1] == seen
     assert _sink_of(sch).direct
     sch.close()
+
+
+def test_a_direct_sink_of_a_container_follows_a_link_that_appears_deep_inside() -> None:
+    # A list or dict without links is read directly too; a link nested anywhere in it
+    # sends the run through the transaction, which follows it and keeps a materializer.
+    space = Space(MemoryStore(), "sp")
+    sch = Scheduler(space.replica)
+    cell, target = space.cell("a"), space.cell("t")
+    cell.set({"x": [1, {"y": 2}]})
+    target.set("T1")
+    seen: list[object] = []
+    sch.sink(cell, seen.append)
+    sink = _sink_of(sch)
+    assert sink.direct
+    elided = space.replica.stats.commits_elided
+    cell.set({"x": [1, {"y": 3}]})
+    sch.settle()
+    assert space.replica.stats.commits_elided == elided  # read with no transaction
+    cell.set({"x": [1, {"y": target.link()}]})
+    sch.settle()
+    assert not sink.direct and sink.materializer is not None
+    target.set("T2")
+    sch.settle()
+    assert [
+        {"x": [1, {"y": 2}]},
+        {"x": [1, {"y": 3}]},
+        {"x": [1, {"y": "T1"}]},
+        {"x": [1, {"y": "T2"}]},
+    ] == seen
+    sch.close()
+
+
+def test_a_direct_sink_of_a_list_follows_a_link_that_appears_in_it() -> None:
+    space = Space(MemoryStore(), "sp")
+    sch = Scheduler(space.replica)
+    cell, target = space.cell("a"), space.cell("t")
+    cell.set([1, 2])
+    target.set("T1")
+    seen: list[object] = []
+    sch.sink(cell, seen.append)
+    assert _sink_of(sch).direct
+    cell.set([1, target.link()])
+    sch.settle()
+    target.set("T2")
+    sch.settle()
+    assert [[1, 2], [1, "T1"], [1, "T2"]] == seen
+    sch.close()
