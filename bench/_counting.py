@@ -42,7 +42,8 @@ class Commits:
     elided (a transaction that changed nothing settles at once and sends nothing).
 
     A scheduler run that commits counts one transaction whatever it wrote; an
-    effect's run usually writes nothing and is elided. Reporting the two apart
+    effect's run usually writes nothing and is elided (a sink reading a value with
+    no link opens no transaction, so counts neither). Reporting the two apart
     keeps "per commit" figures from dividing by runs that committed nothing.
     """
 

@@ -37,7 +37,8 @@ Counted work, counted where it happened (bench/_counting.py) and asserted:
 from the scheduler's statistics for cellweave, inline for plain Python),
 ``effects`` (effect or sink runs that saw a change), and for cellweave the
 transactions ``sent`` to the store and ``elided`` (settled at once because
-they changed nothing, as an effect's run does).
+they changed nothing, as an effect's run in a transaction does; a sink of a value
+with no link opens none, so these rows elide nothing).
 """
 
 from __future__ import annotations
