@@ -271,3 +271,22 @@ def test_a_direct_sink_of_a_list_follows_a_link_that_appears_in_it() -> None:
     sch.settle()
     assert [[1, 2], [1, "T1"], [1, "T2"]] == seen
     sch.close()
+
+
+def test_a_direct_sink_of_a_user_scoped_cell_reads_its_principals_instance() -> None:
+    # The direct read takes the document its last run read (the read set's key, the
+    # resolved instance), not one rebuilt from the link (a shared document's key).
+    store = MemoryStore()
+    alice, bob = Space(store, "sp", principal="alice"), Space(store, "sp", principal="bob")
+    sch = Scheduler(alice.replica)
+    alice.cell("u", scope="user").set(1)
+    bob.cell("u", scope="user").set(100)
+    seen: list[object] = []
+    sch.sink(alice.cell("u", scope="user"), seen.append)
+    assert _sink_of(sch).direct
+    alice.cell("u", scope="user").set(2)
+    bob.cell("u", scope="user").set(200)
+    bob.replica.pump()
+    sch.settle()
+    assert [1, 2] == seen
+    sch.close()
