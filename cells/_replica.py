@@ -223,6 +223,14 @@ class Replica:
             raise bad_arg(key, where="Replica.visible()", name="key", accepts="a DocKey")
         return self._record(key).visible
 
+    def peek(self, key: DocKey) -> Value | None:
+        """The visible document of a key this replica already holds a record for, or
+        None (no record: nothing is loaded, no load starts). MISSING while a held load
+        waits or for a document that does not exist. O(1), no argument check: for
+        callers on a hot path (the scheduler's direct sink run)."""
+        rec = self._docs.get(key)
+        return None if rec is None else rec.visible
+
     def is_loaded(self, key: DocKey) -> bool:
         rec = self._docs.get(key)
         return rec is not None and rec.loaded

@@ -367,10 +367,9 @@ class Sink(Node):
         reads = self.reads
         if type(reads) is not OneRead:
             return False
-        rec = replica._docs.get(reads.key)
-        if rec is None:
+        doc = replica.peek(reads.key)
+        if doc is None:
             return False
-        doc = rec.visible
         value = doc.get("value", MISSING) if type(doc) is dict else MISSING
         t = type(value)
         if t is Link or ((t is dict or t is list) and _has_link(value)):

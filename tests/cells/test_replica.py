@@ -988,3 +988,20 @@ def test_a_failing_callback_in_a_run_log_delivery_leaves_the_rest_for_the_next_p
     assert len(w.a.mailbox) == 1
     w.a.pump()
     assert all(tx.status == "committed" for tx in txs)
+
+
+def test_peek_starts_no_load_and_reads_what_visible_reads(w: World) -> None:
+    w.put(DOC, {"v": 1})
+    r = w.replica()
+    assert None is r.peek(DOC)  # no record: nothing loaded, and peeking loads nothing
+    assert not r.is_loaded(DOC)
+    with w.store.testing.hold_loads(DOC) as gate:
+        assert MISSING is r.visible(DOC)  # starts the load, held
+        assert MISSING is r.peek(DOC)
+        assert gate.waiting() == 1
+        gate.release()
+        w.pump()
+    assert r.peek(DOC) == r.visible(DOC) == {"v": 1}
+    Space(r, "sp").cell("doc").set(2)  # a local write not yet confirmed is visible
+    assert r.peek(DOC) == r.visible(DOC)
+    assert r.peek(DOC) != {"v": 1}
