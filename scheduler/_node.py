@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import types
 from collections.abc import Callable, Iterator, Mapping
-from typing import Literal, TypeAlias, TypeVar, overload
+from typing import Final, Literal, TypeAlias, TypeVar, overload
 
 import attrs
 
@@ -137,9 +137,32 @@ Output: TypeAlias = tuple[DocKey, Path]
 """One declared output: a document and a path in it."""
 
 
-def one_output(outputs: tuple[Output, ...]) -> Output | tuple[Output, ...]:
-    """How a node keeps its declared outputs (`Node._outs`): one output bare, else the tuple."""
-    return outputs[0] if len(outputs) == 1 else outputs
+VALUE_PATH: Final = ("value",)
+"""The path of a cell's value in its document: where nearly every node writes."""
+
+Outs: TypeAlias = DocKey | Output | tuple[Output, ...]
+"""How a node keeps its declared outputs (`Node._outs`, `one_output`)."""
+
+
+def one_output(outputs: tuple[Output, ...]) -> Outs:
+    """How a node keeps its declared outputs (`Node._outs`): one output at a cell's value
+    (`(key, ("value",))`) as its key alone, any other one output bare, else the tuple.
+
+    The key alone: the pair around it cost every computation 56 bytes, and nearly every
+    computation writes one cell's whole value (`derive`, a lift, a list element)."""
+    if len(outputs) == 1:
+        out = outputs[0]
+        return out[0] if out[1] == VALUE_PATH else out
+    return outputs
+
+
+def all_outputs(outs: Outs) -> tuple[Output, ...]:
+    """The declared outputs `outs` (as `one_output` keeps them) as a tuple of pairs."""
+    if type(outs) is DocKey:
+        return ((outs, VALUE_PATH),)
+    if outs and type(outs[0]) is DocKey:  # type: ignore[index]
+        return (outs,)  # type: ignore[return-value]
+    return outs  # type: ignore[return-value]
 
 
 def _is_only(entry: ReadEntry, path: Path, shallow: bool) -> bool:
@@ -213,10 +236,11 @@ class Node:
     kind: NodeKind
     ordinal: int
     identity: Identity
-    _outs: Output | tuple[Output, ...] = attrs.field(alias="outputs")
-    """The declared outputs (`outputs`): the one `(key, path)` pair itself when there is
-    exactly one, the usual case (a 1-tuple around it cost every node 48 bytes), as
-    `register` passes them (`one_output`); a tuple of pairs also reads right. (Not an
+    _outs: Outs = attrs.field(alias="outputs")
+    """The declared outputs (`outputs`) as `one_output` keeps them: the key alone for one
+    output at the cell's value, the usual case (a pair around it cost every node 56
+    bytes, a 1-tuple around that 48 more), the one `(key, path)` pair itself for one
+    elsewhere, else the tuple of pairs; `all_outputs` reads each form back. (Not an
     attrs converter: that makes attrs hook every attribute write of the node.)"""
     _label: str | None
     """The label given at registration; None: `str(fn)` says it when asked (`label`)."""
@@ -258,8 +282,7 @@ class Node:
     @property
     def outputs(self) -> tuple[Output, ...]:
         """The places the node declared it writes (`register(outputs=...)`), in order."""
-        outs = self._outs
-        return (outs,) if outs and type(outs[0]) is DocKey else outs  # type: ignore[return-value]
+        return all_outputs(self._outs)
 
     @property
     def label(self) -> str:

@@ -40,7 +40,7 @@ from cells import (
 )
 
 from ._host import Delivery, Host
-from ._node import Node, OneRead, SelfLabelled
+from ._node import VALUE_PATH, Node, OneRead, SelfLabelled
 
 
 def add_sink(host: Host, cell: Cell, fn: Any, kind: type[Sink]) -> Callable[[], None]:
@@ -208,7 +208,7 @@ def declared(cell: Cell) -> tuple[tuple[DocKey, Path, bool]]:
     return ((cell.doc_key, ("value", *cell.path), False),)
 
 
-_VALUE_PATH: Final = ("value",)
+_VALUE_PATH: Final = VALUE_PATH
 
 
 def _plain(value: Any) -> Any:
@@ -242,8 +242,12 @@ class DeriveNode(Node):
             value = self.compute(*[_plain(read_value(tx, link)) for link in inputs])
         else:
             value = self.compute(_plain(read_value(tx, inputs)))
-        key, path = self._outs  # (its one output, kept bare: see `Node._outs`)
-        tx.write(key, path, value)  # type: ignore[arg-type]
+        outs = self._outs  # (its one output: the key alone at the value, see `Node._outs`)
+        if type(outs) is DocKey:
+            tx.write(outs, _VALUE_PATH, value)
+        else:
+            key, path = outs  # type: ignore[misc]
+            tx.write(key, path, value)  # type: ignore[arg-type]
 
 
 def _has_link(value: Any) -> bool:

@@ -92,3 +92,25 @@ def test_a_node_answers_its_declared_outputs_as_declared(count: int) -> None:
     declared = tuple((DocKey("s", f"o{i}"), ("value", i)) for i in range(count))
     node = Node(lambda _tx: None, "computation", 0, Identity("p", "s"), declared, "n")
     assert node.outputs == declared
+
+
+@pytest.mark.parametrize(
+    "paths",
+    [[("value",)], [("value", 0)], [("value",), ("value",)], [("value",), ("value", 1)], [()]],
+)
+def test_a_node_keeps_one_value_output_as_its_key_and_answers_it_as_declared(
+    paths: list[Path],
+) -> None:
+    # One output at the cell's value is kept as the key alone (no pair around it); every
+    # form reads back as the declared tuple, and `all_outputs` undoes `one_output`.
+    from cells import Identity
+    from scheduler._node import Node, all_outputs, one_output
+
+    declared = tuple((DocKey("s", f"o{i}"), p) for i, p in enumerate(paths))
+    node = Node(lambda _tx: None, "computation", 0, Identity("p", "s"), one_output(declared), "n")
+    assert node.outputs == declared
+    assert all_outputs(one_output(declared)) == declared
+    if paths == [("value",)]:
+        assert node._outs is declared[0][0]
+    else:
+        assert type(node._outs) is tuple
