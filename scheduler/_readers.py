@@ -226,9 +226,10 @@ def changed_at(before: object, after: object, path: Path, *, shallow: bool) -> b
 
 _ENTRIES: dict[tuple[tuple[Path, ...], tuple[Path, ...]], tuple[tuple[Path, ...], tuple[Path, ...]]]
 _ENTRIES = {}
-"""Shared read-set entries for deep reads of field names (`(("value",),), ()` above
-all): one tuple for every node that reads the same way instead of one each (two tuples,
-104 bytes). Bounded: the first ones seen are kept."""
+"""Shared read-set entries for reads of field names (`(("value",),), ()` above all, and
+one shallow read such as `(), (("value", "element"),)`): one tuple for every node that
+reads the same way instead of one each (two tuples, 104 bytes). Bounded: the first ones
+seen are kept."""
 _ENTRIES_KEPT = 64
 
 
@@ -255,7 +256,12 @@ def compact_reads(log: Iterable[tuple[DocKey, Path, bool]]) -> ReadSet:
                 _ENTRIES[one] = one
             continue
         if ds is None and ss is not None and len(ss) == 1:
-            out[key] = ((), tuple(ss))  # one shallow path (a link followed on the way)
+            # One shallow path (a link followed on the way: every element's lift reads
+            # its argument's ("value", "element") so), shared like a deep one.
+            one = ((), tuple(ss))
+            out[key] = _ENTRIES.get(one, one)
+            if len(_ENTRIES) < _ENTRIES_KEPT and one not in _ENTRIES and _field_paths(one[1]):
+                _ENTRIES[one] = one
             continue
         # Shortest first, so every deep path that could cover `p` is kept before `p`
         # is looked at; a set of the kept ones makes "is a prefix of p kept" one
@@ -286,6 +292,57 @@ TRIE_READERS = 16
 """A document with at least this many reading nodes is matched through a path trie."""
 
 
+_NO_CHILDREN: dict[str | int, _Trie] = {}
+"""The children of every trie level that has none (shared, never written: `_Trie.add`
+makes a level its own dict first)."""
+
+LevelReaders = Node | dict[Node, None] | None
+"""The readers whose path ends at one trie level, deep or shallow: None for none, the
+node itself for one, an ordered set (a dict) only from two on."""
+
+
+def _with(readers: LevelReaders, node: Node) -> LevelReaders:
+    """`readers` with `node` added (the same dict, when it is one)."""
+    if readers is None or readers is node:
+        return node
+    if type(readers) is dict:
+        readers[node] = None
+        return readers
+    return {readers: None, node: None}  # type: ignore[dict-item]
+
+
+def _without(readers: LevelReaders, node: Node) -> LevelReaders:
+    """`readers` with `node` taken out (a lone one left is kept as itself)."""
+    if readers is node:
+        return None
+    if type(readers) is dict:
+        readers.pop(node, None)
+        if len(readers) == 1:
+            (only,) = readers
+            return only
+    return readers
+
+
+def _size(readers: LevelReaders) -> int:
+    if readers is None:
+        return 0
+    return len(readers) if type(readers) is dict else 1
+
+
+def _hit(hits: dict[Node, None], readers: LevelReaders) -> None:
+    """Add `readers` (not None) to `hits`."""
+    if type(readers) is dict:
+        hits.update(readers)
+    else:
+        hits[readers] = None  # type: ignore[index]
+
+
+def _each_reader(readers: LevelReaders) -> Iterable[Node]:
+    if readers is None:
+        return ()
+    return readers if type(readers) is dict else (readers,)  # type: ignore[return-value]
+
+
 class _Trie:
     """The readers of one document by path: a node per path element.
 
@@ -294,6 +351,13 @@ class _Trie:
     values are the same object (writes copy only along their path), so an edit
     inside element i of a big list document compares only the readers under
     `[..., i]` and those above it, not every reader of the document.
+
+    A level holds no empty dicts: `children` is the shared `_NO_CHILDREN` until it
+    has one, `deep` and `shallow` are `LevelReaders` (None, the lone reader itself,
+    or a dict from two on). Most levels are an element's, read by one node one way:
+    three empty dicts and a one-entry one cost such a level about 350 bytes (two
+    levels per element of a mapped list: the element's lift and the coordinator's
+    shallow read of its position). `_check` holds these forms.
     """
 
     # Hand-written, not attrs: a trie node is made per read path element when a
@@ -302,9 +366,9 @@ class _Trie:
     __slots__ = ("children", "deep", "named", "shallow")
 
     def __init__(self) -> None:
-        self.children: dict[str | int, _Trie] = {}
-        self.deep: dict[Node, None] = {}
-        self.shallow: dict[Node, None] = {}
+        self.children: dict[str | int, _Trie] = _NO_CHILDREN
+        self.deep: LevelReaders = None
+        self.shallow: LevelReaders = None
         self.named = 0
         """How many children have a str key (below a list level: element ids)."""
 
@@ -313,11 +377,17 @@ class _Trie:
         for elem in path:
             child = t.children.get(elem)
             if child is None:
-                child = t.children[elem] = _Trie()
+                children = t.children
+                if children is _NO_CHILDREN:
+                    children = t.children = {}
+                child = children[elem] = _Trie()
                 if type(elem) is str:
                     t.named += 1
             t = child
-        (t.shallow if shallow else t.deep)[node] = None
+        if shallow:
+            t.shallow = _with(t.shallow, node)
+        else:
+            t.deep = _with(t.deep, node)
 
     def discard(self, node: Node, path: Path, shallow: bool) -> None:
         trail: list[tuple[_Trie, str | int]] = []
@@ -328,12 +398,17 @@ class _Trie:
                 return
             trail.append((t, elem))
             t = child
-        (t.shallow if shallow else t.deep).pop(node, None)
+        if shallow:
+            t.shallow = _without(t.shallow, node)
+        else:
+            t.deep = _without(t.deep, node)
         # Drop the levels this left empty, deepest first.
         for parent, elem in reversed(trail):
-            if t.deep or t.shallow or t.children:
+            if t.deep is not None or t.shallow is not None or t.children:
                 break
             del parent.children[elem]
+            if not parent.children:
+                parent.children = _NO_CHILDREN
             if type(elem) is str:
                 parent.named -= 1
             t = parent
@@ -344,19 +419,36 @@ class _Trie:
         stack = [self]
         while stack:
             t = stack.pop()
-            out.update(t.deep)
-            out.update(t.shallow)
-            count += len(t.deep) + len(t.shallow)
+            for readers in (t.deep, t.shallow):
+                if readers is not None:
+                    _hit(out, readers)
+                    count += _size(readers)
             stack.extend(t.children.values())
         return count
 
     def entries(self, prefix: Path = ()) -> Iterable[tuple[Node, Path, bool]]:
-        for node in self.deep:
+        for node in _each_reader(self.deep):
             yield node, prefix, False
-        for node in self.shallow:
+        for node in _each_reader(self.shallow):
             yield node, prefix, True
         for elem, child in self.children.items():
             yield from child.entries((*prefix, elem))
+
+    def _check(self) -> None:
+        """The compact forms (see the class doc), at every level below this one."""
+        assert not _NO_CHILDREN, "the shared empty children dict was written"
+        stack = [self]
+        while stack:
+            t = stack.pop()
+            for readers in (t.deep, t.shallow):
+                assert (
+                    readers is None
+                    or isinstance(readers, Node)
+                    or (type(readers) is dict and len(readers) >= 2)
+                ), readers
+            assert t.children is _NO_CHILDREN or t.children, "an empty children dict kept"
+            assert t.named == sum(type(e) is str for e in t.children), t.named
+            stack.extend(t.children.values())
 
 
 Readers = Node | dict[Node, tuple[Path, ...]]
@@ -661,14 +753,15 @@ class ReaderIndex:
         """The readers whose path ends at trie level `t` (values `b` / `a`, `b is not a`):
         add those whose value changed to `hits`; returns how many were compared."""
         count = 0
-        if t.deep:
-            count += len(t.deep)
+        deep, shallow = t.deep, t.shallow
+        if deep is not None:
+            count += _size(deep)
             if _value_changed(b, a):
-                hits.update(t.deep)
-        if t.shallow:
-            count += len(t.shallow)
+                _hit(hits, deep)
+        if shallow is not None:
+            count += _size(shallow)
             if not shallow_equal(b, a):
-                hits.update(t.shallow)
+                _hit(hits, shallow)
         return count
 
     def _match_trie(self, trie: _Trie, before: object, after: object) -> list[Node]:
@@ -689,14 +782,15 @@ class ReaderIndex:
             t, b, a, at = stack.pop()
             if b is a:
                 continue  # nothing at or below this path changed
-            if t.deep:
-                comparisons += len(t.deep)
+            deep, shallow = t.deep, t.shallow
+            if deep is not None:
+                comparisons += _size(deep)
                 if _value_changed(b, a):
-                    hits.update(t.deep)
-            if t.shallow:
-                comparisons += len(t.shallow)
+                    _hit(hits, deep)
+            if shallow is not None:
+                comparisons += _size(shallow)
                 if not shallow_equal(b, a):
-                    hits.update(t.shallow)
+                    _hit(hits, shallow)
             children = t.children
             if not children:
                 continue
@@ -818,4 +912,5 @@ class ReaderIndex:
             }
             got = list(trie.entries())
             assert len(got) == len(set(got)) and set(got) == want, key
+            trie._check()
             assert want, f"an empty trie kept for {key}"

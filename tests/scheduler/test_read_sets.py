@@ -82,6 +82,21 @@ def test_readers_of_the_same_field_path_share_one_entry(monkeypatch: pytest.Monk
     assert three[a] == four[b] and three[a] is not four[b]
 
 
+def test_readers_of_the_same_field_path_shallowly_share_one_entry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Every element's lift follows its argument's link: one shallow read of
+    # ("value", "element"), shared; a shallow read of an element id is not.
+    monkeypatch.setattr(readers_module, "_ENTRIES", {})
+    a, b = DocKey("s", "a"), DocKey("s", "b")
+    field: Path = ("value", "element")
+    one, two = compact_reads([(a, field, True)]), compact_reads([(b, field, True)])
+    assert one[a] == two[b] == ((), (field,)) and one[a] is two[b]
+    named: Path = ("value", "#k1")
+    three, four = compact_reads([(a, named, True)]), compact_reads([(b, named, True)])
+    assert three[a] == four[b] and three[a] is not four[b]
+
+
 @pytest.mark.parametrize("count", [0, 1, 2, 3])
 def test_a_node_answers_its_declared_outputs_as_declared(count: int) -> None:
     # One output is kept bare (no 1-tuple around it): `outputs` gives the same tuple

@@ -142,3 +142,60 @@ def test_the_trie_is_made_as_readers_register_and_misses_none_after_unregisterin
         index.remove(node)
     assert KEY not in index.tries
     index._check([])
+
+
+def test_a_trie_level_keeps_a_lone_reader_bare_and_no_empty_dicts() -> None:
+    # A trie level keeps one reader as the node itself, a dict only from two on, and
+    # shares one never-written empty children dict; it goes back to the lone form as
+    # readers leave, and a change finds the same readers in every form.
+    from scheduler import _readers as readers_module
+
+    index = ReaderIndex()
+    n = TRIE_READERS
+    elements = [_reader(index, f"title {i}", (("value", i, "title"), False)) for i in range(n)]
+    level = index.tries[KEY].children["value"].children[0].children["title"]
+    assert level.deep is elements[0] and level.shallow is None
+    assert level.children is readers_module._NO_CHILDREN
+    second = _reader(index, "title 0 too", (("value", 0, "title"), False))
+    shallow = _reader(index, "title 0 shallow", (("value", 0, "title"), True))
+    assert level.deep == {elements[0]: None, second: None} and level.shallow is shallow
+    before = {"value": [{"title": f"t{i}"} for i in range(n)]}
+    path = ("value", 0, "title")
+    after = set_path(before, path, "edited")
+    assert {elements[0], second} == set(index.match(Change(KEY, before, after, (path,))))
+    assert {elements[0], second} == set(index.match(Change(KEY, before, after)))
+    index._check([*elements, second, shallow])
+    index.remove(elements[0])
+    assert level.deep is second
+    index.remove(second)
+    index.remove(shallow)
+    assert 0 not in index.tries[KEY].children["value"].children
+    index._check(elements[1:])
+
+
+def test_the_trie_check_finds_a_broken_compact_form() -> None:
+    # `_check` is what holds the forms: a one-entry dict, or a write to the shared
+    # empty children dict, is reported.
+    import pytest
+
+    from scheduler import _readers as readers_module
+
+    index = ReaderIndex()
+    elements = [
+        _reader(index, f"title {i}", (("value", i, "title"), False)) for i in range(TRIE_READERS)
+    ]
+    trie = index.tries[KEY]
+    level = trie.children["value"].children[0].children["title"]
+    level.deep = {elements[0]: None}
+    with pytest.raises(AssertionError):
+        index._check(elements)
+    level.deep = elements[0]
+    index._check(elements)
+    stray = readers_module._Trie()
+    stray.children = {}  # (not the shared one: a level holding itself would loop)
+    readers_module._NO_CHILDREN["x"] = stray
+    try:
+        with pytest.raises(AssertionError):
+            index._check(elements)
+    finally:
+        del readers_module._NO_CHILDREN["x"]
