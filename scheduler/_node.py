@@ -282,7 +282,10 @@ class Node:
     @property
     def outputs(self) -> tuple[Output, ...]:
         """The places the node declared it writes (`register(outputs=...)`), in order."""
-        return all_outputs(self._outs)
+        outs = self._outs  # (`all_outputs`, inlined: read-set changes ask this often)
+        if type(outs) is DocKey:
+            return ((outs, VALUE_PATH),)
+        return (outs,) if outs and type(outs[0]) is DocKey else outs  # type: ignore[return-value,index]
 
     @property
     def label(self) -> str:

@@ -259,9 +259,12 @@ def compact_reads(log: Iterable[tuple[DocKey, Path, bool]]) -> ReadSet:
             # One shallow path (a link followed on the way: every element's lift reads
             # its argument's ("value", "element") so), shared like a deep one.
             one = ((), tuple(ss))
-            out[key] = _ENTRIES.get(one, one)
-            if len(_ENTRIES) < _ENTRIES_KEPT and one not in _ENTRIES and _field_paths(one[1]):
-                _ENTRIES[one] = one
+            held = _ENTRIES.get(one)
+            if held is None:
+                held = one
+                if len(_ENTRIES) < _ENTRIES_KEPT and _field_path(one[1][0]):
+                    _ENTRIES[one] = one
+            out[key] = held
             continue
         # Shortest first, so every deep path that could cover `p` is kept before `p`
         # is looked at; a set of the kept ones makes "is a prefix of p kept" one
@@ -279,6 +282,16 @@ def compact_reads(log: Iterable[tuple[DocKey, Path, bool]]) -> ReadSet:
         if len(_ENTRIES) < _ENTRIES_KEPT and entry not in _ENTRIES and _field_paths(dpaths):
             _ENTRIES[entry] = entry
     return out
+
+
+def _field_path(path: Path) -> bool:
+    """`_field_paths` of one path, without a generator (asked on every read set of one
+    shallow path that is not shared yet: an element's read of its position). A loop, not
+    `all()` over a generator: about half the bytecodes for the usual two elements."""
+    for e in path:  # noqa: SIM110
+        if type(e) is not str or e[:1] in ("#", "~"):
+            return False
+    return True
 
 
 def _field_paths(paths: Iterable[Path]) -> bool:
@@ -752,16 +765,27 @@ class ReaderIndex:
     def _compare_level(t: _Trie, b: object, a: object, hits: dict[Node, None]) -> int:
         """The readers whose path ends at trie level `t` (values `b` / `a`, `b is not a`):
         add those whose value changed to `hits`; returns how many were compared."""
+        # (`_size` and `_hit` inlined: this runs for every trie level an edit walks.)
         count = 0
         deep, shallow = t.deep, t.shallow
         if deep is not None:
-            count += _size(deep)
-            if _value_changed(b, a):
-                _hit(hits, deep)
+            if type(deep) is dict:
+                count += len(deep)
+                if _value_changed(b, a):
+                    hits.update(deep)
+            else:
+                count += 1
+                if _value_changed(b, a):
+                    hits[deep] = None  # type: ignore[index]
         if shallow is not None:
-            count += _size(shallow)
-            if not shallow_equal(b, a):
-                _hit(hits, shallow)
+            if type(shallow) is dict:
+                count += len(shallow)
+                if not shallow_equal(b, a):
+                    hits.update(shallow)
+            else:
+                count += 1
+                if not shallow_equal(b, a):
+                    hits[shallow] = None  # type: ignore[index]
         return count
 
     def _match_trie(self, trie: _Trie, before: object, after: object) -> list[Node]:
@@ -782,15 +806,25 @@ class ReaderIndex:
             t, b, a, at = stack.pop()
             if b is a:
                 continue  # nothing at or below this path changed
-            deep, shallow = t.deep, t.shallow
+            deep, shallow = t.deep, t.shallow  # (`_size` and `_hit` inlined, as above)
             if deep is not None:
-                comparisons += _size(deep)
-                if _value_changed(b, a):
-                    _hit(hits, deep)
+                if type(deep) is dict:
+                    comparisons += len(deep)
+                    if _value_changed(b, a):
+                        hits.update(deep)
+                else:
+                    comparisons += 1
+                    if _value_changed(b, a):
+                        hits[deep] = None  # type: ignore[index]
             if shallow is not None:
-                comparisons += _size(shallow)
-                if not shallow_equal(b, a):
-                    _hit(hits, shallow)
+                if type(shallow) is dict:
+                    comparisons += len(shallow)
+                    if not shallow_equal(b, a):
+                        hits.update(shallow)
+                else:
+                    comparisons += 1
+                    if not shallow_equal(b, a):
+                        hits[shallow] = None  # type: ignore[index]
             children = t.children
             if not children:
                 continue
