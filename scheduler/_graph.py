@@ -264,13 +264,8 @@ class Graph:
             k = held_key(held, key)
             if k is not None:
                 return k
-        index = self.index
-        readers = index.deep.get(key)
-        if readers is None:
-            readers = index.shallow.get(key)
-        if readers is not None:
-            other = next(iter(readers)) if type(readers) is dict else readers
-            assert isinstance(other, Node)
+        other = self.index.a_reader(key)
+        if other is not None:
             k = held_key(other.reads, key)
             if k is not None:
                 return k

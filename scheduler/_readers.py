@@ -14,12 +14,15 @@ from two on: most documents have one reader, and a one-entry dict costs about
 200 bytes per document.
 
 Invariants (checked by `_check`)
-- `deep[doc]` and `shallow[doc]` hold exactly the nodes whose `node.reads[doc]`
-  has deep (shallow) paths: the node itself when it is the only one, else a dict
-  of at least two mapping each to exactly those paths;
-- a document's path trie, when it has one, holds exactly those paths, and only
-  documents with readers have one; a document with `TRIE_READERS` or more readers
-  (deep and shallow counted apart) has one.
+- a document has either a path trie or entries in `deep` / `shallow`, never both;
+- `deep[doc]` and `shallow[doc]` of a document without a trie hold exactly the
+  nodes whose `node.reads[doc]` has deep (shallow) paths: the node itself when it
+  is the only one, else a dict of at least two mapping each to exactly those paths;
+- a document's path trie, when it has one, holds exactly its readers' paths, and
+  only documents with readers have one; a document with `TRIE_READERS` or more
+  readers (deep and shallow counted apart) has one. (The trie alone: the tables
+  beside it held every reader of a well-read document a second time, about 37
+  bytes per reader: every `derive` of a fan-out, every element of a mapped list.)
 """
 
 from __future__ import annotations
@@ -447,6 +450,33 @@ class _Trie:
         for elem, child in self.children.items():
             yield from child.entries((*prefix, elem))
 
+    @property
+    def empty(self) -> bool:
+        """No reader at or below this level (`discard` prunes empty levels below)."""
+        return self.deep is None and self.shallow is None and not self.children
+
+    def readers_at(self, path: Path, shallow: bool) -> LevelReaders:
+        """The readers whose (deep or shallow) read path is exactly `path`. O(len(path))."""
+        t = self
+        for elem in path:
+            child = t.children.get(elem)
+            if child is None:
+                return None
+            t = child
+        return t.shallow if shallow else t.deep
+
+    def a_reader(self) -> Node | None:
+        """One reader at or below this level (the first found). O(depth): `discard`
+        leaves no level without a reader below it."""
+        t = self
+        while True:
+            for readers in (t.deep, t.shallow):
+                if readers is not None:
+                    return next(iter(readers)) if type(readers) is dict else readers  # type: ignore[return-value]
+            if not t.children:
+                return None
+            t = next(iter(t.children.values()))
+
     def _check(self) -> None:
         """The compact forms (see the class doc), at every level below this one."""
         assert not _NO_CHILDREN, "the shared empty children dict was written"
@@ -527,6 +557,7 @@ class ReaderIndex:
                     trie.add(node, p, False)
                 for p in spaths:
                     trie.add(node, p, True)
+                continue  # (a document with a trie has no table entries)
             for kind, table, paths in ((0, self.deep, dpaths), (1, self.shallow, spaths)):
                 readers = table.get(key)
                 if paths:
@@ -539,15 +570,14 @@ class ReaderIndex:
                         table[key] = {readers: readers.reads[key][kind], node: paths}
                 elif readers is not None:
                     self._unread(table, key, readers, node)
-            if trie is None:
-                # `_count` of both tables, inlined (this runs for each changed read set).
-                d = self.deep.get(key)
-                sh = self.shallow.get(key)
-                many = (len(d) if type(d) is dict else d is not None) + (
-                    len(sh) if type(sh) is dict else sh is not None
-                )
-                if many >= TRIE_READERS:
-                    untried.append(key)
+            # `_count` of both tables, inlined (this runs for each changed read set).
+            d = self.deep.get(key)
+            sh = self.shallow.get(key)
+            many = (len(d) if type(d) is dict else d is not None) + (
+                len(sh) if type(sh) is dict else sh is not None
+            )
+            if many >= TRIE_READERS:
+                untried.append(key)
         if not touched:
             new = old  # equal: keep the object the node (and maybe others) already hold
         elif type(new) is OneRead:
@@ -565,7 +595,7 @@ class ReaderIndex:
         """The path trie of `key`'s readers, once they are `TRIE_READERS` or more."""
         trie = self.tries[key] = _Trie()
         for kind, table in ((0, self.deep), (1, self.shallow)):
-            readers = table.get(key)
+            readers = table.pop(key, None)  # (from now on the trie alone holds them)
             if readers is not None:
                 for node, paths in _entries(readers, key, kind):
                     for p in paths:
@@ -576,9 +606,18 @@ class ReaderIndex:
         `one`. Many nodes read one document the same way (a fan-out, every element of a
         list reading its container): they then share one read set, and its key, instead of
         48 + 56 bytes each. Safe because a read set is never changed in place (`apply`
-        replaces it). Looks at the first and the newest other reader only: O(1)."""
+        replaces it). Looks at the first and the newest other reader only: O(1), or the
+        length of its path in the document's trie."""
         key, entry = one.key, one.entry
-        readers = (self.deep if entry[0] else self.shallow).get(key)
+        trie = self.tries.get(key)
+        readers: Readers | LevelReaders
+        if trie is not None:
+            # The readers of the same first path (those that may read the same way).
+            readers = trie.readers_at(entry[0][0], False) if entry[0] else None
+            if readers is None and entry[1]:
+                readers = trie.readers_at(entry[1][0], True)
+        else:
+            readers = (self.deep if entry[0] else self.shallow).get(key)
         if readers is not None:
             others = (
                 (next(iter(readers)), next(reversed(readers)))
@@ -599,12 +638,13 @@ class ReaderIndex:
                 trie.discard(node, p, False)
             for p in spaths:
                 trie.discard(node, p, True)
+            if trie.empty:
+                del self.tries[key]
+            return
         for table in (self.deep, self.shallow):
             readers = table.get(key)
             if readers is not None:
                 self._unread(table, key, readers, node)
-        if trie is not None and key not in self.deep and key not in self.shallow:
-            del self.tries[key]
 
     @staticmethod
     def _unread(table: dict[DocKey, Readers], key: DocKey, readers: Readers, node: Node) -> None:
@@ -624,6 +664,11 @@ class ReaderIndex:
         node.reads = {}
 
     def readers_of(self, key: DocKey) -> set[Node]:
+        trie = self.tries.get(key)
+        if trie is not None:
+            found: dict[Node, None] = {}
+            trie.everyone(found)
+            return set(found)
         out: set[Node] = set()
         for table in (self.deep, self.shallow):
             readers = table.get(key)
@@ -633,6 +678,19 @@ class ReaderIndex:
                 assert isinstance(readers, Node)
                 out.add(readers)
         return out
+
+    def a_reader(self, key: DocKey) -> Node | None:
+        """One node that reads `key` (the first found), or None. O(1), or the depth of
+        the document's trie."""
+        trie = self.tries.get(key)
+        if trie is not None:
+            return trie.a_reader()
+        readers = self.deep.get(key)
+        if readers is None:
+            readers = self.shallow.get(key)
+        if readers is None:
+            return None
+        return next(iter(readers)) if type(readers) is dict else readers  # type: ignore[return-value]
 
     def match(self, change: Change) -> list[Node]:
         """Readers whose read value changed between `change.before` and `change.after`.
@@ -912,6 +970,9 @@ class ReaderIndex:
         return out
 
     def _check(self, nodes: Iterable[Node]) -> None:
+        """The invariants (module doc); `nodes` are every registered reader."""
+        read_by: dict[DocKey, set[tuple[Node, Path, bool]]] = {}
+        """Per document with a trie: what `nodes` read of it, as the trie should hold it."""
         for node in nodes:
             reads = node.reads
             if type(reads) is OneRead:
@@ -922,6 +983,12 @@ class ReaderIndex:
             elif type(reads) is TwoReads:
                 assert reads.key != reads.key2, node
             for key, (dpaths, spaths) in reads.items():
+                if key in self.tries:
+                    for p in dpaths:
+                        read_by.setdefault(key, set()).add((node, p, False))
+                    for p in spaths:
+                        read_by.setdefault(key, set()).add((node, p, True))
+                    continue
                 for kind, table, paths in ((0, self.deep, dpaths), (1, self.shallow, spaths)):
                     held = dict(_entries(table[key], key, kind)) if key in table else {}
                     assert held.get(node, ()) == paths, (node, key)
@@ -932,19 +999,14 @@ class ReaderIndex:
                     assert key in node.reads and node.registered, (node, key)
                     assert paths, (node, key)
         for key in self.deep.keys() | self.shallow.keys():
+            assert key not in self.tries, f"{key} has a trie and table entries"
             if _count(self.deep.get(key)) + _count(self.shallow.get(key)) >= TRIE_READERS:
-                assert key in self.tries, f"{key} has many readers and no trie"
+                raise AssertionError(f"{key} has many readers and no trie")
         for key, trie in self.tries.items():
             # The trie holds exactly the document's read paths.
-            want = {
-                (node, p, is_shallow)
-                for kind, table in ((0, self.deep), (1, self.shallow))
-                if key in table
-                for node, paths in _entries(table[key], key, kind)
-                for p in paths
-                for is_shallow in (kind == 1,)
-            }
+            want = read_by.get(key, set())
             got = list(trie.entries())
             assert len(got) == len(set(got)) and set(got) == want, key
-            trie._check()
             assert want, f"an empty trie kept for {key}"
+            assert not trie.empty, key
+            trie._check()

@@ -199,3 +199,46 @@ def test_the_trie_check_finds_a_broken_compact_form() -> None:
             index._check(elements)
     finally:
         del readers_module._NO_CHILDREN["x"]
+
+
+def test_a_well_read_document_keeps_its_readers_in_its_trie_alone() -> None:
+    # From TRIE_READERS readers on, a document's readers are in its trie and not in the
+    # tables too (each reader held twice cost about 37 bytes); every lookup still finds
+    # them, readers that read the same way still share one read set, and below one
+    # reader the trie goes.
+    from scheduler._node import lean_reads
+
+    def lean(name: str) -> Node:
+        node = Node(lambda _tx: None, "computation", 0, Identity("p", "s"), (), name)
+        index.apply(node, lean_reads(compact_reads([(KEY, ("value",), False)])))
+        return node
+
+    index = ReaderIndex()
+    nodes = [lean(f"r{i}") for i in range(TRIE_READERS)]
+    assert KEY in index.tries and KEY not in index.deep and KEY not in index.shallow
+    assert set(nodes) == index.readers_of(KEY)
+    assert index.a_reader(KEY) in nodes
+    late = lean("late")
+    assert late.reads is nodes[0].reads  # shared, found through the trie
+    shallow = _reader(index, "shallow", (("value", "x"), True))
+    assert shallow in index.readers_of(KEY) and KEY not in index.shallow
+    index._check([*nodes, late, shallow])
+    before, after = {"value": {"x": 1}}, {"value": {"x": 2}}
+    assert {*nodes, late} == set(index.match(Change(KEY, before, after)))
+    for node in [*nodes, late, shallow]:
+        index.remove(node)
+    assert KEY not in index.tries and index.a_reader(KEY) is None
+    assert set() == index.readers_of(KEY)
+    index._check([])
+
+
+def test_the_reader_check_finds_a_table_entry_beside_a_trie() -> None:
+    import pytest
+
+    index = ReaderIndex()
+    nodes = [_reader(index, f"r{i}", (("value",), False)) for i in range(TRIE_READERS)]
+    index.deep[KEY] = nodes[0]
+    with pytest.raises(AssertionError):
+        index._check(nodes)
+    del index.deep[KEY]
+    index._check(nodes)
