@@ -17,7 +17,8 @@ Invariants (checked by `State._check`)
 - a document is awaited (syncing) or has a failed load to report, never both;
 - when a state records its last clean reconcile (`State.items`), its link
   counts are those of that list, every element key has an entry, and the
-  recorded map aggregate is those entries' children.
+  recorded aggregate is those entries' children (map) or their pairs `[child,
+  element]` (the elements document of a filter or flat_map).
 """
 
 from __future__ import annotations
@@ -95,7 +96,8 @@ class State:
     `items`, `counts` and `aggregate` describe the last reconcile that finished
     cleanly over a list of links only (else `items` is None): the list it read (the
     stored object itself, not a copy), how often each link occurs in it, and the
-    aggregate list object it wrote (map only). No key list is kept: a key is the
+    aggregate list object it wrote (map's output, or a filter's or flat_map's elements
+    document). No key list is kept: a key is the
     link and its occurrence, which `keys_at` derives for the part it needs (a new
     N-element list per change is what the collector's young-generation passes pay
     for at N = 10,000). Any failure (a raising release or setup, a transaction that
@@ -139,7 +141,7 @@ class State:
         reconcile to set up (`_list_dormant`)."""
         self.ids: list[str] | None = None
         """The element ids the last reconcile over a list with inline elements saw, when
-        it finished cleanly (a map only; else None): the next one diffs against them."""
+        it finished cleanly (else None): the next one diffs against them."""
 
     def __repr__(self) -> str:
         return f"<list state for {self.identity.principal}/{self.identity.session}>"
@@ -162,10 +164,21 @@ class State:
             for key in keys:
                 assert key in self.entries, key
             if self.aggregate is not None:
-                assert self.aggregate == [self.entries[k].child for k in keys]
+                if kind == "map":
+                    assert self.aggregate == [self.entries[k].child for k in keys]
+                else:  # the elements document: a pair [child, element] per element
+                    assert self.aggregate == [[self.entries[k].child, k[0]] for k in keys]
         if self.ids is not None:
             assert self.items is None, "inline elements or links only, not both"
             id_keys = [id_key(x) for x in self.ids]
             for key in id_keys:
                 assert key in self.entries, key
-            assert self.aggregate == [self.entries[k].child for k in id_keys]
+            if kind == "map":
+                assert self.aggregate == [self.entries[k].child for k in id_keys]
+            else:  # the elements document: an inline element by its id in the list
+                assert self.place is not None
+                place = self.place
+                assert self.aggregate == [
+                    [self.entries[k].child, place.child(x)]
+                    for k, x in zip(id_keys, self.ids, strict=True)
+                ]

@@ -322,7 +322,6 @@ class Coordinator:
             if (
                 previous_ids is not None
                 and state.place == place
-                and self.kind == "map"
                 and not self.uses_index
                 and kinds <= {dict, list}
             ):
@@ -396,32 +395,39 @@ class Coordinator:
         container: Link,
         place: Link,
     ) -> None:
-        """A map over a list of inline containers, when the last reconcile over it
-        finished cleanly (`old`: the element ids it saw): only the middle of the ids
-        (`common_ends`, C-level) is diffed, the container spliced. After a splice of
-        the list that is O(changed) bookkeeping, no child of a kept element owes its
-        setup (its argument names its element id), and the reader index matches no
-        kept element's readers (they read by id). O(N) C-level comparisons."""
+        """A list of inline containers, when the last reconcile over it finished
+        cleanly (`old`: the element ids it saw): only the middle of the ids
+        (`common_ends`, C-level) is diffed, and map's container (a filter's or
+        flat_map's elements document) spliced. After a splice of the list that is
+        O(changed) bookkeeping, no child of a kept element owes its setup (its
+        argument names its element id), no kept pair changes (it names its element by
+        id too), and the reader index matches no kept element's readers (they read by
+        id). O(N) C-level comparisons (O(1) after a splice: `splice_ends`)."""
         prefix, suffix = common_ends(old, ids)
         end_old = len(old) - suffix
+        end_new = len(ids) - suffix
         old_mid = [id_key(x) for x in old[prefix:end_old]]
-        new_mid = [id_key(x) for x in ids[prefix : len(ids) - suffix]]
+        new_mid = [id_key(x) for x in ids[prefix:end_new]]
         identity = tx.identity
         issuance, created, moved, deferred, errors = self._place_middle(
             tx, state, container, prefix, old_mid, new_mid, lambda i, _key: place.child(ids[i])
         )
         entries = state.entries
-        out_key = container.key(identity)
+        written = rescoped(self.written, container.scope)
+        out_key = written.key(identity)
         previous = state.aggregate
-        children = [entries[k].child for k in new_mid]
         if previous is not None and tx.peek(out_key, (docs.VALUE,)) is previous:
             if old_mid or new_mid:
                 # The container still holds exactly what the last reconcile wrote.
-                tx.splice(out_key, (docs.VALUE,), prefix, end_old - prefix, children)
-                if container != self.container:
-                    tx.write(self.container.key(identity), (docs.VALUE,), container)
+                new: list[Any] = [entries[k].child for k in new_mid]
+                if self.kind != "map":
+                    new = [[c, place.child(x)] for c, x in zip(new, ids[prefix:end_new])]
+                tx.splice(out_key, (docs.VALUE,), prefix, end_old - prefix, new)
+                if written != self.written:
+                    tx.write(self.written.key(identity), (docs.VALUE,), written)
         else:
-            self._publish(tx, container, [entries[k].child for k in map(id_key, ids)])
+            all_entries = [entries[k] for k in map(id_key, ids)]
+            self._publish(tx, container, self._aggregate(all_entries, ids, place, ids))
         tx.add_settle_callback(lambda _tx, res: self._settled(state, issuance, created, moved, res))
         self._raise_failed(errors)
         if not deferred:
@@ -460,19 +466,18 @@ class Coordinator:
                 deferred |= self._place(*placed, entry, key, i, element)
         entries = [state.entries[k] for k in keys]
         out = output_link("map", container, entries)
-        self._publish(tx, out, self._aggregate(entries, items, place))
+        self._publish(tx, out, self._aggregate(entries, items, place, ids))
         tx.add_settle_callback(lambda _tx, res: self._settled(state, issuance, created, moved, res))
         self._raise_failed(errors)
+        out_key = rescoped(self.written, out.scope).key(identity)
         if not deferred and sum(counts.values()) == len(items):
             # Links only, every setup issued: the next reconcile may diff only the middle.
             state.items, state.counts = items, counts
-            state.aggregate = (
-                tx.peek(container.key(identity), (docs.VALUE,)) if self.kind == "map" else None
-            )
-        elif not deferred and ids is not None and not counts and self.kind == "map":
+            state.aggregate = tx.peek(out_key, (docs.VALUE,))
+        elif not deferred and ids is not None and not counts:
             # Inline elements, every setup issued: the next reconcile may diff the ids.
             state.ids = ids
-            state.aggregate = tx.peek(container.key(identity), (docs.VALUE,))
+            state.aggregate = tx.peek(out_key, (docs.VALUE,))
 
     def _raise_failed(self, errors: list[Exception]) -> None:
         """Raise the releases that failed (after every sibling's release was tried)."""
@@ -589,18 +594,20 @@ class Coordinator:
         for link, _n in new_mid:
             counts[link] = counts.get(link, 0) + 1
         previous = state.aggregate
-        out_key = container.key(identity)
-        if self.kind == "map" and previous is not None:
-            children = [entries[k].child for k in new_mid]
+        written = rescoped(self.written, container.scope)
+        out_key = written.key(identity)
+        if previous is not None:
+            # map: the children; filter, flat_map: their pairs (`_aggregate`).
+            new = self._aggregate([entries[k] for k in new_mid], [k[0] for k in new_mid], None)
             if tx.peek(out_key, (docs.VALUE,)) is previous:
                 # The container still holds exactly what the last reconcile wrote:
                 # write only the change.
-                tx.splice(out_key, (docs.VALUE,), prefix, end_old - prefix, children)
-                if container != self.container:
-                    tx.write(self.container.key(identity), (docs.VALUE,), container)
+                tx.splice(out_key, (docs.VALUE,), prefix, end_old - prefix, new)
+                if written != self.written:
+                    tx.write(self.written.key(identity), (docs.VALUE,), written)
             else:
                 aggregate = previous[:prefix]
-                aggregate += children
+                aggregate += new
                 aggregate += previous[end_old:]
                 self._publish(tx, container, aggregate)
         else:
@@ -610,7 +617,7 @@ class Coordinator:
         self._raise_failed(errors)
         if not deferred:
             state.items = items
-            state.aggregate = tx.peek(out_key, (docs.VALUE,)) if self.kind == "map" else None
+            state.aggregate = tx.peek(out_key, (docs.VALUE,))
 
     def _argument(self, entry: Entry, element: Link) -> dict[str, Any]:
         argument: dict[str, Any] = {"element": element}
@@ -725,15 +732,27 @@ class Coordinator:
         if self.active and node is not None:
             self.runner.scheduler.invalidate(node)
 
-    def _aggregate(self, entries: list[Entry], items: list[Any], place: Link | None) -> Any:
+    def _aggregate(
+        self,
+        entries: list[Entry],
+        items: list[Any],
+        place: Link | None,
+        ids: list[str] | None = None,
+    ) -> Any:
         """map: the links to the children. filter, flat_map: the elements document, a pair
-        `[child, element]` per element (`_list_combine`), an inline element as a link to
-        its position in the list at `place` (None: the list holds links only)."""
+        `[child, element]` per element (`_list_combine`), an inline element as a link into
+        the list at `place` (None: the list holds links only) by its element id (`ids`:
+        one per item), so that a splice of the list changes no kept pair."""
         if self.kind == "map":
             return [e.child for e in entries]
+        if ids is None or place is None:
+            return [
+                [e.child, item if type(item) is Link or place is None else place.child(i)]
+                for i, (e, item) in enumerate(zip(entries, items, strict=True))
+            ]
         return [
-            [e.child, item if type(item) is Link or place is None else place.child(i)]
-            for i, (e, item) in enumerate(zip(entries, items, strict=True))
+            [e.child, item if type(item) is Link else place.child(x)]
+            for e, item, x in zip(entries, items, ids, strict=True)
         ]
 
     def _settled(
