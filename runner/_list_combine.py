@@ -45,6 +45,7 @@ from cells import (
     Link,
     Outcome,
     Path,
+    Scope,
     Transaction,
     entity_id,
     first_link,
@@ -53,11 +54,12 @@ from cells import (
     thaw,
     value_equal,
 )
-from scheduler import Node
+from scheduler import Node, common_ends
 
 from . import _docs as docs
 from ._list_keys import narrower, rescoped
 from ._list_output import output_keys, publish
+from ._list_parts import Parts, ReadEntry, Slot
 
 if TYPE_CHECKING:
     from ._core import Launcher
@@ -67,7 +69,23 @@ MAX_FAILED_COMBINES = 5
 MAX_HOPS = 32
 """Links followed to reach one result before it counts as not simple (a cycle raises then)."""
 
-ReadEntry = tuple[DocKey, Path, bool]
+SPLICE_MOST = 64
+"""Elements a splice may remove and insert together before it counts as most of the list
+(then, or past a quarter of the list, the combiner combines the whole list)."""
+
+
+class Splice:
+    """A splice of the elements document, read and checked, not yet written."""
+
+    __slots__ = ("inserted", "pairs", "prefix", "removed")
+
+    def __init__(
+        self, pairs: list[Any], prefix: int, removed: list[Slot], inserted: list[Slot]
+    ) -> None:
+        self.pairs = pairs
+        self.prefix = prefix
+        self.removed = removed
+        self.inserted = inserted
 
 
 def elements_link(container: Link) -> Link:
@@ -78,59 +96,65 @@ def elements_link(container: Link) -> Link:
 
 
 class Kept:
-    """What the last combine wrote for one identity, per position of the elements list."""
+    """What the last combine wrote for one identity: a slot per pair of the elements list
+    (`_list_parts`), and who reads what."""
 
-    __slots__ = ("lengths", "out", "owners", "pairs", "parts", "reads", "sums", "written")
+    __slots__ = ("fixed", "out", "owners", "pairs", "parts", "place", "scopes", "written")
 
-    def __init__(self, pairs: list[Any], out: Link) -> None:
+    def __init__(self, pairs: list[Any], out: Link, place: Link, fixed: frozenset[DocKey]) -> None:
         self.pairs = pairs
         """The elements document's list that was combined (the stored object)."""
         self.out = out
         """Where the output was written (narrowed to the children's scopes)."""
-        self.parts: list[list[Any]] = []
-        self.lengths: list[int] = []
-        self.reads: list[tuple[ReadEntry, ...]] = []
-        """Per position: what reading its result read (each hop, then the value)."""
-        self.owners: dict[DocKey, list[int]] = {}
-        """Per document read for a result: the positions whose result reads it."""
+        self.place = place
+        """Where the elements document was read (`self.elements` resolved)."""
+        self.fixed = fixed
+        """The documents read to find and read the elements list (no slot's reads may
+        replace them)."""
+        self.parts = Parts([])
+        self.owners: dict[DocKey, list[Slot]] = {}
+        """Per document read for a result: the slots whose result reads it."""
+        self.scopes: dict[Scope, int] = {}
+        """How many children have each scope (the output's scope is the narrowest)."""
         self.written: Any = MISSING
-        self.sums: list[int] = []
-        """A Fenwick tree over `lengths` (made by `index`): where a part starts, O(log N)."""
 
-    def index(self) -> None:
-        """Make `sums` from `lengths`. O(N)."""
-        sums = [0, *self.lengths]
-        n = len(sums)
-        for i in range(1, n):
-            j = i + (i & -i)
-            if j < n:
-                sums[j] += sums[i]
-        self.sums = sums
+    def own(self, slots: list[Slot]) -> set[DocKey]:
+        """Note what `slots` (new) read; returns those documents."""
+        owners, scopes = self.owners, self.scopes
+        keys: set[DocKey] = set()
+        for slot in slots:
+            for key in dict.fromkeys(entry[0] for entry in slot.reads):
+                owners.setdefault(key, []).append(slot)
+                keys.add(key)
+            scope = slot.pair[0].scope
+            scopes[scope] = scopes.get(scope, 0) + 1
+        return keys
 
-    def start(self, position: int) -> int:
-        """Where `position`'s part starts in the output: the lengths before it."""
-        sums, total, i = self.sums, 0, position
-        while i > 0:
-            total += sums[i]
-            i -= i & -i
-        return total
+    def disown(self, slots: list[Slot]) -> set[DocKey]:
+        """Forget what `slots` (removed) read; returns those documents."""
+        owners, scopes = self.owners, self.scopes
+        keys: set[DocKey] = set()
+        for slot in slots:
+            for key in dict.fromkeys(entry[0] for entry in slot.reads):
+                held = owners[key]
+                held.remove(slot)
+                if not held:
+                    del owners[key]
+                keys.add(key)
+            scope = slot.pair[0].scope
+            scopes[scope] -= 1
+            if not scopes[scope]:
+                del scopes[scope]
+        return keys
 
-    def resize(self, position: int, length: int) -> None:
-        """`position`'s part is `length` items long now."""
-        delta = length - self.lengths[position]
-        self.lengths[position] = length
-        sums, i = self.sums, position + 1
-        while i < len(sums):
-            sums[i] += delta
-            i += i & -i
-
-    def add(self, part: list[Any], reads: tuple[ReadEntry, ...]) -> None:
-        position = len(self.parts)
-        self.parts.append(part)
-        self.lengths.append(len(part))
-        self.reads.append(reads)
-        for key in dict.fromkeys(entry[0] for entry in reads):
-            self.owners.setdefault(key, []).append(position)
+    def reads_of(self, key: DocKey) -> list[tuple[Path, bool]]:
+        """Every (path, shallow) the slots reading `key` read there (none: nobody)."""
+        return [
+            (path, shallow)
+            for slot in self.owners.get(key, ())
+            for k, path, shallow in slot.reads
+            if k == key
+        ]
 
 
 def _has_link(value: Any) -> bool:
@@ -239,16 +263,20 @@ class Combiner:
         self._combine_all(tx, identity)
 
     def _update(self, tx: Transaction, node: Node, kept: Kept, changed: frozenset[DocKey]) -> bool:
-        """Update only the parts of the positions whose result read a changed document;
-        False (nothing written) when that cannot be done."""
-        positions: set[int] = set()
-        owners = kept.owners
-        for key in changed:
-            found = owners.get(key)
-            if found is None:
-                return False  # the elements document, or a read nobody owns
-            positions.update(found)
+        """Update only what changed: a splice of the elements document (`_splice`: the
+        removed elements' parts go, the inserted ones' come, nothing else is read) and
+        the parts of the slots whose result read a changed document; False (nothing
+        written) when that cannot be done. All reading and checking comes before the
+        first write, so a False leaves the transaction's writes as they were."""
         identity = tx.identity
+        owners = kept.owners
+        elements_key = kept.place.key(identity)
+        structural = False
+        for key in changed:
+            if key == elements_key:
+                structural = True
+            elif key not in owners:
+                return False  # a read nobody owns (a link on the way to the elements)
         out_key = kept.out.key(identity)
         now = tx.peek(out_key, (docs.VALUE,))
         if now is not kept.written:
@@ -257,44 +285,129 @@ class Combiner:
             if now != kept.written:
                 return False  # the output is not what the last combine wrote
             kept.written = now
-        pairs = kept.pairs
-        parts: list[tuple[int, list[Any]]] = []
-        for i in sorted(positions):
-            child, element = pairs[i]
+        splice: Splice | None = None
+        if structural:
+            splice = self._read_splice(tx, kept)
+            if splice is None:
+                return False
+        gone = set(splice.removed) if splice is not None else set()
+        slots: dict[Slot, None] = {}
+        for key in changed:
+            for slot in owners.get(key, ()):
+                if slot not in gone:
+                    slots[slot] = None
+        edits: list[tuple[Slot, list[Any]]] = []
+        for slot in slots:
+            child, element = slot.pair
             value, reads = read_result(tx, child)
-            if reads != kept.reads[i]:
+            if reads != slot.reads:
                 return False  # its result reads elsewhere now (or has links inside)
             part = part_of(self.kind, value, element)
-            if not value_equal(part, kept.parts[i]):
-                parts.append((i, part))
-        lengths = kept.lengths
-        # From the last position back: a splice moves only what follows it.
-        for i, part in reversed(parts):
-            start = kept.start(i)
-            if len(part) == lengths[i]:
+            if not value_equal(part, slot.part):
+                edits.append((slot, part))
+        # Everything is read and checked: write.
+        replace: dict[DocKey, list[tuple[Path, bool]]] = {}
+        if splice is not None:
+            self._write_splice(tx, kept, out_key, splice, replace)
+        parts = kept.parts
+        for slot, part in edits:
+            k, j = parts.where(slot)
+            start = parts.start(k, j)
+            if len(part) == len(slot.part):
                 # As long as before: write the items that changed, each at its place (a
                 # spliced list of the same length would be compared whole at commit).
-                for j, (item, was) in enumerate(zip(part, kept.parts[i], strict=True)):
+                for i, (item, was) in enumerate(zip(part, slot.part, strict=True)):
                     if not value_equal(item, was):
-                        tx.write(out_key, (docs.VALUE, start + j), item)
+                        tx.write(out_key, (docs.VALUE, start + i), item)
             else:
-                tx.splice(out_key, (docs.VALUE,), start, lengths[i], part)
-            kept.parts[i] = part
-            kept.resize(i, len(part))
-        if parts:
+                tx.splice(out_key, (docs.VALUE,), start, len(slot.part), part)
+            slot.part = part
+            parts.resize(slot, k, j)
+        if edits or splice is not None:
             kept.written = tx.peek(out_key, (docs.VALUE,))
         self._watch(tx, identity, kept)
-        # Every read this run made is one the last combine made, for the same position.
-        self.runner.scheduler.keep_reads(node)
+        # Every read this run made is one the last combine made, for the same element,
+        # or one of an inserted element's result (`replace`, with the removed ones').
+        self.runner.scheduler.keep_reads(node, replace)
         return True
+
+    def _read_splice(self, tx: Transaction, kept: Kept) -> Splice | None:
+        """Read the elements document as `_combine_all` does and what it inserted; None
+        when a splice of the kept combination cannot follow it (the elements moved, a
+        result is loading or has links inside, the output's scope would change, most of
+        the list changed). O(changed), plus C-level work (`common_ends`: O(1) right after
+        the coordinator's splice)."""
+        identity = tx.identity
+        place = resolve(tx, self.elements)
+        if place != kept.place:
+            return None
+        pairs = tx.read(place.key(identity), (docs.VALUE, *place.path))
+        if type(pairs) is not list:
+            return None
+        old = kept.pairs
+        prefix, suffix = common_ends(old, pairs)
+        end_old, end_new = len(old) - suffix, len(pairs) - suffix
+        if (end_old - prefix) + (end_new - prefix) > max(SPLICE_MOST, len(pairs) // 4):
+            return None  # most of the list: combining it whole costs about the same
+        replica = self.runner.replica
+        scopes = dict(kept.scopes)
+        inserted: list[Slot] = []
+        for pair in pairs[prefix:end_new]:
+            child, element = pair
+            if not replica.is_loaded(child.key(identity)):
+                return None  # `_combine_all` waits for it (never a partial output)
+            value, reads = read_result(tx, child)
+            if reads is None:
+                return None
+            if kept.fixed.intersection(entry[0] for entry in reads):
+                return None  # its reads and the elements document's would be one entry
+            inserted.append(Slot(pair, part_of(self.kind, value, element), reads))
+            scopes[child.scope] = scopes.get(child.scope, 0) + 1
+        removed = kept.parts.slots(prefix, end_old - prefix)
+        for slot in removed:
+            scope = slot.pair[0].scope
+            scopes[scope] -= 1
+            if not scopes[scope]:
+                del scopes[scope]
+        out = rescoped(self.container, place.scope)
+        for scope in scopes:
+            out = rescoped(out, narrower(out.scope, scope))
+        if out != kept.out:
+            return None  # the output moves to another scope: combine it whole
+        return Splice(pairs, prefix, removed, inserted)
+
+    @staticmethod
+    def _write_splice(
+        tx: Transaction,
+        kept: Kept,
+        out_key: DocKey,
+        splice: Splice,
+        replace: dict[DocKey, list[tuple[Path, bool]]],
+    ) -> None:
+        """Splice the output and the kept combination as `splice` says; note in `replace`
+        the reads of every document a removed or inserted slot read."""
+        parts = kept.parts
+        prefix, removed, inserted = splice.prefix, splice.removed, splice.inserted
+        start = parts.start_at(prefix)
+        stop = parts.start_at(prefix + len(removed))
+        items = [item for slot in inserted for item in slot.part]
+        if stop > start or items:
+            tx.splice(out_key, (docs.VALUE,), start, stop - start, items)
+        parts.splice(prefix, len(removed), inserted)
+        keys = kept.disown(removed) | kept.own(inserted)
+        for key in keys:
+            replace[key] = kept.reads_of(key)
+        kept.pairs = splice.pairs
 
     def _combine_all(self, tx: Transaction, identity: Identity) -> None:
         """Read every result and write the whole output. O(N)."""
         self.combines += 1
+        first = len(tx.reads)
         place = resolve(tx, self.elements)
         pairs = tx.read(place.key(identity), (docs.VALUE, *place.path))
         if type(pairs) is not list:
             return  # the coordinator has not written it yet (its list is loading)
+        fixed = frozenset(entry[0] for entry in tx.reads[first:])
         replica = self.runner.replica
         base = rescoped(self.container, place.scope)
         loading = []
@@ -314,26 +427,27 @@ class Combiner:
             ):
                 return
         out = base
-        kept: Kept | None = Kept(pairs, out)
+        slots: list[Slot] | None = []
         aggregate: list[Any] = []
-        for child, element in pairs:
+        for pair in pairs:
+            child, element = pair
             out = rescoped(out, narrower(out.scope, child.scope))
             value, reads = read_result(tx, child)
             part = part_of(self.kind, value, element)
             aggregate += part
-            if kept is not None:
-                if reads is None:
-                    kept = None  # a result with links inside: combine it all each time
+            if slots is not None:
+                if reads is None or fixed.intersection(entry[0] for entry in reads):
+                    slots = None  # a result with links inside: combine it all each time
                 else:
-                    kept.add(part, reads)
+                    slots.append(Slot(pair, part, reads))
         publish(tx, self.container, out, aggregate)
-        if kept is not None and not loading:
-            kept.index()
-            kept.out = out
+        kept: Kept | None = None
+        if slots is not None and not loading:
+            kept = Kept(pairs, out, place, fixed)
+            kept.parts = Parts(slots)
+            kept.own(slots)
             kept.written = tx.peek(out.key(identity), (docs.VALUE,))
             self.kept[identity] = kept
-        else:
-            kept = None
         self._watch(tx, identity, kept)
 
     def _watch(self, tx: Transaction, identity: Identity, kept: Kept | None) -> None:
@@ -382,11 +496,20 @@ class Combiner:
             assert node.registered and node.identity == identity, node
         for identity, kept in self.kept.items():
             assert identity in self.nodes, identity
-            n = len(kept.parts)
-            assert len(kept.lengths) == len(kept.reads) == n == len(kept.pairs), kept
-            assert kept.lengths == [len(p) for p in kept.parts], kept
-            assert all(kept.start(i) == sum(kept.lengths[:i]) for i in range(n + 1)), (
-                "the part starts"
-            )
-            owned = {(key, i) for i, reads in enumerate(kept.reads) for key, _p, _s in reads}
-            assert owned == {(k, i) for k, ps in kept.owners.items() for i in ps}, kept
+            parts = kept.parts
+            parts._check()
+            slots = list(parts)
+            assert len(slots) == len(kept.pairs), kept
+            assert [s.pair for s in slots] == kept.pairs, "each slot's pair, in order"
+            if kept.written is not MISSING:
+                assert value_equal([x for s in slots for x in s.part], kept.written), kept
+            at = 0
+            for slot in slots:
+                assert parts.start(*parts.where(slot)) == at, (slot, at)
+                at += len(slot.part)
+            owned = {(key, id(s)) for s in slots for key, _p, _s in s.reads}
+            assert owned == {(k, id(s)) for k, ss in kept.owners.items() for s in ss}, kept
+            scopes: dict[Scope, int] = {}
+            for s in slots:
+                scopes[s.pair[0].scope] = scopes.get(s.pair[0].scope, 0) + 1
+            assert scopes == kept.scopes, (scopes, kept.scopes)

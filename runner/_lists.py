@@ -421,7 +421,8 @@ class Coordinator:
                 # The container still holds exactly what the last reconcile wrote.
                 new: list[Any] = [entries[k].child for k in new_mid]
                 if self.kind != "map":
-                    new = [[c, place.child(x)] for c, x in zip(new, ids[prefix:end_new])]
+                    named = zip(new, ids[prefix:end_new], strict=True)
+                    new = [[c, place.child(x)] for c, x in named]
                 tx.splice(out_key, (docs.VALUE,), prefix, end_old - prefix, new)
                 if written != self.written:
                     tx.write(self.written.key(identity), (docs.VALUE,), written)

@@ -48,12 +48,12 @@ changes cost O(affected region), never O(graph) unless the region is the graph.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TypeAlias, TypeVar
 
 from cells import DocKey, Identity, Path
 
-from ._node import Node, OneRead, ReadSet, TwoReads, held_key, lean_reads
+from ._node import Node, OneRead, ReadEntry, ReadSet, TwoReads, held_key, lean_reads
 from ._readers import ReaderIndex
 
 _K = TypeVar("_K", Node, DocKey)
@@ -242,6 +242,59 @@ class Graph:
             self._declared_only(node, old_reads, reads)
         self._apply_writers(node, self._edge_writers(node))
 
+    def replace_reads(self, node: Node, replace: Mapping[DocKey, ReadEntry | None]) -> None:
+        """Change `node`'s read set for the documents in `replace` only (each one's entry
+        now, None: not read any more), as a delta: the reader index and the incoming
+        edges change for those documents and their writers only. O(len(replace) x their
+        writers' outputs), plus a C-level copy of a read set another object holds."""
+        old = node.reads
+        if type(old) is not dict or len(old) <= 2:
+            new = dict(old)
+            for key, entry in replace.items():
+                if entry is None:
+                    new.pop(key, None)
+                else:
+                    new[key] = entry
+            self.set_reads(node, new)
+            node.raw_reads = None  # its last log is not its read set any more
+            return
+        # Each document's entry before, then the read set changed in place: a read set of
+        # three or more documents is a dict only this node holds (`compact_reads` made it;
+        # `declared` may be the same object: copied then).
+        before = {key: old.get(key) for key in replace}
+        new = old if old is not node.declared else dict(old)
+        for key, entry in replace.items():
+            if entry is None:
+                new.pop(key, None)
+            else:
+                new[key] = entry
+        touched = self.index.apply(node, new, before)
+        node.raw_reads = None
+        if not touched:
+            return
+        declared = node.declared
+        if declared is not None:
+            table = self.declared_only
+            for key in touched:
+                if key in declared:
+                    if before[key] is None and key in new:
+                        self._unlink_half(table, key, node)
+                    elif before[key] is not None and key not in new:
+                        table.setdefault(key, set()).add(node)
+        # Only writers of the touched documents can gain or lose their edge into `node`:
+        # decide each of those on every document it writes (the instance rule included).
+        affected: set[Node] = set()
+        for key in touched:
+            affected.update(self.writers_of(key))
+        if not affected:
+            return
+        keys = set(touched)
+        for w in affected:
+            keys.update(k for k, _ in w.outputs)
+        feeding = self._edge_writers(node, keys=keys)
+        edges = self.edges_into(node)
+        self._apply_writers(node, (edges - affected) | (feeding & affected))
+
     def _held_keys(self, node: Node, reads: ReadSet) -> ReadSet:
         """`reads` (a `OneRead` or `TwoReads`) holding, for each document, a key object
         already held (`_held_key`) rather than the one the run's read log made: each
@@ -309,8 +362,11 @@ class Graph:
                 self.live_writes += 1
                 self.withdraw(w)
 
-    def _edge_writers(self, node: Node, *, count: bool = True) -> set[Node]:
-        """The registered writers feeding `node`'s read set or its declared reads."""
+    def _edge_writers(
+        self, node: Node, *, count: bool = True, keys: set[DocKey] | None = None
+    ) -> set[Node]:
+        """The registered writers feeding `node`'s read set or its declared reads (`keys`:
+        through those documents only)."""
         out: set[Node] = set()
         declared = node.declared
         identity = node.identity
@@ -318,7 +374,7 @@ class Graph:
         for reads in (
             (node.reads,) if declared is None or declared is node.reads else (node.reads, declared)
         ):
-            for key in reads:
+            for key in reads if keys is None else [k for k in keys if k in reads]:
                 spots = self.spots.get(key)
                 if spots is None:
                     for w in self.writers_of(key):

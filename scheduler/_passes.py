@@ -42,7 +42,7 @@ import gc
 import heapq
 import inspect
 import itertools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Final
 
 from cells import (
@@ -71,6 +71,7 @@ from ._node import (
     Node,
     NodeKind,
     OneRead,
+    ReadEntry,
     SelfLabelled,
     TwoReads,
     lean_reads,
@@ -143,6 +144,8 @@ class Passes:
     changes matched their reads since their last `take_changes`, None if unknown."""
     _keeping: Node | None
     """The running node that said it read exactly what its last run read (`keep_reads`)."""
+    _replacing: Mapping[DocKey, ReadEntry | None] | None
+    """The documents whose reads that node's run changed (`keep_reads`), if any."""
 
     # ------------------------------------------------------------------ nodes
     def register(
@@ -553,6 +556,9 @@ class Passes:
             self._current_tx = previous_tx
         if self._keeping is node:
             self._keeping = None  # it read what it read last time: its read set stays
+            replace, self._replacing = self._replacing, None
+            if replace is not None and node.registered:
+                self.graph.replace_reads(node, replace)  # (but for these documents)
         elif node.registered:
             # Keep the read set even after an error: the node re-runs when its inputs change.
             log = tx.reads

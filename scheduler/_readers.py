@@ -532,17 +532,32 @@ class ReaderIndex:
     readers fall below the threshold keeps its trie)."""
     comparisons: int = attrs.field(default=0, init=False)
 
-    def apply(self, node: Node, new: ReadSet) -> list[DocKey]:
-        """Replace `node`'s read set by `new` as a delta; returns the documents that changed."""
+    def apply(
+        self, node: Node, new: ReadSet, before: dict[DocKey, ReadEntry | None] | None = None
+    ) -> list[DocKey]:
+        """Replace `node`'s read set by `new` as a delta; returns the documents that changed.
+        `before`: `new` differs from the node's read set only in these documents, whose
+        entries were these (`new` may be that read set, changed in place): O(len(before))."""
         old = node.reads
         touched: list[DocKey] = []
-        for key in old.keys() - new.keys():
-            self._drop(node, key)
-            touched.append(key)
+        if before is None:
+            for key in old.keys() - new.keys():
+                self._drop(node, key)
+                touched.append(key)
+            changed: Iterable[tuple[DocKey, ReadEntry]] = new.items()
+        else:
+            changed = []
+            for key, was_entry in before.items():
+                entry = new.get(key)
+                if entry is not None:
+                    changed.append((key, entry))
+                elif was_entry is not None:
+                    self._drop(node, key, was_entry)
+                    touched.append(key)
         tries = self.tries
         untried: list[DocKey] = []
-        for key, (dpaths, spaths) in new.items():
-            was = old.get(key)
+        for key, (dpaths, spaths) in changed:
+            was = old.get(key) if before is None else before[key]
             if was == (dpaths, spaths):
                 continue
             touched.append(key)
@@ -630,10 +645,10 @@ class ReaderIndex:
                     return held
         return one
 
-    def _drop(self, node: Node, key: DocKey) -> None:
+    def _drop(self, node: Node, key: DocKey, entry: ReadEntry | None = None) -> None:
         trie = self.tries.get(key)
         if trie is not None:
-            dpaths, spaths = node.reads[key]
+            dpaths, spaths = node.reads[key] if entry is None else entry
             for p in dpaths:
                 trie.discard(node, p, False)
             for p in spaths:

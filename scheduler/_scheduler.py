@@ -21,7 +21,7 @@ Invariants (checked by `_check`): those of `Passes` and of every part.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -48,10 +48,10 @@ from ._failure_state import Failures
 from ._failures import ErrorLog, ErrorRecord
 from ._graph import Graph
 from ._host import Delivery, Statistics
-from ._node import Node
+from ._node import Node, ReadEntry
 from ._observe import Observations
 from ._passes import Passes
-from ._readers import ReaderIndex
+from ._readers import ReaderIndex, compact_reads
 from ._sinks import PatchSink, Sink, add_sink, derive, pull, pull_now
 from ._timers import Timers
 from .errors import NodeError
@@ -83,6 +83,7 @@ class Scheduler(Passes):
         self._candidates: dict[Node, None] = {}
         self._tracked: dict[Node, set[DocKey] | None] = {}
         self._keeping: Node | None = None
+        self._replacing: Mapping[DocKey, ReadEntry | None] | None = None
         self._heap: list[tuple[int, int, Node]] = []
         self._in_heap: set[Node] = set()
         self._draining = False
@@ -156,15 +157,28 @@ class Scheduler(Passes):
         self._tracked[node] = set()
         return None if seen is None else frozenset(seen)
 
-    def keep_reads(self, node: Node) -> None:
+    def keep_reads(
+        self, node: Node, replace: Mapping[DocKey, Iterable[tuple[Path, bool]]] | None = None
+    ) -> None:
         """Say, during `node`'s run, that this run depends on exactly what its previous
         run read: its read set stays as it is and this run's read log is not looked at
         (O(1) instead of O(reads) for a run that read only the few inputs that changed,
         and logged its other reads as it did before). Whatever the run reads must be in
-        that read set; the caller guarantees it (a wrong promise loses triggers)."""
+        that read set; the caller guarantees it (a wrong promise loses triggers).
+
+        `replace`: documents whose reads differ from the previous run's, each with every
+        `(path, shallow)` read from it now (none: it is not read any more): a list's
+        filter or flat_map output after a splice (the removed elements' results are not
+        read, the inserted ones' are). The read set, the reader index and the edges
+        change for those documents only: O(their reads and writers), not O(reads)."""
         if self._running is not node:
             raise InvalidArgumentError(f"keep_reads: {node!r} is not running")
         self._keeping = node
+        if replace:
+            entries: dict[DocKey, ReadEntry | None] = {}
+            for key, paths in replace.items():
+                entries[key] = compact_reads((key, p, shallow) for p, shallow in paths).get(key)
+            self._replacing = entries
 
     # ------------------------------------------------------------------ failures
     def errors(self) -> list[ErrorRecord]:
