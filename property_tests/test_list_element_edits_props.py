@@ -5,15 +5,17 @@ The machine keeps one list of notes (`{"v": int, "t": str}`), inline or as
 links to note cells, under a filter and a flat_map each with a plain function
 op and with a pattern op (a child run with a lift per element). It edits a
 field of an inline note (a path write), a field of a linked note's cell,
-replaces a whole inline note, re-points a link, inserts, removes and moves
-elements, and holds verdicts so that any commit can be accepted or rejected
+replaces a whole inline note, re-points a link, inserts (a whole-list write, or
+a splice: `Cell.insert`), removes (a splice) and moves elements, and holds
+verdicts so that any commit can be accepted or rejected
 (a reconcile's or a combine's for good too). After every step the runtime's
 structures pass `_check()`. At quiescence each output equals the reference
 applied to the list as it reads now, and the sink's value equals a full read.
 
 With no verdict held, an edit inside an element (an inline field, a linked
 cell's field) runs no reconcile and no whole combine: only the element's nodes
-and, when its part of the output changed, one combiner update.
+and, when its part of the output changed, one combiner update; and a splice of
+the list combines no output whole (each combiner splices its output).
 """
 
 from __future__ import annotations
@@ -125,6 +127,20 @@ class ElementEditMachine(HeldVerdicts, RuleBasedStateMachine):
         self._settle()
         assert before == self._counts(), "an edit inside an element re-ran a list node"
 
+    def _spliced(self, splice: Any) -> None:
+        """Splice the list; with nothing held, no filter or flat_map output may be
+        combined whole for it (its combiner splices the output: issue 14 item 5)."""
+        if self.gate is not None:
+            splice()
+            self._settle()
+            return
+        self.quiesce()
+        before = [combines for _r, combines in self._counts()]
+        splice()
+        self._settle()
+        after = [combines for _r, combines in self._counts()]
+        assert before == after, "a splice of the list combined an output whole"
+
     # ------------------------------------------------------------------ rules
     @rule(pos=st.integers(0, 8), linked=st.booleans(), note=notes, cell=st.integers(0, 3))
     def insert(self, pos: int, linked: bool, note: dict[str, Any], cell: int) -> None:
@@ -133,12 +149,16 @@ class ElementEditMachine(HeldVerdicts, RuleBasedStateMachine):
         self.items.set(items)
         self._settle()
 
+    @rule(pos=st.integers(0, 8), linked=st.booleans(), note=notes, cell=st.integers(0, 3))
+    def splice_insert(self, pos: int, linked: bool, note: dict[str, Any], cell: int) -> None:
+        at = min(pos, len(self._list()))
+        self._spliced(lambda: self.items.insert(at, self.cells[cell].link() if linked else note))
+
     @rule(pos=st.integers(0, 8))
     def remove(self, pos: int) -> None:
         items = self._list()
         if items:
-            self.items.remove(pos % len(items))
-            self._settle()
+            self._spliced(lambda: self.items.remove(pos % len(items)))
 
     @rule(i=st.integers(0, 8), j=st.integers(0, 8))
     def move(self, i: int, j: int) -> None:

@@ -4,6 +4,7 @@ inputs changed, which updates its output from those alone and keeps its read set
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -140,3 +141,88 @@ def test_the_calls_check_their_node(sp: Space) -> None:
     sch.track_changes(node)
     sch.remove(node)
     sch._check()  # a removed node is no longer tracked
+
+
+class ListSummer:
+    """Sums the inputs a `which` cell names (indices into `inputs`, each input made by a
+    computation doubling a source cell): a change of `which` reads only the inputs it
+    added and keeps the rest of the read set, replacing the added and dropped inputs'
+    reads (`keep_reads(node, replace)`)."""
+
+    def __init__(self, sp: Space, sch: Scheduler, n: int) -> None:
+        self.sp, self.sch = sp, sch
+        self.sources = [sp.cell(f"src{i}") for i in range(n)]
+        self.inputs = [sp.cell(f"in{i}") for i in range(n)]
+        self.which = sp.cell("which")
+        tx = sp.edit()
+        for i, c in enumerate(self.sources):
+            c.with_tx(tx).set(i)
+        self.which.with_tx(tx).set([0, 1, 2])
+        tx.commit()
+        sp.replica.pump()
+        self.runs = [0] * n
+        for i in range(n):
+            sch.derive(self.inputs[i], [self.sources[i]], self._double(i))
+        self.out = sp.cell("sum")
+        self.kept: dict[int, int] = {}
+        self.node: Node = sch.register(
+            self.run,
+            identity=sp.identity,
+            outputs=[(self.out.doc_key, ("value",))],
+            reads=[(self.which.doc_key, ("value",), False)],
+            label="sum of which",
+        )
+        sch.track_changes(self.node)
+
+    def _double(self, i: int) -> Any:
+        def double(v: int) -> int:
+            self.runs[i] += 1
+            return 2 * v
+
+        return double
+
+    def run(self, tx: Transaction) -> None:
+        changed = self.sch.take_changes(self.node)
+        which = tx.read(self.which.doc_key, ("value",))
+        if changed is None or not self.kept or self.which.doc_key not in changed:
+            self.kept = {i: tx.read(self.inputs[i].doc_key, ("value",)) for i in which}
+        else:
+            added = [i for i in which if i not in self.kept]
+            dropped = [i for i in self.kept if i not in which]
+            replace: dict[DocKey, list[tuple[tuple[str, ...], bool]]] = {}
+            for i in dropped:
+                del self.kept[i]
+                replace[self.inputs[i].doc_key] = []
+            for i in added:
+                self.kept[i] = tx.read(self.inputs[i].doc_key, ("value",))
+                replace[self.inputs[i].doc_key] = [(("value",), False)]
+            self.sch.keep_reads(self.node, replace)
+        tx.write(self.out.doc_key, ("value",), sum(self.kept.values()))
+
+
+def test_keep_reads_replaces_the_reads_of_the_documents_it_names(sp: Space) -> None:
+    sch = Scheduler(sp.replica, clock=ManualClock())
+    s = ListSummer(sp, sch, 5)
+    got: list[int] = []
+    sch.sink(s.out, got.append)
+    assert [0 + 2 + 4] == got
+    assert [1, 1, 1, 0, 0] == s.runs  # only the named inputs are live
+    s.which.set([1, 2, 4])  # input 0 dropped, input 4 added
+    sp.replica.pump()
+    sch.settle()
+    # (With the replacement forgotten, input 4's writer never becomes live: the sum
+    # fails on its absent value.)
+    assert 2 + 4 + 8 == got[-1]
+    keys = {c.doc_key for c in s.inputs}
+    assert {s.inputs[i].doc_key for i in (1, 2, 4)} == keys & set(s.node.reads)
+    # The dropped input's writer is not live any more: a change of its source runs
+    # nothing; the added one's is, and a change of its source reaches the sum.
+    sums = s.node.runs
+    s.sources[0].set(100)
+    s.sources[4].set(10)
+    sp.replica.pump()
+    sch.settle()
+    assert [1, 1, 1, 0, 2] == s.runs
+    assert 2 + 4 + 20 == got[-1]
+    assert sums + 1 == s.node.runs
+    sch._check()  # the index and the edges are what the read set says
