@@ -714,47 +714,88 @@ def _reaktiv_aggregate_bench(n: int, op: str) -> None:
         return run
 
 
-def _aggregate_remove_bench(n: int, board: Any, op: str) -> None:
+def _aggregate_splice_bench(n: int, board: Any, op: str, kind: str, change: str) -> None:
+    what = "insert at front" if change == "insert" else "remove middle"
+
     @bench(
-        group="lists remove",
-        name=f"cellweave {op} remove middle, sink N={n} (inline dicts)",
+        group=f"lists {change}",
+        name=f"cellweave {op} {what}, sink N={n} ({kind})",
         ops=CHANGES,
     )
-    def remove_aggregate() -> Run:
-        """`items.remove(i)` of the middle inline dict under a filter or flat_map, with a
-        sink on the output's first item (a view showing it), then `await rt.idle()`.
-        No element's node runs; the coordinator reconciles once and the combiner
-        combines the whole list again (`combines`): O(N), what issue 14 item 5 still
-        asks to bring to one element."""
-        world = _built(n, kind=DICTS, board=board)
-        # What the view shows after each removal, worked out before the timed region.
+    def splice_aggregate() -> Run:
+        """`items.insert(0, x)` (a new task: inline, or linked to a cell written before,
+        untimed) or `items.remove(i)` of the middle element under a filter or flat_map,
+        with a sink on the output's first item (a view showing it), then `await
+        rt.idle()`. The coordinator reconciles once and splices its elements document;
+        the combiner splices the output (`combines` stays 0: issue 14 item 5) and its
+        read set. An insert runs the new element's one lift, before the combiner; a
+        remove runs no element's node. The inserted tasks'
+        titles end in "!" so the filter keeps them and the view changes each time."""
+        world = _built(n, kind=kind, board=board)
+        made = world.made
+        world.made += CHANGES
+        new_tasks = [task(made + k, f"inserted {made + k}!") for k in range(CHANGES)]
+        new_cells = [world.rt.get_cell(("task", made + k)) for k in range(CHANGES)]
+        if change == "insert" and world.links:
+
+            async def prepare() -> None:
+                tx = world.rt.edit()
+                for cell, t in zip(new_cells, new_tasks, strict=True):
+                    cell.with_tx(tx).set(t)
+                if not (await tx.commit()).ok:
+                    raise BenchError(f"{op} insert: writing the new tasks failed")
+
+            world.drive(prepare)
+        # What the view shows after each change, worked out before the timed region.
         tasks = list(world.tasks)
         wanted: list[Any] = []
-        for _ in range(CHANGES):
-            del tasks[len(tasks) // 2]
-            kept = [t for t in tasks if str(t["title"]).endswith("!")]
+        for t in new_tasks:
+            if change == "insert":
+                tasks.insert(0, t)
+            else:
+                del tasks[len(tasks) // 2]
+            kept = [x for x in tasks if str(x["title"]).endswith("!")]
             wanted.append(tasks[0]["title"] if op == "flat_map" else kept[0] if kept else None)
         seen: list[Any] = []
         _cancels.append(world.res.key("out", 0).sink(seen.append))
         world.drive(world.rt.idle)
-
-        removed: list[tuple[int, dict[str, Any]]] = []
+        undo: list[tuple[int, Any, Any, Cell | None]] = []
+        """(position, task, list item, its cell) of each change, to undo it untimed."""
 
         async def main() -> None:
-            for want in wanted:
-                i = len(world.tasks) // 2
-                removed.append((i, world.tasks.pop(i)))
-                await world.items.remove(i)
+            for k, want in enumerate(wanted):
+                if change == "insert":
+                    t = new_tasks[k]
+                    item = new_cells[k].link() if world.links else t
+                    world.tasks.insert(0, t)
+                    if world.links:
+                        world.cells.insert(0, new_cells[k])
+                    undo.append((0, t, item, None))
+                    await world.items.insert(0, item)
+                else:
+                    i = len(world.tasks) // 2
+                    t = world.tasks.pop(i)
+                    cell = world.cells.pop(i) if world.links else None
+                    undo.append((i, t, t if cell is None else cell.link(), cell))
+                    await world.items.remove(i)
                 await world.rt.idle()
                 if seen[-1] != want:
-                    raise BenchError(f"{op} remove: shown {seen[-1]!r}, not {want!r}")
+                    raise BenchError(f"{op} {change}: shown {seen[-1]!r}, not {want!r}")
 
         async def put_back() -> None:
-            # The world is shared with the edit rows: the removed tasks go back, untimed.
-            while removed:
-                i, t = removed.pop()
-                world.tasks.insert(i, t)
-                await world.items.insert(i, t)
+            # The world is shared with the edit rows: undone, untimed.
+            while undo:
+                i, t, item, cell = undo.pop()
+                if change == "insert":
+                    del world.tasks[i]
+                    if world.links:
+                        del world.cells[i]
+                    await world.items.remove(i)
+                else:
+                    world.tasks.insert(i, t)
+                    if cell is not None:
+                        world.cells.insert(i, cell)
+                    await world.items.insert(i, item)
             await world.rt.idle()
 
         def run() -> Callable[[], Counts]:
@@ -764,13 +805,17 @@ def _aggregate_remove_bench(n: int, board: Any, op: str) -> None:
 
             def finish() -> Counts:
                 world.drive(put_back)
+                inserted = CHANGES if change == "insert" else 0
                 _expect(
-                    f"{op} remove at N={n} (inline dicts)",
+                    f"{op} {change} at N={n} ({kind})",
                     counts,
-                    calls=0,  # no element's node runs
+                    calls=inserted,  # the new element's one lift; a remove runs none
+                    # A reconcile and one combiner update each, and the new element's lift
+                    # (run before the combiner: it reads the lift's result).
+                    computations=2 * CHANGES + inserted,
                     reconciles=CHANGES,
-                    combines=CHANGES,  # the whole list combined again: O(N)
-                    registrations=-CHANGES,
+                    combines=0,  # the output is spliced, never combined whole
+                    registrations=CHANGES if change == "insert" else -CHANGES,
                 )
                 return counts
 
@@ -786,8 +831,10 @@ for _n in SIZES:
             _aggregate_edit_bench(_n, TagBoard, "flat_map", _kind, _how)
     _reaktiv_aggregate_bench(_n, "filter")
     _reaktiv_aggregate_bench(_n, "flat_map")
-    _aggregate_remove_bench(_n, KeptBoard, "filter")
-    _aggregate_remove_bench(_n, TagBoard, "flat_map")
+    for _kind in (LINKS, DICTS):
+        for _change in ("insert", "remove"):
+            _aggregate_splice_bench(_n, KeptBoard, "filter", _kind, _change)
+            _aggregate_splice_bench(_n, TagBoard, "flat_map", _kind, _change)
 
 
 def _peer_benches(n: int) -> None:

@@ -22,6 +22,8 @@ Shapes: ``chain`` (chain 1000, 20 writes), ``broad`` (broad 1000, 10 writes),
 ``diamond`` (diamond 5), ``cellx`` and ``cellx-ends`` (cellx 1000, a sink per
 node / on the 4 ends), ``memory-commit`` (the Cell API commit). The bench rows'
 own ``run()`` is measured, after one untraced run (caches warm, first runs done).
+``--row NAME`` measures a registered bench row instead, per op (``BENCH_LIST_SIZES``
+picks the list rows' sizes).
 """
 
 from __future__ import annotations
@@ -97,6 +99,54 @@ def count(shape: str) -> tuple[float, float, collections.Counter[str]]:
     return opcodes[0] / per, opcodes[1] / per, by
 
 
+def count_row(name: str) -> tuple[float, float, collections.Counter[str]]:
+    """(bytecodes, calls) per op of one traced `run()` of the registered bench row
+    `name` (`--row`: say, a list row, whose world is built by its first, untraced
+    sample), and bytecodes per function per op. A finish function the run returns (checks,
+    undoing the change) runs untraced."""
+    from bench import bench_lists  # noqa: F401  (registers the list rows)
+    from bench.harness import REGISTRY
+
+    found = [b for g in REGISTRY.groups() for b in REGISTRY.group(g) if b.name == name]
+    if len(found) != 1:
+        raise SystemExit(f"--row {name!r}: {len(found)} registered rows have that name")
+    (row,) = found
+
+    def once(traced: Callable[[Callable[[], object]], object]) -> None:
+        done = traced(row.setup())
+        if callable(done):
+            done()
+
+    once(lambda run: run())  # warm: builds the shared world, first runs done
+    opcodes = [0, 0]
+    by: collections.Counter[str] = collections.Counter()
+
+    def local(frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "opcode":
+            opcodes[0] += 1
+            code = frame.f_code
+            by[f"{'/'.join(code.co_filename.split('/')[-2:])}:{code.co_name}"] += 1
+        return local
+
+    def called(frame: FrameType, event: str, arg: Any) -> Any:
+        opcodes[1] += 1
+        frame.f_trace_opcodes = True
+        return local
+
+    def traced(run: Callable[[], object]) -> object:
+        sys.settrace(called)
+        try:
+            return run()
+        finally:
+            sys.settrace(None)
+
+    once(traced)
+    per_op: collections.Counter[str] = collections.Counter(
+        {fn: n // row.ops for fn, n in by.items()}
+    )
+    return opcodes[0] / row.ops, opcodes[1] / row.ops, per_op
+
+
 def collections_per_run(shape: str, runs: int) -> tuple[list[float], float]:
     """Collections per `run()` of `shape` by generation (young, middle, full), over
     `runs` untraced runs after one warm run, and the share of CPU time they took."""
@@ -138,7 +188,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="N",
         help="instead: the collector's collections per run() over N untraced runs",
     )
+    parser.add_argument(
+        "--row",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="instead of shapes: a registered bench row by its exact name (per op)",
+    )
     args = parser.parse_args(argv)
+    for name in args.row:
+        bytecodes, calls, by = count_row(name)
+        print(f"{name}: {bytecodes:8.0f} bytecodes {calls:7.1f} calls per op")
+        for fn, n in by.most_common(args.top):
+            print(f"    {n:10d}  {fn}")
+    if args.row:
+        return 0
     unknown = [s for s in args.shapes if s not in SHAPES]
     if unknown:
         parser.error(f"unknown shape(s) {', '.join(unknown)}; known: {', '.join(SHAPES)}")

@@ -12,16 +12,28 @@ document and every child's result, and writes the output:
 - flat_map: the results flattened one level (a scalar counts as one item; an
   element whose result is absent contributes nothing yet).
 
-One element's result changed: the combiner asks the scheduler which documents
-changed since its last run (`Scheduler.take_changes`), maps each to the
-positions whose result reads it (`Kept.owners`), re-reads only those results,
-splices their parts of the output (a part as long as before: only its changed
-items are written, each at its place) and keeps its read set
-(`Scheduler.keep_reads`). O(changed elements · log N), plus the C-level copy
-of the output list each write makes. Anything else — the elements
-document changed, a change nobody owns, a result whose reads moved, a result
-with links inside it (whose reads cannot be told apart per element), an output
-that is not what the last run wrote — combines the whole list again (O(N)).
+The combiner asks the scheduler which documents changed since its last run
+(`Scheduler.take_changes`) and updates only what they touch:
+
+- one element's result changed: it maps the document to the slots whose result
+  reads it (`Kept.owners`; a slot is one element's part, `_list_parts`),
+  re-reads only those results, splices their parts of the output (a part as
+  long as before: only its changed items are written, each at its place) and
+  keeps its read set (`Scheduler.keep_reads`);
+- the elements document changed (the coordinator spliced it: an element
+  inserted, removed or moved): it finds the spliced middle (`common_ends`,
+  O(1) right after the coordinator's splice), reads only the inserted
+  elements' results, splices the output where the removed parts were, and
+  replaces in its read set only the removed and inserted results' reads
+  (`keep_reads(node, replace)`).
+
+O(changed elements), plus O(N / 64) C-level sums to find a part's start and
+the C-level copy of the output list each write makes. Anything else — a change
+nobody owns, a result whose reads moved, a result with links inside it (whose
+reads cannot be told apart per element), a splice that would move the output
+to another scope or changes most of the list, an inserted result still
+loading, an output that is not what the last run wrote — combines the whole
+list again (O(N)).
 
 Cold resume: while a child's result document is still loading, the output is
 not republished (the previous one stays); the combiner runs again when it has
@@ -29,8 +41,9 @@ loaded.
 
 Invariants (checked by `_check`)
 - one node per identity, writing exactly that identity's output documents;
-- a kept combination's parts, lengths and owners describe the same positions,
-  and its written output is its parts concatenated.
+- a kept combination has one slot per pair of its elements list, in order;
+  its owners and scope counts are exactly its slots' reads and children's
+  scopes, and its written output is its slots' parts concatenated.
 """
 
 from __future__ import annotations

@@ -19,10 +19,12 @@ child (which reads its element through a link), and, when that element's
 result changes, the combiner's update of that element's part (a filter's
 output holds links to its elements, so an edit inside a kept element changes
 no part). A structural change re-runs the coordinator once and sets up only
-new elements, or moved ones whose op reads `index`. Over a list of links the
-diff is O(changed) (`_reconcile_middle`: the common prefix and suffix found by
-C-level slice comparisons, only the middle matched, a map's container
-spliced); otherwise it walks the whole list (`_reconcile_all`, O(N)).
+new elements, or moved ones whose op reads `index`. Over a list of links, or
+of inline containers keyed by element id, the diff is O(changed)
+(`_reconcile_middle`, `_reconcile_ids`: the common prefix and suffix found by
+C-level slice comparisons, O(1) after a splice, only the middle matched, a
+map's container or a filter's or flat_map's elements document spliced);
+otherwise it walks the whole list (`_reconcile_all`, O(N)).
 
 Ownership (the spec's "Releasing a child"): the coordinator *releases*
 (never stops) a child when the list no longer holds its element, when the
