@@ -292,8 +292,34 @@ class Graph:
         for w in affected:
             keys.update(k for k, _ in w.outputs)
         feeding = self._edge_writers(node, keys=keys)
-        edges = self.edges_into(node)
-        self._apply_writers(node, (edges - affected) | (feeding & affected))
+        # Edge by edge (as `_apply_writers` does for a whole set): `node`'s other
+        # writers, about one per element of a list it combines, are not copied.
+        current = self.writers.get(node)
+        live = node.is_live
+        dropped: list[Node] = []
+        for w in affected:
+            has = w is current or (type(current) is set and w in current)
+            if has == (w in feeding):
+                continue
+            if not has:
+                self._link(w, node)
+                self._raise(node, w.height + 1)
+                if live:
+                    was = w.is_live
+                    w.live_refs += 1
+                    self.live_writes += 1
+                    if not was:
+                        self._became_live(w)
+            else:
+                self._unlink_edge(self.writers, node, w)
+                self._unlink_edge(self.dependents, w, node)
+                if live:
+                    w.live_refs -= 1
+                    self.live_writes += 1
+                    dropped.append(w)
+            current = self.writers.get(node)
+        if dropped:
+            self._withdraw(dropped)
 
     def _held_keys(self, node: Node, reads: ReadSet) -> ReadSet:
         """`reads` (a `OneRead` or `TwoReads`) holding, for each document, a key object
