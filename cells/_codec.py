@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import itertools
 import math
 import sys
 from typing import Any, Final
@@ -231,12 +232,22 @@ def entity_id(cause: Any, *, recall: Recall | None = None) -> str:
     causes = _causes
     if eid not in causes and len(data) <= MAX_REMEMBERED_CAUSE:
         if len(causes) >= MAX_REMEMBERED_CAUSES:
-            del causes[next(iter(causes))]  # the oldest: a bounded memory, not a leak
+            _forget_oldest(causes)  # a bounded memory, not a leak
         # The canonical bytes, not the normalized value: about 120 bytes where the value
         # cost about 270 per id (a run's every internal document has one), and a copy a
         # caller mutating `cause` cannot change. Decoded only when asked (`cause_of`).
         causes[eid] = data if recall is None else recall
     return eid
+
+
+def _forget_oldest(causes: dict[str, bytes | Recall]) -> None:
+    """Forget the oldest quarter of `causes` at once. (One deletion per new id made each
+    `next(iter(causes))` step over every slot deleted before it, until the dict was
+    rebuilt: O(MAX_REMEMBERED_CAUSES) per id once full, 2.7 s of the 250,000 ids a
+    50,000-element map derives. A quarter at a time is one pass per
+    `MAX_REMEMBERED_CAUSES // 4` ids.)"""
+    for eid in list(itertools.islice(causes, max(1, len(causes) // 4))):
+        del causes[eid]
 
 
 Recall = tuple[Any, ...]

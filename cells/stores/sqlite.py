@@ -107,6 +107,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import math
 import os
 import pathlib
@@ -1250,8 +1251,12 @@ class SQLiteStore(WriterStore):
         for key in rows:
             known.pop(key, None)  # (re-inserted: the oldest entries go first)
         known.update(rows)
-        while len(known) > _KNOWN_KEPT:
-            del known[next(iter(known))]
+        excess = len(known) - _KNOWN_KEPT
+        if excess > 0:
+            # In one pass: deleting `next(iter(known))` in a loop steps over every slot
+            # deleted before it, O(excess^2) for a large commit (0.4 s for 50,000 rows).
+            for old in list(itertools.islice(known, excess)):
+                del known[old]
         self._known_top = seq
 
     @staticmethod

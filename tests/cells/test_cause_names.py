@@ -112,3 +112,23 @@ def test_an_id_made_with_a_recall_names_the_cause_the_recall_gives_again() -> No
     assert int is type(back["node"])
     assert "{'internal': [<'recalled board'>, 'space'], 'node': 2}" == describe_id(eid)
     assert [base, base] == calls
+
+
+def test_remembered_causes_are_bounded_and_the_oldest_go_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from cells import _codec
+
+    monkeypatch.setattr(_codec, "MAX_REMEMBERED_CAUSES", 8)
+    monkeypatch.setattr(_codec, "_causes", {})
+    ids = [entity_id({"bounded cause": i}) for i in range(30)]
+    assert 6 <= len(_codec._causes) <= 8
+    # The newest are still known, the first ones forgotten (the oldest quarter goes each
+    # time the table is full).
+    assert cause_of(ids[-1]) == {"bounded cause": 29}
+    assert cause_of(ids[-6]) == {"bounded cause": 24}
+    assert cause_of(ids[0]) is MISSING
+    assert cause_of(ids[20]) is MISSING
+    # A forgotten id derives again, and is remembered again.
+    assert entity_id({"bounded cause": 0}) == ids[0]
+    assert cause_of(ids[0]) == {"bounded cause": 0}
