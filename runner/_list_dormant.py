@@ -43,7 +43,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from cells import DocKey, Identity, Link, Transaction, value_equal
+from cells import MISSING, DocKey, Identity, Link, Transaction, value_equal
 from scheduler import Node, Scheduler
 
 from . import _docs as docs
@@ -78,23 +78,24 @@ def asleep(
     lifts: list[tuple[int, str]],
     entry: Entry,
     argument: dict[str, Any],
+    key: DocKey,
 ) -> Sleeper | None:
-    """A `Sleeper` for `entry` when its child can stay dormant in `tx`: its result
-    document holds `op`'s setup for `argument` and every lift's record vouches for its
-    stored output (see the module docstring); else None (set it up as always). Peeks
-    only: nothing is logged or written."""
+    """A `Sleeper` for `entry` when its child (result document `key`) can stay dormant in
+    `tx`: that document holds `op`'s setup for `argument` and every lift's record vouches
+    for its stored output (see the module docstring); else None (set it up as always).
+    Peeks only: nothing is logged or written. A child with no document yet (every
+    element of a first setup) costs one peek."""
+    doc = tx.peek(key)
+    if type(doc) is not dict or doc.get(docs.PATTERN, MISSING) != op.identity:
+        return None
     child = entry.child
     identity = tx.identity
-    key = child.key(identity)
-    peek = tx.peek
-    if peek(key, (docs.PATTERN,)) != op.identity:
-        return None
     arg = docs.argument_link(child)
-    if peek(key, (docs.ARGUMENT,)) != arg:
+    if doc.get(docs.ARGUMENT, MISSING) != arg:
         return None
-    if not value_equal(peek(arg.key(identity), _VALUE_PATH), argument):
+    if not value_equal(tx.peek(arg.key(identity), _VALUE_PATH), argument):
         return None
-    if not value_equal(peek(key, _VALUE_PATH), docs.bind(op.graph.result, child)):
+    if not value_equal(doc.get(docs.VALUE, MISSING), docs.bind(op.graph.result, child)):
         return None
     reads: Reads = []
     seen: list[Any] = []

@@ -534,13 +534,16 @@ class Coordinator:
         if entry.created_by is issuance and self.lifts is not None and self.runner.reuse:
             # New here, and maybe already in the store as this setup would leave it with
             # every output vouched for: leave it dormant (`_list_dormant`).
-            sleeper = asleep(tx, self.op, self.lifts, entry, self._argument(entry, element))
+            argument = self._argument(entry, element)
+            sleeper = asleep(tx, self.op, self.lifts, entry, argument, child_key)
             if sleeper is not None:
                 entry.sleeper = sleeper
                 entry.owed = False
                 entry.issuer = issuance
                 self._asleep.append(sleeper)
                 return False
+            self._issue(tx, entry, element, issuance, argument)
+            return False
         self._issue(tx, entry, element, issuance)
         return False
 
@@ -633,14 +636,24 @@ class Coordinator:
             argument["index"] = entry.index
         return argument
 
-    def _issue(self, tx: Transaction, entry: Entry, element: Link, issuance: Issuance) -> None:
+    def _issue(
+        self,
+        tx: Transaction,
+        entry: Entry,
+        element: Link,
+        issuance: Issuance,
+        argument: dict[str, Any] | None = None,
+    ) -> None:
+        """Stage the setup of `entry`'s child and launch it (`argument`: its argument,
+        when the caller built it already)."""
         entry.sleeper = None
         if self.functions is not None:
             self.functions.issue(tx, entry.child, element, entry.index)
             entry.owed = False
             entry.issuer = issuance
             return
-        argument = self._argument(entry, element)
+        if argument is None:
+            argument = self._argument(entry, element)
         self.runner.stage_setup(tx, self.op, argument, entry.child, self.label)
         self.runner.launch(
             tx,
