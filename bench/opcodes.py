@@ -20,7 +20,9 @@ with the load).
 
 Shapes: ``chain`` (chain 1000, 20 writes), ``broad`` (broad 1000, 10 writes),
 ``diamond`` (diamond 5), ``cellx`` and ``cellx-ends`` (cellx 1000, a sink per
-node / on the 4 ends), ``memory-commit`` (the Cell API commit). The bench rows'
+node / on the 4 ends), ``memory-commit`` (the Cell API commit), and ``edit-scalars``,
+``edit-dicts``, ``edit-links`` (the ``lists edit`` rows at N = 100: one element edited
+then its label pulled; per edit; ``BENCH_OPCODES_N`` picks another N). The bench rows'
 own ``run()`` is measured, after one untraced run (caches warm, first runs done).
 ``--row NAME`` measures a registered bench row instead, per op (``BENCH_LIST_SIZES``
 picks the list rows' sizes).
@@ -38,7 +40,31 @@ from types import FrameType
 from typing import Any
 
 from bench import bench_cells, bench_scheduler, bench_shapes
-from bench.harness import Run
+from bench.harness import REGISTRY, BenchError, Run
+
+
+def _list_edit(row: str) -> Callable[[], Run]:
+    """The setup of the `lists edit` row `row` at N = `BENCH_OPCODES_N` (default 100),
+    imported when asked for (its module builds nothing until the setup runs)."""
+
+    def setup() -> Run:
+        import os
+
+        n = os.environ.get("BENCH_OPCODES_N", "100")
+        os.environ.setdefault("BENCH_LIST_SIZES", n)
+        from bench import bench_lists
+
+        name = row.format(n=n)
+        for benchmark in REGISTRY.group("lists edit"):
+            if benchmark.name == name:
+                # Warm (the world is built, 20 edits made), then a fresh sample: the
+                # row's own run() edits new titles per setup, not per call.
+                benchmark.setup()()
+                return benchmark.setup()
+        raise BenchError(f"no 'lists edit' row {name!r} (BENCH_LIST_SIZES={bench_lists.SIZES})")
+
+    return setup
+
 
 # shape -> (setup, node updates (or commits) per run(), whether run() may be repeated)
 SHAPES: dict[str, tuple[Callable[[], Run], int, bool]] = {
@@ -64,6 +90,13 @@ SHAPES: dict[str, tuple[Callable[[], Run], int, bool]] = {
         True,
     ),
     "memory-commit": (bench_cells.memory_commit, bench_cells.MEMORY_OPS, False),
+    "edit-scalars": (
+        _list_edit("cellweave scalar write N={n} (inline scalars)"),
+        20,  # (bench_lists.EDITS)
+        False,
+    ),
+    "edit-dicts": (_list_edit("cellweave path write N={n} (inline dicts)"), 20, False),
+    "edit-links": (_list_edit("cellweave path write N={n} (links)"), 20, False),
 }
 
 

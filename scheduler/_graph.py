@@ -132,12 +132,16 @@ class Graph:
         them here. Usually empty: most nodes read what they declared."""
         self.edge_visits = 0
         self.live_writes = 0
+        self.added = 0
+        """Nodes added so far: a pull that found its writers checks it did not change
+        before trusting them (a writer added since feeds its reads too)."""
         self.on_live: Callable[[Node], None] | None = None
         """Called when a node crosses from dormant to live (the scheduler queues it)."""
 
     # ---------------------------------------------------------------- structure
     def add(self, node: Node) -> None:
         self.nodes[node] = None
+        self.added += 1
         if node.parent is not None and node.parent.registered:
             node.height = node.parent.height + 1
         by_doc = self.writers_by_doc
@@ -395,31 +399,49 @@ class Graph:
         through those documents only)."""
         out: set[Node] = set()
         declared = node.declared
-        identity = node.identity
         # Most nodes read exactly what they declared (often the very same object).
         for reads in (
             (node.reads,) if declared is None or declared is node.reads else (node.reads, declared)
         ):
-            for key in reads if keys is None else [k for k in keys if k in reads]:
-                spots = self.spots.get(key)
-                if spots is None:
-                    for w in self.writers_of(key):
-                        self.edge_visits += count
-                        if w is not node and _feeds(w, reads):
-                            out.add(w)
-                    continue
-                # Several writers: one feed test per spot (its writers write the same
-                # places), then the reader's own identity's writers if the spot has any.
-                for outputs, group in spots.items():
-                    self.edge_visits += count
-                    if not _outputs_feed(outputs, reads):
-                        continue
-                    mine = group.get(identity)
-                    for ws in (mine,) if mine is not None else group.values():
-                        for w in _each(ws):
-                            if w is not node:
-                                out.add(w)
+            self._feeding(reads, node.identity, out, node, count, keys)
         return out
+
+    def writers_feeding(self, reads: ReadSet, identity: Identity) -> set[Node]:
+        """The registered writers a reader of `identity` reading `reads` would have edges
+        from (after the instance rule): what a pull holds demand on. O(writers of the
+        documents in `reads`)."""
+        out: set[Node] = set()
+        self._feeding(reads, identity, out, None, True)
+        return out
+
+    def _feeding(
+        self,
+        reads: ReadSet,
+        identity: Identity,
+        out: set[Node],
+        node: Node | None,
+        count: bool,
+        keys: set[DocKey] | None = None,
+    ) -> None:
+        for key in reads if keys is None else [k for k in keys if k in reads]:
+            spots = self.spots.get(key)
+            if spots is None:
+                for w in self.writers_of(key):
+                    self.edge_visits += count
+                    if w is not node and _feeds(w, reads):
+                        out.add(w)
+                continue
+            # Several writers: one feed test per spot (its writers write the same
+            # places), then the reader's own identity's writers if the spot has any.
+            for outputs, group in spots.items():
+                self.edge_visits += count
+                if not _outputs_feed(outputs, reads):
+                    continue
+                mine = group.get(identity)
+                for ws in (mine,) if mine is not None else group.values():
+                    for w in _each(ws):
+                        if w is not node:
+                            out.add(w)
 
     def _spot(self, key: DocKey, node: Node) -> None:
         """File `node` in `key`'s spots (a document with several writers)."""
