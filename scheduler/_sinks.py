@@ -6,11 +6,14 @@
 - `derive`: a computation node writing `fn(*inputs)` at a cell (`DeriveNode`).
 - `pull_now` / `pull`: demand a cell until the graph feeding it settles
   (and, for `pull`, the verdicts are in), then its value.
-Each is a node like any other: what runs it is the pass (`_passes`).
+Sinks and derive are nodes like any other: what runs them is the pass (`_passes`).
+A pull makes no node: it holds demand on the writers of what it reads (`_Pull`).
 
 Invariants
 - a sink is in its scheduler's deliveries iff a run in the current pass read a
   value other than the one it last delivered (`pending` is not UNSET).
+- a pull in progress holds exactly one unit of `demand` on each node in its
+  `held` set, and none once it returned (or raised).
 Not here: when nodes run, or observations (`_observe`, built on `sink`).
 """
 
@@ -120,22 +123,21 @@ _SINK_RUN: Final = _SinkRun()
 
 
 PULL_HOPS: Final = 8
-"""How many links `_ahead` follows (a longer chain: its first run finds the rest)."""
+"""How many links `_ahead` follows (a longer chain: the pull's read finds the rest)."""
 
 
 def _ahead(host: Host, cell: Cell) -> list[tuple[DocKey, Path, bool]]:
-    """What a pull's first run reads if no link on the way moves before it runs: the
-    place of each link it follows (shallow, as `read_value` logs it) and the place
-    they lead to (deep), found by walking the visible documents (nothing logged).
+    """What a pull's read logs if no link on the way moves before it reads: the place
+    of each link it follows (shallow, as `read_value` logs it) and the place they
+    lead to (deep), found by walking the visible documents (nothing logged).
 
-    Declared, these make the writers of the place the links lead to run before the
-    pull's node: without them its first run read only the cell's own document,
-    followed the links to a place whose writer had not run yet, and ran again once
-    it had (issue 14: one of the two runs of every pull of a mapped element's
-    result). When a link does move first, the run reads where it leads now and
-    runs again as before: declared reads decide order, never what the node read.
-    Without a link on the way this is `declared(cell)`; with one, exactly what the
-    run logs (so its read set, once it ran, is the declared one: no delta)."""
+    The pull holds demand on the writers of these places, so they run before it
+    reads: holding only the cell's own document's writers, it would follow the links
+    to a place whose writer had not run yet and have to settle again (issue 14).
+    When a link does move first, the read reaches other places and the pull holds
+    their writers and settles again (`_Pull.read`). Without a link on the way this
+    is `declared(cell)`; with one, exactly what the read logs (so the pull compares
+    the log with it and finds nothing new to hold)."""
     replica = host.replica
     identity = cell.identity
     current = cell.link()
@@ -185,7 +187,7 @@ class _Pull:
     added to the graph meanwhile (a list's new element) is found the same way.
     """
 
-    __slots__ = ("ahead", "added", "graph", "held", "host", "identity", "link")
+    __slots__ = ("added", "ahead", "graph", "held", "host", "identity", "link")
 
     def __init__(self, host: Host, cell: Cell) -> None:
         self.host = host

@@ -78,9 +78,7 @@ def _chooser(space: Space, sch: Scheduler) -> tuple[Cell, Cell, Cell]:
     sch.derive(label_b, [y], lambda v: 100 * v, label="label b")
     card_a.set({"label": label_a.link()})
     card_b.set({"label": label_b.link()})
-    sch.derive(
-        board, [x], lambda v: card_a.link() if v == "a" else card_b.link(), label="choose"
-    )
+    sch.derive(board, [x], lambda v: card_a.link() if v == "a" else card_b.link(), label="choose")
     return x, y, board.key("label")
 
 
