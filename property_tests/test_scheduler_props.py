@@ -1,7 +1,9 @@
-"""Scheduler properties: liveness (P-S-LIVE-1/2), consistency (P-S-CONS-1), dormancy (P-S-DORM-1).
+"""Scheduler properties: liveness (P-S-LIVE-1/2), consistency (P-S-CONS-1), dormancy (P-S-DORM-1),
+and pulls (each returns the reference value and leaves no demand behind).
 
 A small universe: four source cells and up to eight computations, each a pure
-function (sum, max, constant, conditional read) of one or two *earlier* cells,
+function (sum, max, constant, conditional read, a link to one of two cells chosen
+by a third) of one or two *earlier* cells,
 so the graph is acyclic. Each computation owns a fresh output cell; a removed
 computation's output keeps its last written value (its readers stay
 registered). Sinks (effects) sit on random computation outputs.
@@ -25,7 +27,7 @@ from scheduler import ManualClock, Node, Scheduler
 N_SOURCES = 4
 MAX_COMPUTATIONS = 8
 MAX_SINKS = 4
-OPS = ("sum", "max", "const", "cond")
+OPS = ("sum", "max", "const", "cond", "ptr")
 
 Program = tuple[str, tuple[str, ...], int]
 """(op, input cell names, constant)."""
@@ -45,11 +47,13 @@ def evaluate(program: Program, get: Callable[[str], int]) -> int:
     if op == "max":
         return max(get(n) for n in ins)
     a, b, c = ins
+    # "ptr" writes a link to b or c (a reader follows it to the same value as "cond").
     return get(b) if get(a) > 0 else get(c)
 
 
 def declared(program: Program) -> tuple[str, ...]:
-    return program[1]
+    op, ins, _ = program
+    return ins[:1] if op == "ptr" else ins
 
 
 @attrs.define(eq=False)
@@ -123,7 +127,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         pick = st.sampled_from(self.names)
         if op == "const":
             ins: tuple[str, ...] = ()
-        elif op == "cond":
+        elif op in ("cond", "ptr"):
             ins = (data.draw(pick), data.draw(pick), data.draw(pick))
         else:
             ins = tuple(data.draw(st.lists(pick, min_size=1, max_size=2)))
@@ -138,8 +142,15 @@ class SchedulerMachine(RuleBasedStateMachine):
                 self.ever_live.add(node)
             else:
                 self.dormant_runs.append(name)
-            value = evaluate(program, lambda n: norm(read_value(tx, self.cell(n).link())))
-            tx.write(out.doc_key, ("value",), value)
+            get = lambda n: norm(read_value(tx, self.cell(n).link()))  # noqa: E731
+            if op == "ptr":
+                # A link whose target moves with `a`: a pull through it may find, after
+                # its settle, a place whose writer it did not hold.
+                a, b, c = ins
+                target = self.cell(b if get(a) > 0 else c).link()
+                tx.write(out.doc_key, ("value",), target)
+                return
+            tx.write(out.doc_key, ("value",), evaluate(program, get))
 
         reads = (
             [(self.cell(n).doc_key, ("value",), False) for n in declared(program)]
@@ -179,6 +190,19 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.sch.remove(comp.node)
         assert not comp.node.is_live
         self.changed_since_settle = True
+
+    @rule(data=st.data())
+    def pull(self, data: st.DataObject) -> None:
+        # A pull makes no node: it holds demand on the writers of what it reads, settles
+        # and reads. It returns the consistent value, gives all demand back, and a second
+        # pull with nothing changed runs nothing (zero unnecessary runs).
+        name = data.draw(st.sampled_from(self.names))
+        got = self.sch.pull_now(self.cell(name))
+        assert norm(got) == self.ref(name), (name, got)
+        assert all(n.demand == 0 for n in self.sch.graph.nodes)
+        runs = self.sch.stats.runs
+        assert norm(self.sch.pull_now(self.cell(name))) == self.ref(name)
+        assert self.sch.stats.runs == runs, "a second pull with nothing changed ran something"
 
     @rule()
     def settle(self) -> None:
