@@ -273,15 +273,17 @@ class Scheduler(Passes):
     def pull_now(self, cell: Cell) -> Any:
         """Demand `cell` until the graph feeding it settles (synchronously), then its value.
 
+        Makes no node: it holds demand on the computations writing what it reads while
+        it settles, reads the value itself, and gives the demand back (`_sinks._Pull`).
         Raises `NodeError` (the original error its cause) if the value reads the output
-        of a computation that is failing."""
+        of a computation that is failing; a read `cell`'s identity may not make raises
+        its `OwnershipError`."""
         return pull_now(self, cell)
 
     async def pull(self, cell: Cell) -> Any:
         """Demand `cell` until the graph feeding it settles and verdicts are in, then its value.
 
-        Raises `NodeError` (the original error its cause) if the value reads the output
-        of a computation that is failing."""
+        As `pull_now` (no node; the same errors), waiting as `idle` does."""
         return await pull(self, cell)
 
     # ------------------------------------------------------------------ events

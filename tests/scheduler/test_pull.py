@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 
-from cells import Cell, MemoryStore, Space
+import pytest
+
+from cells import Cell, Link, MemoryStore, OwnershipError, Space
 from scheduler import Scheduler
 
 
@@ -143,4 +145,20 @@ def test_a_pull_of_an_observed_value_keeps_the_observer_live() -> None:
     cancel()
     assert not writer.is_live
     sch._check()
+    sch.close()
+
+
+def test_a_pull_whose_read_is_refused_raises_the_refusal_to_the_puller() -> None:
+    # The pull reads the value itself, as its caller: a read the caller's identity may
+    # not make raises to it. (A pull's node used to fail on it instead: the error went
+    # to `errors()` only and the pull returned the MISSING sentinel.)
+    space, sch = _world()
+    pointer = space.cell("pointer")
+    pointer.set(Link("sp", "cw:bookkeeping"))
+    with pytest.raises(OwnershipError, match="cw:bookkeeping"):
+        sch.pull_now(pointer)
+    with pytest.raises(OwnershipError, match="cw:bookkeeping"):
+        asyncio.run(sch.pull(pointer))
+    assert sch.errors() == []
+    assert all(n.demand == 0 for n in sch.graph.nodes)
     sch.close()
