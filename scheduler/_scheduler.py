@@ -395,7 +395,10 @@ class Scheduler(Passes):
                     if not fut.done():
                         fut.set_result(None)
 
-                loop.call_soon_threadsafe(set_done)
+                if running_loop() is loop:
+                    set_done()  # on the loop's thread: no self-pipe write to wake it
+                else:
+                    loop.call_soon_threadsafe(set_done)
 
             remove = self.replica.mailbox.add_post_listener(wake)
             try:
