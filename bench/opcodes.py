@@ -100,15 +100,9 @@ SHAPES: dict[str, tuple[Callable[[], Run], int, bool]] = {
 }
 
 
-def count(shape: str) -> tuple[float, float, collections.Counter[str]]:
-    """(bytecodes, calls) per update of one traced `run()` of `shape`, and bytecodes
-    per function (file:name)."""
-    setup, per, repeatable = SHAPES[shape]
-    run = setup()
-    if repeatable:
-        run()  # warm: the first run() after setup may do one-time work
-    else:
-        run = setup()
+def _tracer() -> tuple[list[int], collections.Counter[str], Callable[..., Any]]:
+    """A `sys.settrace` function counting bytecodes and calls into `[bytecodes, calls]`,
+    and bytecodes per function (file:name) into the counter; returns all three."""
     opcodes = [0, 0]
     by: collections.Counter[str] = collections.Counter()
 
@@ -123,6 +117,20 @@ def count(shape: str) -> tuple[float, float, collections.Counter[str]]:
         opcodes[1] += 1
         frame.f_trace_opcodes = True
         return local
+
+    return opcodes, by, called
+
+
+def count(shape: str) -> tuple[float, float, collections.Counter[str]]:
+    """(bytecodes, calls) per update of one traced `run()` of `shape`, and bytecodes
+    per function (file:name)."""
+    setup, per, repeatable = SHAPES[shape]
+    run = setup()
+    if repeatable:
+        run()  # warm: the first run() after setup may do one-time work
+    else:
+        run = setup()
+    opcodes, by, called = _tracer()
 
     sys.settrace(called)
     try:
@@ -151,20 +159,7 @@ def count_row(name: str) -> tuple[float, float, collections.Counter[str]]:
             done()
 
     once(lambda run: run())  # warm: builds the shared world, first runs done
-    opcodes = [0, 0]
-    by: collections.Counter[str] = collections.Counter()
-
-    def local(frame: FrameType, event: str, arg: Any) -> Any:
-        if event == "opcode":
-            opcodes[0] += 1
-            code = frame.f_code
-            by[f"{'/'.join(code.co_filename.split('/')[-2:])}:{code.co_name}"] += 1
-        return local
-
-    def called(frame: FrameType, event: str, arg: Any) -> Any:
-        opcodes[1] += 1
-        frame.f_trace_opcodes = True
-        return local
+    opcodes, by, called = _tracer()
 
     def traced(run: Callable[[], object]) -> object:
         sys.settrace(called)
