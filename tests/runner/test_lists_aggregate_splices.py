@@ -15,50 +15,20 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from note_boards import (
+    Copied,
+    CopiedChildren,
+    OpenChildren,
+    OpenOnes,
+    copies,
+    is_open,
+)
 from support import arun, coordinator, run_list
 
-from runner import Runtime, lift, pattern
+from runner import Runtime
 from runner._list_combine import Combiner
 
 N = 30
-
-
-def is_open(note: Any) -> bool:
-    return bool(note["open"])
-
-
-def copies(note: Any) -> list[Any]:
-    return [note["t"]] * note["n"]
-
-
-@pattern
-def OpenOnes(items):  # type: ignore[no-untyped-def]
-    return {"out": items.filter(is_open)}
-
-
-@pattern
-def Copied(items):  # type: ignore[no-untyped-def]
-    return {"out": items.flat_map(copies)}
-
-
-@pattern
-def IsOpen(element):  # type: ignore[no-untyped-def]
-    return lift(is_open)(element)
-
-
-@pattern
-def OpenChildren(items):  # type: ignore[no-untyped-def]
-    return {"out": items.filter(IsOpen)}
-
-
-@pattern
-def Copies(element):  # type: ignore[no-untyped-def]
-    return lift(copies)(element)
-
-
-@pattern
-def CopiedChildren(items):  # type: ignore[no-untyped-def]
-    return {"out": items.flat_map(Copies)}
 
 
 def note(i: int) -> dict[str, Any]:

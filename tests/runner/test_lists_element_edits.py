@@ -14,10 +14,18 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from note_boards import (
+    Copied,
+    CopiedChildren,
+    OpenChildren,
+    OpenOnes,
+    copies,
+    is_open,
+)
 from support import arun, coordinator, run_list
 
 from cells import Link
-from runner import Runtime, lift, pattern
+from runner import Runtime, pattern
 from runner._list_keys import ElementKey
 from scheduler import Node
 
@@ -32,14 +40,6 @@ def repeat(v: Any) -> list[Any]:
     return [v] * (v % 3)
 
 
-def is_open(note: Any) -> bool:
-    return bool(note["open"])
-
-
-def copies(note: Any) -> list[Any]:
-    return [note["t"]] * note["n"]
-
-
 @pattern
 def EvenOnes(items):  # type: ignore[no-untyped-def]
     return {"out": items.filter(is_even)}
@@ -48,36 +48,6 @@ def EvenOnes(items):  # type: ignore[no-untyped-def]
 @pattern
 def Repeated(items):  # type: ignore[no-untyped-def]
     return {"out": items.flat_map(repeat)}
-
-
-@pattern
-def OpenOnes(items):  # type: ignore[no-untyped-def]
-    return {"out": items.filter(is_open)}
-
-
-@pattern
-def Copied(items):  # type: ignore[no-untyped-def]
-    return {"out": items.flat_map(copies)}
-
-
-@pattern
-def IsOpen(element):  # type: ignore[no-untyped-def]
-    return lift(is_open)(element)
-
-
-@pattern
-def Copies(element):  # type: ignore[no-untyped-def]
-    return lift(copies)(element)
-
-
-@pattern
-def OpenChildren(items):  # type: ignore[no-untyped-def]
-    return {"out": items.filter(IsOpen)}
-
-
-@pattern
-def CopiedChildren(items):  # type: ignore[no-untyped-def]
-    return {"out": items.flat_map(Copies)}
 
 
 def note(i: int) -> dict[str, Any]:
