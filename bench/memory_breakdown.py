@@ -6,11 +6,11 @@ ROW is one of ``element`` (a mapped list element, as the ``memory per unit``
 row), ``page`` (an open page, as that row), ``derive`` (a live `Scheduler.derive`
 node reading one shared source, as the ``memory per node`` rows; ``--updates K``:
 after K more updates), ``observed`` (a derive node on its own source with a
-`Scheduler.sink` on it, as the observed derived node row) or ``served`` (a claimed idle served
-page, as ``bench.claims_scale``, on a throwaway PostgreSQL cluster, or on SQLite
-with ``--sqlite``; its UI runtimes open the pages in a separate process). In a
-fresh process, builds N units under `tracemalloc` (after `gc.collect()`), takes
-a snapshot and prints the bytes and objects per unit that are still held,
+`Scheduler.sink` on it, as the observed derived node row) or ``served`` (a claimed
+idle served page after one idle heartbeat, as ``bench.claims_scale``, on a throwaway
+PostgreSQL cluster, or on SQLite with ``--sqlite``; its UI runtimes open the pages in
+a separate process). In a fresh process, builds N units under `tracemalloc` (after
+`gc.collect()`), takes a snapshot and prints the bytes and objects per unit that are still held,
 grouped by source file (or file and line), largest first, with the total.
 Allocations of this module itself are left out.
 """
@@ -218,6 +218,10 @@ async def _served(units: int, by: str, top: int, sqlite: bool) -> None:
         server = await rt.serve_pages(manual=True)
         await _claim_all(server, rt, units)
         took = time.process_time() - t0
+        # One idle heartbeat, as a serving process is in between changes: it packs the
+        # documents the pages' starts decoded (`Replica.pack`).
+        await server.tick()
+        await rt.idle()
         gc.collect()
         skip = [tracemalloc.Filter(False, tracemalloc.__file__)]
         snap = tracemalloc.take_snapshot().filter_traces(skip)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import collections
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from functools import partial
 from types import FrameType
 from typing import Any
@@ -37,6 +37,7 @@ from ._access import Authority
 from ._address import DocKey, Identity, Path
 from ._args import bad_arg, check_arg, check_callable
 from ._claims import Fence
+from ._codec import pack_value, unpack_value
 from ._outcome import CommitResult, Outcome
 from ._pending import Mailbox, Pending
 from ._records import (
@@ -138,6 +139,10 @@ class Replica:
         self.closed = False
         self._authority: Authority | None = None
         """Handed out once (`claim_authority`); None until then."""
+        self._loose: set[DocKey] | None = None
+        """Documents held decoded that `pack` may pack at its next call: every one made,
+        loaded or unpacked since its last call, and those it had to leave. None until
+        `pack` is first called: a replica that never packs tracks nothing."""
 
     def __repr__(self) -> str:
         return (
@@ -221,7 +226,11 @@ class Replica:
         """The visible document (loading it if needed; MISSING while a held load waits)."""
         if type(key) is not DocKey:
             raise bad_arg(key, where="Replica.visible()", name="key", accepts="a DocKey")
-        return self._record(key).visible
+        rec = self._record(key)
+        value = rec.visible
+        if type(value) is bytes:  # packed while idle (`pack`)
+            value = self._unpack(key, rec)
+        return value
 
     def peek(self, key: DocKey) -> Value | None:
         """The visible document of a key this replica already holds a record for, or
@@ -367,6 +376,8 @@ class Replica:
             rec = self._docs.get(key)
             if rec is None:
                 rec = self._docs[key] = DocRecord()
+                if self._loose is not None:
+                    self._loose.add(key)
             if key not in self._loading:
                 self._loading.add(key)
                 self.store.load(self, key)
@@ -379,11 +390,70 @@ class Replica:
             self.closed = True
             self.store.disconnect(self.session_id)
 
+    # ------------------------------------------------------------------ packing
+    def pack(self, *, keep: Collection[DocKey] = ()) -> int:
+        """Keep idle documents as compact bytes instead of decoded values; returns how
+        many it packed. For a process that holds many documents nothing reads between
+        changes (a server running thousands of idle pages): a one-field dict costs 184
+        bytes decoded, a few bytes packed.
+
+        Packs each document made, loaded or unpacked since the last call (on the first
+        call, every document) that is loaded, has no pending layer, no load in flight,
+        is not in `keep` (documents the caller reads all the time), and holds a dict or
+        a list. A packed document is decoded again, equal to what was packed, the first
+        time anything reads it (a transaction, `visible`, a store's change to it), and
+        stays decoded until the next call. Its version does not move: packing changes
+        no value. Does nothing while a transaction of this replica is open (its working
+        copies and bases were taken from the decoded values). O(documents decoded since
+        the last call x their size), no I/O.
+        """
+        if self.closed or self._open_txs:
+            return 0
+        docs = self._docs
+        loose = self._loose
+        left: set[DocKey] = set()
+        loading = self._loading
+        packed = 0
+        for key in docs if loose is None else loose:
+            rec = docs.get(key)
+            if rec is None:
+                continue
+            value = rec.visible
+            t = type(value)
+            if t is bytes:
+                continue
+            if (
+                (t is not dict and t is not list)
+                or rec.layers
+                or not rec.loaded
+                or rec.confirmed is not value
+                or key in loading
+                or key in keep
+            ):
+                left.add(key)  # (a scalar or missing document may become a dict later)
+                continue
+            rec.confirmed = rec.visible = pack_value(value)
+            packed += 1
+        # A new set each call: a set never shrinks, and one that once held every
+        # document would keep its table for the replica's life.
+        self._loose = left
+        return packed
+
+    def _unpack(self, key: DocKey, rec: DocRecord) -> Value:
+        """`rec`'s document decoded again (it was packed, with no layer: see `pack`),
+        kept decoded until the next `pack`."""
+        value = rec.confirmed = rec.visible = unpack_value(rec.visible)
+        if self._loose is not None:
+            self._loose.add(key)
+        return value
+
     # ------------------------------------------------------------------ records
     def _record(self, key: DocKey) -> DocRecord:
         rec = self._docs.get(key)
         if rec is None:
             rec = self._docs[key] = DocRecord()
+            if self._loose is not None:
+                self._loose.add(key)
             state = self.store.load_now(key, self)
             if state is None:
                 self._loading.add(key)
@@ -414,6 +484,13 @@ class Replica:
 
     def _refresh(self, key: DocKey, rec: DocRecord, changes: list[Change]) -> None:
         before = rec.visible
+        if type(before) is bytes:
+            # Packed (`pack`; never with layers, so `confirmed`, which the caller just
+            # set, was packed too): the change carries the old document decoded, and the
+            # new one stays decoded until the next pack.
+            before = unpack_value(before)
+            if self._loose is not None:
+                self._loose.add(key)
         after = rec.fold()
         rec.visible = after
         if not same_value(before, after):
@@ -941,6 +1018,8 @@ class Replica:
         rec = self._docs.get(key)
         if rec is None:
             rec = self._docs[key] = DocRecord()
+            if self._loose is not None:
+                self._loose.add(key)
         self._loading.discard(key)
         waiters = self._sync_waiters.pop(key, [])
         changes: list[Change] = []
@@ -960,6 +1039,10 @@ class Replica:
     # ------------------------------------------------------------------ invariants
     def _check(self) -> None:
         for key, rec in self._docs.items():
+            if type(rec.visible) is bytes:
+                assert rec.confirmed is rec.visible, f"{key} is packed, its confirmed value not"
+                assert not rec.layers, f"{key} is packed with pending layers"
+                continue
             assert same_value(rec.visible, rec.fold()), f"visible value of {key} is not the fold"
             seqs = [lay.seq for lay in rec.layers]
             assert seqs == sorted(seqs), f"layers of {key} out of order"

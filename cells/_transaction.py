@@ -88,6 +88,8 @@ class TxReplica(Protocol):
 
     def _record(self, key: DocKey) -> DocRecord: ...
 
+    def _unpack(self, key: DocKey, rec: DocRecord) -> Value: ...
+
     def _commit(self, tx: Transaction) -> None: ...
 
 
@@ -323,6 +325,8 @@ class Transaction:
             # at the first *read*: a written-only document needs none, and copying
             # the layer list here made many commits in flight on one document O(n^2).
             visible = rec.visible
+            if type(visible) is bytes:  # packed while idle (`Replica.pack`)
+                visible = replica._unpack(key, rec)
             td = TxDoc(visible, rec.version, rec.confirmed_seq, (), visible)
             self._docs[key] = td
         return td
@@ -356,6 +360,8 @@ class Transaction:
             if rec is None:
                 rec = replica._record(key)
             visible = rec.visible
+            if type(visible) is bytes:  # packed while idle (`Replica.pack`)
+                visible = replica._unpack(key, rec)
             layers = rec.layers
             # (`_deps` inlined for none or one pending layer, the usual cases.)
             deps = () if not layers else (layers[0].seq,) if len(layers) == 1 else _deps(layers)
@@ -418,6 +424,8 @@ class Transaction:
         if rec is None:
             rec = self._replica._record(key)
         visible = rec.visible
+        if type(visible) is bytes:  # packed while idle (`Replica.pack`)
+            visible = self._replica._unpack(key, rec)
         if len(path) == 1 and type(visible) is dict and type(path[0]) is str:
             return visible.get(path[0], MISSING)  # `get_path` of one field, without the call
         return get_path(visible, path)
@@ -446,6 +454,8 @@ class Transaction:
             if rec is None:
                 rec = replica._record(key)
             visible = rec.visible
+            if type(visible) is bytes:  # packed while idle (`Replica.pack`)
+                visible = replica._unpack(key, rec)
             td = TxDoc(visible, rec.version, rec.confirmed_seq, (), visible)
             self._docs[key] = td
         try:

@@ -187,6 +187,46 @@ def test_a_paused_owner_is_taken_over_and_its_writes_are_fenced_out(
     arun(main)
 
 
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_an_idle_served_pages_documents_are_packed_and_decoded_equal_on_a_change(
+    kind: str, tmp_path: pathlib.Path
+) -> None:
+    """A heartbeat packs the documents of idle pages (`Replica.pack`); an input change
+    from another process decodes what the page's run reads, and the run's result and
+    the server's decoded copies equal the store's."""
+    store = _store(kind, tmp_path)
+    clock = Clock()
+
+    async def main() -> None:
+        ui = Runtime(store, principal="alice")
+        await ui.__aenter__()
+        inp, page = await _open_linked(ui)
+        ui.stop_all()
+        a, sa = await _serve(store, clock)
+        assert len(sa.held) == 1
+        await _settle(store, ui, a)
+        await sa.tick()
+        replica = a.replica
+        page_key = page.doc_key
+        inp_key = inp.doc_key
+        for value in (2, 3):
+            packed = {k for k, rec in replica._docs.items() if type(rec.visible) is bytes}
+            assert {page_key, inp_key} <= packed
+            # The pages document and the inbox, read at every tick, stay decoded.
+            assert not packed & sa._read_each_tick
+            inp.set(value)
+            await _settle(store, ui, a)
+            assert _doubled(store, page) == 2 * value
+            for key in (page_key, inp_key):
+                assert replica.visible(key) == store.read_durable(key)
+            replica._check()
+            await sa.tick()
+        for rt in (a, ui):
+            await rt.aclose()
+
+    arun(main)
+
+
 def test_a_live_owner_on_this_host_is_refused_with_a_doubling_backoff() -> None:
     store = MemoryStore()
     clock = Clock()
