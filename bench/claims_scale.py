@@ -9,9 +9,11 @@ On a throwaway PostgreSQL cluster (bench/pg_cluster.py), for each page count N:
   their remembered causes included: UI runtimes in this process would have derived
   and remembered them first);
 - memory: Python heap (tracemalloc) of the serving process once every page is
-  claimed, running and idle, less before `serve_pages`, per page; and of the claim
-  bookkeeping alone (the `PageServer`'s own tables: held pages, fence map,
-  first-seen times) per page;
+  claimed, running and idle, less before `serve_pages`, per page, twice: right after
+  the last page started, and after one more (idle) heartbeat, the state a serving
+  process stays in while nothing changes (each heartbeat packs the documents the
+  pages' starts decoded, `Replica.pack`); and of the claim bookkeeping alone (the
+  `PageServer`'s own tables: held pages, fence map, first-seen times) per page;
 - statements: claim statements per heartbeat over 20 idle ticks (the renew is one
   statement for all N pages; the others are the principal listing and the stale
   sweep), and one idle tick's time: wall (the database's work included: the
@@ -151,6 +153,10 @@ async def scale(dsn: str, n: int) -> dict[str, float]:
     server = await rt.serve_pages(manual=True)
     await _claim_all(server, rt, n)
     gc.collect()
+    started = tracemalloc.get_traced_memory()[0] - base
+    await server.tick()
+    await rt.idle()
+    gc.collect()
     heap = tracemalloc.get_traced_memory()[0] - base
     tracemalloc.stop()
     book = _bookkeeping(server)
@@ -168,6 +174,7 @@ async def scale(dsn: str, n: int) -> dict[str, float]:
     store.close()
     return {
         "pages": n,
+        "started_per_page_kb": started / n / 1024,
         "heap_per_page_kb": heap / n / 1024,
         "claims_per_page_b": book / n,
         "statements_per_tick": statements,
@@ -221,11 +228,15 @@ async def main_async(args: argparse.Namespace) -> None:
     cluster = Cluster()
     try:
         print(_load(), flush=True)
-        print("pages  heap/page KB  claims/page B  statements/tick  idle tick ms  tick CPU ms")
+        print(
+            "pages  heap/page KB started  heap/page KB idle  claims/page B  statements/tick"
+            "  idle tick ms  tick CPU ms"
+        )
         for n in args.pages:
             r = await scale(cluster.dsn, n)
             print(
-                f"{r['pages']:>5}  {r['heap_per_page_kb']:>12.2f}  {r['claims_per_page_b']:>13.0f}"
+                f"{r['pages']:>5}  {r['started_per_page_kb']:>20.2f}"
+                f"  {r['heap_per_page_kb']:>17.2f}  {r['claims_per_page_b']:>13.0f}"
                 f"  {r['statements_per_tick']:>15.1f}  {r['tick_ms']:>12.2f}"
                 f"  {r['tick_cpu_ms']:>11.2f}",
                 flush=True,

@@ -193,7 +193,9 @@ def test_an_idle_served_pages_documents_are_packed_and_decoded_equal_on_a_change
 ) -> None:
     """A heartbeat packs the documents of idle pages (`Replica.pack`); an input change
     from another process decodes what the page's run reads, and the run's result and
-    the server's decoded copies equal the store's."""
+    the server's decoded copies equal the store's. The pages document is packed as
+    well, and a page opened later is still found (the server's view of it is keyed
+    on the document's version)."""
     store = _store(kind, tmp_path)
     clock = Clock()
 
@@ -221,6 +223,17 @@ def test_an_idle_served_pages_documents_are_packed_and_decoded_equal_on_a_change
                 assert replica.visible(key) == store.read_durable(key)
             replica._check()
             await sa.tick()
+        # The pages document is packed too, and a tick reads it again only when its
+        # version moved: a second page opened now (a change to that document) is seen.
+        (pages_key,) = sa.watched
+        assert type(replica._docs[pages_key].visible) is bytes
+        await _open_linked(ui, "second")
+        ui.stop_all()
+        await _settle(store, ui, a)
+        await sa.tick()
+        await _settle(store, ui, a)
+        assert len(sa.held) == 2
+        assert _doubled(store, ui.get_cell("second")) == 2
         for rt in (a, ui):
             await rt.aclose()
 
