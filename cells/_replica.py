@@ -240,13 +240,6 @@ class Replica:
         rec = self._docs.get(key)
         return None if rec is None else rec.visible
 
-    def version(self, key: DocKey) -> int:
-        """A number that changes exactly when `key`'s visible value changes (-1 while
-        this replica holds nothing of it, not even a load in flight; `pack` does not
-        move it). O(1), no load."""
-        rec = self._docs.get(key)
-        return -1 if rec is None else rec.version
-
     def is_loaded(self, key: DocKey) -> bool:
         rec = self._docs.get(key)
         return rec is not None and rec.loaded

@@ -239,12 +239,7 @@ class PageServer:
         self.loading: set[DocKey] = set()
         self.watched: set[DocKey] = set()
         self._read_each_tick: set[DocKey] = set()
-        """The inboxes every tick reads: never packed (`Replica.pack`)."""
-        self._opened_in: dict[DocKey, tuple[int, dict[tuple[str, str], tuple[str, Link]]]] = {}
-        """Per watched pages document: its version and the open pages it records, as
-        `_open_pages` found them. A tick reads a document again only when its version
-        moved, so the documents stay packed between changes (decoded, their page records
-        cost about 400 bytes per page) and an idle tick walks no records."""
+        """The pages documents and inboxes every tick reads: never packed (`Replica.pack`)."""
         self._fence_by_id: dict[str, Held] = {}
         """Document id -> the claimed page whose runs write it (its `stamp` is the fence).
         The ids are the registrations' own strings where they exist (no copies)."""
@@ -651,45 +646,24 @@ class PageServer:
             finally:
                 self.loading.difference_update(new)
             self.watched.update(new)
+            self._read_each_tick.update(new)
             self._read_each_tick.update(inboxes)
         out: dict[tuple[str, str], tuple[str, Link]] = {}
-        replica = rt.replica
-        cache = self._opened_in
         for key in self.watched:
-            version = replica.version(key)
-            known = cache.get(key)
-            if known is None or known[0] != version:
-                known = cache[key] = (version, self._opened_by(key, known))
-            out.update(known[1])
+            value = rt.replica.visible(key)
+            records = value.get(docs.VALUE) if type(value) is dict else None
+            if type(records) is not dict:
+                continue
+            for pid, record in records.items():
+                if type(record) is dict and record.get("open") is True:
+                    target = record.get("target")
+                    session = record.get("session")
+                    if type(target) is Link:
+                        out[(key.principal, pid)] = (
+                            session if type(session) is str else "serve",
+                            target,
+                        )
         return out
-
-    def _opened_by(
-        self,
-        key: DocKey,
-        known: tuple[int, dict[tuple[str, str], tuple[str, Link]]] | None,
-    ) -> dict[tuple[str, str], tuple[str, Link]]:
-        """The open pages pages document `key` records: (principal, pid) -> (session,
-        target). An entry equal to one `known` had keeps its objects (its key tuple is
-        the one the claim holds)."""
-        before = {} if known is None else known[1]
-        refs = {ref: ref for ref in before}  # (a dict gives no access to its own keys)
-        value = self.rt.replica.visible(key)
-        records = value.get(docs.VALUE) if type(value) is dict else None
-        found: dict[tuple[str, str], tuple[str, Link]] = {}
-        if type(records) is not dict:
-            return found
-        principal = key.principal
-        for pid, record in records.items():
-            if type(record) is dict and record.get("open") is True:
-                target = record.get("target")
-                session = record.get("session")
-                if type(target) is Link:
-                    entry = (session if type(session) is str else "serve", target)
-                    ref = (principal, pid)
-                    ref = refs.get(ref, ref)
-                    old = before.get(ref)
-                    found[ref] = old if old is not None and old == entry else entry
-        return found
 
     def _close_stopped(self, opened: dict[tuple[str, str], tuple[str, Link]], now: float) -> None:
         gone = [h for ref, h in self.held.items() if ref not in opened]

@@ -214,23 +214,3 @@ def test_a_replica_that_never_packs_tracks_nothing() -> None:
     r.pack()
     assert r._loose == set()  # every document packed: nothing left to track
 
-
-def test_version_moves_with_the_visible_value_only() -> None:
-    store = MemoryStore()
-    a, b = Replica(store), Replica(store)
-    assert a.version(DOC) == -1  # never seen
-    _commit(b, DOC, (), {"n": 1})
-    _pump(a, b)
-    assert a.visible(DOC) == {"n": 1}
-    seen = a.version(DOC)
-    assert seen >= 0
-    a.pack()
-    assert a.version(DOC) == seen
-    assert a.visible(DOC) == {"n": 1}
-    assert a.version(DOC) == seen
-    _commit(b, DOC, ("n",), 1)  # an equal value: nothing visible moved
-    _pump(a, b)
-    assert a.version(DOC) == seen
-    _commit(b, DOC, ("n",), 2)
-    _pump(a, b)
-    assert a.version(DOC) > seen
