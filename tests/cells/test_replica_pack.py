@@ -213,4 +213,3 @@ def test_a_replica_that_never_packs_tracks_nothing() -> None:
     assert r._loose is None
     r.pack()
     assert r._loose == set()  # every document packed: nothing left to track
-
