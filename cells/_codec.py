@@ -196,11 +196,31 @@ def _to_packed(value: Value) -> Any:
     if t is list:
         return [_to_packed(v) for v in value]
     if t is Link:
-        return msgspec.msgpack.Ext(
-            _LINK_EXT,
-            _msgpack_encoder.encode((value.space, value.id, value.scope, value.path)),
-        )
+        eid = _packed_id(value.id)
+        if value.scope == "space" and not value.path:
+            body: tuple[Any, ...] = (value.space, eid)
+        else:
+            body = (value.space, eid, value.scope, value.path)
+        return msgspec.msgpack.Ext(_LINK_EXT, _msgpack_encoder.encode(body))
     return value
+
+
+def _packed_id(eid: str) -> str | bytes:
+    """An id as `entity_id` makes them ("of:" or another three-character prefix, then
+    52 base32 characters: 55 in all) as its prefix and the 32 bytes the characters
+    spell (35 bytes); any other id as itself."""
+    if len(eid) == 55 and eid[2] == ":":
+        try:
+            packed = eid[:3].encode("ascii") + base64.b32decode(eid[3:].upper() + "====")
+        except ValueError:  # (not ASCII, not base32)
+            return eid
+        if _unpacked_id(packed) == eid:  # (only an id that reads back exactly)
+            return packed
+    return eid
+
+
+def _unpacked_id(data: bytes) -> str:
+    return data[:3].decode("ascii") + base64.b32encode(data[3:]).decode("ascii").rstrip("=").lower()
 
 
 def unpack_value(data: bytes) -> Value:
@@ -215,9 +235,15 @@ _LINK_EXT: Final = 1
 def _link_from_ext(code: int, data: memoryview) -> Link:
     if code != _LINK_EXT:
         raise AssertionError(f"not a packed value's extension: {code}")
-    space, id_, scope, path = _msgpack_decoder.decode(data)
-    scope_: Scope = _intern(scope)  # type: ignore[assignment]  # (it was a Link's scope)
-    return Link(_intern(space), id_, scope_, tuple(path) if path else ())
+    body = _msgpack_decoder.decode(data)
+    eid = body[1]
+    if type(eid) is bytes:
+        eid = _unpacked_id(eid)
+    if len(body) == 2:
+        return Link(_intern(body[0]), eid)
+    scope: Scope = _intern(body[2])  # type: ignore[assignment]  # (it was a Link's scope)
+    path = body[3]
+    return Link(_intern(body[0]), eid, scope, tuple(path) if path else ())
 
 
 _packed_decoder = msgspec.msgpack.Decoder(ext_hook=_link_from_ext)

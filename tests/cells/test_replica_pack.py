@@ -24,6 +24,7 @@ from cells import (
     Space,
     SQLiteStore,
     StoreBase,
+    entity_id,
     value_equal,
 )
 from cells._codec import pack_value, unpack_value
@@ -35,6 +36,11 @@ OTHER = DocKey("sp", "other")
 
 ODD: Any = {
     "link": Link("sp", "of:target", "user", ("a", 0)),
+    "entity": Link("sp", entity_id("some cause")),
+    "internal": Link("sp", "cw:" + entity_id("another")[3:], "session"),
+    "not base32": Link("sp", "of:" + "1" * 52),
+    "upper": Link("sp", "of:" + "A" * 52),
+    "unicode": Link("sp", "é" * 55),
     "neg": -0.0,
     "/": {"/": "a dict whose only key is a slash"},
     "list": [1, 2.5, None, True, "text", [], {}],
@@ -76,7 +82,10 @@ def test_pack_value_round_trips_every_kind_of_value() -> None:
     back = unpack_value(pack_value(ODD))
     assert value_equal(ODD, back)
     assert math.copysign(1.0, back["neg"]) == -1.0
-    assert type(back["link"]) is Link and back["link"] == ODD["link"]
+    for name in ("link", "entity", "internal", "not base32", "upper", "unicode"):
+        assert type(back[name]) is Link and back[name] == ODD[name], name
+    # An entity id is packed as its 32 bytes, not its 52 characters.
+    assert len(pack_value(Link("sp", entity_id("x")))) < 55
 
 
 def test_a_packed_document_reads_back_equal_and_keeps_its_version() -> None:
