@@ -107,6 +107,7 @@ from cells import (
     set_path,
     value_equal,
 )
+from cells._codec import unpack_value
 from cells._store import RUN_WIDTH, CommitRequest, HeldCommit, run_request
 from cells.errors import (
     ConflictError,
@@ -763,6 +764,14 @@ class StoreConformanceMachine(RuleBasedStateMachine):
         else:
             r.begin_batch()
 
+    @rule(replica=replicas)
+    def pack(self, replica: int) -> None:
+        """Pack the replica's idle documents (`Replica.pack`, as a serving runtime does at
+        each heartbeat; nothing while one of its transactions is open): the steps after
+        meet them packed (the invariant reads them without decoding them in place)."""
+        if self.replicas[replica].pack():
+            event("documents packed")
+
     # ------------------------------------------------------------------ delivery
     @rule()
     def idle(self) -> None:
@@ -852,7 +861,13 @@ class StoreConformanceMachine(RuleBasedStateMachine):
         assert self.violations == [], self.violations
         for i, replica in enumerate(self.replicas):
             for key in KEYS:
-                visible = replica.visible(key)
+                rec = replica._docs.get(key)
+                if rec is not None and type(rec.visible) is bytes:
+                    # Packed (`pack`): decoded here without unpacking it in place, so
+                    # the next steps still meet it packed.
+                    visible = unpack_value(rec.visible)
+                else:
+                    visible = replica.visible(key)
                 assert same(self.replayed[i][key], visible), (
                     f"replica {'AB'[i]}: notifications replay {key} to"
                     f" {self.replayed[i][key]!r}, but it shows {visible!r}"
