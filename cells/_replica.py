@@ -15,8 +15,14 @@ channel as a value-bearing `Notification` (`commit`, `revert`, `integrate`,
   moved the visible value).
 - `load`: a document arrived from the store after it was read as not yet loaded.
 
+A document nothing reads may be *packed* (`pack`, which a serving runtime calls
+at each heartbeat): its `confirmed` and `visible` are then one `bytes` object
+(`cells._codec.pack_value`; no value is ever bytes), decoded again, in place, the
+first time anything reads it (`_unpack`, `_refresh`).
+
 Invariants (checked by `_check`)
-- visible == fold(layers over confirmed) for every document;
+- a packed document has no pending layer, and its confirmed value is its visible one;
+- visible == fold(layers over confirmed) for every other document;
 - layers of a document are in increasing local seq order, and every layer
   belongs to a commit in flight;
 - a document's version changes exactly when its visible value changes.
