@@ -242,9 +242,15 @@ class Replica:
         """The visible document of a key this replica already holds a record for, or
         None (no record: nothing is loaded, no load starts). MISSING while a held load
         waits or for a document that does not exist. O(1), no argument check: for
-        callers on a hot path (the scheduler's direct sink run)."""
+        callers on a hot path (the scheduler's direct sink run). A packed document
+        (`pack`) is decoded in place first."""
         rec = self._docs.get(key)
-        return None if rec is None else rec.visible
+        if rec is None:
+            return None
+        value = rec.visible
+        if type(value) is bytes:  # packed while idle (`pack`)
+            value = self._unpack(key, rec)
+        return value
 
     def is_loaded(self, key: DocKey) -> bool:
         rec = self._docs.get(key)

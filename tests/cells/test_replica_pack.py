@@ -106,6 +106,41 @@ def test_a_packed_document_reads_back_equal_and_keeps_its_version() -> None:
     r._check()
 
 
+def test_peek_decodes_a_packed_document() -> None:
+    """`peek` (the scheduler's direct sink run reads through it) gives the value, never
+    the packed bytes."""
+    r = Replica(MemoryStore())
+    _commit(r, DOC, (), {"value": [1, {"a": 2}]})
+    _pump(r)
+    r.pack()
+    assert _packed(r, DOC)
+    assert r.peek(DOC) == {"value": [1, {"a": 2}]}
+    assert not _packed(r, DOC)
+    assert r.peek(OTHER) is None
+    r._check()
+
+
+def test_a_sink_on_a_packed_document_sees_each_foreign_change(store: StoreBase) -> None:
+    a, b = Space(store, "sp"), Space(store, "sp")
+    b.cell("c").set({"n": 1})
+    _pump(a.replica, b.replica, store=store)
+    sch = Scheduler(a.replica)
+    seen: list[Any] = []
+    sch.sink(a.cell("c"), seen.append)
+    sch.settle()
+    assert seen == [{"n": 1}]
+    for n in (2, 3):
+        a.replica.pack()
+        assert _packed(a.replica, a.cell("c").doc_key)
+        b.cell("c").set({"n": n})
+        _pump(a.replica, b.replica, store=store)
+        sch.settle()
+        assert seen[-1] == {"n": n}
+    assert len(seen) == 3
+    a.replica._check()
+    sch.close()
+
+
 def test_a_transaction_reads_and_writes_a_packed_document() -> None:
     store = MemoryStore()
     r = Replica(store)
