@@ -75,6 +75,11 @@ class Mailbox:
     """Called after a `drain()` that ran something, with True when the drain was the
     loop's own callback (scheduled by a post) rather than a pump or a waiter: a
     scheduler then propagates at once, in the loop turn that delivered the items."""
+    helper: Callable[[], bool] | None = attrs.field(init=False, default=None)
+    """Work a synchronous waiter (`wait_for_items`) does instead of sleeping: a store
+    whose writer thread would answer evaluates its queued commits on the waiting thread
+    (`WriterStore._help`), sparing the hand-over to that thread and back. Returns
+    whether it did any; may post to this mailbox."""
 
     def add_post_listener(self, fn: Callable[[], None]) -> Callable[[], None]:
         """Call `fn()` (on the posting thread) after each post; returns a remover."""
@@ -175,6 +180,9 @@ class Mailbox:
 
     def wait_for_items(self, timeout: float) -> bool:
         """Block until something is queued (for synchronous waiters). False on timeout."""
+        helper = self.helper
+        if helper is not None and not self._items and helper():
+            return True
         with self._cond:
             if self._items:
                 return True

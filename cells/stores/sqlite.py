@@ -688,6 +688,8 @@ class SQLiteStore(WriterStore):
     session is connected; 0 disables the polling thread (call `poll()`).
     """
 
+    helps_waiters = True
+
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -745,6 +747,9 @@ class SQLiteStore(WriterStore):
         Entries are made only once COMMIT returned; values are never changed in place.
         Under `_write_lock`."""
         self._known_top = -1
+        self._committing: tuple[int, str, Verdict] | None = None
+        """(seq, session key, verdict) of the commit whose COMMIT is being run, from just
+        before it; for `_interrupted` to tell whether it was applied. Under `_write_lock`."""
 
         _inspect(self._file)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -1088,6 +1093,7 @@ class SQLiteStore(WriterStore):
         with self._write_lock:
             conn = self._writer_conn()
             session_key = self._session_key(request.session_id)
+            self._committing = None
             conn.execute("BEGIN IMMEDIATE")
             try:
                 top, next_id, behind = self._changes_after(conn, self._delivered)
@@ -1127,6 +1133,7 @@ class SQLiteStore(WriterStore):
                     self._apply(conn, request, session_key, seq, next_id, staged)
                     docs, base_seqs, rows = staged[0], staged[1], staged[2]
                     verdict = Verdict(seq, docs, base_seqs=base_seqs)
+                    self._committing = (seq, session_key, verdict)
                 conn.execute("COMMIT")
             except BaseException:
                 _rollback(conn)
@@ -1140,6 +1147,45 @@ class SQLiteStore(WriterStore):
             self._deliver(behind)
             self._delivered = max(self._delivered, top, verdict.seq or 0)
             return verdict
+
+    def _interrupted(self, listener: SessionListener, request: CommitRequest) -> None:
+        """`request`'s evaluation or answer was interrupted (`WriterStore._interrupted`):
+        roll back what is still open, then answer it as it ended. It was applied exactly
+        when the commit_log row at the seq it was committing under names it (nothing else
+        can have taken that seq: this store's writers hold `_write_lock`, and another
+        process' commit would name another session key). A second verdict or fan-out of
+        the same commit, if the first got out before the interrupt, is ignored by the
+        replica (`on_verdict` pops the commit once; `on_foreign` skips a seq it has)."""
+        committing, self._committing = self._committing, None
+        self._known.clear()  # (the interrupt may have come between COMMIT and `_remember`)
+        self._known_top = -1
+        conn = self._wconn
+        if conn is None:
+            return
+        session_key = self._session_key(request.session_id)
+        verdict: Verdict | None = None
+        try:
+            _rollback(conn)
+            if committing is not None and committing[1] == session_key:
+                row = conn.execute(
+                    "SELECT session_id, local_seq FROM commit_log WHERE seq = ?", (committing[0],)
+                ).fetchone()
+                if row is not None and (row[0], row[1]) == (session_key, request.local_seq):
+                    verdict = committing[2]
+        except sqlite3.Error:
+            return  # cannot tell whether it was applied: no verdict rather than a wrong one
+        if verdict is None:
+            verdict = Verdict(
+                None,
+                error=LivenessError(
+                    f"commit {request.session_id}#{request.local_seq} was not applied: its"
+                    f" evaluation on {self._file} was interrupted"
+                ),
+            )
+        self._resolve(session_key, request.local_seq, rejected=verdict.seq is None)
+        self._answer(listener, request, verdict)
+        if verdict.seq is not None:
+            self._broadcast(request.session_id, verdict.seq, verdict.docs)
 
     def _stage_known(self, writes: tuple[Write, ...], seq: int, next_id: int) -> _Staged | None:
         """`_stage` and `_rows` in one loop, for the usual commit of a store that is its
