@@ -196,9 +196,7 @@ class WriterStore(StoreBase):
         self._work = threading.Condition(lock)  # the writer thread's wake-up
         # The queue, `_queued`, `_stopping` and closing: under `lock`, except that an
         # item is taken off (popleft) only under `_write_lock` (which orders evaluations).
-        self._queue: collections.deque[tuple[SessionListener, CommitRequest]] = (
-            collections.deque()
-        )
+        self._queue: collections.deque[tuple[SessionListener, CommitRequest]] = collections.deque()
         self._queued = 0
         self._stopping = False
         self._writer_untimed = False
