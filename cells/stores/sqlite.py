@@ -426,14 +426,18 @@ _CHAIN: Final = (
 # One commit's writes, a statement per table (`_execute_rows`). The head update names
 # the commit's seq ?1 and REVISIONS_KEPT ?2 before its rows (bound, not written into the
 # text: tests shrink the window); the write that makes a document's kept revisions
-# REVISIONS_KEPT + 1 is the newest its next pruning deletes. A revision row binds the
-# commit's seq as ?1 (the column order puts it first: a plain ? before ?1 would take 1).
+# REVISIONS_KEPT + 1 is the newest its next pruning deletes. The revision insert selects
+# the commit's seq ?1 before its rows (a plain ? before ?1 would take 1) and skips the
+# rows `_execute_rows` pads with (a NULL id).
 _UPDATE_HEADS: Final = (
     "UPDATE head SET next_floor = CASE revisions WHEN ?2 THEN v.column2"
     " ELSE next_floor END, seq = ?1, revisions = revisions + 1, rev = v.column2,"
     " value = v.column3 FROM (VALUES {rows}) AS v WHERE head.doc = v.column1"
 )
-_INSERT_REVISIONS: Final = "INSERT INTO revision (seq, id, doc, prev, paths) VALUES {rows}"
+_INSERT_REVISIONS: Final = (
+    "INSERT INTO revision (seq, id, doc, prev, paths) SELECT ?1, column1, column2, column3,"
+    " column4 FROM (VALUES {rows}) WHERE column1 IS NOT NULL"
+)
 _UPDATE_HEAD: Final = (
     "UPDATE head SET next_floor = CASE revisions WHEN ?2 THEN ?4 ELSE next_floor END,"
     " seq = ?1, revisions = revisions + 1, rev = ?4, value = ?5 WHERE doc = ?3"
@@ -516,21 +520,33 @@ def _execute_rows(
     width: int,
     first: tuple[object, ...] = (),
 ) -> list[Any]:
-    """`template` (its `{rows}` a list of `row`s) once per power-of-two chunk of the rows
-    in `params` (flat, `width` parameters a row): usually one to three statements where
-    `executemany` steps one statement per row. SQLite does the same row work; the cost of
-    binding, stepping and resetting from Python per row goes. `first` binds `?1`... once
-    per statement, before the rows (the commit's seq). Returns what the statements return."""
+    """`template` (its `{rows}` a list of `row`s) once per chunk of at most `_MAX_ROWS` of
+    the rows in `params` (flat, `width` parameters a row): one statement for up to
+    `_MAX_ROWS` rows where `executemany` steps one statement per row. SQLite does the
+    same row work; the cost of binding, stepping and resetting from Python per row goes.
+    A chunk is padded to a power of two with rows of NULLs, so only a few statement texts
+    are ever prepared: every template is written so that a NULL row matches, writes and
+    returns nothing (a NULL key equals nothing; `_INSERT_REVISIONS` skips a NULL id).
+    Padding costs binding the NULLs; splitting 100 rows into 64 + 32 + 4 cost two more
+    statements. `first` binds `?1`... once per statement, before the rows (the commit's
+    seq). Returns what the statements return."""
     n = len(params) // width
     out: list[Any] = []
     start = 0
     while n:
-        size = min(_MAX_ROWS, 1 << (n.bit_length() - 1))
-        end = start + size * width
+        take = min(_MAX_ROWS, n)
+        size = 1 << (take - 1).bit_length()
+        end = start + take * width
         chunk = params if start == 0 and end == len(params) else params[start:end]
-        out += conn.execute(_rows_sql(template, row, size), [*first, *chunk] if first else chunk)
-        start, n = end, n - size
+        if size != take or first:
+            chunk = [*first, *chunk, *_NULLS[: (size - take) * width]]
+        out += conn.execute(_rows_sql(template, row, size), chunk)
+        start, n = end, n - take
     return out
+
+
+_NULLS: Final = (None,) * (_MAX_ROWS * 4)
+"""Padding for `_execute_rows` (a chunk pads fewer than `_MAX_ROWS` rows of at most 4)."""
 
 
 def _errorname(exc: sqlite3.Error) -> str:
@@ -1395,9 +1411,7 @@ class SQLiteStore(WriterStore):
             _execute_rows(
                 conn, _UPDATE_HEADS, "(?, ?, ?)", updates, width=3, first=(seq, REVISIONS_KEPT)
             )
-            _execute_rows(
-                conn, _INSERT_REVISIONS, "(?1, ?, ?, ?, ?)", revisions, width=4, first=(seq,)
-            )
+            _execute_rows(conn, _INSERT_REVISIONS, "(?, ?, ?, ?)", revisions, width=4, first=(seq,))
         if request.create_only:
             conn.executemany(
                 f"INSERT OR IGNORE INTO claimed ({_KEY_COLS}, seq) VALUES (?, ?, ?, ?, ?, ?)",
