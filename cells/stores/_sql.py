@@ -155,11 +155,13 @@ class SessionVerdicts:
             assert all(resolved.resolved(s) for s in resolved.rejected), session_key
 
 
-_LAZY_WAKE_S: Final = 0.002
+_LAZY_WAKE_S: Final = 0.05
 """How long a commit nobody waits for may sit queued before the writer thread takes it,
-when its submitter ran no event loop (`WriterStore._submit_evaluation`)."""
-_LAZY_ROUNDS: Final = 50
-"""Timed sleeps in a row with nothing to do (0.1 s) before the writer sleeps until woken."""
+when its submitter ran no event loop (`WriterStore._submit_evaluation`). Each timed
+wake-up takes the GIL from a thread that may be evaluating (and, on a loaded machine,
+can keep it for a time slice): measured at 2 ms, one commit in 20 waited a time slice."""
+_LAZY_ROUNDS: Final = 20
+"""Timed sleeps in a row with nothing to do (1 s) before the writer sleeps until woken."""
 
 
 class WriterStore(StoreBase):
