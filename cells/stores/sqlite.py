@@ -134,6 +134,7 @@ from ..errors import (
     CommitRejected,
     ConflictError,
     CorruptStoreError,
+    InternalError,
     InvalidValueError,
     LivenessError,
     StoreError,
@@ -465,12 +466,29 @@ _SET_FLOORS: Final = (
     "UPDATE head SET revisions = v.column2, floor = v.column3, next_floor = NULL"
     " FROM (VALUES {rows}) AS v WHERE head.doc = v.column1"
 )
+# Pruning a run of revisions by id range (`_prune_range`): the revisions of the given
+# documents (?3...) with ids from ?1 to ?2, each at or below its document's `next_floor`
+# (its (REVISIONS_KEPT + 1)-th oldest kept one): one scan of the range in id order, where
+# walking each document's chain and deleting by id cost a lookup per revision twice.
+_DELETE_RANGE: Final = (
+    "DELETE FROM revision WHERE id BETWEEN ?1 AND ?2 AND doc IN ({rows})"
+    " AND id <= (SELECT h.next_floor FROM head h WHERE h.doc = revision.doc)"
+)
+_SEQS_OF: Final = "SELECT id, seq FROM revision WHERE id IN ({rows})"
 # The commits pruning left without a revision or a claim: a commit that wrote several
 # documents keeps its row while another names it. A commit's revisions are the ids from
 # its `first` up to the next kept commit's `first` (the commits between kept none), and
 # the newest commit's row is never pruned (its revisions are their documents' newest).
 _DELETE_COMMITS: Final = (
     "DELETE FROM commit_log WHERE seq IN (SELECT column1 FROM (VALUES {rows}))"
+    " AND NOT EXISTS (SELECT 1 FROM revision r WHERE r.id >= commit_log.first"
+    " AND r.id < COALESCE((SELECT n.first FROM commit_log n WHERE n.seq > commit_log.seq"
+    " ORDER BY n.seq LIMIT 1), 9223372036854775807))"
+    " AND NOT EXISTS (SELECT 1 FROM claimed c WHERE c.seq = commit_log.seq)"
+)
+# (The same, for every commit with a seq from ?1 to ?2: those `_prune_range` may have emptied.)
+_DELETE_COMMITS_IN_RANGE: Final = (
+    "DELETE FROM commit_log WHERE seq BETWEEN ?1 AND ?2"
     " AND NOT EXISTS (SELECT 1 FROM revision r WHERE r.id >= commit_log.first"
     " AND r.id < COALESCE((SELECT n.first FROM commit_log n WHERE n.seq > commit_log.seq"
     " ORDER BY n.seq LIMIT 1), 9223372036854775807))"
@@ -1418,32 +1436,34 @@ class SQLiteStore(WriterStore):
                 [(*_k(key), seq) for key in request.create_only],
             )
         if due:
-            gone, pruned = SQLiteStore._prune(conn, due)
+            gone = SQLiteStore._prune(conn, due)
             for key, (doc, _, count, value, rev) in rows.items():
                 if doc in gone:
                     rows[key] = (doc, seq, count - gone[doc], value, rev)
-            seqs: list[object] = [*sorted(pruned)]
-            _execute_rows(conn, _DELETE_COMMITS, "(?)", seqs, width=1)
 
     @staticmethod
-    def _prune(conn: sqlite3.Connection, docs: list[int]) -> tuple[dict[int, int], set[int]]:
+    def _prune(conn: sqlite3.Connection, docs: list[int]) -> dict[int, int]:
         """Keep the newest `REVISIONS_KEPT` revisions of each of `docs` (document numbers)
-        that has more than twice that many (as `MemoryStore` does); returns how many
-        revisions of each document were deleted and their seqs (the caller deletes the
-        commit_log rows nothing names any more).
+        that has more than twice that many (as `MemoryStore` does), and delete the
+        commit_log rows nothing names any more; returns how many revisions of each
+        document were deleted.
 
         Runs after the commit's head update. The head row counts the document's kept
         revisions, so a commit decides which of its documents to prune without a query,
         and names the floor this pruning sets (`next_floor`): the revisions to delete are
-        that one and those before it down to the old floor, walked back one primary-key
-        lookup each (REVISIONS_KEPT + 1 of them), every document's in one statement, and
-        deleted in one. Deletes happen once per REVISIONS_KEPT commits of a document, so
-        the amortized cost per commit is O(1) rows. A head whose count or `next_floor`
-        does not fit (a file upgraded from version 1, which never pruned) is pruned by
-        walking all its revisions from the newest.
+        that one and those before it down to the old floor. Usually (a document just past
+        2 * REVISIONS_KEPT, whose oldest kept revisions lie in a stretch of ids mostly
+        its and the other pruned documents') they are deleted by one scan of that stretch
+        (`_prune_range`); otherwise walked back one primary-key lookup each
+        (REVISIONS_KEPT + 1 of them), every document's in one statement, and deleted by
+        id. Deletes happen once per REVISIONS_KEPT commits of a document, so the
+        amortized cost per commit is O(1) rows. A head whose count or `next_floor` does
+        not fit (a file upgraded from version 1, which never pruned) is pruned by walking
+        all its revisions from the newest.
         """
         kept = REVISIONS_KEPT
         found: dict[int, tuple[int, int, int]] = {}  # doc: (last revision's id, count, floor)
+        usual: list[tuple[int, int]] = []  # (doc, next floor) of documents just past 2 * kept
         starts: list[object] = []  # (doc, walk from, floor) per document, flat
         for doc, _, count, floor, next_floor, rev in _execute_rows(
             conn, _PRUNED_HEADS, "?", list(docs), width=1
@@ -1453,17 +1473,30 @@ class SQLiteStore(WriterStore):
             bound = floor or 0
             found[doc] = (rev, count, bound)
             if next_floor is not None:
-                starts += (doc, next_floor, bound)
-        walked: dict[int, list[tuple[int, int]]] = {doc: [] for doc in found}
+                if count == 2 * kept + 1:
+                    usual.append((doc, next_floor))
+                else:
+                    starts += (doc, next_floor, bound)
+        gone: dict[int, int] = {}
+        floors: list[object] = []  # (doc, kept revisions, floor) per document, flat
+        commits: tuple[int, int] | None = None  # the seqs whose commit rows to re-check
+        ranged = SQLiteStore._prune_range(conn, usual) if usual else None
+        if ranged is None:
+            for doc, next_floor in usual:
+                starts += (doc, next_floor, found[doc][2])
+        else:
+            floor_of, commits = ranged
+            for doc, floor in floor_of.items():
+                gone[doc] = kept + 1
+                floors += (doc, kept, floor)
+        walked: dict[int, list[tuple[int, int]]] = {doc: [] for doc in found if doc not in gone}
         for doc, rev, seq in _execute_rows(conn, _WALK_MANY, "(?, ?, ?)", starts, width=3):
             walked[doc].append((rev, seq))
-        gone: dict[int, int] = {}
         pruned: set[int] = set()
         ids: list[object] = []
-        floors: list[object] = []  # (doc, kept revisions, floor) per document, flat
-        for doc, (last, count, bound) in found.items():
-            revs = walked[doc]
-            if count - len(revs) != kept:  # (the usual case never gets here)
+        for doc, revs in walked.items():
+            last, count, bound = found[doc]
+            if count - len(revs) != kept:  # (a file upgraded from version 1)
                 newest_first = conn.execute(
                     f"{_CHAIN} SELECT r.id, r.seq FROM chain JOIN revision r"
                     " ON r.id = chain.id AND r.doc = ?2 AND r.seq > ?3 ORDER BY r.id DESC",
@@ -1477,7 +1510,45 @@ class SQLiteStore(WriterStore):
             floors += (doc, count - len(revs), max(seq for _, seq in revs))
         _execute_rows(conn, _DELETE_REVISIONS, "(?)", ids, width=1)
         _execute_rows(conn, _SET_FLOORS, "(?, ?, ?)", floors, width=3)
-        return gone, pruned
+        if commits is not None:
+            # (Those `pruned` names in the range are re-checked by it.)
+            pruned = {seq for seq in pruned if not commits[0] <= seq <= commits[1]}
+            conn.execute(_DELETE_COMMITS_IN_RANGE, commits)
+        _execute_rows(conn, _DELETE_COMMITS, "(?)", [*sorted(pruned)], width=1)
+        return gone
+
+    @staticmethod
+    def _prune_range(
+        conn: sqlite3.Connection, usual: list[tuple[int, int]]
+    ) -> tuple[dict[int, int], tuple[int, int]] | None:
+        """`_prune` of documents that keep 2 * REVISIONS_KEPT + 1 revisions each, `usual`
+        (doc, next floor), by one scan of the ids from the oldest kept revision up to
+        the newest of their next floors, when at most half of that stretch belongs to
+        other documents (else None, having done nothing: walking costs less). Each
+        deletes its revisions up to its next floor, REVISIONS_KEPT + 1 of them (the
+        invariant `_check` asserts; a count that differs raises `InternalError`, rolling
+        the commit back). Returns each document's new floor (its next floor's seq) and
+        the seqs whose commit rows may now name nothing."""
+        n = len(usual)
+        first = conn.execute("SELECT id, seq FROM revision ORDER BY id LIMIT 1").fetchone()
+        high = max(next_floor for _, next_floor in usual)
+        due = n * (REVISIONS_KEPT + 1)
+        if first is None or high - first[0] + 1 > 2 * due:
+            return None
+        seq_of = dict(_execute_rows(conn, _SEQS_OF, "?", [f for _, f in usual], width=1))
+        before = conn.total_changes
+        _execute_rows(
+            conn, _DELETE_RANGE, "?", [doc for doc, _ in usual], width=1, first=(first[0], high)
+        )
+        deleted = conn.total_changes - before
+        if deleted != due:
+            raise InternalError(
+                f"pruning {n} documents deleted {deleted} revisions, not {due}: a head's"
+                " next_floor is not its (REVISIONS_KEPT + 1)-th oldest kept revision"
+                " (this is a bug)"
+            )
+        floors = {doc: int(seq_of[next_floor]) for doc, next_floor in usual}
+        return floors, (int(first[1]), max(floors.values()))
 
     def _record_rejection(self, request: CommitRequest) -> None:
         with self._write_lock:

@@ -187,6 +187,53 @@ def test_documents_due_together_are_pruned_together(
     assert [last] * len(every) == [store.read_durable(k)["value"] for k in every]
 
 
+@pytest.mark.parametrize("layout", ["together", "round robin"])
+def test_pruning_scans_a_dense_stretch_of_ids_and_walks_a_sparse_one(
+    monkeypatch: pytest.MonkeyPatch, stores: Make, db: FsPath, layout: str
+) -> None:
+    # Documents written by the same commits have their oldest revisions side by side:
+    # pruning deletes them by one scan of that stretch of ids. A document whose oldest
+    # revisions are spread among others' (three written in turn: two thirds of the
+    # stretch are the others') is walked back revision by revision instead. Either way
+    # every invariant holds after each commit and each document keeps its window.
+    kept = 2
+    monkeypatch.setattr(cells.stores.sqlite, "REVISIONS_KEPT", kept)
+    store = stores(db)
+    space = Space(store, "c")
+    docs = [space.get_cell(f"doc-{i}").doc_key for i in range(20 if layout == "together" else 3)]
+    assert store._wconn is not None
+    heard: list[str] = []
+    store._wconn.set_trace_callback(heard.append)
+    commits = 6 * kept + 3 if layout == "together" else 3 * (6 * kept + 3)
+    for n in range(commits):
+        tx = space.edit()
+        for doc in docs if layout == "together" else [docs[n % 3]]:
+            tx.write(doc, ("value",), n)
+        assert tx.commit().wait(WAIT).ok
+        store._check()  # counts, floors, next floors and chains after every commit
+    store._wconn.set_trace_callback(None)
+    scans = [s for s in heard if s.startswith("DELETE FROM revision WHERE id BETWEEN")]
+    walks = [s for s in heard if s.startswith("WITH RECURSIVE chain (doc, id, bound)")]
+    if layout == "together":
+        assert (4, 0) == (len(scans), len(walks))  # (at commits 5, 8, 11 and 14: 2k+1 + i(k+1))
+    else:
+        assert 0 == len(scans) and len(walks) >= 3 * 3
+    conn = sqlite3.connect(db)
+    try:
+        counts = conn.execute("SELECT revisions FROM head").fetchall()
+        left = conn.execute("SELECT COUNT(*) FROM commit_log").fetchone()[0]
+    finally:
+        conn.close()
+    assert all(kept <= c <= 2 * kept for (c,) in counts), counts
+    assert left <= 2 * kept * (1 if layout == "together" else 3) + 1
+    last = (
+        [commits - 1] * len(docs)
+        if layout == "together"
+        else [commits - 3, commits - 2, commits - 1]
+    )
+    assert last == [store.read_durable(k)["value"] for k in docs]
+
+
 def reading(sid: str, n: int, read: DocKey, basis: int, written: DocKey) -> CommitRequest:
     """Commit `n` of `sid`: reads `read`'s field at `basis`, writes `written`'s."""
     claim = ReadClaim(read, ("value",), False, basis)
