@@ -20,7 +20,9 @@ the two sides take turns instead:
   time cancels in the ratio;
 - the pages each side appended to its write-ahead log per commit (`_WalPages`)
   and how often its log restarted after a checkpoint (a checkpoint flushes the log
-  and the database file: more flushes).
+  and the database file: more flushes);
+- the statements each side steps per commit, counted over 50 untimed commits after the
+  rounds (its connection's trace callback: each row of an ``executemany`` is one).
 
 One commit on each side is what the bench rows do: ``--documents 1``, raw reads
 one row and updates another in a ``BEGIN IMMEDIATE`` transaction, the store reads
@@ -59,10 +61,14 @@ _UPSERT = (
 class _Side:
     """One side's commit loop and its counters."""
 
-    def __init__(self, name: str, commit: Callable[[int], None], wal: _WalPages) -> None:
+    def __init__(
+        self, name: str, commit: Callable[[int], None], wal: _WalPages, conn: sqlite3.Connection
+    ) -> None:
         self.name = name
         self.commit = commit
         self.wal = wal
+        self.conn = conn
+        """The connection the side's commits run on (its statements are counted)."""
         self.restarts = 0
         self.wall: list[float] = []
         self.cpu: list[float] = []
@@ -86,6 +92,18 @@ class _Side:
         self.commits += commits
         self.wall.append((w1 - w0) / commits)
         self.cpu.append((c1 - c0) / commits)
+
+    def statements(self, first: int, commits: int) -> float:
+        """Statements stepped per commit over `commits` untimed commits (the connection's
+        trace callback hears every one, and each row of an ``executemany``)."""
+        heard: list[str] = []
+        self.conn.set_trace_callback(heard.append)
+        try:
+            for n in range(first, first + commits):
+                self.commit(n)
+        finally:
+            self.conn.set_trace_callback(None)
+        return len(heard) / commits
 
 
 def _raw(directory: str, synchronous: str, documents: int) -> _Side:
@@ -113,7 +131,7 @@ def _raw(directory: str, synchronous: str, documents: int) -> _Side:
 
     commit = single if documents == 1 else batch
     commit(-1)
-    return _Side("raw sqlite3", commit, _WalPages(path))
+    return _Side("raw sqlite3", commit, _WalPages(path), con)
 
 
 def _store(directory: str, synchronous: str, documents: int) -> _Side:
@@ -153,7 +171,8 @@ def _store(directory: str, synchronous: str, documents: int) -> _Side:
         store.close()
 
     _leftovers.append(close)
-    return _Side("SQLiteStore", commit, _WalPages(path))
+    assert store._wconn is not None
+    return _Side("SQLiteStore", commit, _WalPages(path), store._wconn)
 
 
 def _quartiles(xs: list[float]) -> tuple[float, float, float]:
@@ -175,6 +194,7 @@ def measure(rounds: int, commits: int, documents: int, directory: str, synchrono
             for side in order:
                 side.run(first, commits)
             first += commits
+        counted = {side.name: side.statements(first, 50) for side in (raw, store)}
         ratios = {
             clock: [a / b for a, b in zip(getattr(raw, clock), getattr(store, clock), strict=True)]
             for clock in ("wall", "cpu")
@@ -188,7 +208,7 @@ def measure(rounds: int, commits: int, documents: int, directory: str, synchrono
                 f"  {side.name:12}  wall {statistics.median(side.wall) / 1e3:9.1f} us"
                 f"  cpu {statistics.median(side.cpu) / 1e3:9.1f} us per commit (medians);"
                 f" wal pages {side.pages / side.commits:6.2f} per commit;"
-                f" log restarts {side.restarts}"
+                f" log restarts {side.restarts}; statements {counted[side.name]:6.2f} per commit"
             )
         for clock, xs in ratios.items():
             lo, mid, hi = _quartiles(xs)
