@@ -25,13 +25,15 @@ Layout (format version 4): what one commit writes is close together
   one (a field of each document, each once) is staged in one loop (`_stage_known`), and
   a read of a document whose remembered head is no newer than the read's basis is
   checked without a query (`_known_revisions_since`).
-- A commit's rows go to each table in one statement (multi-row VALUES, split into
-  power-of-two chunks of at most `_MAX_ROWS` rows, so only a few statement texts are
-  ever prepared), not one per row: a 100-document commit steps about 11 statements
-  where it stepped about 300. Documents due for pruning are walked, deleted, given
-  their floors and their emptied commits deleted together, a statement each. The
-  verdict names the state each document was applied on (`base_seqs`): the committing
-  replica adopts its own layers instead of re-folding the documents.
+- A commit's rows go to each table in one statement (multi-row VALUES of at most
+  `_MAX_ROWS` rows, padded to a power of two with rows of NULLs that match nothing, so
+  only a few statement texts are ever prepared), not one per row: a 100-document commit
+  steps about 7 statements where it stepped about 300. Documents due for pruning are
+  deleted together: by one scan of the stretch of ids their oldest revisions fill when
+  it is mostly theirs (documents written by the same commits), else walked back and
+  deleted by id; then given their floors and their emptied commits deleted, a statement
+  each. The verdict names the state each document was applied on (`base_seqs`): the
+  committing replica adopts its own layers instead of re-folding the documents.
 
 Bounded history (the cap `MemoryStore` also applies; it prunes further by its
 sessions' low-water marks, which processes sharing a file do not report here)
@@ -61,12 +63,16 @@ Durability
   A missing or empty file (or a SQLite database with no schema) is initialized.
 
 Threading
-- One writer thread per store object, fed by a FIFO queue, evaluates commits
-  (`_submit_evaluation`), then posts the verdict and the fan-out. A test gate's
-  `accept()` evaluates on the caller's thread instead: it first waits for the
-  queue to drain (per-session FIFO), then shares the one writer connection
-  under `_write_lock`, which also serializes every fan-out (so each mailbox
-  hears commits in seq order).
+- Commits are queued FIFO (`_submit_evaluation`) and evaluated one at a time, in
+  order, under `_write_lock`, which also serializes every fan-out (so each mailbox
+  hears commits in seq order). A thread blocked in `Pending.wait()` evaluates the
+  queued commits itself (`WriterStore._help`): a synchronous commit costs no hand-over
+  to another thread and back. The writer thread evaluates the rest: at once what a
+  thread running an event loop submits (the loop must not block on the file), within
+  50 ms (`_sql._LAZY_WAKE_S`) what nobody waits for. An interrupt (only a waiting thread runs signal
+  handlers) is answered as the commit ended, applied or not (`_interrupted`). A test
+  gate's `accept()` evaluates on the caller's thread: it first waits for the queue to
+  drain (per-session FIFO), then shares the one writer connection.
 - Reads use a second connection under `_read_lock` (WAL lets them run while a
   write is in progress); both connections are usable from any thread.
 - Loads are batched per session: the first `load` a session asks for posts one
@@ -495,6 +501,14 @@ _DELETE_COMMITS_IN_RANGE: Final = (
     " AND NOT EXISTS (SELECT 1 FROM claimed c WHERE c.seq = commit_log.seq)"
 )
 
+# A commit's row, inserted only if the max seq is still the one before it (?1 - 1): no
+# other writer committed since this one's last commit (seqs have no gaps, and the newest
+# row is never pruned). Its row count says which.
+_LOG_IF_UNMOVED: Final = (
+    "INSERT INTO commit_log (seq, session_id, local_seq, first) SELECT ?1, ?2, ?3, ?4"
+    " WHERE (SELECT MAX(seq) FROM commit_log) = ?1 - 1"
+)
+
 _k = key_params
 
 _KNOWN_KEPT: Final = 1024
@@ -781,6 +795,8 @@ class SQLiteStore(WriterStore):
         Entries are made only once COMMIT returned; values are never changed in place.
         Under `_write_lock`."""
         self._known_top = -1
+        self._known_next = 0
+        """The next revision id, true of the file while its max seq is `_known_top`."""
         self._committing: tuple[int, str, Verdict] | None = None
         """(seq, session key, verdict) of the commit whose COMMIT is being run, from just
         before it; for `_interrupted` to tell whether it was applied. Under `_write_lock`."""
@@ -1130,10 +1146,29 @@ class SQLiteStore(WriterStore):
             self._committing = None
             conn.execute("BEGIN IMMEDIATE")
             try:
-                top, next_id, behind = self._changes_after(conn, self._delivered)
-                if top != self._known_top:  # another writer committed: it may have changed any
-                    self._known.clear()
-                    self._known_top = top
+                # The usual commit of the file's only writer: its row goes in first, on the
+                # condition that the max seq is still the one remembered (then nothing
+                # anyone remembers has changed, and the next revision id is known), which
+                # spares the statement reading them. Else (or when rejected) it is not
+                # written here.
+                known_top = self._known_top
+                logged = (
+                    known_top >= 0
+                    and self._delivered >= known_top
+                    and conn.execute(
+                        _LOG_IF_UNMOVED,
+                        (known_top + 1, session_key, request.local_seq, self._known_next),
+                    ).rowcount
+                    == 1
+                )
+                if logged:
+                    top, next_id, behind = known_top, self._known_next, list[_Change]()
+                else:
+                    top, next_id, behind = self._changes_after(conn, self._delivered)
+                    if top != known_top:  # another writer committed: it may have changed any
+                        self._known.clear()
+                        self._known_top = top
+                    self._known_next = next_id
                 error: CommitRejected | None = (
                     None if request.fence is None else self.claims.fence_error(conn, request.fence)
                 ) or validate_commit(
@@ -1161,14 +1196,15 @@ class SQLiteStore(WriterStore):
                         else:
                             staged = self._rows(conn, seq, next_id, docs, paths, heads)
                 rows: dict[DocKey, _Known] = {}
-                if staged is None:  # (rejected)
+                if staged is None:  # (rejected: nothing written, its row taken back)
                     verdict = Verdict(None, error=error)
+                    conn.execute("ROLLBACK" if logged else "COMMIT")
                 else:
-                    self._apply(conn, request, session_key, seq, next_id, staged)
+                    self._apply(conn, request, session_key, seq, next_id, staged, logged=logged)
                     docs, base_seqs, rows = staged[0], staged[1], staged[2]
                     verdict = Verdict(seq, docs, base_seqs=base_seqs)
                     self._committing = (seq, session_key, verdict)
-                conn.execute("COMMIT")
+                    conn.execute("COMMIT")
             except BaseException:
                 _rollback(conn)
                 self._known.clear()
@@ -1177,6 +1213,7 @@ class SQLiteStore(WriterStore):
             # Durable from here on.
             if verdict.seq is not None:
                 self._remember(verdict.seq, rows)
+                self._known_next = next_id + len(rows)  # (a revision per written document)
             self._resolve(session_key, request.local_seq, rejected=verdict.seq is None)
             self._deliver(behind)
             self._delivered = max(self._delivered, top, verdict.seq or 0)
@@ -1411,16 +1448,19 @@ class SQLiteStore(WriterStore):
         seq: int,
         next_id: int,
         staged: _Staged,
+        *,
+        logged: bool = False,
     ) -> None:
         """Write the commit: its `commit_log` row, a `revision` row per document (ids from
         `next_id` on: appended) and each document's head, updated in place: one statement per
         table (per power-of-two chunk of rows, `_execute_rows`), then the pruning of the
         documents past 2 * REVISIONS_KEPT revisions (`_prune`), which corrects the kept
         revision counts in `staged`'s head rows."""
-        conn.execute(
-            "INSERT INTO commit_log (seq, session_id, local_seq, first) VALUES (?, ?, ?, ?)",
-            (seq, session_key, request.local_seq, next_id),
-        )
+        if not logged:  # (`logged`: `_evaluate` inserted it already)
+            conn.execute(
+                "INSERT INTO commit_log (seq, session_id, local_seq, first) VALUES (?, ?, ?, ?)",
+                (seq, session_key, request.local_seq, next_id),
+            )
         _, _, rows, revisions, updates, due = staged
         if len(rows) == 1:  # (one document: the plain statements cost less)
             conn.execute(_UPDATE_HEAD, (seq, REVISIONS_KEPT, *updates))
@@ -1696,6 +1736,8 @@ class SQLiteStore(WriterStore):
             try:
                 if self._known_top != self._max_seq(conn):
                     return
+                next_id = conn.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM revision").fetchone()
+                assert self._known_next == next_id[0], (self._known_next, next_id[0])
                 for key, (doc, seq, revisions, value, rev) in self._known.items():
                     row = conn.execute(
                         f"SELECT doc, seq, revisions, rev, value FROM head WHERE {_KEY_MATCH}",

@@ -279,3 +279,58 @@ def test_a_read_of_a_remembered_document_another_writer_replaced_conflicts(
     assert verdict.seq is None
     assert isinstance(verdict.error, ConflictError)
     assert "seq 2 has since written ['value']" in str(verdict.error)
+
+
+def test_the_only_writer_logs_its_commit_without_reading_the_max_seq(
+    stores: Make, db: FsPath
+) -> None:
+    # While no other writer commits, a commit's row is inserted on the condition that
+    # the max seq is the one this writer left: five statements for a one-document
+    # commit, none of them the read of the max seq and next revision id.
+    store = stores(db)
+    listener = Verdicts()
+    sid = store.connect(listener)
+    x = key("x")
+    assert 1 == commit(store, listener, sid, 1, x).seq
+    assert store._wconn is not None
+    heard: list[str] = []
+    store._wconn.set_trace_callback(heard.append)
+    assert 2 == commit(store, listener, sid, 2, x).seq
+    store._wconn.set_trace_callback(None)
+    assert 5 == len(heard), heard
+    assert [] == [s for s in heard if "MAX(seq)), 0)" in s or "COALESCE(MAX(seq)" in s]
+
+
+def test_a_rejected_commit_of_the_only_writer_leaves_no_row(stores: Make, db: FsPath) -> None:
+    # Its row went in before it was validated; the rejection takes it back, and the
+    # next commit gets the next seq.
+    store = stores(db)
+    listener = Verdicts()
+    sid = store.connect(listener)
+    x, y = key("x"), key("y")
+    assert 1 == commit(store, listener, sid, 1, x).seq
+    assert 2 == commit(store, listener, sid, 2, x).seq
+    store.submit(listener, reading(sid, 3, x, 1, y))  # x was written at seq 2: conflict
+    assert store.flush(WAIT)
+    listener.mailbox.drain()
+    assert isinstance(listener.got[-1].error, ConflictError)
+    assert 2 == store.seq
+    conn = sqlite3.connect(db)
+    try:
+        assert [(1,), (2,)] == conn.execute("SELECT seq FROM commit_log ORDER BY seq").fetchall()
+    finally:
+        conn.close()
+    store._check()
+    assert 3 == commit(store, listener, sid, 4, y).seq
+
+
+def test_a_commit_after_another_writers_reads_the_max_seq_again(stores: Make, db: FsPath) -> None:
+    store, other = stores(db), stores(db)
+    listener = Verdicts()
+    sid = store.connect(listener)
+    x, y = key("x"), key("y")
+    assert 1 == commit(store, listener, sid, 1, x).seq
+    assert Space(other, "c").cell("y").set(7).wait(WAIT).ok  # seq 2
+    assert 3 == commit(store, listener, sid, 2, x, y).seq
+    assert {"value": 2} == store.read_durable(y)
+    store._check()

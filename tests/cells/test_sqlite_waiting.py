@@ -40,11 +40,11 @@ class Recording(SQLiteStore):
         finally:
             self.evaluated.set()
 
-    def _apply(self, *args: Any) -> None:  # type: ignore[override]
+    def _apply(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
         if self.interrupt_before:
             self.interrupt_before = False
             raise KeyboardInterrupt
-        super()._apply(*args)
+        super()._apply(*args, **kwargs)
 
     def _remember(self, seq: int, rows: Any) -> None:
         if self.interrupt_after:
