@@ -8,7 +8,9 @@ with SIGKILL after a random delay: no `close`, no `atexit`, no flush. The
 writer runs three workers at once, each doing, in a random order:
 
 - acknowledged writes: a fresh cell set in its own transaction, counted once
-  `await tx.commit()` reported success;
+  `await tx.commit()` reported success (and, beside the workers, a thread running
+  no loop does the same with `Pending.wait()`, on a runtime of its own: the waiting
+  thread writes the queued commits to the file itself);
 - page opens: a result set up, then `await rt.open_page(cell)`, counted once
   it resolved `True`;
 - page stops: `await rt.stop(page)`, counted once it resolved; some stops are
@@ -106,10 +108,25 @@ async def _worker(rt: Runtime, trial: int, index: int, rng: random.Random) -> No
             _ack(f"S {name}")
 
 
+def _sync_writer(store: SQLiteStore, trial: int) -> None:
+    """Acknowledged writes from a thread running no event loop, on a runtime of its own:
+    each `Pending.wait()` writes the queued commits to the file on this thread (the
+    async workers' too, when it gets there first), where the workers' are written by
+    the store's writer thread."""
+    rt = Runtime(store, space=SPACE)
+    n = 0
+    while True:
+        n += 1
+        name = f"t{trial}sync{n}"
+        if rt.get_cell(("write", name)).set({"n": n}).wait().ok:
+            _ack(f"W {name} {n}")
+
+
 async def _write(path: str, trial: int, seed: int) -> None:
     store = SQLiteStore(path)
     rt = Runtime(store, space=SPACE)
     _ack("R")
+    threading.Thread(target=_sync_writer, args=(store, trial), daemon=True).start()
     rngs = [random.Random(seed * 1000 + i) for i in range(WORKERS)]
     await asyncio.gather(*(_worker(rt, trial, i, rngs[i]) for i in range(WORKERS)))
 
