@@ -209,6 +209,8 @@ class WriterStore(StoreBase):
         self._queue: collections.deque[tuple[SessionListener, CommitRequest]] = collections.deque()
         self._queued = 0
         self._stopping = False
+        self._evaluating = False
+        """A queued commit is being evaluated (`_run_queued`; under `_write_lock`)."""
         self._writer_untimed = False
         """The writer sleeps until woken (not for at most `_LAZY_WAKE_S`): a submit must wake it."""
         self._writer: threading.Thread | None = None
@@ -295,7 +297,9 @@ class WriterStore(StoreBase):
         """A waiting thread's turn (`Mailbox.helper`): evaluate the commits queued now,
         if no one else is evaluating (else wait as before). Whether it evaluated any."""
         queue = self._queue
-        if not queue or threading.current_thread() is self._writer:
+        if not queue or self._evaluating or threading.current_thread() is self._writer:
+            # (`_evaluating`: another thread is evaluating, or this one is, and waits from
+            # inside it (a post listener): the re-entrant lock would let it in.)
             return False
         return self._run_queued(blocking=False, most=len(queue))
 
@@ -316,12 +320,14 @@ class WriterStore(StoreBase):
                     item = queue.popleft()
                 except IndexError:
                     break
+                self._evaluating = True
                 try:
                     self._answer_evaluation(*item)
                 except BaseException:
                     self._interrupted(*item)
                     raise
                 finally:
+                    self._evaluating = False
                     with self._cond:
                         self._queued -= 1
                         self._cond.notify_all()
