@@ -131,6 +131,16 @@ async def _open_linked(ui: Runtime, name: str = "page") -> tuple[Cell, Cell]:
     return inp, page
 
 
+async def _ui_intent(store: StoreBase) -> tuple[Runtime, Cell, Cell]:
+    """A UI runtime of alice's that records a linked page's intent (`_open_linked`)
+    and then runs nothing itself: a serving runtime is to run the page."""
+    ui = Runtime(store, principal="alice")
+    await ui.__aenter__()
+    inp, page = await _open_linked(ui)
+    ui.stop_all()  # the UI keeps its intent but runs nothing itself
+    return ui, inp, page
+
+
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
 def test_a_paused_owner_is_taken_over_and_its_writes_are_fenced_out(
     kind: str, tmp_path: pathlib.Path
@@ -139,10 +149,7 @@ def test_a_paused_owner_is_taken_over_and_its_writes_are_fenced_out(
     clock = Clock()
 
     async def main() -> None:
-        ui = Runtime(store, principal="alice")
-        await ui.__aenter__()
-        inp, page = await _open_linked(ui)
-        ui.stop_all()  # the UI keeps its intent but runs nothing itself
+        ui, inp, page = await _ui_intent(store)
         a, sa = await _serve(store, clock)
         b, sb = await _serve(store, clock)
         assert len(sa.held) == 1
@@ -198,10 +205,7 @@ def test_an_idle_served_pages_documents_are_packed_and_decoded_equal_on_a_change
     clock = Clock()
 
     async def main() -> None:
-        ui = Runtime(store, principal="alice")
-        await ui.__aenter__()
-        inp, page = await _open_linked(ui)
-        ui.stop_all()
+        ui, inp, page = await _ui_intent(store)
         a, sa = await _serve(store, clock)
         assert len(sa.held) == 1
         await _settle(store, ui, a)
@@ -381,10 +385,7 @@ def test_a_page_opened_anywhere_is_picked_up_and_a_stop_anywhere_ends_it(
         a, sa = await _serve(store, clock)
         b, sb = await _serve(store, clock)
         assert not sa.held and not sb.held
-        ui = Runtime(store, principal="alice")
-        await ui.__aenter__()
-        _inp, page = await _open_linked(ui)
-        ui.stop_all()
+        ui, _inp, page = await _ui_intent(store)
         await _settle(store, ui, a, b)
         await sa.tick()  # the next heartbeat finds it
         await sb.tick()
@@ -549,10 +550,7 @@ def test_a_page_lost_and_claimed_again_commits_under_its_new_fence() -> None:
     clock = Clock()
 
     async def main() -> None:
-        ui = Runtime(store, principal="alice")
-        await ui.__aenter__()
-        inp, page = await _open_linked(ui)
-        ui.stop_all()
+        ui, inp, page = await _ui_intent(store)
         a, sa = await _serve(store, clock)
         b, sb = await _serve(store, clock)
         inp.set(2)  # A's runs commit under fence 1
@@ -587,10 +585,7 @@ def test_a_stopped_page_is_not_claimed_again_by_a_server_that_still_sees_it_open
     clock = Clock()
 
     async def main() -> None:
-        ui = Runtime(store, principal="alice")
-        await ui.__aenter__()
-        _inp, page = await _open_linked(ui)
-        ui.stop_all()
+        ui, _inp, page = await _ui_intent(store)
         a, sa = await _serve(store, clock)
         (held,) = sa.held.values()
         # The stop's claim close lands before A's replica heard of the record's removal
