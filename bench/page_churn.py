@@ -3,7 +3,7 @@
 Open and stop one page again and again on a `SQLiteStore` file (each cycle an
 awaited `rt.open_page` and an awaited `rt.stop`) and print, every K cycles,
 the file's size (the database and its write-ahead log), the rows the store keeps
-(`commit_log`, `revision`, `head`) and the time per cycle over the last K.
+(`revision`, `session`, `head`) and the time per cycle over the last K.
 
 Issue 13, item 6 asks that the file stay flat under 10,000 such cycles. Two
 things must hold for that: page records must not accumulate (closed records
@@ -38,7 +38,7 @@ def _line(cycles: int, path: str, per_cycle: str) -> str:
     db, wal = _sizes_kb(path)
     rows = _rows(path)
     return (
-        f"{cycles:>7} {db:>8.0f} {wal:>8.0f} {rows['commit_log']:>10} {rows['revision']:>9}"
+        f"{cycles:>7} {db:>8.0f} {wal:>8.0f} {rows['session']:>10} {rows['revision']:>9}"
         f" {rows['head']:>5} {per_cycle:>9}"
     )
 
@@ -48,7 +48,7 @@ def _rows(path: str) -> dict[str, int]:
     try:
         return {
             table: int(conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
-            for table in ("commit_log", "revision", "head")
+            for table in ("session", "revision", "head")
         }
     finally:
         conn.close()
@@ -63,7 +63,7 @@ async def churn(path: str, cycles: int, every: int) -> None:
     if not (await tx.commit()).ok:
         raise SystemExit("setting up the page failed")
     print(
-        f"{'cycles':>7} {'db KB':>8} {'wal KB':>8} {'commit_log':>10} {'revision':>9} {'head':>5}"
+        f"{'cycles':>7} {'db KB':>8} {'wal KB':>8} {'session':>10} {'revision':>9} {'head':>5}"
         f" {'ms/cycle':>9}"
     )
     print(_line(0, path, ""))

@@ -22,7 +22,11 @@ the two sides take turns instead:
   and how often its log restarted after a checkpoint (a checkpoint flushes the log
   and the database file: more flushes);
 - the statements each side steps per commit, counted over 50 untimed commits after the
-  rounds (its connection's trace callback: each row of an ``executemany`` is one).
+  rounds (its connection's trace callback: each row of an ``executemany`` is one);
+- which tables (B-trees) the pages each side writes belong to, over 128 more untimed
+  commits: the log is checkpointed and emptied first, then each frame's page number is
+  read from the log and named by SQLite's ``dbstat`` table (a page no tree holds is a
+  freelist page: ``(free)``; ``sqlite_schema`` is page 1, whose header counts free pages).
 
 One commit on each side is what the bench rows do: ``--documents 1``, raw reads
 one row and updates another in a ``BEGIN IMMEDIATE`` transaction, the store reads
@@ -69,6 +73,8 @@ class _Side:
         self.wal = wal
         self.conn = conn
         """The connection the side's commits run on (its statements are counted)."""
+        self.path = ""
+        """The side's database file."""
         self.restarts = 0
         self.wall: list[float] = []
         self.cpu: list[float] = []
@@ -92,6 +98,23 @@ class _Side:
         self.commits += commits
         self.wall.append((w1 - w0) / commits)
         self.cpu.append((c1 - c0) / commits)
+
+    def pages_by_table(self, path: str, first: int, commits: int) -> dict[str, float]:
+        """Pages written per commit, by the table or index each page belongs to, over
+        `commits` untimed commits after a checkpoint that empties the log (each frame of
+        the log is one page written; its first 4 bytes name the page)."""
+        self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        for n in range(first, first + commits):
+            self.commit(n)
+        names = dict(self.conn.execute("SELECT pageno, name FROM dbstat"))
+        size = int(self.conn.execute("PRAGMA page_size").fetchone()[0])
+        with open(path + "-wal", "rb") as f:
+            log = f.read()
+        counts: dict[str, int] = {}
+        for at in range(32, len(log) - size - 23, size + 24):  # (a 32-byte header, then frames)
+            name = names.get(int.from_bytes(log[at : at + 4], "big"), "(free)")
+            counts[name] = counts.get(name, 0) + 1
+        return {name: n / commits for name, n in sorted(counts.items(), key=lambda i: -i[1])}
 
     def statements(self, first: int, commits: int) -> float:
         """Statements stepped per commit over `commits` untimed commits (the connection's
@@ -131,7 +154,9 @@ def _raw(directory: str, synchronous: str, documents: int) -> _Side:
 
     commit = single if documents == 1 else batch
     commit(-1)
-    return _Side("raw sqlite3", commit, _WalPages(path), con)
+    side = _Side("raw sqlite3", commit, _WalPages(path), con)
+    side.path = path
+    return side
 
 
 def _store(directory: str, synchronous: str, documents: int) -> _Side:
@@ -172,7 +197,9 @@ def _store(directory: str, synchronous: str, documents: int) -> _Side:
 
     _leftovers.append(close)
     assert store._wconn is not None
-    return _Side("SQLiteStore", commit, _WalPages(path), store._wconn)
+    side = _Side("SQLiteStore", commit, _WalPages(path), store._wconn)
+    side.path = path
+    return side
 
 
 def _quartiles(xs: list[float]) -> tuple[float, float, float]:
@@ -195,6 +222,8 @@ def measure(rounds: int, commits: int, documents: int, directory: str, synchrono
                 side.run(first, commits)
             first += commits
         counted = {side.name: side.statements(first, 50) for side in (raw, store)}
+        first += 50
+        by_table = {side.name: side.pages_by_table(side.path, first, 128) for side in (raw, store)}
         ratios = {
             clock: [a / b for a, b in zip(getattr(raw, clock), getattr(store, clock), strict=True)]
             for clock in ("wall", "cpu")
@@ -210,6 +239,8 @@ def measure(rounds: int, commits: int, documents: int, directory: str, synchrono
                 f" wal pages {side.pages / side.commits:6.2f} per commit;"
                 f" log restarts {side.restarts}; statements {counted[side.name]:6.2f} per commit"
             )
+            tables = ", ".join(f"{name} {n:.2f}" for name, n in by_table[side.name].items())
+            print(f"  {'':12}  pages per commit by table: {tables}")
         for clock, xs in ratios.items():
             lo, mid, hi = _quartiles(xs)
             print(

@@ -57,6 +57,15 @@ def rows(db: FsPath, table: str) -> int:
         conn.close()
 
 
+def seqs(db: FsPath) -> int:
+    """The commits whose rows the file keeps."""
+    conn = sqlite3.connect(db)
+    try:
+        return int(conn.execute("SELECT COUNT(DISTINCT seq) FROM revision").fetchone()[0])
+    finally:
+        conn.close()
+
+
 def test_history_of_one_document_stays_bounded_under_churn(stores: Make, db: FsPath) -> None:
     store = stores(db)
     space = Space(store, "h")
@@ -70,7 +79,7 @@ def test_history_of_one_document_stays_bounded_under_churn(stores: Make, db: FsP
     assert cycles == cell.get()
     assert cycles == store.seq  # seqs still count every commit
     assert REVISIONS_KEPT <= rows(db, "revision") <= 2 * REVISIONS_KEPT
-    assert REVISIONS_KEPT <= rows(db, "commit_log") <= 2 * REVISIONS_KEPT
+    assert REVISIONS_KEPT <= seqs(db) <= 2 * REVISIONS_KEPT
     assert 0 == rows(db, "rejection")
     store._check()
 
@@ -480,7 +489,7 @@ def v3_history(db: FsPath) -> History:
 
 
 def test_a_version_3_file_is_upgraded_when_opened(stores: Make, db: FsPath) -> None:
-    # Version 4 gives revisions ids in commit order and chains them by id: every
+    # Versions 4 and 5 give revisions ids in commit order and chain them by id: every
     # document, revision, floor, next floor and claim of the version 3 file is kept.
     commits = old_commits()
     write_v3_file(db, commits)
@@ -489,8 +498,8 @@ def test_a_version_3_file_is_upgraded_when_opened(stores: Make, db: FsPath) -> N
     assert before[churned][0] is not None  # pruned twice, and more than kept since
     assert REVISIONS_KEPT < len(before[churned][1]) <= 2 * REVISIONS_KEPT
     store = stores(db)
-    assert "4" == str(VERSION) == meta_version(db)
-    store._check()  # counts, floors, next floors (now ids), chains by id, commit ranges
+    assert "5" == str(VERSION) == meta_version(db)
+    store._check()  # counts, floors, next floors (now ids), chains by id, commit rows
     assert len(commits) == store.seq
     assert {"value": {"x": 1}} == store.read_durable(once)
     assert MISSING is store.read_durable(deleted)
@@ -499,7 +508,7 @@ def test_a_version_3_file_is_upgraded_when_opened(stores: Make, db: FsPath) -> N
     assert_every_basis_meets(store, before, len(commits))
     # The store goes on: create-only meets the old claim, the churned document is
     # pruned by its upgraded next floor, and another store's session that loaded the
-    # documents before hears of every later commit (found through `first`).
+    # documents before hears of every later commit (found by revision id).
     watcher = stores(db)
     watching = Space(watcher, "h")
     assert {"x": 1} == watching.get_cell("once").get()
@@ -520,13 +529,166 @@ def test_a_version_3_file_is_upgraded_when_opened(stores: Make, db: FsPath) -> N
     assert -(2 * REVISIONS_KEPT - 1) == watching.get_cell("churned").get()["x"]
     assert {"x": 2} == watching.get_cell("once").get()
     # A cellweave of format 3 still holding the file open cannot commit to it: its
-    # first statement (the commit's row) no longer fits, so it writes nothing.
+    # first statement (the commit's row) has no table, so it writes nothing.
     conn = sqlite3.connect(db)
     try:
-        with pytest.raises(sqlite3.IntegrityError, match=r"commit_log\.first"):
+        with pytest.raises(sqlite3.OperationalError, match="no such table: commit_log"):
             conn.execute(
                 "INSERT INTO commit_log (seq, session_id, local_seq) VALUES (?, ?, ?)",
                 (store.seq + 1, "old@1", 1),
+            )
+    finally:
+        conn.close()
+
+
+# The DDL of store format version 4, as cellweave wrote it before version 5 (a
+# `commit_log` table beside revisions with ids in commit order, chained by id).
+V4_DDL = (
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE commit_log (seq INTEGER PRIMARY KEY, session_id TEXT NOT NULL,"
+    " local_seq INTEGER NOT NULL, first INTEGER NOT NULL)",
+    "CREATE TABLE rejection (session_id TEXT NOT NULL, local_seq INTEGER NOT NULL,"
+    " PRIMARY KEY (session_id, local_seq)) WITHOUT ROWID",
+    f"CREATE TABLE head (doc INTEGER PRIMARY KEY, {_KEY}, seq INTEGER NOT NULL,"
+    " revisions INTEGER NOT NULL, floor INTEGER, next_floor INTEGER, value TEXT,"
+    f" rev INTEGER NOT NULL DEFAULT 0, UNIQUE ({_PK}))",
+    "CREATE TABLE revision (id INTEGER PRIMARY KEY, seq INTEGER NOT NULL,"
+    " doc INTEGER NOT NULL, prev INTEGER NOT NULL, paths TEXT NOT NULL)",
+    f"CREATE TABLE claimed ({_KEY}, seq INTEGER NOT NULL, PRIMARY KEY ({_PK})) WITHOUT ROWID",
+    "CREATE INDEX claimed_by_seq ON claimed (seq)",
+)
+
+
+def v4_session(seq: int) -> tuple[str, int]:
+    """The (session key, local seq) of commit `seq` in `write_v4_file`: two sessions, in turn."""
+    return f"old@{1 + seq % 2}", seq
+
+
+def write_v4_file(db: FsPath, commits: list[OldCommit]) -> None:
+    """A file as cellweave wrote it in format 4, holding `commits` (seq 1, 2, ...) of two
+    sessions in turn (`v4_session`): revision ids in commit order, each naming its
+    document's previous one by id (the oldest kept one a pruned id), the head its last
+    one (`rev`) and its next floor by id, each commit_log row its first revision's id;
+    a document past 2 * REVISIONS_KEPT revisions keeps its newest REVISIONS_KEPT and
+    records its floor; commit_log keeps the newest row and the rows something names."""
+    kept = REVISIONS_KEPT
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("BEGIN")
+    for stmt in V4_DDL:
+        conn.execute(stmt)
+    conn.executemany(
+        "INSERT INTO meta VALUES (?, ?)", [("format", "cellweave-store"), ("version", "4")]
+    )
+    next_id = 1
+    for seq, (writes, claims) in enumerate(commits, 1):
+        conn.execute("INSERT INTO commit_log VALUES (?, ?, ?, ?)", (seq, *v4_session(seq), next_id))
+        for key, (value, paths) in writes.items():
+            k = key_params(key)
+            conn.execute(
+                f"INSERT INTO head ({_PK}, seq, revisions) VALUES (?, ?, ?, ?, ?, 0, 0)"
+                " ON CONFLICT DO NOTHING",
+                k,
+            )
+            doc, prev = conn.execute(f"SELECT doc, rev FROM head WHERE {_MATCH}", k).fetchone()
+            conn.execute(
+                "INSERT INTO revision VALUES (?, ?, ?, ?, ?)",
+                (next_id, seq, doc, prev, json.dumps(paths)),
+            )
+            conn.execute(
+                "UPDATE head SET next_floor = CASE revisions WHEN ? THEN ? ELSE next_floor END,"
+                " seq = ?, revisions = revisions + 1, rev = ?, value = ? WHERE doc = ?",
+                (kept, next_id, seq, next_id, encode_value(value), doc),
+            )
+            next_id += 1
+            count = conn.execute("SELECT revisions FROM head WHERE doc = ?", (doc,)).fetchone()[0]
+            if count > 2 * kept:
+                oldest = conn.execute(
+                    "SELECT id, seq FROM revision WHERE doc = ? ORDER BY id LIMIT ?",
+                    (doc, count - kept),
+                ).fetchall()
+                conn.execute("DELETE FROM revision WHERE doc = ? AND id <= ?", (doc, oldest[-1][0]))
+                conn.execute(
+                    "UPDATE head SET revisions = ?, floor = ?, next_floor = NULL WHERE doc = ?",
+                    (kept, oldest[-1][1], doc),
+                )
+                conn.execute(
+                    "DELETE FROM commit_log WHERE seq < ? AND seq NOT IN (SELECT seq FROM"
+                    " revision UNION SELECT seq FROM claimed)",
+                    (seq,),
+                )
+        for key in claims:
+            conn.execute("INSERT INTO claimed VALUES (?, ?, ?, ?, ?, ?)", (*key_params(key), seq))
+    conn.execute("COMMIT")
+    conn.close()
+
+
+def test_a_version_4_file_is_upgraded_when_opened(stores: Make, db: FsPath) -> None:
+    # Version 5 moves each commit's seq, session and local seq onto its revision rows
+    # (a row of its own for a commit that wrote none) and drops commit_log: every
+    # document, revision, floor, next floor, claim and commit's session is kept.
+    commits = old_commits()
+    write_v4_file(db, commits)
+    before = v3_history(db)  # (the same columns in version 4)
+    churned, once, deleted, claimed = keys("churned", "once", "deleted", "claimed")
+    assert before[churned][0] is not None  # pruned twice, and more than kept since
+    assert REVISIONS_KEPT < len(before[churned][1]) <= 2 * REVISIONS_KEPT
+    store = stores(db)
+    assert "5" == str(VERSION) == meta_version(db)
+    store._check()  # counts, floors, next floors, chains, sessions, the claim's own row
+    assert len(commits) == store.seq
+    assert {"value": {"x": 1}} == store.read_durable(once)
+    assert MISSING is store.read_durable(deleted)
+    last = 3 * REVISIONS_KEPT + 6
+    assert {"value": {"x": last, "y": last}} == store.read_durable(churned)
+    conn = store._reader_conn()
+    for key, (_, revs) in before.items():
+        for basis in range(len(commits) + 1):
+            got = store._revisions_since(conn, "s", "s@1", key, basis)
+            if basis >= (before[key][0] or 0):
+                assert [(seq, p) for seq, p in revs if seq > basis] == [
+                    (r.seq, r.paths) for r in got
+                ], (key, basis)
+                assert all((r.session_id, r.local_seq) == v4_session(r.seq) for r in got)
+            else:
+                assert [(before[key][0], ((),))] == [(r.seq, r.paths) for r in got]
+    # The commit that only claimed keeps its seq, session and local seq.
+    assert [(2, "old@1", 2)] == conn.execute(
+        "SELECT r.seq, s.key, r.local_seq FROM revision r JOIN session s ON s.id = r.session"
+        " WHERE r.doc IS NULL"
+    ).fetchall()
+    # The store goes on: create-only meets the old claim, the churned document is
+    # pruned by its upgraded next floor, and another store's session that loaded the
+    # documents before hears of every later commit.
+    watcher = stores(db)
+    watching = Space(watcher, "h")
+    assert last == watching.get_cell("churned").get()["x"]
+    space = Space(store, "h")
+    tx = space.edit()
+    tx.create_only(claimed)
+    tx.write(claimed, ("value",), 1)
+    assert Outcome.PERMANENT is tx.commit().wait(WAIT).outcome
+    for i in range(2 * REVISIONS_KEPT):
+        assert space.get_cell("churned").key("x").set(-i).wait(WAIT).ok
+        if i in (0, REVISIONS_KEPT - 1, REVISIONS_KEPT, 2 * REVISIONS_KEPT - 1):
+            store._check()
+    assert space.get_cell("once").key("x").set(2).wait(WAIT).ok
+    assert watcher.poll() > 0
+    watching.replica.pump()
+    assert -(2 * REVISIONS_KEPT - 1) == watching.get_cell("churned").get()["x"]
+    assert {"x": 2} == watching.get_cell("once").get()
+    # A cellweave of format 4 still holding the file open cannot commit to it: the
+    # commit's row has no table, and a revision row without its session does not fit.
+    conn = sqlite3.connect(db)
+    try:
+        with pytest.raises(sqlite3.OperationalError, match="no such table: commit_log"):
+            conn.execute(
+                "INSERT INTO commit_log (seq, session_id, local_seq, first) VALUES (?, ?, ?, ?)",
+                (store.seq + 1, "old@1", 1, 10**6),
+            )
+        with pytest.raises(sqlite3.IntegrityError, match=r"revision\.session"):
+            conn.execute(
+                "INSERT INTO revision (seq, id, doc, prev, paths) VALUES (?, ?, ?, ?, ?)",
+                (store.seq + 1, 10**6, 1, 0, "[]"),
             )
     finally:
         conn.close()

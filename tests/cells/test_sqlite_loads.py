@@ -90,7 +90,10 @@ def test_an_unreadable_value_fails_its_own_load_only(tmp_path: FsPath) -> None:
     path = tmp_path / "l.db"
     keys = _written(path)[:3]
     with sqlite3.connect(path) as conn:
-        conn.execute("UPDATE head SET value = '{' WHERE doc_id = ?", (keys[1].id,))
+        conn.execute(
+            "UPDATE head SET value = '{' WHERE doc IN (SELECT doc FROM document WHERE doc_id = ?)",
+            (keys[1].id,),
+        )
     with SQLiteStore(path, poll_interval=0) as store:
         listener = Loads()
         store.connect(listener)  # type: ignore[arg-type]
