@@ -172,7 +172,7 @@ class Cell:
 
     # -- reads
     def _reader(self) -> Transaction:
-        return self._tx if self._tx is not None else self._replica._read_tx(self._identity)
+        return self._tx if self._tx is not None else self._replica.reader(self._identity)
 
     def get(self) -> Value:
         """The current visible value as plain data (a fresh copy; links followed). No scheduling."""

@@ -187,11 +187,14 @@ class Replica:
             raise TransactionError(f"replica {self.session_id} is closed")
         return Transaction(self, identity, source=source)
 
-    def _read_tx(self, identity: Identity) -> Transaction:
-        """`_open_tx` for reads that are dropped open (`Cell.get`, `Cell.resolve`). Not
-        counted open: it never commits, so it needs no store history and must not hold
-        back pruning (`low_water`); only `OpenedTransaction`s are finalized."""
-        tx = self._open_tx(identity)
+    def reader(self, identity: Identity) -> Transaction:
+        """A transaction for reads only, acting for `identity`, to be dropped open when
+        done (`Cell.get`, `Cell.resolve`, a scheduler's pull). Not counted open: it never
+        commits, so it needs no store history and holds back no pruning (`low_water`).
+        Committing it is allowed but counts nothing; use `edit` for that."""
+        if self.closed:
+            raise TransactionError(f"replica {self.session_id} is closed")
+        tx = Transaction(self, identity)
         self._open_txs -= 1
         return tx
 

@@ -223,7 +223,10 @@ class _Pull:
     def read(self) -> Any:
         """The value, or `_AGAIN` when it read places whose writers were not held (now
         they are: settle again). A read that fails raises to the puller."""
-        tx = Transaction(self.host.replica, self.identity)
+        # A reader, dropped open: counted open, as a plain transaction is until it
+        # commits or aborts, every pull kept the replica busy for good (its store never
+        # pruned the history it no longer needed).
+        tx = self.host.replica.reader(self.identity)
         value = read_value(tx, self.link)
         log = tx.reads
         graph = self.graph

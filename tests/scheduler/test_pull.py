@@ -162,3 +162,23 @@ def test_a_pull_whose_read_is_refused_raises_the_refusal_to_the_puller() -> None
     assert sch.errors() == []
     assert all(n.demand == 0 for n in sch.graph.nodes)
     sch.close()
+
+
+def test_a_pull_leaves_its_replica_quiet_so_the_store_may_prune() -> None:
+    # A pull reads through a transaction it drops open: counted as an open transaction,
+    # every pull kept the replica busy for good, and its store never pruned history.
+    space, sch = _world()
+    a, b = space.cell("a"), space.cell("b")
+    a.set(1)
+    sch.derive(b, [a], lambda v: v + 1, label="b")
+    replica = space.replica
+    for i in range(3):
+        a.set(i)
+        assert i + 1 == sch.pull_now(b)
+        assert i + 1 == asyncio.run(sch.pull(b))
+        replica.pump()
+        assert replica.low_water() is None  # quiet: no history needed
+    store = space.replica.store
+    assert isinstance(store, MemoryStore)
+    assert store.low_water() == store.seq
+    sch.close()
