@@ -255,9 +255,20 @@ class Replica:
             value = self._unpack(key, rec)
         return value
 
+    def held_key(self, key: DocKey) -> DocKey:
+        """The key object this replica holds for `key`'s document once loaded (equal to
+        `key`), else `key` itself. O(1), no argument check. For callers that keep a key
+        for long (a node's outputs and read set, a registration): keeping the replica's
+        object instead of an equal copy saves 56 bytes per copy."""
+        rec = self._docs.get(key)
+        if rec is None:
+            return key
+        held = rec.key
+        return key if held is None else held
+
     def is_loaded(self, key: DocKey) -> bool:
         rec = self._docs.get(key)
-        return rec is not None and rec.loaded
+        return rec is not None and rec.key is not None
 
     def in_flight(self) -> int:
         """Commits applied locally and still waiting for their verdict."""
@@ -440,7 +451,7 @@ class Replica:
             if (
                 (t is not dict and t is not list)
                 or rec.layers
-                or not rec.loaded
+                or rec.key is None
                 or rec.confirmed is not value
                 or key in loading
                 or key in keep
@@ -475,7 +486,7 @@ class Replica:
                 self.store.load(self, key)
             else:
                 self.stats.loads += 1
-                rec.loaded = True
+                rec.key = key
                 rec.confirmed = rec.visible = state.value
                 rec.confirmed_seq = state.seq
         return rec
@@ -847,9 +858,10 @@ class Replica:
                 rec.layers = ()
                 rec.confirmed = rec.visible = value
                 rec.confirmed_seq = seq
-                rec.loaded = True
+                if rec.key is None:
+                    rec.key = key
             else:
-                adopt_oldest_layer(rec, layers, value, seq)
+                adopt_oldest_layer(rec, key, layers, value, seq)
             self.stats.accepted += 1
             result = CommitResult(_OK_OUTCOME, None, seq)
             if tx._settle_callbacks is None and tx._post_commit is None and tx.result is None:
@@ -932,9 +944,10 @@ class Replica:
                     rec.layers = ()
                     rec.confirmed = rec.visible = value
                     rec.confirmed_seq = seq
-                    rec.loaded = True
+                    if rec.key is None:
+                        rec.key = key
                 else:
-                    adopt_oldest_layer(rec, layers, value, seq)
+                    adopt_oldest_layer(rec, key, layers, value, seq)
                 stats.accepted += 1
                 result = tx.result = CommitResult(_OK_OUTCOME, None, seq)
                 tx.status = "committed"
@@ -986,16 +999,18 @@ class Replica:
                     rec.layers = ()
                     rec.confirmed = rec.visible = verdict.docs[key]
                     rec.confirmed_seq = seq
-                    rec.loaded = True
+                    if rec.key is None:
+                        rec.key = key
                 else:
-                    adopt_oldest_layer(rec, layers, verdict.docs[key], seq)
+                    adopt_oldest_layer(rec, key, layers, verdict.docs[key], seq)
                 continue
             kept = [lay for lay in layers if lay.seq != local_seq]
             rec.layers = collections.deque(kept) if kept else ()
             if seq is not None and seq > rec.confirmed_seq:
                 rec.confirmed = verdict.docs.get(key, rec.confirmed)
                 rec.confirmed_seq = seq
-                rec.loaded = True
+                if rec.key is None:
+                    rec.key = key
             self._refresh(key, rec, changes)
         if verdict.error is None:
             self.stats.accepted += 1
@@ -1021,7 +1036,7 @@ class Replica:
         changes: list[Change] = []
         for key, value in docs.items():
             rec = self._docs.get(key)
-            if rec is None or not rec.loaded or seq <= rec.confirmed_seq:
+            if rec is None or rec.key is None or seq <= rec.confirmed_seq:
                 continue
             rec.confirmed = value
             rec.confirmed_seq = seq
@@ -1038,11 +1053,12 @@ class Replica:
         self._loading.discard(key)
         waiters = self._sync_waiters.pop(key, [])
         changes: list[Change] = []
-        if state is not None and (not rec.loaded or state.seq > rec.confirmed_seq):
+        if state is not None and (rec.key is None or state.seq > rec.confirmed_seq):
             self.stats.loads += 1
             rec.confirmed = state.value
             rec.confirmed_seq = state.seq
-            rec.loaded = True
+            if rec.key is None:
+                rec.key = key
             self._refresh(key, rec, changes)
         try:
             if changes:
@@ -1054,6 +1070,7 @@ class Replica:
     # ------------------------------------------------------------------ invariants
     def _check(self) -> None:
         for key, rec in self._docs.items():
+            assert rec.key is None or rec.key == key, f"{key} holds the key {rec.key}"
             if type(rec.visible) is bytes:
                 assert rec.confirmed is rec.visible, f"{key} is packed, its confirmed value not"
                 assert not rec.layers, f"{key} is packed with pending layers"

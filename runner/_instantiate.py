@@ -241,7 +241,9 @@ class _Lift:
         self.args = tuple(args)
         self.kwargs = kwargs or _NO_KWARGS
         self.out = out
-        self.out_key = out.key(identity)
+        # The replica's key object when it has the document (a page's pre-sync loaded
+        # it): one key object per document (`Replica.held_key`).
+        self.out_key = runner.replica.held_key(out.key(identity))
         self.identity = identity
         self.launches: ComputedLaunches | None = None
         self.node: Node | None = None

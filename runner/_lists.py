@@ -524,7 +524,7 @@ class Coordinator:
                 entry.owed = True  # its argument's index changed
         if not entry.owed:
             return False
-        child_key = entry.child.key(tx.identity)
+        child_key = self.runner.replica.held_key(entry.child.key(tx.identity))
         if not loaded(self.runner.replica, tx, child_key):
             # Its result document is still loading: keep the debt, and pay it when the
             # load ends (a child started on a document it has not seen, or a setup

@@ -112,9 +112,12 @@ class Runner(Ownership):
         """
         graph = pattern.graph
         identity = tx.identity
-        key = result.key(identity)
+        # The replica's key objects where it holds the documents (`Replica.held_key`):
+        # the store and the nodes then keep the same one (56 bytes per copy).
+        held = self.replica.held_key
+        key = held(result.key(identity))
         arg = docs.argument_link(result)
-        tx.write(arg.key(identity), (docs.VALUE,), argument)
+        tx.write(held(arg.key(identity)), (docs.VALUE,), argument)
         tx.write(key, (docs.PATTERN,), pattern.identity)
         tx.write(key, (docs.ARGUMENT,), arg)
         tx.write(key, (docs.VALUE,), docs.bind(graph.result, result))
@@ -208,7 +211,7 @@ class Runner(Ownership):
         owes the setup writes (the re-run re-issues them).
         """
         identity = tx.identity
-        key = result.key(identity)
+        key = self.replica.held_key(result.key(identity))  # (one key object: `stage_setup`)
         existing = self.registrations.get(key)
         if existing is not None:
             if existing.pattern == pattern.identity:
@@ -241,7 +244,7 @@ class Runner(Ownership):
             self.stop_result(key, why="its pattern was replaced")
         if gated:
             return self._gate(tx, pattern, result, launch=launch, chain=chain)
-        reg = self.start_core(tx, pattern, result, launch=launch, chain=chain)
+        reg = self.start_core(tx, pattern, result, launch=launch, chain=chain, key=key)
         if rollback:
             tx.add_settle_callback(lambda _tx, res: self._rollback(key, reg, res, launch))
         return reg
@@ -331,8 +334,8 @@ class Runner(Ownership):
         `key` is `result`'s key for `tx.identity` if the caller holds it already (the
         registration then keeps that object: one key object fewer per running result)."""
         identity = tx.identity
-        if key is None:
-            key = result.key(identity)
+        # The replica's key object when it holds the document (`Replica.held_key`).
+        key = self.replica.held_key(result.key(identity) if key is None else key)
         self._check_chain(key, chain, pattern)
         reg = self.registrations.install(key, launch, pattern=pattern.identity, chain=chain)
         self.trace.record("start", key, launch=launch, generation=reg.generation)

@@ -109,11 +109,21 @@ def _outputs_feed(outputs: Outputs, reads: ReadSet) -> bool:
     return False
 
 
+def _same_key(key: DocKey) -> DocKey:
+    return key
+
+
 class Graph:
     """Registered nodes, the writer map, data edges, heights and liveness."""
 
-    def __init__(self, index: ReaderIndex) -> None:
+    def __init__(
+        self, index: ReaderIndex, replica_key: Callable[[DocKey], DocKey] | None = None
+    ) -> None:
         self.index = index
+        self.replica_key: Callable[[DocKey], DocKey] = replica_key or _same_key
+        """The key object the replica holds for a document (`Replica.held_key`): what a
+        read set keeps when no node holds one already, so the replica's records, the
+        nodes and the reader index share one key object per document."""
         self.nodes: dict[Node, None] = {}
         self.writers_by_doc: dict[DocKey, Node | set[Node]] = {}
         """Declared writers per document: the node itself while it is the only one
@@ -361,7 +371,7 @@ class Graph:
             for k, _ in writer.outputs:
                 if k == key:
                     return k
-        return key
+        return self.replica_key(key)
 
     def _apply_writers(self, node: Node, new_writers: set[Node]) -> None:
         """Make `new_writers` `node`'s incoming edges (liveness and heights follow)."""

@@ -180,12 +180,15 @@ class Passes:
         running = self._running
         if parent is None and running is not None:
             parent = running
+        held = self.replica.held_key
         node = make(  # (`make`: a `Node` subclass's constructor, see `derive`)
             fn,
             kind,
             next(self._ordinals),
             identity,
-            one_output(tuple(outputs)),
+            # The replica's key object where it has the document (one key per document,
+            # not one more per writer: `Replica.held_key`).
+            one_output(tuple([(held(key), path) for key, path in outputs])),
             label
             or (None if isinstance(fn, SelfLabelled) else str(getattr(fn, "__qualname__", "node"))),
             parent,

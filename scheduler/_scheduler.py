@@ -77,7 +77,7 @@ class Scheduler(Passes):
         self._authority = authority if authority is not None else replica.claim_authority()
         self.clock: Clock = clock or SystemClock()
         self.index = ReaderIndex()
-        self.graph = Graph(self.index)
+        self.graph = Graph(self.index, replica.held_key)
         self.stats = Statistics()
         self._ordinals = itertools.count()
         self._candidates: dict[Node, None] = {}
