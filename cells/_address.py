@@ -132,14 +132,20 @@ class Link(msgspec.Struct, frozen=True, gc=False):
     def __post_init__(self) -> None:
         # Checked here so equal links always hash alike (True is not the index 1).
         # Fast path first: links are made often, messages only when something is wrong.
+        path = self.path
         if (
             type(self.space) is str
             and type(self.id) is str
             and self.scope in SCOPES
-            and type(self.path) is tuple
-            and all(type(e) is str or (type(e) is int and e >= 0) for e in self.path)
+            and type(path) is tuple
         ):
-            return
+            # A loop, not `all()` over a generator: a link is made per hop, per pull
+            # and per `Cell.key`, and the generator's frame cost more than the checks.
+            for e in path:
+                if type(e) is not str and (type(e) is not int or e < 0):
+                    break
+            else:
+                return
         if not isinstance(self.space, str) or not isinstance(self.id, str):
             raise ArgumentTypeError(
                 f"Link: space and id must be str, got {self.space!r}, {self.id!r}",

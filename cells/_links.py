@@ -118,19 +118,28 @@ def _resolve(
     chain: list[Link] = [link]  # formatted only if an error needs it
     for hop in range(MAX_HOPS + 1):  # the extra turn sees whether hop MAX_HOPS ended it
         if hop:
-            key = current.key(identity)
+            # (`Link.key` and `first_link`, without their calls for a shared document.)
+            key = (
+                DocKey(current.space, current.id)
+                if current.scope == "space"
+                else current.key(identity)
+            )
             doc = tx.peek(key)
-            found = first_link(doc.get(VALUE) if type(doc) is dict else MISSING, current.path, doc)
-        if found is None:
-            return current, key
+            found = _first_link(
+                doc.get(VALUE, MISSING) if type(doc) is dict else MISSING, current.path, doc
+            )
+            if found is None or isinstance(found, _IdStep):
+                return current, key
         at, target = found
-        if at == len(current.path) and not follow_last:
+        cpath = current.path
+        if at == len(cpath) and not follow_last:
             return current, key
-        place = (VALUE, *current.path[:at])
+        head = cpath[:at] if at < len(cpath) else cpath
+        place = (VALUE, *head)
         tx.read(key, place, shallow=True)
         if hops is not None:
             hops.append((key, place))
-        marker = (key, current.path[:at])
+        marker = (key, head)
         if marker in seen:
             names = tuple(map(str, chain))
             raise LinkCycleError(
@@ -139,7 +148,12 @@ def _resolve(
                 chain=names,
             )
         seen.add(marker)
-        current = Link(target.space, target.id, target.scope, target.path + current.path[at:])
+        current = Link(
+            target.space,
+            target.id,
+            target.scope,
+            target.path + cpath[at:] if at < len(cpath) else target.path,
+        )
         chain.append(current)
     raise LinkCycleError(
         f"following {describe(link)} took more than {MAX_HOPS} hops:"

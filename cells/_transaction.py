@@ -415,7 +415,12 @@ class Transaction:
             raise _bad_path(path, "peek")
         td = self._docs.get(key)
         if td is not None:
-            return get_path(td.working, path)
+            working = td.working
+            if not path:
+                return working  # the whole document (`_resolve` walks it): no call
+            if len(path) == 1 and type(working) is dict and type(path[0]) is str:
+                return working.get(path[0], MISSING)  # one field, without the call
+            return get_path(working, path)
         if type(key) is not DocKey:
             raise _bad_key(key, "peek")
         if key.scope != "space" or "cw:" <= key.id < "cw;":
@@ -426,6 +431,8 @@ class Transaction:
         visible = rec.visible
         if type(visible) is bytes:  # packed while idle (`Replica.pack`)
             visible = self._replica._unpack(key, rec)
+        if not path:
+            return visible  # the whole document (`_resolve` walks it): no call
         if len(path) == 1 and type(visible) is dict and type(path[0]) is str:
             return visible.get(path[0], MISSING)  # `get_path` of one field, without the call
         return get_path(visible, path)
