@@ -102,7 +102,7 @@ def _resolve(
         root = tx.peek(key, _VALUE_PATH)
         if type(root) is not Link:
             return link, key  # the common case: no link on the way, nothing to track
-        found: tuple[int, Link] | None = (0, root)
+        found: tuple[int, Link] = (0, root)
     else:
         # The whole document, in hand for an element-id step (its ids are beside the
         # value): one walk, not a walk that stops at the id and a second one.
@@ -125,11 +125,12 @@ def _resolve(
                 else current.key(identity)
             )
             doc = tx.peek(key)
-            found = _first_link(
+            step = _first_link(
                 doc.get(VALUE, MISSING) if type(doc) is dict else MISSING, current.path, doc
             )
-            if found is None or isinstance(found, _IdStep):
+            if step is None or isinstance(step, _IdStep):
                 return current, key
+            found = step
         at, target = found
         cpath = current.path
         if at == len(cpath) and not follow_last:

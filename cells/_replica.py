@@ -662,6 +662,17 @@ class Replica:
                  visible, working),
             )  # fmt: skip
             return True
+        if self._batch is None and self.fence_for is None:
+            # A commit of its own (the Cell API's): the same entry, which the store may
+            # accept at once with no request (`_send_entry`).
+            self._send_entry(
+                tx,
+                seq,
+                change,
+                (tx, seq, rkey, rtd.basis_seq, rpath, shallow, rtd.deps, wkey, path, new,
+                 visible, working),
+            )  # fmt: skip
+            return True
         request = CommitRequest(
             self.session_id,
             seq,
@@ -833,6 +844,36 @@ class Replica:
             else:  # (the batch ended meanwhile)
                 self._submit_runs(list(entry))
 
+    def _send_entry(
+        self, tx: Transaction, seq: int, change: Change, entry: tuple[Any, ...]
+    ) -> None:
+        """`_send` of a usual commit made outside a batch, as run log `entry` (see
+        RUN_WIDTH): in flight and notified the same way, then offered to the store as it
+        is (`StoreBase.commit_entry`, answered by `accept_entry`); a store that declines
+        it gets its request, as `_send` would have sent it."""
+        tx._docs = {}  # (as in `_send`)
+        tx.reads = _SENT_LOG
+        self._in_flight[seq] = tx
+        stats = self.stats
+        stats.commits_sent += 1
+        try:
+            subscribers = self._subscribers
+            if not subscribers:
+                stats.notifications += 1
+            elif len(subscribers) == 1:  # `_notify` for one subscriber (a scheduler)
+                stats.notifications += 1
+                subscribers[0](Notification("commit", (change,), tx))
+            else:
+                self._notify(Notification("commit", (change,), tx))
+        finally:
+            runs = self._runs
+            if runs is not None:  # (a batch opened meanwhile, by a subscriber: join it)
+                runs += entry
+            elif self._batch is not None:
+                self._batch.append(run_request(self.session_id, entry, 0))
+            elif not self.store.commit_entry(self, self.session_id, entry):
+                self.store.submit(self, run_request(self.session_id, entry, 0))
+
     def _stale(self, tx: Transaction, message: str) -> None:
         self.stats.local_stale += 1
         tx._settle(CommitResult(Outcome.STALE_BASIS, InconsistentBasisError(message)))
@@ -877,6 +918,47 @@ class Replica:
             else:
                 tx._settle(result)
         if not self._in_flight and not self._open_txs and self.store._prune_in <= 0:
+            self.store.quiesced(self)  # (nothing open, nothing in flight: it may prune)
+
+    def accept_entry(self, entry: tuple[Any, ...], seq: int, base_seq: int, value: Value) -> None:
+        """`on_accepted` of the commit the store took as run log `entry` (`_send_entry`):
+        the usual case (its layer is its document's oldest, on the state the store applied
+        it to, and nothing to call back: a Cell API commit) settled here, as `accept_runs`
+        settles one; any other through `on_accepted` with its request."""
+        local_seq = entry[1]
+        tx: Transaction = entry[0]
+        key: DocKey = entry[7]
+        in_flight = self._in_flight
+        rec = self._docs[key]
+        layers = rec.layers
+        if (
+            in_flight.get(local_seq) is not tx
+            or tx._settle_callbacks is not None
+            or tx._post_commit is not None
+            or tx.result is not None
+            or not (layers and layers[0].seq == local_seq and base_seq == rec.confirmed_seq)
+        ):
+            self.on_accepted(run_request(self.session_id, entry, 0), seq, base_seq, value)
+            return
+        del in_flight[local_seq]
+        if seq > self._heard:
+            self._heard = seq
+        if type(layers) is tuple and len(layers) == 1:
+            # `adopt_oldest_layer` of the document's only layer (the usual case), inlined.
+            rec.layers = ()
+            rec.confirmed = rec.visible = value
+            rec.confirmed_seq = seq
+            rec.loaded = True
+        else:
+            adopt_oldest_layer(rec, layers, value, seq)
+        self.stats.accepted += 1
+        result = tx.result = CommitResult(_OK_OUTCOME, None, seq)
+        tx.status = "committed"
+        tx._values = None
+        pending = tx._pending
+        if pending is not None:
+            pending._resolve(result)  # (its callbacks, if any, run: awaiting wakes here)
+        if not in_flight and not self._open_txs and self.store._prune_in <= 0:
             self.store.quiesced(self)  # (nothing open, nothing in flight: it may prune)
 
     def accept_runs(self, runs: list[Any], results: list[Any], start: int) -> None:

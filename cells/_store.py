@@ -185,6 +185,10 @@ class SessionListener(Protocol):
         on: `results` holds, per entry, (seq, base seq, new value) for an accepted
         commit, else (None, its `Verdict`, its `CommitRequest`)."""
 
+    def accept_entry(self, entry: tuple[Any, ...], seq: int, base_seq: int, value: Value) -> None:
+        """The verdict accepting the one commit of `StoreBase.commit_entry`: `seq`, and
+        the written document's new `value`, applied on its state at `base_seq`."""
+
     def low_water(self) -> int | None:
         """The store seq at or below which this session's future commits need no
         revision history (None: they need none now). A store that prunes history asks
@@ -531,6 +535,18 @@ class StoreBase(abc.ABC):
         (`listener.accept_runs`). Returns False, having done nothing, when it cannot now
         (a held gate, a hooked evaluation, a backend without it): the caller then
         submits the requests (`run_request`). Default: False."""
+        return False
+
+    def commit_entry(
+        self, listener: SessionListener, session_id: str, entry: tuple[Any, ...]
+    ) -> bool:
+        """Accept the one commit `entry` (a run log entry, see RUN_WIDTH, never a request
+        of its own) now if it surely would be, and answer it with `listener.accept_entry`
+        on its mailbox (never inside this call), exactly as `submit` of its request
+        (`run_request`) would have; returns True. Returns False, having done nothing,
+        when it cannot (a held gate, a hooked evaluation, a check that must go to the
+        general path, a backend without it): the caller then submits the request.
+        Default: False."""
         return False
 
     def _submit_evaluation(self, listener: SessionListener, request: CommitRequest) -> None:

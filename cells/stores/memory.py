@@ -438,6 +438,96 @@ class MemoryStore(StoreBase):
             self._broadcast_runs(session_id, runs, results)
         return True
 
+    def commit_entry(
+        self, listener: SessionListener, session_id: str, entry: tuple[Any, ...]
+    ) -> bool:
+        """`StoreBase.commit_entry`: one Cell API commit of the usual shape (one read,
+        one top-level field written), decided as `submit_runs` decides an entry, with no
+        request, claim or write object and no run log. Anything `submit_runs` would send
+        to the general path is declined before anything changes."""
+        if (
+            self._verdict_gate is not None
+            or self.closed
+            or type(self)._evaluate is not MemoryStore._evaluate
+        ):
+            return False  # held or hooked: the request goes through `submit`
+        _, local_seq, rkey, basis, _, _, deps, key, path, new, baseline, working = entry
+        with self._lock:
+            resolutions = self._resolutions.get(session_id)
+            built_on: Collection[int] = deps
+            if deps:
+                if resolutions is None:
+                    return False
+                low, above, rejected = resolutions.low, resolutions.above, resolutions.rejected
+                for dep in deps:
+                    if (dep > low and dep not in above) or dep in rejected:
+                        return False  # not evaluated yet, or rejected
+                if len(deps) > 8:
+                    built_on = frozenset(deps)
+            # The read's check (`_reads_clear` of one claim, inlined).
+            heads = self._heads
+            revisions = self._revisions
+            revs = revisions.get(rkey)
+            if revs is None:
+                head = heads.get(rkey)
+                if head is not None and basis < head.seq:
+                    return False
+            elif isinstance(revs, list):
+                j = len(revs) - 1
+                while j >= 0 and revs[j].seq > basis:
+                    rev = revs[j]
+                    if rev.session_id != session_id or rev.local_seq not in built_on:
+                        return False
+                    j -= 1
+            elif revs.seq > basis and (
+                revs.session_id != session_id or revs.local_seq not in built_on
+            ):
+                return False
+            floors = self._floors
+            if floors and basis < floors.get(rkey, 0):
+                return False
+            head = heads.get(key, NO_STATE)
+            current = head.value
+            if current is baseline:
+                value = working  # what the copy below would make: no copy
+            elif type(current) is dict:
+                value = dict(current)
+                if new is MISSING:
+                    value.pop(path[0], None)
+                else:
+                    value[path[0]] = new
+            else:
+                return False  # (not a dict: `set_path` decides, on the general path)
+            self._seq = seq = self._seq + 1
+            heads[key] = DocState(seq, value)
+            paths = _ONE_PATH.get(path)
+            if paths is None:
+                paths = (path,)
+                if len(_ONE_PATH) < _ONE_PATH_KEPT:
+                    _ONE_PATH[path] = paths
+            revision = Revision(seq, session_id, local_seq, paths)
+            revs = revisions.get(key)
+            if revs is None:  # (`_add_revision`'s first case, inlined)
+                if head.seq:
+                    floors[key] = head.seq  # its history was pruned: keep that floor
+                revisions[key] = revision
+            elif isinstance(revs, list) and len(revs) < 2 * REVISIONS_KEPT:
+                revs.append(revision)
+            else:
+                self._add_revision(key, revision, head.seq)
+            if resolutions is None:
+                resolutions = self._resolutions[session_id] = _Resolved()
+            if local_seq == resolutions.low + 1 and not resolutions.above:
+                resolutions.low = local_seq  # `_Resolved.add` for the usual next commit
+            else:
+                resolutions.add(local_seq, rejected=False)
+            self._prune_in -= 1
+        self.commits_evaluated += 1
+        listener.mailbox.post(partial(listener.accept_entry, entry, seq, head.seq, value))
+        if len(self._listeners) > 1:
+            self._broadcast(session_id, seq, {key: value})
+        return True
+
     def _reads_clear(
         self, session_id: str, reads: Iterable[ReadClaim], built_on: Collection[int]
     ) -> bool:
