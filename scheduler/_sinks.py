@@ -34,6 +34,7 @@ from cells import (
     Path,
     Transaction,
     first_link,
+    get_path,
     patch_ops,
     patch_ops_at,
     reaches,
@@ -126,10 +127,18 @@ PULL_HOPS: Final = 8
 """How many links `_ahead` follows (a longer chain: the pull's read finds the rest)."""
 
 
-def _ahead(host: Host, cell: Cell) -> list[tuple[DocKey, Path, bool]]:
+_Walk = tuple[tuple[tuple[DocKey, Any], ...], DocKey, Path]
+"""What `_ahead` walked when its walk ended at a place: each document a followed link
+sat in, with the visible value it had then, and the place the walk ended at (its
+document and value-relative path)."""
+
+
+def _ahead(host: Host, cell: Cell) -> tuple[list[tuple[DocKey, Path, bool]], _Walk | None]:
     """What a pull's read logs if no link on the way moves before it reads: the place
     of each link it follows (shallow, as `read_value` logs it) and the place they
-    lead to (deep), found by walking the visible documents (nothing logged).
+    lead to (deep), found by walking the visible documents (nothing logged); and the
+    walk itself (`_Walk`), or None when it stopped early (a document the pull may not
+    read, or more than PULL_HOPS links).
 
     The pull holds demand on the writers of these places, so they run before it
     reads: holding only the cell's own document's writers, it would follow the links
@@ -143,11 +152,12 @@ def _ahead(host: Host, cell: Cell) -> list[tuple[DocKey, Path, bool]]:
     current = cell.link()
     key = cell.doc_key
     reads: list[tuple[DocKey, Path, bool]] = []
+    hops: list[tuple[DocKey, Any]] = []
     for _hop in range(PULL_HOPS):
         if not reaches(identity, key):
             # A document the pull's reads may be refused (or need authority): its run
             # decides; the walk makes no writer of it run first.
-            return [declared(cell)[0], *reads]
+            return [declared(cell)[0], *reads], None
         doc = replica.visible(key)
         found = first_link(
             doc.get("value", MISSING) if type(doc) is dict else MISSING, current.path, doc
@@ -155,16 +165,18 @@ def _ahead(host: Host, cell: Cell) -> list[tuple[DocKey, Path, bool]]:
         if found is None:
             break
         at, target = found
+        hops.append((key, doc))
         reads.append((key, ("value", *current.path[:at]), True))
         current = Link(target.space, target.id, target.scope, target.path + current.path[at:])
         key = current.key(identity)
     else:
         # Still links after PULL_HOPS of them: the run finds the rest (or the cycle).
-        return [declared(cell)[0], *reads]
+        return [declared(cell)[0], *reads], None
+    walk = (tuple(hops), key, current.path)
     if not reads:
-        return [declared(cell)[0]]
+        return [declared(cell)[0]], walk
     reads.append((key, ("value", *current.path) if current.path else _VALUE_PATH, False))
-    return reads
+    return reads, walk
 
 
 class _Pull:
@@ -187,15 +199,16 @@ class _Pull:
     added to the graph meanwhile (a list's new element) is found the same way.
     """
 
-    __slots__ = ("added", "ahead", "graph", "held", "host", "identity", "link")
+    __slots__ = ("added", "ahead", "graph", "held", "host", "identity", "link", "walk")
 
     def __init__(self, host: Host, cell: Cell) -> None:
         self.host = host
         self.graph = graph = host.graph
         self.identity = cell.identity
         self.link = cell.link()
-        self.ahead = _ahead(host, cell)
-        """What the next read is expected to log: the writers of these places are held."""
+        self.ahead, self.walk = _ahead(host, cell)
+        """What the next read is expected to log: the writers of these places are held;
+        and the walk that found it (see `read`)."""
         self.added = graph.added
         self.held: set[Node] = set()
         self._hold(graph.writers_feeding(compact_reads(self.ahead), self.identity))
@@ -222,7 +235,30 @@ class _Pull:
 
     def read(self) -> Any:
         """The value, or `_AGAIN` when it read places whose writers were not held (now
-        they are: settle again). A read that fails raises to the puller."""
+        they are: settle again). A read that fails raises to the puller.
+
+        When every document a link of the walk sat in still holds the value it held
+        then (stored values are never changed in place: a change makes a new one), the
+        links lead to the same place, and no writer was added meanwhile, the read would
+        log exactly `ahead`: the value at that place is read directly, without a
+        transaction, if no link sits on the way into it or at it (else the read below
+        follows them)."""
+        walk = self.walk
+        if walk is not None and self.graph.added == self.added:
+            peek = self.host.replica.peek
+            hops, key, path = walk
+            for hop_key, doc in hops:
+                if peek(hop_key) is not doc:
+                    break
+            else:
+                doc = peek(key)
+                if type(doc) is dict:
+                    root = doc.get("value", MISSING)
+                    if type(root) is not Link and (not path or first_link(root, path, doc) is None):
+                        value = get_path(doc, ("value", *path)) if path else root
+                        t = type(value)
+                        if t is not dict and t is not list and t is not Link:
+                            return value
         # A reader, dropped open: counted open, as a plain transaction is until it
         # commits or aborts, every pull kept the replica busy for good (its store never
         # pruned the history it no longer needed).

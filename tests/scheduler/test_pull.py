@@ -6,10 +6,11 @@ meanwhile are followed, and once it returns the graph is as dormant as before.""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
-from cells import Cell, Link, MemoryStore, OwnershipError, Space
+from cells import Cell, Identity, Link, MemoryStore, OwnershipError, Space
 from scheduler import Scheduler
 
 
@@ -181,4 +182,98 @@ def test_a_pull_leaves_its_replica_quiet_so_the_store_may_prune() -> None:
     store = space.replica.store
     assert isinstance(store, MemoryStore)
     assert store.low_water() == store.seq
+    sch.close()
+
+
+def _count_readers(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many read transactions pulls open from now on (`Replica.reader` calls)."""
+    from cells import Replica
+
+    made = [0]
+    reader = Replica.reader
+
+    def counted(self: Replica, identity: Identity) -> Any:
+        made[0] += 1
+        return reader(self, identity)
+
+    monkeypatch.setattr(Replica, "reader", counted)
+    return made
+
+
+def test_a_pull_whose_links_did_not_move_reads_the_place_without_a_transaction(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # board -> card a -> label a, a derived cell: a change of y reruns label a only.
+    # The documents the links sit in keep their values, so the pull's walk still
+    # describes the read: the value at its end is read directly.
+    space, sch = _world()
+    _, y, pulled = _chooser(space, sch)
+    assert 10 == sch.pull_now(pulled)
+    made = _count_readers(monkeypatch)
+    y.set(2)
+    assert 20 == sch.pull_now(pulled)
+    y.set(3)
+    assert 30 == asyncio.run(sch.pull(pulled))
+    assert made == [0]
+    # The whole card holds a link: it is read (and the link followed) in full.
+    card = space.cell("card_a")
+    assert {"label": 30} == sch.pull_now(card)
+    assert made[0] > 0
+    sch._check()
+    sch.close()
+
+
+def test_a_pull_follows_a_link_its_settle_wrote_inside_the_pulled_document() -> None:
+    # The pulled place is card/info/n, with no link on the way when the pull starts;
+    # the settle rewrites card so that info is a link to `other`. The pull must follow
+    # it (to 7), not read the path through the new link as absent.
+    space, sch = _world()
+    x, other, card = space.cell("x"), space.cell("other"), space.cell("card")
+    x.set(1)
+    other.set({"n": 7})
+    sch.derive(
+        card, [x], lambda v: {"info": {"n": v}} if v == 1 else {"info": other.link()}, label="card"
+    )
+    pulled = card.key("info", "n")
+    assert 1 == sch.pull_now(pulled)
+    x.set(2)
+    assert 7 == sch.pull_now(pulled)
+    x.set(1)
+    assert 1 == asyncio.run(sch.pull(pulled))
+    sch._check()
+    sch.close()
+
+
+def test_a_pull_follows_a_link_its_settle_wrote_at_the_pulled_place() -> None:
+    space, sch = _world()
+    x, other, out = space.cell("x"), space.cell("other"), space.cell("out")
+    x.set(1)
+    other.set(99)
+    sch.derive(out, [x], lambda v: 5 if v == 1 else other.link(), label="out")
+    assert 5 == sch.pull_now(out)
+    x.set(2)
+    assert 99 == sch.pull_now(out)
+    sch._check()
+    sch.close()
+
+
+def test_a_pull_reads_a_held_value_again_when_a_writer_was_added_during_its_settle() -> None:
+    # As above, but the pulled cell holds a value already (written directly, no link on
+    # the way): the walk still describes the read, yet the writer added meanwhile must
+    # run first. Read at once, the pull would return the old value 1.
+    space, sch = _world()
+    x, out = space.cell("x"), space.cell("out")
+    x.set(1)
+    out.set(1)
+    added: list[object] = []
+
+    def on_x(value: object) -> None:
+        if value == 2 and not added:
+            added.append(sch.derive(out, [x], lambda v: v * 7, label="seven"))
+
+    cancel = sch.sink(x, on_x)
+    x.set(2)
+    assert 14 == sch.pull_now(out)
+    cancel()
+    sch._check()
     sch.close()
