@@ -929,11 +929,13 @@ class Replica:
         tx: Transaction = entry[0]
         key: DocKey = entry[7]
         in_flight = self._in_flight
+        if in_flight.get(local_seq) is not tx:  # (closed meanwhile: nothing to settle)
+            self.on_accepted(run_request(self.session_id, entry, 0), seq, base_seq, value)
+            return
         rec = self._docs[key]
         layers = rec.layers
         if (
-            in_flight.get(local_seq) is not tx
-            or tx._settle_callbacks is not None
+            tx._settle_callbacks is not None
             or tx._post_commit is not None
             or tx.result is not None
             or not (layers and layers[0].seq == local_seq and base_seq == rec.confirmed_seq)
