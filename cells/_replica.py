@@ -662,7 +662,7 @@ class Replica:
                  visible, working),
             )  # fmt: skip
             return True
-        if self._batch is None and self.fence_for is None:
+        if self._batch is None and self.fence_for is None and self.store.takes_entries:
             # A commit of its own (the Cell API's): the same entry, which the store may
             # accept at once with no request (`_send_entry`).
             self._send_entry(

@@ -537,6 +537,10 @@ class StoreBase(abc.ABC):
         submits the requests (`run_request`). Default: False."""
         return False
 
+    takes_entries: bool = False
+    """Whether a replica offers its usual commits made outside a batch to `commit_entry`
+    (else it submits their requests)."""
+
     def commit_entry(
         self, listener: SessionListener, session_id: str, entry: tuple[Any, ...]
     ) -> bool:

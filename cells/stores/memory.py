@@ -438,6 +438,8 @@ class MemoryStore(StoreBase):
             self._broadcast_runs(session_id, runs, results)
         return True
 
+    takes_entries = True
+
     def commit_entry(
         self, listener: SessionListener, session_id: str, entry: tuple[Any, ...]
     ) -> bool:
