@@ -950,9 +950,10 @@ class Replica:
             rec.layers = ()
             rec.confirmed = rec.visible = value
             rec.confirmed_seq = seq
-            rec.loaded = True
+            if rec.key is None:
+                rec.key = key
         else:
-            adopt_oldest_layer(rec, layers, value, seq)
+            adopt_oldest_layer(rec, key, layers, value, seq)
         self.stats.accepted += 1
         result = tx.result = CommitResult(_OK_OUTCOME, None, seq)
         tx.status = "committed"
