@@ -21,7 +21,10 @@ exist); writing `MISSING` deletes.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import sys
+import sysconfig
 from typing import Any, Final, TypeAlias
 
 from ._address import Link, Linkable, Path
@@ -384,7 +387,90 @@ def set_path(root: Value, path: Path, new: Value, *, where: str = "write") -> Va
             else:
                 out[elem] = new
             return out
-    return _set(root, path, 0, new, where)
+    global _LAST
+    last = _LAST
+    if last is not None:
+        if last[0] is root and last[1] is path and last[2] is new:
+            # The same write on the same value as the last call made (a store applying
+            # the write its replica's transaction just made): the same result.
+            return last[3]
+        # Let go of the last value first: the lists it holds may then be reusable.
+        _LAST = last = None
+    out = _set(root, path, 0, new, where)
+    _LAST = (root, path, new, out)
+    return out
+
+
+_LAST: tuple[Value, Path, Value, Value] | None = None
+"""The last `set_path` call past its one-field shortcut: (root, path, new, result), the
+same objects. Values are never mutated once made, so the same write of the same objects
+has the same result: a store applying the write its replica just staged (the memory
+store, whose head is the replica's value) shares the replica's new value instead of
+copying the document again. One slot, so at most one extra value is kept alive."""
+
+_EDGES: dict[int, tuple[list[Any], list[Any], int]] = {}
+"""Per long list made by `_set` replacing one element of another (by the new list's id;
+the entry keeps both lists alive, so neither id is reused meanwhile): (new list, the
+list it was made from, the index replaced). Bounded: the oldest entry goes first (so
+at most `_EDGES_KEPT` older versions of long lists are kept alive for reuse)."""
+_EDGES_KEPT = 8
+_EDGE_MIN = 256
+"""Lists shorter than this are copied as before: a copy costs less than the upkeep."""
+
+_REUSE: Final = sys.implementation.name == "cpython" and not sysconfig.get_config_var(
+    "Py_GIL_DISABLED"
+)
+"""Whether `sys.getrefcount` tells exactly who holds a list (CPython with the GIL)."""
+
+
+def _replaced(node: list[Any], elem: int, new: Value) -> list[Any]:
+    """`node` with element `elem` (an index of it) replaced by `new`, as a new list (one
+    nobody else holds). O(1) when a long list is written one element at a time, else
+    O(N) C-level copying.
+
+    A write of one element of a long list copies it; once the version it was copied
+    from is held by nothing but `_EDGES` (every transaction, replica layer, store head,
+    reader and caller let go of it: `sys.getrefcount` counts them all), that version is
+    brought up to date in place (the element it lacks, then the new one) and becomes the
+    next version, instead of copying the current one and freeing the old one. What
+    anyone holds never changes: a list is reused only when nobody can see it."""
+    n = len(node)
+    if n < _EDGE_MIN or not _REUSE:
+        items = list(node)
+        items[elem] = new
+        return items
+    edges = _EDGES
+    reused = _reuse(edges, node, elem, new)
+    if reused is None:
+        items = list(node)
+        items[elem] = new
+    else:
+        items = reused
+    if len(edges) >= _EDGES_KEPT:
+        # (Suppressed: another thread, a store's writer, changed the table meanwhile.)
+        with contextlib.suppress(KeyError, RuntimeError, StopIteration):
+            del edges[next(iter(edges))]
+    edges[id(items)] = (items, node, elem)
+    return items
+
+
+def _reuse(
+    edges: dict[int, tuple[list[Any], list[Any], int]], node: list[Any], elem: int, new: Value
+) -> list[Any] | None:
+    """The version `node` was made from, brought up to date in place with `elem` set to
+    `new`, when nothing but `edges` holds it; else None (then nothing changed)."""
+    edge = edges.pop(id(node), None)
+    if edge is None:
+        return None
+    spare, at = edge[1], edge[2]
+    del edge
+    edges.pop(id(spare), None)  # its own entry, if it has one: it holds it too
+    # Held by `spare` here and getrefcount's argument only: nobody can see it.
+    if sys.getrefcount(spare) != 2 or len(spare) != len(node):
+        return None
+    spare[at] = node[at]
+    spare[elem] = new
+    return spare
 
 
 def _set(node: Value, path: Path, i: int, new: Value, where: str) -> Value:
@@ -430,6 +516,13 @@ def _set(node: Value, path: Path, i: int, new: Value, where: str) -> Value:
                 f" index {elem!r} is not usable",
                 path=path[:i],
                 value=elem,
+            )
+        if elem < len(node) and (new is not MISSING or not last):
+            # One element replaced (the usual write into a list): `_replaced`.
+            return _replaced(
+                node,
+                elem,
+                new if last else _set(node[elem], path, i + 1, new, where),
             )
         items = list(node)
         if last:
