@@ -44,10 +44,10 @@ from ._values import (
     has_ids,
     ids_key,
     normalize,
-    note_splice,
     note_types,
     positional,
     set_path,
+    spliced,
     spliced_ids,
 )
 from .errors import (
@@ -588,12 +588,9 @@ class Transaction:
             # Errors are rare: only now build the message naming document and path.
             normalize(items, where=f"splice of {describe(key)} at {list(path)}", depth=len(path))
             raise
-        new = current[:index]
-        new += added
-        new += current[index + delete :]
         # Noted, so the reader index and a list coordinator find the common ends without
         # comparing N elements, and the types of the kept elements without a pass.
-        note_splice(current, new, index, delete, len(added))
+        new = spliced(current, index, delete, added)
         # The list's element ids follow the splice (`element_ids`), in the same document;
         # a list that only ever held links needs none (links are their own identity).
         ids = (

@@ -408,11 +408,12 @@ has the same result: a store applying the write its replica just staged (the mem
 store, whose head is the replica's value) shares the replica's new value instead of
 copying the document again. One slot, so at most one extra value is kept alive."""
 
-_EDGES: dict[int, tuple[list[Any], list[Any], int]] = {}
-"""Per long list made by `_set` replacing one element of another (by the new list's id;
-the entry keeps both lists alive, so neither id is reused meanwhile): (new list, the
-list it was made from, the index replaced). Bounded: the oldest entry goes first (so
-at most `_EDGES_KEPT` older versions of long lists are kept alive for reuse)."""
+_EDGES: dict[int, tuple[list[Any], list[Any], int, int, int]] = {}
+"""Per long list made from another by replacing one element (`_set`) or by a splice
+(`spliced`), by the new list's id (the entry keeps both lists alive, so neither id is
+reused meanwhile): (new list, the list it was made from, index, elements removed there,
+elements put there). Bounded: the oldest entry goes first (so at most `_EDGES_KEPT`
+older versions of long lists are kept alive for reuse)."""
 _EDGES_KEPT = 8
 _EDGE_MIN = 256
 """Lists shorter than this are copied as before: a copy costs less than the upkeep."""
@@ -426,50 +427,107 @@ _REUSE: Final = sys.implementation.name == "cpython" and not sysconfig.get_confi
 def _replaced(node: list[Any], elem: int, new: Value) -> list[Any]:
     """`node` with element `elem` (an index of it) replaced by `new`, as a new list (one
     nobody else holds). O(1) when a long list is written one element at a time, else
-    O(N) C-level copying.
-
-    A write of one element of a long list copies it; once the version it was copied
-    from is held by nothing but `_EDGES` (every transaction, replica layer, store head,
-    reader and caller let go of it: `sys.getrefcount` counts them all), that version is
-    brought up to date in place (the element it lacks, then the new one) and becomes the
-    next version, instead of copying the current one and freeing the old one. What
-    anyone holds never changes: a list is reused only when nobody can see it."""
-    n = len(node)
-    if n < _EDGE_MIN or not _REUSE:
+    O(N) C-level copying (`_reuse` tells how)."""
+    if len(node) < _EDGE_MIN or not _REUSE:
         items = list(node)
         items[elem] = new
         return items
-    edges = _EDGES
-    reused = _reuse(edges, node, elem, new)
+    reused = _reuse(node, elem, 1, (new,))
     if reused is None:
         items = list(node)
         items[elem] = new
     else:
         items = reused
+    _edge(items, node, elem, 1, 1)
+    return items
+
+
+def spliced(old: list[Any], index: int, delete: int, added: list[Any]) -> list[Any]:
+    """`old` with the `delete` elements from `index` on replaced by `added`, as a new list
+    (one nobody else holds), noted as such (`note_splice`). O(N) C-level copying, or
+    O(changed) plus a C-level move of the tail when a version nobody holds any more can
+    be brought up to date instead (`_reuse`)."""
+    reused = None
+    if len(old) >= _EDGE_MIN and _REUSE:
+        reused = _reuse(old, index, delete, added)
+    if reused is None:
+        new = old.copy()  # (one C-level copy, the tail moved in place)
+        new[index : index + delete] = added
+    else:
+        new = reused
+    if len(old) >= _EDGE_MIN and _REUSE:
+        _edge(new, old, index, delete, len(added))
+    note_splice(old, new, index, delete, len(added))
+    return new
+
+
+def _edge(new: list[Any], old: list[Any], index: int, delete: int, added: int) -> None:
+    edges = _EDGES
     if len(edges) >= _EDGES_KEPT:
         # (Suppressed: another thread, a store's writer, changed the table meanwhile.)
         with contextlib.suppress(KeyError, RuntimeError, StopIteration):
             del edges[next(iter(edges))]
-    edges[id(items)] = (items, node, elem)
-    return items
+    edges[id(new)] = (new, old, index, delete, added)
 
 
-def _reuse(
-    edges: dict[int, tuple[list[Any], list[Any], int]], node: list[Any], elem: int, new: Value
-) -> list[Any] | None:
-    """The version `node` was made from, brought up to date in place with `elem` set to
-    `new`, when nothing but `edges` holds it; else None (then nothing changed)."""
-    edge = edges.pop(id(node), None)
+def _reuse(node: list[Any], index: int, delete: int, added: Any) -> list[Any] | None:
+    """The list `node` was made from (`_EDGES`), brought up to date in place (the
+    change that made `node` from it, then `added` put in place of its `delete` elements
+    from `index` on), when nothing but this module's caches holds it; else None (then
+    nothing changed, but a cache entry about `node` may be gone).
+
+    Writing one element of a long list, or splicing it, copies it; once the version it
+    was copied from is held by nothing but `_EDGES` and the splice hints (every
+    transaction, replica layer, store head, reader, caller and `_LAST` let go of it:
+    `sys.getrefcount` counts them all), that version is made the next one instead of
+    copying the current one and freeing the old one. So what anyone holds never
+    changes: a list is reused only when nobody but this module can reach it, and the
+    module's own entries about it go first."""
+    edge = _EDGES.pop(id(node), None)
     if edge is None:
         return None
-    spare, at = edge[1], edge[2]
+    spare, at, gone, put = edge[1], edge[2], edge[3], edge[4]
     del edge
-    edges.pop(id(spare), None)  # its own entry, if it has one: it holds it too
-    # Held by `spare` here and getrefcount's argument only: nobody can see it.
-    if sys.getrefcount(spare) != 2 or len(spare) != len(node):
-        return None
-    spare[at] = node[at]
-    spare[elem] = new
+    if len(spare) - gone + put != len(node):
+        return None  # (cannot be: `node` was made from it so)
+    # The module's own references to `spare`, each counted once (identity checked).
+    mine = 2  # `spare` here and getrefcount's argument
+    own = _EDGES.get(id(spare))
+    if own is not None and own[0] is spare:
+        mine += 1
+    made = _SPLICES.get(id(node))  # (node, spare, ...): the splice that made `node`
+    if made is not None and made[0] is node and made[1] is spare:
+        mine += 1
+    was = _SPLICES.get(id(spare))  # (spare, its own parent, ...)
+    if was is not None and was[0] is spare:
+        mine += 1
+    kinds = _TYPES.get(id(spare))
+    if kinds is not None and kinds[0] is spare:
+        mine += 1
+    index_of = _POSITIONS.get(id(spare))
+    if index_of is not None and index_of[0] is spare:
+        mine += 1
+    own = made = was = kinds = index_of = None
+    if sys.getrefcount(spare) != mine:
+        return None  # someone holds it: it stays as it is
+    # Nobody else can reach it: forget it everywhere here, then make it the next version.
+    for table in (_EDGES, _SPLICES, _TYPES, _POSITIONS):
+        held = table.get(id(spare))
+        if held is not None and held[0] is spare:
+            del table[id(spare)]
+    held = None
+    made = _SPLICES.get(id(node))
+    if made is not None and made[1] is spare:
+        del _SPLICES[id(node)]
+    made = None
+    if gone == 1 and put == 1:
+        spare[at] = node[at]
+    else:
+        spare[at : at + gone] = node[at : at + put]
+    if delete == 1 and len(added) == 1:
+        spare[index] = added[0]
+    else:
+        spare[index : index + delete] = added
     return spare
 
 
@@ -696,10 +754,7 @@ def spliced_ids(
     nxt, ids = _id_table(root, path)
     current = element_ids(root, path, items)
     nxt += len(current) - len(ids) if len(current) > len(ids) else 0
-    new = current[:index]
-    new += [f"~{nxt + k}" for k in range(added)]
-    new += current[index + delete :]
-    note_splice(current, new, index, delete, added)
+    new = spliced(current, index, delete, [f"~{nxt + k}" for k in range(added)])
     return [nxt + added, new]
 
 

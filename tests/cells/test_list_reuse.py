@@ -13,12 +13,22 @@ from __future__ import annotations
 
 import copy
 import gc
+import random
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from cells import MISSING, DocKey, Identity, MemoryStore, Outcome, Replica, set_path
+from cells._values import (
+    ELEMENT_IDS,
+    element_position,
+    element_types,
+    ids_key,
+    splice_ends,
+    spliced,
+    spliced_ids,
+)
 
 ME = Identity("local", "local")
 DOC = DocKey("sp", "doc")
@@ -177,3 +187,131 @@ def test_the_store_shares_the_transactions_new_value(
         assert pending.result().ok
         assert store._heads[DOC].value is staged
         assert r.visible(DOC) is staged
+
+
+# --------------------------------------------------------------------------- splices
+
+
+def test_splices_and_writes_in_any_order_never_change_a_held_version() -> None:
+    """Random element writes and splices of a long list (seeded, so every run is the
+    same), each step holding or letting go of earlier versions: every held version
+    keeps its content, and each new version is what the operation says."""
+    rng = random.Random(14)
+    current = [f"e{i}" for i in range(400)]
+    model = list(current)
+    held: dict[int, tuple[list[Any], list[Any]]] = {}  # step -> (version, its content)
+    reused = 0
+    seen = {id(current)}
+    for step in range(3000):
+        op = rng.random()
+        if op < 0.4:
+            i = rng.randrange(len(model))
+            current = set_path(current, (i,), f"w{step}")
+            model[i] = f"w{step}"
+        else:
+            index = rng.randrange(len(model) + 1)
+            delete = rng.randrange(min(3, len(model) - index) + 1)
+            added = [f"s{step}.{k}" for k in range(rng.randrange(3))]
+            if len(model) - delete + len(added) < 300:
+                added += [f"p{step}"] * 3  # stay long enough to be reused
+            current = spliced(current, index, delete, added)
+            model[index : index + delete] = added
+        reused += id(current) in seen
+        seen.add(id(current))
+        assert current == model
+        if rng.random() < 0.3:
+            held[step] = (current, list(current))
+        for k in [k for k in held if rng.random() < 0.2]:
+            del held[k]
+        for version, content in held.values():
+            assert version == content
+    assert reused > 1000  # most versions were made from one nobody held any more
+
+
+def test_a_splice_hint_of_a_held_version_stays_right() -> None:
+    """`splice_ends(old, new)` keeps answering for versions someone holds, whatever was
+    reused since (a reused list's own hints go with it)."""
+    v0 = [f"e{i}" for i in range(300)]
+    first = id(v0)
+    v1 = spliced(v0, 10, 1, [])
+    del v0
+    v2 = spliced(v1, 20, 0, ["x"])
+    assert id(v2) == first  # v0, held by nobody, brought up to date
+    assert splice_ends(v1, v2) == (20, 279)
+    v3 = spliced(v2, 5, 1, ["y", "z"])  # v1 is held here: not reused
+    assert id(v3) != id(v1)
+    assert splice_ends(v2, v3) == (5, 294)
+    assert splice_ends(v1, v2) == (20, 279)
+    assert v3[4:8] == ["e4", "y", "z", "e6"]
+    assert v1 == [f"e{i}" for i in range(300) if i != 10]
+
+
+def test_splices_through_a_replica_with_pending_and_rejected_layers(
+    replica: tuple[MemoryStore, Replica],
+) -> None:
+    store, r = replica
+
+    def splice(index: int, delete: int, added: list[Any]) -> Any:
+        tx = r.edit(ME)
+        tx.splice(DOC, ("items",), index, delete, added)
+        return tx.commit()
+
+    model = ["front"] + [f"task {i}" for i in range(N)]
+    with store.testing.hold_verdicts() as gate:
+        first = splice(0, 0, ["front"])  # to be rejected
+        later = [splice(10, 1, []), splice(20, 0, ["x", "y"]), splice(N // 2, 2, ["mid"])]
+        r.pump()
+        gate.reject(0, Outcome.TERMINAL)
+        gate.release()
+        r.pump()
+    assert first.result().outcome == Outcome.TERMINAL
+    # The others were built on the rejected one's pending state: a splice writes the
+    # whole list it made (blind, no dependency), so each accepted one holds "front".
+    assert all(p.result().ok for p in later)
+    model[10:11] = []
+    model[20:20] = ["x", "y"]
+    model[N // 2 : N // 2 + 2] = ["mid"]
+    assert store.read_durable(DOC)["items"] == model
+    assert r.visible(DOC)["items"] == model
+    for k in range(6):
+        pending = splice(k * 7, 1, [f"again {k}"])
+        r.pump()
+        assert pending.result().ok
+        model[k * 7 : k * 7 + 1] = [f"again {k}"]
+    assert r.visible(DOC)["items"] == model
+    assert store.read_durable(DOC)["items"] == model
+
+
+def test_a_reused_id_table_is_looked_up_afresh() -> None:
+    """An element-id table someone looked elements up in (so an index of its positions
+    is kept), reused later as a newer table: lookups in it see its new positions."""
+    path = ("value",)
+    items = [f"e{i}" for i in range(300)]
+    doc: dict[str, Any] = {"value": items}
+    tables: list[int] = []
+    for step in range(4):
+        entry = spliced_ids(doc, path, items, 0, 1, 1)  # the front element replaced
+        items = spliced(items, 0, 1, [f"front {step}"])
+        doc = {"value": items, ELEMENT_IDS: {ids_key(path): entry}}
+        ids = entry[1]
+        tables.append(id(ids))
+        # Look up every element (so the table gets a position index), the last first.
+        for at in reversed(range(len(ids))):
+            assert element_position(doc, path, items, ids[at]) == at
+        del ids, entry
+    assert len(set(tables)) < len(tables)  # a table was reused
+    ids = doc[ELEMENT_IDS][ids_key(path)][1]
+    assert [element_position(doc, path, items, x) for x in ids] == list(range(300))
+    assert element_position(doc, path, items, "~0") is None  # replaced at step 1
+
+
+def test_a_reused_list_has_its_element_types_found_afresh() -> None:
+    v0 = [f"e{i}" for i in range(300)]
+    first = id(v0)
+    assert element_types(v0) == {str}  # kept for v0
+    v1 = set_path(v0, (0,), 5)
+    del v0
+    v2 = set_path(v1, (1,), 7)
+    assert id(v2) == first  # v0 reused
+    assert element_types(v2) == {str, int}
+    assert element_types(v1) == {str, int}
