@@ -11,7 +11,10 @@ containers deep in a document. Python's `==` is the wrong equality for them (`Tr
 - containers compare by content (dict key order does not matter).
 
 Stored values are immutable by convention: nothing in cellweave mutates a
-value once it is stored, and writes copy along the path they change.
+value once it is stored, and writes copy along the path they change. (A long
+list written one element or one splice at a time is not copied each time: the
+version before the last, once nothing can reach it, is brought up to date and
+becomes the next one; see `_reuse`. A value anyone holds never changes.)
 `normalize` is the write boundary: it returns a fresh, checked copy, so a
 caller mutating its own object afterwards cannot reach stored state.
 
@@ -418,10 +421,14 @@ _EDGES_KEPT = 8
 _EDGE_MIN = 256
 """Lists shorter than this are copied as before: a copy costs less than the upkeep."""
 
-_REUSE: Final = sys.implementation.name == "cpython" and not sysconfig.get_config_var(
-    "Py_GIL_DISABLED"
+_REUSE: Final = (
+    sys.implementation.name == "cpython"
+    and sys.version_info < (3, 14)
+    and not sysconfig.get_config_var("Py_GIL_DISABLED")
 )
-"""Whether `sys.getrefcount` tells exactly who holds a list (CPython with the GIL)."""
+"""Whether `sys.getrefcount` tells exactly who holds a list: CPython with the GIL, up to
+3.13 (3.14 may leave some references on the interpreter's stack uncounted; check its
+count of a local before allowing it here). Elsewhere every write copies."""
 
 
 def _replaced(node: list[Any], elem: int, new: Value) -> list[Any]:
