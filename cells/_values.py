@@ -376,7 +376,12 @@ def set_path(root: Value, path: Path, new: Value, *, where: str = "write") -> Va
     Missing dict levels are created; a list index may be at most the list's
     length (equal appends). Writing `MISSING` deletes the key or list element.
     Raises `InvalidValueError` when the path runs through a scalar or a list
-    with a non-int or out-of-range index.  O(len(path) + sizes of the copied containers).
+    with a non-int or out-of-range index.  O(len(path) + sizes of the copied containers);
+    a long list written one element at a time is not copied (`_replaced`).
+
+    The result is a stored-value-like value: never mutate it. It shares every part
+    off the path with `root`, and the same call made again with the same objects
+    (`root`, `path` and `new` themselves) returns the same result object.
     """
     if not path:
         return new
