@@ -523,14 +523,15 @@ def _reuse(node: list[Any], index: int, delete: int, added: Any) -> list[Any] | 
     if sys.getrefcount(spare) != mine:
         return None  # someone holds it: it stays as it is
     # Nobody else can reach it: forget it everywhere here, then make it the next version.
+    # (`pop`, not `del`: another thread may evict an entry meanwhile.)
     for table in (_EDGES, _SPLICES, _TYPES, _POSITIONS):
         held = table.get(id(spare))
         if held is not None and held[0] is spare:
-            del table[id(spare)]
+            table.pop(id(spare), None)
     held = None
     made = _SPLICES.get(id(node))
     if made is not None and made[1] is spare:
-        del _SPLICES[id(node)]
+        _SPLICES.pop(id(node), None)
     made = None
     if gone == 1 and put == 1:
         spare[at] = node[at]
