@@ -502,37 +502,29 @@ def _reuse(node: list[Any], index: int, delete: int, added: Any) -> list[Any] | 
     del edge
     if len(spare) - gone + put != len(node):
         return None  # (cannot be: `node` was made from it so)
-    # The module's own references to `spare`, each counted once (identity checked).
+    # The module's own references to `spare`, each counted once (identity checked),
+    # and the tables holding them (forgotten below if it is reused).
     mine = 2  # `spare` here and getrefcount's argument
-    own = _EDGES.get(id(spare))
-    if own is not None and own[0] is spare:
+    sid = id(spare)
+    tables = []
+    for table in (_EDGES, _SPLICES, _TYPES, _POSITIONS):
+        held = table.get(sid)
+        if held is not None and held[0] is spare:
+            mine += 1
+            tables.append(table)
+    held = _SPLICES.get(id(node))  # (node, spare, ...): the splice that made `node`
+    made = held is not None and held[0] is node and held[1] is spare
+    held = None
+    if made:
         mine += 1
-    made = _SPLICES.get(id(node))  # (node, spare, ...): the splice that made `node`
-    if made is not None and made[0] is node and made[1] is spare:
-        mine += 1
-    was = _SPLICES.get(id(spare))  # (spare, its own parent, ...)
-    if was is not None and was[0] is spare:
-        mine += 1
-    kinds = _TYPES.get(id(spare))
-    if kinds is not None and kinds[0] is spare:
-        mine += 1
-    index_of = _POSITIONS.get(id(spare))
-    if index_of is not None and index_of[0] is spare:
-        mine += 1
-    own = made = was = kinds = index_of = None
     if sys.getrefcount(spare) != mine:
         return None  # someone holds it: it stays as it is
-    # Nobody else can reach it: forget it everywhere here, then make it the next version.
+    # Nobody else can reach it: forget it here, then make it the next version.
     # (`pop`, not `del`: another thread may evict an entry meanwhile.)
-    for table in (_EDGES, _SPLICES, _TYPES, _POSITIONS):
-        held = table.get(id(spare))
-        if held is not None and held[0] is spare:
-            table.pop(id(spare), None)
-    held = None
-    made = _SPLICES.get(id(node))
-    if made is not None and made[1] is spare:
+    for table in tables:
+        table.pop(sid, None)
+    if made:
         _SPLICES.pop(id(node), None)
-    made = None
     if gone == 1 and put == 1:
         spare[at] = node[at]
     else:
