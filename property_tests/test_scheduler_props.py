@@ -138,7 +138,7 @@ class SchedulerMachine(RuleBasedStateMachine):
 
         def run(tx: Transaction) -> None:
             node = holder[0]
-            if node.is_live:
+            if node.is_live or node in self.sch.graph.pulled:  # (a pull holds it)
                 self.ever_live.add(node)
             else:
                 self.dormant_runs.append(name)

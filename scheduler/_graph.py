@@ -29,6 +29,17 @@ propagates only across a dormant->live crossing; a loss recounts the
 origin's upstream region from its live readers outside it (so rootless cycles
 fall dormant). `recompute()` derives it from scratch: the test oracle.
 
+Stale dormant nodes (for pulls): `suspect` files every dormant node that is not
+clean, and every dormant node such a node feeds, transitively, each with the
+filed writers it is fed by (its *sources*). A pull walks it up from the writers
+of what it reads (`stale_region`), so it finds the few nodes that must run
+(an edited element's node, the list's combiner) without visiting the N up to
+date ones around them, and holds those alone (`pulled`): a pulled node runs
+when it is not clean, though no live node reads it, and makes nothing upstream
+live. Filing costs the nodes newly filed and their readers (`taint`); a node
+leaves the table when it becomes live (a live node's staleness is the pass's
+business), is removed, or a walk finds it clean with no filed source left.
+
 Heights: `height(R) > height(W)` for every edge outside a cycle, so ordering
 by (height, ordinal) is a topological order; raising a height propagates
 downstream, capped at the node count (a cycle stops raising there).
@@ -41,6 +52,8 @@ Invariants (checked by `_check`)
   `declared_only` holds exactly the declared documents missing from each node's
   read set;
 - every node's `live_refs` equals `recompute()`'s count;
+- `suspect` holds registered dormant nodes only, every dormant node that is not
+  clean among them, and with each node every reader of it, whose sources name it;
 - height(R) > height(W) for every edge not on a cycle (not checked: cycles).
 Complexity: a read delta costs O(writers of the touched documents); liveness
 changes cost O(affected region), never O(graph) unless the region is the graph.
@@ -48,8 +61,9 @@ changes cost O(affected region), never O(graph) unless the region is the graph.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterable, Mapping
-from typing import TypeAlias, TypeVar
+from typing import Final, TypeAlias, TypeVar
 
 from cells import DocKey, Identity, Path
 
@@ -60,6 +74,22 @@ _K = TypeVar("_K", Node, DocKey)
 _T = TypeVar("_T", Node, Identity)
 Edges: TypeAlias = Node | set[Node]
 """A node's readers (or writers): the node itself when there is one, a set from two on."""
+
+
+class Hold:
+    """One pull's hold on stale dormant nodes (`Graph.hold`): the nodes it holds, in the
+    order it took them (writers first, as `stale_region` gives them)."""
+
+    __slots__ = ("nodes",)
+
+    def __init__(self) -> None:
+        self.nodes: dict[Node, None] = {}
+
+    def __repr__(self) -> str:
+        return f"<Hold of {len(self.nodes)} nodes>"
+
+
+_HEIGHT: Final = operator.attrgetter("height")
 
 
 def _each(edges: Edges | None) -> Iterable[Node]:
@@ -147,6 +177,18 @@ class Graph:
         before trusting them (a writer added since feeds its reads too)."""
         self.on_live: Callable[[Node], None] | None = None
         """Called when a node crosses from dormant to live (the scheduler queues it)."""
+        self.on_held: Callable[[list[Node]], None] | None = None
+        """Called with the nodes a pull newly holds (the scheduler queues those not clean)."""
+        self.suspect: dict[Node, Edges | None] = {}
+        """Dormant nodes that may be out of date, each with its filed writers (None:
+        none; see the module docstring). Usually a few: what changed since the last
+        pull of what they feed."""
+        self.pulled: dict[Node, Hold | list[Hold]] = {}
+        """Dormant nodes pulls hold (`hold`), each with its hold (a list from two on):
+        they run when not clean."""
+        self.reached: list[Node] = []
+        """Pulled nodes a `taint` reached since the scheduler last looked: the pull
+        holding one must hold what newly feeds it (`stale_region`)."""
 
     # ---------------------------------------------------------------- structure
     def add(self, node: Node) -> None:
@@ -201,6 +243,8 @@ class Graph:
     def remove(self, node: Node) -> None:
         was_live = node.is_live
         node.registered = False
+        if self.suspect:
+            self.suspect.pop(node, None)  # (its readers' sources may still name it: ignored)
         by_doc = self.writers_by_doc
         # The readers of its identity left with no writer of it in a spot it shared: by
         # the instance rule they depend on the spot's other writers now (rewired below).
@@ -324,6 +368,8 @@ class Graph:
                     self.live_writes += 1
                     if not was:
                         self._became_live(w)
+                elif w in self.suspect:
+                    self._note(w, node)
             else:
                 self._unlink_edge(self.writers, node, w)
                 self._unlink_edge(self.dependents, w, node)
@@ -395,6 +441,8 @@ class Graph:
                 self.live_writes += 1
                 if not was:
                     self._became_live(w)
+            elif w in self.suspect:
+                self._note(w, node)
         for w in removed:
             self._unlink_edge(self.dependents, w, node)
             if node.is_live:
@@ -568,6 +616,8 @@ class Graph:
 
     # ---------------------------------------------------------------- liveness
     def _became_live(self, node: Node) -> None:
+        if self.suspect:
+            self.suspect.pop(node, None)  # (live: the pass keeps it current)
         if self.on_live is not None:
             self.on_live(node)
         self.grant([node])
@@ -586,6 +636,8 @@ class Graph:
                 self.live_writes += 1
                 if not was:
                     stack.append(w)
+                    if self.suspect:
+                        self.suspect.pop(w, None)  # (live: the pass keeps it current)
                     if self.on_live is not None:
                         self.on_live(w)
 
@@ -612,6 +664,7 @@ class Graph:
         for n in region:
             n.live_refs = 0
         seeds: list[Node] = []
+        stale: list[Node] | None = None
         for n in region:
             supported = n.is_root
             for r in _each(self.dependents.get(n)):
@@ -622,7 +675,16 @@ class Graph:
             self.live_writes += 1
             if supported:
                 seeds.append(n)
+            elif n.status != "clean":
+                if stale is None:
+                    stale = []
+                stale.append(n)
         self.grant(seeds)
+        if stale is not None:
+            # Gone dormant before it ran: a pull of what it feeds must find it.
+            for n in stale:
+                if not n.is_live:
+                    self.taint(n)
 
     def root_changed(self, node: Node, was_live: bool) -> None:
         """Call after a change to `node`'s root status (effect, provisional, demand)."""
@@ -630,6 +692,185 @@ class Graph:
             self._became_live(node)
         elif not node.is_root:
             self.withdraw(node)
+
+    # ---------------------------------------------------------------- stale dormant nodes
+    def taint(self, node: Node) -> None:
+        """`node` is dormant and not clean (registered so, invalidated, or gone dormant
+        before it ran): file it and, downstream, what it feeds. O(1) when it is filed
+        already; else O(the nodes newly filed and their readers)."""
+        if node not in self.suspect:
+            self.suspect[node] = None
+            self._spread(node)
+
+    def _note(self, writer: Node, reader: Node) -> None:
+        """A new edge `writer -> reader`, `writer` filed, `reader` dormant: `reader` is fed
+        by a stale node now (filed, and what it feeds)."""
+        suspect = self.suspect
+        if reader in suspect:
+            self._add_source(reader, writer)
+            if self.pulled and reader in self.pulled:
+                self.reached.append(reader)
+            return
+        suspect[reader] = writer
+        self._spread(reader)
+
+    def _add_source(self, reader: Node, writer: Node) -> bool:
+        """Name `writer` among filed `reader`'s sources; False if it was named already."""
+        suspect = self.suspect
+        sources = suspect[reader]
+        if sources is None:
+            suspect[reader] = writer
+        elif sources is writer:
+            return False
+        elif type(sources) is set:
+            if writer in sources:
+                return False
+            sources.add(writer)
+        else:
+            suspect[reader] = {sources, writer}  # type: ignore[arg-type]
+        return True
+
+    def _spread(self, origin: Node) -> None:
+        """Name the filed `origin` among its readers' sources, filing them, and so on
+        downstream until a reader names its writer already (filed before: its own readers
+        name it). A dormant node's readers are dormant (a live one would make it live)."""
+        suspect = self.suspect
+        dependents = self.dependents
+        pulled = self.pulled
+        stack = [origin]
+        while stack:
+            w = stack.pop()
+            for r in _each(dependents.get(w)):
+                if pulled and r in pulled:
+                    self.reached.append(r)
+                if r not in suspect:
+                    suspect[r] = w
+                    stack.append(r)
+                else:
+                    self._add_source(r, w)
+
+    def stale_region(self, seeds: Iterable[Node]) -> list[Node]:
+        """The filed nodes feeding `seeds` (themselves included), writers first: the dormant
+        nodes that may have to run before `seeds` are current. A source whose edge is gone
+        is dropped (not followed: what it feeds does not read it any more); a node found
+        clean with no filed source left is up to date: it leaves the table (and is not
+        returned). O(the filed nodes found and their sources), not O(what feeds `seeds`)."""
+        suspect = self.suspect
+        if not suspect:
+            return []
+        found: list[Node] | None = None
+        for n in seeds:
+            if n in suspect:
+                if found is None:
+                    found = [n]
+                else:
+                    found.append(n)
+        if found is None:
+            return []
+        if len(found) == 1 and suspect[found[0]] is None:
+            # One node, fed by nothing filed (an edited element's node, the usual pull).
+            n = found[0]
+            if n.status == "clean":
+                del suspect[n]
+                return []
+            return found
+        seen = set(found)
+        writers = self.writers
+        for n in found:  # (grows while it is walked: every live source, once)
+            sources = suspect[n]
+            if sources is None:
+                continue
+            edges = writers.get(n)
+            if type(sources) is not set:
+                if sources in suspect and (
+                    sources is edges or (type(edges) is set and sources in edges)
+                ):
+                    if sources not in seen:
+                        seen.add(sources)
+                        found.append(sources)
+                else:
+                    suspect[n] = None
+                continue
+            dead: list[Node] | None = None
+            for w in sources:
+                if w in suspect and (w is edges or (type(edges) is set and w in edges)):
+                    if w not in seen:
+                        seen.add(w)
+                        found.append(w)
+                elif dead is None:
+                    dead = [w]
+                else:
+                    dead.append(w)
+            if dead is not None:
+                sources.difference_update(dead)
+                if len(sources) < 2:
+                    suspect[n] = next(iter(sources)) if sources else None
+        found.sort(key=_HEIGHT)  # (writers before readers, but around a cycle)
+        out: list[Node] = []
+        for n in found:
+            if n.status == "clean" and not self._fed_stale(n):
+                del suspect[n]
+                continue
+            out.append(n)
+        return out
+
+    def _fed_stale(self, node: Node) -> bool:
+        """Whether a source of filed `node` is filed (still stale, as far as is known)."""
+        suspect = self.suspect
+        sources = suspect[node]
+        if sources is None:
+            return False
+        if type(sources) is not set:
+            return sources in suspect
+        for w in sources:  # noqa: SIM110 (a loop: no generator per call)
+            if w in suspect:
+                return True
+        return False
+
+    def hold(self, hold: Hold, nodes: Iterable[Node]) -> list[Node]:
+        """Add `nodes` to `hold`: pulled, each runs when not clean, though dormant. Returns
+        those `hold` did not hold yet."""
+        pulled = self.pulled
+        held = hold.nodes
+        new: list[Node] = []
+        for n in nodes:
+            if n in held:
+                continue
+            held[n] = None
+            new.append(n)
+            holds = pulled.get(n)
+            if holds is None:
+                pulled[n] = hold
+            elif type(holds) is list:
+                holds.append(hold)
+            else:
+                pulled[n] = [holds, hold]  # type: ignore[list-item]
+        return new
+
+    def let_go(self, hold: Hold) -> None:
+        """End `hold` (idempotent): its nodes are dormant again. Those it leaves clean with
+        no filed source left (writers first: the order it took them) are up to date:
+        they leave `suspect`, so the next pull does not walk them again."""
+        pulled = self.pulled
+        suspect = self.suspect
+        for n in hold.nodes:
+            holds = pulled.get(n)
+            if holds is hold:
+                del pulled[n]
+            elif type(holds) is list:
+                holds.remove(hold)
+                if len(holds) == 1:
+                    pulled[n] = holds[0]
+            if (
+                n.status == "clean"
+                and n in suspect
+                and (suspect[n] is None or not self._fed_stale(n))
+            ):
+                del suspect[n]
+        hold.nodes = {}
+        if not pulled:
+            self.pulled = {}  # (a dict never shrinks)
+            self.reached = []
 
     def recompute(self) -> dict[Node, int]:
         """Liveness from scratch (the oracle): live_refs each node should have."""
@@ -681,6 +922,18 @@ class Graph:
                 if key not in n.reads:
                     declared_only.setdefault(key, set()).add(n)
         assert declared_only == self.declared_only, (declared_only, self.declared_only)
+        suspect = self.suspect
+        for n, sources in suspect.items():
+            assert n in self.nodes and not n.is_live, n
+            assert type(sources) is not set or len(sources) > 1, n
+            for r in _each(self.dependents.get(n)):
+                assert r in suspect and n in _each(suspect[r]), (n, r)
+        for n in self.nodes:
+            if not n.is_live and n.status != "clean":
+                assert n in suspect, n
+        for n, holds in self.pulled.items():
+            each: list[Hold] = holds if isinstance(holds, list) else [holds]
+            assert all(n in h.nodes for h in each), n
         expected = self.recompute()
         actual = {n: n.live_refs for n in self.nodes}
         assert actual == expected, {

@@ -193,7 +193,11 @@ class Passes:
             or (None if isinstance(fn, SelfLabelled) else str(getattr(fn, "__qualname__", "node"))),
             parent,
         )
-        if kind == "computation" and running is not None and running.is_live:
+        if (
+            kind == "computation"
+            and running is not None
+            and (running.is_live or running in self.graph.pulled)
+        ):
             node.provisional = True
         if parent is not None:
             parent.children[node] = None
@@ -213,6 +217,8 @@ class Passes:
                 self._push(node)
             elif not self._settling:
                 self._request_pass()
+        else:
+            self._stale(node)  # never ran: a pull of what it feeds must find it
         return node
 
     def remove(self, node: Node) -> None:
@@ -289,6 +295,8 @@ class Passes:
                         in_heap.add(node)
                         heapq.heappush(self._heap, (node.height, node.ordinal, node))
                         self.stats.heap_pushes += 1
+                else:
+                    self._stale(node)
         if not self._settling and self._candidates:
             # (Inside a settle, that settle propagates it; with no candidate, nothing
             # live read what changed.)
@@ -323,6 +331,53 @@ class Passes:
                     in_heap.add(node)
                     heapq.heappush(self._heap, (node.height, node.ordinal, node))
                     self.stats.heap_pushes += 1
+        else:
+            self._stale(node)
+
+    def _stale(self, node: Node) -> None:
+        """`node` is dormant and not clean: a pull holding it runs it; either way it is
+        filed for pulls (`Graph.taint`), and a pull whose held nodes it now feeds holds
+        it too, so it runs before them in this pass (`_adopt`)."""
+        graph = self.graph
+        if graph.pulled and node in graph.pulled:
+            self._candidates[node] = None  # (`_on_live`, inlined: it is not clean)
+            if self._draining:
+                self._push(node)
+            elif not self._settling:
+                self._request_pass()
+        suspect = graph.suspect
+        if node not in suspect:  # (`Graph.taint`, inlined: each edit of a dormant input)
+            suspect[node] = None
+            graph._spread(node)
+            if graph.reached:
+                self._adopt()
+
+    def _adopt(self) -> None:
+        """Pulled nodes that stale nodes now feed (`Graph.reached`): the pulls holding them
+        hold those stale nodes too, queued to run first (by height) in this pass. Without
+        it, a pulled node would run on a value about to change, and again after it."""
+        graph = self.graph
+        reached, graph.reached = graph.reached, []
+        for r in reached:
+            holds = graph.pulled.get(r)
+            if not holds:
+                continue
+            region = graph.stale_region((r,))
+            for hold in list(holds) if isinstance(holds, list) else [holds]:
+                self._on_held(graph.hold(hold, region))
+
+    def _on_held(self, nodes: list[Node]) -> None:
+        """A pull newly holds `nodes`: those not clean run in this settle (or the next)."""
+        candidates = self._candidates
+        queued = False
+        for n in nodes:
+            if n.registered and n.status != "clean":
+                candidates[n] = None
+                queued = True
+                if self._draining:
+                    self._push(n)
+        if queued and not self._draining and not self._settling:
+            self._request_pass()
 
     def _on_live(self, node: Node) -> None:
         if node.registered and node.status != "clean":
@@ -348,7 +403,13 @@ class Passes:
             # node passes here), past its time gate and under its pass budget.
             if n.status == "clean" or not (
                 n.registered
-                and (n.live_refs > 0 or n.kind == "effect" or n.provisional or n.demand > 0)
+                and (
+                    n.live_refs > 0
+                    or n.kind == "effect"
+                    or n.provisional
+                    or n.demand > 0
+                    or n in self.graph.pulled
+                )
             ):
                 stale.append(n)  # ran, or went dormant: it comes back via _on_live
             elif n.eligible_at <= now and n.pass_runs < PASS_RUN_BUDGET:
@@ -480,6 +541,7 @@ class Passes:
                         or node.kind == "effect"
                         or node.provisional
                         or node.demand > 0
+                        or node in self.graph.pulled  # (held by a pull: `_sinks._Pull`)
                     )
                     and node.eligible_at <= now
                     and node.pass_runs < PASS_RUN_BUDGET

@@ -102,6 +102,7 @@ class Scheduler(Passes):
         self._settled = self._on_node_settled
         self._failed = self._on_node_failed
         self.graph.on_live = self._on_live
+        self.graph.on_held = self._on_held
         self.events = EventLane()
         self.lineage = Lineage(self._dispatch.origin_failed)
         self._current_tx: Transaction | None = None
@@ -460,7 +461,10 @@ class Scheduler(Passes):
     def _check(self) -> None:
         self.events._check()
         self.work._check()
-        live_dirty = {n for n in self.graph.nodes if n.status != "clean" and n.is_live}
+        pulled = self.graph.pulled
+        live_dirty = {
+            n for n in self.graph.nodes if n.status != "clean" and (n.is_live or n in pulled)
+        }
         assert live_dirty <= set(self._candidates), live_dirty - set(self._candidates)
         assert all(n.registered for n in self.graph.nodes)
         self.graph._check()

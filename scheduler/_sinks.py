@@ -7,13 +7,13 @@
 - `pull_now` / `pull`: demand a cell until the graph feeding it settles
   (and, for `pull`, the verdicts are in), then its value.
 Sinks and derive are nodes like any other: what runs them is the pass (`_passes`).
-A pull makes no node: it holds demand on the writers of what it reads (`_Pull`).
+A pull makes no node: it holds the stale dormant nodes feeding what it reads (`_Pull`).
 
 Invariants
 - a sink is in its scheduler's deliveries iff a run in the current pass read a
   value other than the one it last delivered (`pending` is not UNSET).
-- a pull in progress holds exactly one unit of `demand` on each node in its
-  `held` set, and none once it returned (or raised).
+- a pull in progress holds (`Graph.pulled`) exactly the nodes of its `hold`, and
+  none once it returned (or raised).
 Not here: when nodes run, or observations (`_observe`, built on `sink`).
 """
 
@@ -43,6 +43,7 @@ from cells import (
     thaw,
 )
 
+from ._graph import Hold
 from ._host import Delivery, Host
 from ._node import VALUE_PATH, Node, OneRead, SelfLabelled
 from ._readers import compact_reads
@@ -180,26 +181,40 @@ def _ahead(host: Host, cell: Cell) -> tuple[list[tuple[DocKey, Path, bool]], _Wa
 
 
 class _Pull:
-    """One pull in progress: it holds demand on the writers of what it reads, and reads
-    the value itself once the graph settled (no node of its own).
+    """One pull in progress: it holds the stale dormant nodes feeding what it reads, and
+    reads the value itself once the graph settled (no node of its own).
 
-    A pull used to register an effect node reading the cell, settle, and remove it:
-    about 11,000 of the 26,000 bytecodes of a one-element edit and its pull (issue
-    14), most of them the node's read set entering and leaving the reader index and
-    its run's transaction. Holding demand on the writers is what that node's reads
-    did to the graph: the same writers (the instance rule included) become live,
-    with everything upstream of them, so the settle runs exactly what the node made
-    run, in the same order, and nothing else. Reading after the settle sees what
-    the node's run (the last in its pass) saw: every live invalid node ran.
+    A pull used to register an effect node reading the cell, settle, and remove it
+    (issue 14); then it held demand on the writers of what it reads, which made them
+    and everything upstream live and dormant again: O(N) for a list's output, whose
+    combiner reads every element's result. Now it holds only the dormant nodes that
+    may be out of date (`Graph.stale_region`: not clean, or fed by one that is), found
+    by walking up from those writers through what changed since they were last
+    current, and each held node runs when it is not clean (`Graph.pulled`), with
+    nothing upstream made live. The rest is current: clean, with nothing stale
+    upstream. So the settle runs exactly what demand on the writers made run, in the
+    same order (by height), and the cost is that of what changed. A node going stale
+    during the settle (a live node's run invalidated it) is held at once if a held
+    node reads it (`Passes._adopt`): it runs first, as it would have while live.
 
-    The value read is returned only once the writers of every place it read were
-    held during the settle before it: a read that found a link leading elsewhere
-    (moved by the settle, or first computed by it) holds the writers of the new
-    places and settles again, as the node re-ran when its read set grew. A writer
-    added to the graph meanwhile (a list's new element) is found the same way.
+    The value read is returned only once nothing stale feeds the places it read: a
+    read that found a link leading elsewhere (moved by the settle, or first computed
+    by it) holds what feeds the new places and settles again, as the node re-ran
+    when its read set grew. A writer added to the graph meanwhile (a list's new
+    element) is found the same way.
     """
 
-    __slots__ = ("added", "ahead", "graph", "held", "host", "identity", "link", "walk")
+    __slots__ = (
+        "added",
+        "ahead",
+        "graph",
+        "hold",
+        "host",
+        "identity",
+        "link",
+        "walk",
+        "writers",
+    )
 
     def __init__(self, host: Host, cell: Cell) -> None:
         self.host = host
@@ -210,32 +225,29 @@ class _Pull:
         """What the next read is expected to log: the writers of these places are held;
         and the walk that found it (see `read`)."""
         self.added = graph.added
-        self.held: set[Node] = set()
-        self._hold(graph.writers_feeding(compact_reads(self.ahead), self.identity))
+        self.writers = graph.writers_feeding(compact_reads(self.ahead), self.identity)
+        """The writers of what the next read is expected to log."""
+        self.hold = Hold()
+        self._hold()
 
-    def _hold(self, writers: set[Node]) -> None:
-        """Hold demand on `writers` not held yet (they and their upstream become live)."""
+    def _hold(self) -> bool:
+        """Hold the stale dormant nodes feeding `writers` (they run in the next settle);
+        True if there was one not held yet."""
         graph = self.graph
-        held = self.held
-        crossed: list[Node] = []
-        for w in writers:
-            if w in held:
-                continue
-            held.add(w)
-            was = w.is_live
-            w.demand += 1
-            if not was:
-                crossed.append(w)
-        if crossed:
-            on_live = graph.on_live
-            if on_live is not None:
-                for w in crossed:
-                    on_live(w)
-            graph.grant(crossed)
+        region = graph.stale_region(self.writers)
+        if not region:
+            return False
+        new = graph.hold(self.hold, region)
+        if not new:
+            return False  # (held, still not clean: gated, failing or deferred)
+        on_held = graph.on_held  # (queues each that is not clean, as for a live node)
+        if on_held is not None:
+            on_held(new)
+        return True
 
     def read(self) -> Any:
-        """The value, or `_AGAIN` when it read places whose writers were not held (now
-        they are: settle again). A read that fails raises to the puller.
+        """The value, or `_AGAIN` when something stale still feeds what it reads (now it
+        is held: settle again). A read that fails raises to the puller.
 
         When every document a link of the walk sat in still holds the value it held
         then (stored values are never changed in place: a change makes a new one), the
@@ -243,8 +255,14 @@ class _Pull:
         log exactly `ahead`: the value at that place is read directly, without a
         transaction, if no link sits on the way into it or at it (else the read below
         follows them)."""
+        graph = self.graph
+        # A held node's run found a stale input (`Graph._note`), or a writer not held
+        # went stale during the settle: hold what feeds it (if not held yet). (`reached`
+        # is not cleared here: another pull in progress may hold what it names.)
+        if graph.suspect and (graph.reached or self._stale_writer()) and self._hold():
+            return _AGAIN
         walk = self.walk
-        if walk is not None and self.graph.added == self.added:
+        if walk is not None and graph.added == self.added:
             peek = self.host.replica.peek
             hops, key, path = walk
             for hop_key, doc in hops:
@@ -265,27 +283,28 @@ class _Pull:
         tx = self.host.replica.reader(self.identity)
         value = read_value(tx, self.link)
         log = tx.reads
-        graph = self.graph
         if log == self.ahead and graph.added == self.added:
             return value
         self.ahead = list(log)
         self.added = graph.added
-        writers = graph.writers_feeding(compact_reads(log), self.identity)
-        if writers <= self.held:
-            return value
-        self._hold(writers)
-        return _AGAIN
+        self.writers = graph.writers_feeding(compact_reads(log), self.identity)
+        if self._hold():
+            return _AGAIN
+        return value
+
+    def _stale_writer(self) -> bool:
+        """Whether a writer of what it reads, not held, is filed stale now. (Anything else
+        that went stale upstream of them reached a held node: `Graph.reached`.)"""
+        suspect = self.graph.suspect
+        held = self.hold.nodes
+        for w in self.writers:  # noqa: SIM110 (a loop: no generator per call)
+            if w in suspect and w not in held:
+                return True
+        return False
 
     def release(self) -> None:
-        """Give back the demand held (idempotent): one recount of the region it kept live."""
-        held, self.held = self.held, set()
-        lost = []
-        for w in held:
-            w.demand -= 1
-            if w.registered and not w.is_root:
-                lost.append(w)
-        if lost:
-            self.graph._withdraw(lost)
+        """Give back what it held (idempotent): those nodes are dormant again."""
+        self.graph.let_go(self.hold)
 
 
 class _Again:
