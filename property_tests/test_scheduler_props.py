@@ -197,12 +197,34 @@ class SchedulerMachine(RuleBasedStateMachine):
         # and reads. It returns the consistent value, gives all demand back, and a second
         # pull with nothing changed runs nothing (zero unnecessary runs).
         name = data.draw(st.sampled_from(self.names))
+        before = {c.name: c.node.runs for c in self.comps.values()}
         got = self.sch.pull_now(self.cell(name))
         assert norm(got) == self.ref(name), (name, got)
         assert all(n.demand == 0 for n in self.sch.graph.nodes)
+        assert not self.sch.graph.pulled, "a pull left nodes held"
+        # A pull holds only the stale nodes feeding what it reads: a dormant computation
+        # that ran is upstream of the pulled cell (through what it may read).
+        upstream = self.upstream(name)
+        for comp in self.comps.values():
+            if comp.node.runs != before[comp.name] and not comp.node.is_live:
+                assert comp.name in upstream, (comp.name, name, upstream)
         runs = self.sch.stats.runs
         assert norm(self.sch.pull_now(self.cell(name))) == self.ref(name)
         assert self.sch.stats.runs == runs, "a second pull with nothing changed ran something"
+
+    def upstream(self, name: str) -> set[str]:
+        """`name` and every computation it may read, transitively (all inputs)."""
+        seen = {name}
+        stack = [name]
+        while stack:
+            comp = self.comps.get(stack.pop())
+            if comp is None:
+                continue
+            for n in comp.program[1]:
+                if n not in seen:
+                    seen.add(n)
+                    stack.append(n)
+        return seen
 
     @rule()
     def settle(self) -> None:

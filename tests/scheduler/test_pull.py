@@ -1,7 +1,8 @@
-"""Pulls: a pull holds demand on the writers of what it reads, settles, and reads the
-value itself (no node of its own). What it returns is what a node reading the cell
-would have read as the last run of its pass: links the settle moved and writers added
-meanwhile are followed, and once it returns the graph is as dormant as before."""
+"""Pulls: a pull holds the stale dormant nodes feeding what it reads, settles, and reads
+the value itself (no node of its own; nothing made live). What it returns is what a
+node reading the cell would have read as the last run of its pass: links the settle
+moved and writers added meanwhile are followed, and once it returns the graph is as
+dormant as before."""
 
 from __future__ import annotations
 
@@ -10,7 +11,16 @@ from typing import Any
 
 import pytest
 
-from cells import Cell, Identity, Link, MemoryStore, OwnershipError, Space
+from cells import (
+    Cell,
+    Identity,
+    Link,
+    MemoryStore,
+    OwnershipError,
+    Space,
+    Transaction,
+    read_value,
+)
 from scheduler import Scheduler
 
 
@@ -182,6 +192,157 @@ def test_a_pull_leaves_its_replica_quiet_so_the_store_may_prune() -> None:
     store = space.replica.store
     assert isinstance(store, MemoryStore)
     assert store.low_water() == store.seq
+
+
+# A pull holds only the stale dormant nodes feeding what it reads (`Graph.stale_region`):
+# edits made while nothing demanded the value cost what they changed, not what feeds it.
+
+
+def _combined(space: Space, sch: Scheduler, n: int) -> tuple[list[Cell], Cell, list[Any]]:
+    """`n` sources, one derived element of each (10x), and a total reading every element
+    (as a list's combiner reads every element's result). Returns the sources, the total,
+    and the element values each run of the total read."""
+    sources = [space.cell(f"s{i}") for i in range(n)]
+    elements = [space.cell(f"e{i}") for i in range(n)]
+    total = space.cell("total")
+    for s, e in zip(sources, elements, strict=True):
+        s.set(1)
+        sch.derive(e, [s], lambda v: 10 * v, label="element")
+    seen: list[Any] = []
+
+    def add(*values: int) -> int:
+        seen.append(values)
+        return sum(values)
+
+    sch.derive(total, elements, add, label="total")
+    return sources, total, seen
+
+
+def test_a_pull_after_edits_made_while_undemanded_runs_only_what_they_changed() -> None:
+    space, sch = _world()
+    sources, total, seen = _combined(space, sch, 50)
+    assert 500 == sch.pull_now(total)
+    for edits in ([3], [7, 40], [3, 7, 3]):
+        for i in edits:
+            sources[i].set(sources[i].get() + 1)
+        sch.settle()  # nothing demands them: nothing runs
+        stats = sch.statistics()
+        expected = sum(10 * s.get() for s in sources)
+        assert expected == sch.pull_now(total)
+        after = sch.statistics()
+        # Each edited element once, then the total once, reading the new values.
+        assert len(set(edits)) + 1 == after["runs_computation"] - stats["runs_computation"]
+        assert expected == sum(seen[-1])
+        # Nothing was made live and dormant again (that was O(n) per pull).
+        assert stats["liveness_writes"] == after["liveness_writes"]
+        assert not any(n.is_live for n in sch.graph.nodes) and not sch.graph.pulled
+        sch._check()
+        assert expected == asyncio.run(sch.pull(total))  # nothing changed: nothing runs
+        assert after["runs"] == sch.stats.runs
+    sch.close()
+
+
+def test_a_pull_holds_a_node_a_live_run_makes_stale_before_what_reads_it_runs() -> None:
+    # src1 -> live (a sink keeps it live) -> mid (dormant) -> top (dormant), top also
+    # reading src2. Both sources change before the pull: only `top` is known stale when
+    # the pull starts; `live` runs first in its settle and makes `mid` stale, which `top`
+    # reads: the pull holds `mid` then, and it runs before `top`. So `top` runs once, on
+    # the new values (without it: once on mid's old value, then again).
+    space, sch = _world()
+    src1, src2, live, mid, top = (space.cell(n) for n in ("src1", "src2", "live", "mid", "top"))
+    src1.set(1)
+    src2.set(1)
+    sch.derive(live, [src1], lambda v: v + 1, label="live")
+    sch.derive(mid, [live], lambda v: 10 * v, label="mid")
+    seen: list[tuple[int, int]] = []
+
+    def add(x: int, y: int) -> int:
+        seen.append((x, y))
+        return x + y
+
+    top_node = sch.derive(top, [mid, src2], add, label="top")
+    shown: list[Any] = []
+    cancel = sch.sink(live, shown.append)
+    assert 21 == sch.pull_now(top)
+    src1.set(2)
+    src2.set(5)  # (no settle: `live` is stale and live, `top` stale and dormant)
+    runs = top_node.runs
+    assert 35 == sch.pull_now(top)
+    assert [(20, 1), (30, 5)] == seen
+    assert runs + 1 == top_node.runs
+    assert [2, 3] == shown
+    assert not sch.graph.pulled
+    sch._check()
+    cancel()
+    sch.close()
+
+
+def test_a_held_node_whose_run_reads_a_stale_input_it_did_not_read_before_waits_for_it() -> None:
+    # `pick` reads `flag`, and `far` only when the flag is set; `far` (of `deep`) is stale
+    # and dormant, and `pick` had no edge from it. The pull holds `pick`; its run reads
+    # `far` for the first time: the pull then holds `far` too and settles again, so what
+    # it returns is `far`'s new value, not the one it had before `deep` changed.
+    space, sch = _world()
+    flag, deep, far, out = (space.cell(n) for n in ("flag", "deep", "far", "out"))
+    flag.set(False)
+    deep.set(1)
+    sch.derive(far, [deep], lambda v: 100 * v, label="far")
+    assert 100 == sch.pull_now(far)
+
+    def pick(tx: Transaction) -> None:
+        on = read_value(tx, flag.link())
+        tx.write(out.doc_key, ("value",), read_value(tx, far.link()) if on else 0)
+
+    sch.register(pick, identity=space.identity, outputs=[(out.doc_key, ("value",))])
+    assert 0 == sch.pull_now(out)
+    deep.set(2)
+    flag.set(True)
+    assert 200 == sch.pull_now(out)
+    assert 200 == sch.pull_now(out)
+    sch._check()
+    sch.close()
+
+
+def test_a_node_gone_dormant_before_it_ran_runs_at_the_next_pull() -> None:
+    # A sink keeps `b` live; `a` changes and the sink is cancelled before any settle:
+    # `b` is dormant and stale, and `c` (clean) reads it. A pull of `c` runs both.
+    space, sch = _world()
+    a, b, c = space.cell("a"), space.cell("b"), space.cell("c")
+    a.set(1)
+    sch.derive(b, [a], lambda v: v + 1, label="b")
+    sch.derive(c, [b], lambda v: 10 * v, label="c")
+    assert 20 == sch.pull_now(c)
+    cancel = sch.sink(b, lambda v: None)
+    a.set(4)
+    cancel()
+    sch._check()
+    runs = sch.stats.runs_computation
+    assert 50 == sch.pull_now(c)
+    assert runs + 2 == sch.stats.runs_computation
+    sch._check()
+    sch.close()
+
+
+def test_a_value_observed_for_a_while_then_edited_while_undemanded_is_current_at_a_pull() -> None:
+    # `b` and `x` were registered dormant (filed as never run), then a sink on `x` made
+    # them live (they leave the filed table: the pass keeps live nodes current) and
+    # dormant again. An edit of `a` then makes `b` stale while dormant: it is filed anew,
+    # with `x` (clean, reading it) after it, so a pull of `x` runs both.
+    space, sch = _world()
+    a, b, x = space.cell("a"), space.cell("b"), space.cell("x")
+    a.set(1)
+    sch.derive(b, [a], lambda v: v + 1, label="b")
+    sch.derive(x, [b], lambda v: 10 * v, label="x")
+    shown: list[Any] = []
+    cancel = sch.sink(x, shown.append)
+    cancel()
+    assert [20] == shown and not any(n.is_live for n in sch.graph.nodes)
+    a.set(2)
+    sch.settle()
+    runs = sch.stats.runs_computation
+    assert 30 == sch.pull_now(x)
+    assert runs + 2 == sch.stats.runs_computation
+    sch._check()
     sch.close()
 
 
