@@ -838,13 +838,12 @@ class Graph:
                 continue
             held[n] = None
             new.append(n)
-            holds = pulled.get(n)
-            if holds is None:
-                pulled[n] = hold
-            elif type(holds) is list:
-                holds.append(hold)
-            else:
-                pulled[n] = [holds, hold]  # type: ignore[list-item]
+            holds = pulled.setdefault(n, hold)
+            if holds is not hold:
+                if type(holds) is list:
+                    holds.append(hold)
+                else:
+                    pulled[n] = [holds, hold]  # type: ignore[list-item]
         return new
 
     def let_go(self, hold: Hold) -> None:
@@ -854,13 +853,10 @@ class Graph:
         pulled = self.pulled
         suspect = self.suspect
         for n in hold.nodes:
-            holds = pulled.get(n)
-            if holds is hold:
-                del pulled[n]
-            elif type(holds) is list:
+            holds = pulled.pop(n, None)
+            if type(holds) is list:
                 holds.remove(hold)
-                if len(holds) == 1:
-                    pulled[n] = holds[0]
+                pulled[n] = holds[0] if len(holds) == 1 else holds
             if (
                 n.status == "clean"
                 and n in suspect

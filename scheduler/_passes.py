@@ -369,14 +369,15 @@ class Passes:
     def _on_held(self, nodes: list[Node]) -> None:
         """A pull newly holds `nodes`: those not clean run in this settle (or the next)."""
         candidates = self._candidates
+        draining = self._draining
         queued = False
         for n in nodes:
-            if n.registered and n.status != "clean":
+            if n.status != "clean" and n.registered:
                 candidates[n] = None
                 queued = True
-                if self._draining:
+                if draining:
                     self._push(n)
-        if queued and not self._draining and not self._settling:
+        if queued and not draining and not self._settling:
             self._request_pass()
 
     def _on_live(self, node: Node) -> None:

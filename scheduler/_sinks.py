@@ -259,7 +259,8 @@ class _Pull:
         # A held node's run found a stale input (`Graph._note`), or a writer not held
         # went stale during the settle: hold what feeds it (if not held yet). (`reached`
         # is not cleared here: another pull in progress may hold what it names.)
-        if graph.suspect and (graph.reached or self._stale_writer()) and self._hold():
+        suspect = graph.suspect
+        if suspect and (graph.reached or self._stale_writer(suspect)) and self._hold():
             return _AGAIN
         walk = self.walk
         if walk is not None and graph.added == self.added:
@@ -292,10 +293,9 @@ class _Pull:
             return _AGAIN
         return value
 
-    def _stale_writer(self) -> bool:
+    def _stale_writer(self, suspect: dict[Node, Any]) -> bool:
         """Whether a writer of what it reads, not held, is filed stale now. (Anything else
         that went stale upstream of them reached a held node: `Graph.reached`.)"""
-        suspect = self.graph.suspect
         held = self.hold.nodes
         for w in self.writers:  # noqa: SIM110 (a loop: no generator per call)
             if w in suspect and w not in held:
