@@ -103,6 +103,27 @@ count, and the collector runs after the settle ends; reference counting frees ev
 acyclic meanwhile. See docs/performance.md, "Restart"."""
 
 
+def _same_two(reads: TwoReads, log: list[tuple[DocKey, Path, bool]]) -> bool:
+    """`two_reads_match` for the usual log, in one call: two deep reads, each of one
+    document's whole value as its read set holds it (a cellx layer's node, a join of
+    two cells), else `two_reads_match` itself. Per node update of two inputs."""
+    (k1, p1, s1), (k2, p2, s2) = log
+    if s1 or s2:
+        return two_reads_match(reads, log)
+    # (Its read set's documents come in either order: `compact_reads` groups in a set.)
+    if k1 == reads.key:
+        if k2 != reads.key2:
+            return False
+        e1, e2 = reads.entry, reads.entry2
+    elif k1 == reads.key2 and k2 == reads.key:
+        e1, e2 = reads.entry2, reads.entry
+    else:
+        return False
+    # (`_is_only` of each, deep: exactly this path, nothing shallow.)
+    d1, d2 = e1[0], e2[0]
+    return not e1[1] and not e2[1] and len(d1) == 1 and len(d2) == 1 and d1[0] == p1 and d2[0] == p2
+
+
 class Passes:
     """The node lifecycle, invalidation and passes of a `Scheduler` (its base class).
 
@@ -142,6 +163,9 @@ class Passes:
     _tracked: dict[Node, set[DocKey] | None]
     """Nodes that asked which documents changed (`track_changes`): the documents whose
     changes matched their reads since their last `take_changes`, None if unknown."""
+    _sinks_due: list[Node]
+    """Direct sinks invalidated in the current drain, run when its heap is empty
+    (`_read_sinks`); each is in `_in_heap` meanwhile (queued once)."""
     _keeping: Node | None
     """The running node that said it read exactly what its last run read (`keep_reads`)."""
     _replacing: Mapping[DocKey, ReadEntry | None] | None
@@ -283,20 +307,27 @@ class Passes:
                 self.stats.invalidations += 1
                 if node.status == "clean":
                     node.status = "invalid"
-                if (
-                    node.live_refs > 0
-                    or node.kind == "effect"
-                    or node.provisional
-                    or node.demand > 0
-                ):
+                if node.live_refs > 0 or node.provisional or node.demand > 0:
+                    pass  # live (`is_live`, inlined, the usual computation first)
+                elif node.kind != "effect":
+                    self._stale(node)  # dormant: filed for pulls; it comes back via `_on_live`
+                    continue
+                elif type(node) in _DIRECT_SINKS and node.direct:  # type: ignore[attr-defined]
+                    # A sink that reads its cell's value directly: run once the drain's
+                    # heap is empty (`_read_sinks`), with no heap entry, no turn of the
+                    # drain loop and no `_run`.
                     self._candidates[node] = None
                     in_heap = self._in_heap
                     if node not in in_heap:
                         in_heap.add(node)
-                        heapq.heappush(self._heap, (node.height, node.ordinal, node))
-                        self.stats.heap_pushes += 1
-                else:
-                    self._stale(node)
+                        self._sinks_due.append(node)
+                    continue
+                self._candidates[node] = None
+                in_heap = self._in_heap
+                if node not in in_heap:
+                    in_heap.add(node)
+                    heapq.heappush(self._heap, (node.height, node.ordinal, node))
+                    self.stats.heap_pushes += 1
         if not self._settling and self._candidates:
             # (Inside a settle, that settle propagates it; with no candidate, nothing
             # live read what changed.)
@@ -396,6 +427,8 @@ class Passes:
 
     def runnable(self) -> list[Node]:
         """Nodes that would run if `settle()` were called now."""
+        if not self._candidates:
+            return []  # (asked after every drain and pass: no clock read for nothing)
         now = self.clock.now()
         out: list[Node] = []
         stale: list[Node] = []
@@ -528,41 +561,95 @@ class Passes:
             heappop = heapq.heappop
             run = self._run
             candidates = self._candidates
-            while heap:
-                height, _, node = heappop(heap)
-                if node.height != height and node.registered:
-                    heapq.heappush(heap, (node.height, node.ordinal, node))
-                    continue
-                in_heap.discard(node)
-                if not (
-                    node.registered
-                    and node.status != "clean"
-                    and (
-                        node.live_refs > 0
-                        or node.kind == "effect"
-                        or node.provisional
-                        or node.demand > 0
-                        or node in self.graph.pulled  # (held by a pull: `_sinks._Pull`)
-                    )
-                    and node.eligible_at <= now
-                    and node.pass_runs < PASS_RUN_BUDGET
-                ):  # runnable (as in `runnable()`), inlined: this loop runs once per node update
-                    continue
-                run(node)
-                ran[node] = None
-                size += 1
-                status: str = node.status  # (what the run left: not what was checked)
-                if status == "clean":
-                    # Its candidate entry is spent: drop it now rather than have
-                    # `runnable()` find it stale among every node the pass ran.
-                    candidates.pop(node, None)
+            sinks = self._sinks_due
+            while True:
+                while heap:
+                    height, _, node = heappop(heap)
+                    if node.height != height and node.registered:
+                        heapq.heappush(heap, (node.height, node.ordinal, node))
+                        continue
+                    in_heap.discard(node)
+                    if not (
+                        node.registered
+                        and node.status != "clean"
+                        and (
+                            node.live_refs > 0
+                            or node.kind == "effect"
+                            or node.provisional
+                            or node.demand > 0
+                            or node in self.graph.pulled  # (held by a pull: `_sinks._Pull`)
+                        )
+                        and node.eligible_at <= now
+                        and node.pass_runs < PASS_RUN_BUDGET
+                    ):  # runnable (as in `runnable()`), inlined: runs once per node update
+                        continue
+                    run(node)
+                    ran[node] = None
+                    size += 1
+                    status: str = node.status  # (what the run left: not what was checked)
+                    if status == "clean":
+                        # Its candidate entry is spent: drop it now rather than have
+                        # `runnable()` find it stale among every node the pass ran.
+                        candidates.pop(node, None)
+                if not sinks:
+                    break
+                size += self._read_sinks(sinks)  # (a sink it cannot read goes on the heap)
         finally:
             self._draining = False
             self._heap.clear()
             self._in_heap.clear()
+            self._sinks_due.clear()
             replica.end_batch()
         self.stats.last_work_set = size
         self.stats.max_work_set = max(self.stats.max_work_set, size)
+
+    def _read_sinks(self, sinks: list[Node]) -> int:
+        """Run the sinks `_on_notification` set aside in this drain (direct sinks: their
+        last run read their cell's whole value, with no link), now that the drain's heap
+        is empty; returns how many ran. Each runs as `_run` runs it (`Sink.run_direct`);
+        one that cannot run directly now (a link appeared, a gate was set, async work
+        started) goes on the heap, to run in a transaction as any effect does.
+
+        Why after the heap and not at its height: a sink writes nothing, so no run of
+        this drain depends on it, and every run the heap held (every writer below it)
+        is done, so it reads what it would have read at its height; it delivers after
+        the pass either way (`deliver_all`). A sink per node (cellx, broad) paid a heap
+        entry, a turn of the drain loop and the start of `_run` per update for this.
+        Its run does not count towards `PASS_RUN_BUDGET`: it runs at most once per
+        drain, and a pass has at most `MAX_ITERS` (= the budget) drains."""
+        replica = self.replica
+        in_heap = self._in_heap
+        candidates = self._candidates
+        stats = self.stats
+        started = self._drain_started
+        # (What `_run` asks before it reads a sink directly.)
+        blocked = replica.closed or bool(self.work.by_owner)
+        ran = 0
+        for node in sinks:
+            in_heap.discard(node)
+            if not node.registered or node.status == "clean":
+                continue  # removed, or ran meanwhile (a seed of this drain)
+            if blocked or node._gates is not None or not node.direct:  # type: ignore[attr-defined]
+                self._push(node)  # a transaction run decides (`_run`)
+                continue
+            failed: Exception | None = None
+            try:
+                if not node.run_direct(replica):  # type: ignore[attr-defined]
+                    self._push(node)  # (nothing done: the transaction run counts itself)
+                    continue
+            except Exception as exc:
+                failed = exc
+            # (`_run`'s bookkeeping of a run.)
+            node.status = "clean"
+            node.runs += 1
+            node.last_run = started
+            stats.runs_effect += 1
+            candidates.pop(node, None)
+            ran += 1
+            if failed is not None:
+                self._fail(node, failed)  # as `_run` does: the run ended, and raised
+        sinks.clear()
+        return ran
 
     def _run(self, node: Node) -> None:
         node.status = "clean"  # before the run: foreign changes during it re-invalidate
@@ -647,7 +734,7 @@ class Passes:
             elif (
                 log != node.raw_reads  # most runs read exactly what they read last time
                 if len(log) != 2 or type(node.reads) is not TwoReads
-                else not two_reads_match(node.reads, log)  # (the same, with no log kept)
+                else not _same_two(node.reads, log)  # (the same, with no log kept)
             ):
                 self.graph.set_reads(node, compact_reads(log))
                 # (A kept log always compacts to `reads`; two documents read once each

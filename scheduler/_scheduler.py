@@ -86,6 +86,7 @@ class Scheduler(Passes):
         self._replacing: Mapping[DocKey, ReadEntry | None] | None = None
         self._heap: list[tuple[int, int, Node]] = []
         self._in_heap: set[Node] = set()
+        self._sinks_due: list[Node] = []
         self._draining = False
         self._running: Node | None = None
         self._settling = False

@@ -292,3 +292,111 @@ def test_a_direct_sink_of_a_user_scoped_cell_reads_its_principals_instance() -> 
     sch.settle()
     assert [1, 2] == seen
     sch.close()
+
+
+def test_a_direct_sink_of_a_computed_cell_runs_after_the_drain_without_a_heap_entry() -> None:
+    # The computation's commit invalidates the sink during the drain: the sink is set
+    # aside and read once the heap is empty (`Passes._read_sinks`), a counted run with
+    # no heap entry and no transaction, and it delivers the computed value.
+    space = Space(MemoryStore(), "sp")
+    sch = Scheduler(space.replica)
+    src, out = space.cell("src"), space.cell("out")
+    src.set(1)
+    sch.derive(out, [src], lambda v: v * 10)
+    seen: list[object] = []
+    sch.sink(out, seen.append)
+    sink = _sink_of(sch)
+    assert sink.direct and [10] == seen
+    pushes, runs, effects = sch.stats.heap_pushes, sink.runs, sch.stats.runs_effect
+    elided = space.replica.stats.commits_elided
+    for v in (2, 3, 4):
+        src.set(v)
+        sch.settle()
+    assert [10, 20, 30, 40] == seen
+    # Three waves: one heap entry each, the computation's; the sink ran three times,
+    # never in a transaction (its run would have been an elided commit).
+    assert (3, 3, 3) == (
+        sch.stats.heap_pushes - pushes,
+        sink.runs - runs,
+        sch.stats.runs_effect - effects,
+    )
+    assert 0 == space.replica.stats.commits_elided - elided
+    assert sink.status == "clean" and not sch.runnable()
+    sch._check()
+    sch.close()
+
+
+def test_a_sink_set_aside_in_a_drain_follows_a_link_its_cell_now_holds() -> None:
+    # The computation writes a link at the sink's cell in the drain: the sink, set aside
+    # as direct, cannot read it directly any more and runs in a transaction (on the
+    # heap), which follows the link; plain again, it is direct again.
+    space = Space(MemoryStore(), "sp")
+    sch = Scheduler(space.replica)
+    src, out, target = space.cell("src"), space.cell("out"), space.cell("t")
+    src.set(0)
+    target.set("T1")
+    sch.derive(out, [src], lambda v: target.link() if v == 1 else v)
+    seen: list[object] = []
+    sch.sink(out, seen.append)
+    sink = _sink_of(sch)
+    assert sink.direct
+    src.set(1)
+    sch.settle()
+    assert not sink.direct and [0, "T1"] == seen
+    target.set("T2")
+    sch.settle()
+    src.set(2)
+    sch.settle()
+    assert sink.direct and [0, "T1", "T2", 2] == seen
+    sch._check()
+    sch.close()
+
+
+def test_sinks_set_aside_in_a_drain_each_deliver_the_settled_value_once() -> None:
+    # A sink per node of a chain with a fork: every sink is set aside in the drain and
+    # delivers once, the value its cell holds when the pass ends (no intermediate one).
+    space = Space(MemoryStore(), "sp")
+    sch = Scheduler(space.replica)
+    src = space.cell("src")
+    src.set(1)
+    a, b, c = space.cell("a"), space.cell("b"), space.cell("c")
+    sch.derive(a, [src], lambda v: v + 1)
+    sch.derive(b, [a], lambda v: v * 2)
+    sch.derive(c, [a, b], lambda x, y: x + y)
+    seen: dict[str, list[object]] = {"a": [], "b": [], "c": []}
+    for name, cell in (("a", a), ("b", b), ("c", c)):
+        sch.sink(cell, seen[name].append)
+    src.set(5)
+    sch.settle()
+    assert {"a": [2, 6], "b": [4, 12], "c": [6, 18]} == seen
+    assert all(n.status == "clean" for n in sch.graph.nodes)
+    sch._check()
+    sch.close()
+
+
+def test_a_sink_set_aside_in_a_drain_and_cancelled_before_it_is_read_never_runs() -> None:
+    # The sink on `out` is set aside when `out`'s writer commits; a node above it in
+    # the same drain cancels it: a removed node never runs again.
+    space = Space(MemoryStore(), "sp")
+    sch = Scheduler(space.replica)
+    src, out, after = space.cell("src"), space.cell("out"), space.cell("after")
+    src.set(0)
+    sch.derive(out, [src], lambda v: v + 1)
+    seen: list[object] = []
+    cancel = sch.sink(out, seen.append)
+    sink = _sink_of(sch)
+
+    def cancel_at(v: int) -> int:
+        if v == 2:
+            cancel()
+        return v
+
+    sch.derive(after, [out], cancel_at)
+    sch.sink(after, lambda _v: None)  # (keeps the canceller live)
+    assert sink.direct and [1] == seen
+    runs = sink.runs
+    src.set(1)
+    sch.settle()
+    assert not sink.registered and runs == sink.runs and [1] == seen
+    sch._check()
+    sch.close()
