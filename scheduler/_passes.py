@@ -119,9 +119,8 @@ def _same_two(reads: TwoReads, log: list[tuple[DocKey, Path, bool]]) -> bool:
         e1, e2 = reads.entry2, reads.entry
     else:
         return False
-    # (`_is_only` of each, deep: exactly this path, nothing shallow.)
-    d1, d2 = e1[0], e2[0]
-    return not e1[1] and not e2[1] and len(d1) == 1 and len(d2) == 1 and d1[0] == p1 and d2[0] == p2
+    # (`_is_only` of each, deep: exactly this path, nothing shallow; compared in C.)
+    return e1 == ((p1,), ()) and e2 == ((p2,), ())
 
 
 class Passes:
@@ -720,16 +719,14 @@ class Passes:
                 key, path, shallow = log[0]
                 reads = node.reads
                 node.raw_reads = None
-                entry = reads.entry if type(reads) is OneRead and reads.key == key else None
-                if entry is None:
-                    moved = True
-                else:
-                    # Unchanged iff the read set is exactly this path, deep or shallow
-                    # as read now: (((path,), ()) or ((), (path,)), what compact_reads
-                    # would make of this log.
-                    other_kind, this_kind = entry if shallow else (entry[1], entry[0])
-                    moved = bool(other_kind) or len(this_kind) != 1 or this_kind[0] != path
-                if moved:
+                if (
+                    type(reads) is not OneRead
+                    or reads.key != key
+                    # Unchanged iff the read set is exactly this path, deep or shallow as
+                    # read now: what compact_reads would make of this log. (One tuple
+                    # comparison, in C: the entry is usually a shared one, `_ENTRIES`.)
+                    or reads.entry != (((), (path,)) if shallow else ((path,), ()))
+                ):
                     self.graph.set_reads(node, compact_reads(log))
             elif (
                 log != node.raw_reads  # most runs read exactly what they read last time

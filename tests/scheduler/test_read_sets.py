@@ -7,7 +7,8 @@ import itertools
 
 import pytest
 
-from cells import DocKey, Path
+from cells import DocKey, MemoryStore, Path, Space, Transaction
+from scheduler import Scheduler
 from scheduler import _readers as readers_module
 from scheduler._node import OneRead, TwoReads, lean_reads, two_reads_match
 from scheduler._passes import _same_two
@@ -130,3 +131,63 @@ def test_a_node_keeps_one_value_output_as_its_key_and_answers_it_as_declared(
         assert node._outs is declared[0][0]
     else:
         assert type(node._outs) is tuple
+
+
+def _one_read_node(
+    how: dict[str, object],
+) -> tuple[Scheduler, Space, DocKey, list[object]]:
+    """A node reading one place of document `d` (`how["path"]`, `how["shallow"]`: the
+    test moves it between runs), with a sink on its output; the node's runs logged."""
+    space = Space(MemoryStore(), "sp")
+    sch = Scheduler(space.replica)
+    doc, out = space.cell("d"), space.cell("out")
+    doc.set({"x": 1, "y": 10})
+    key = doc.doc_key
+    runs: list[object] = []
+
+    def fn(tx: Transaction) -> None:
+        path = how["path"]
+        assert isinstance(path, tuple)
+        value = tx.read(key, path, shallow=bool(how["shallow"]))
+        runs.append(path)
+        tx.write(out.doc_key, ("value",), len(value) if how["shallow"] else value)
+
+    sch.register(fn, identity=space.identity, outputs=[(out.doc_key, ("value",))])
+    sch.sink(out, lambda _v: None)
+    return sch, space, key, runs
+
+
+def test_a_node_whose_one_read_moves_to_another_path_is_triggered_by_the_new_one() -> None:
+    how: dict[str, object] = {"path": ("value", "x"), "shallow": False}
+    sch, space, key, runs = _one_read_node(how)
+    (node,) = [n for n in sch.graph.nodes if n.kind == "computation"]
+    assert [("value", "x")] == runs
+    how["path"] = ("value", "y")
+    sch.invalidate(node)
+    sch.settle()
+    assert dict(node.reads) == {key: ((("value", "y"),), ())}
+    space.cell("d").set({"x": 2, "y": 10})  # no longer read: no run
+    sch.settle()
+    space.cell("d").set({"x": 2, "y": 11})
+    sch.settle()
+    assert [("value", "x"), ("value", "y"), ("value", "y")] == runs
+    sch._check()
+    sch.close()
+
+
+def test_a_node_whose_one_read_turns_shallow_is_triggered_by_the_shape_only() -> None:
+    how: dict[str, object] = {"path": ("value",), "shallow": False}
+    sch, space, key, runs = _one_read_node(how)
+    (node,) = [n for n in sch.graph.nodes if n.kind == "computation"]
+    how["shallow"] = True
+    sch.invalidate(node)
+    sch.settle()
+    assert dict(node.reads) == {key: ((), (("value",),))}
+    space.cell("d").set({"x": 5, "y": 50})  # the same keys: no run
+    sch.settle()
+    assert 2 == len(runs)
+    space.cell("d").set({"x": 5})
+    sch.settle()
+    assert 3 == len(runs)
+    sch._check()
+    sch.close()
