@@ -244,7 +244,7 @@ class Graph:
         was_live = node.is_live
         node.registered = False
         if self.suspect:
-            self.suspect.pop(node, None)  # (its readers' sources may still name it: ignored)
+            self._unfile(node)  # (its readers' sources may still name it: ignored)
         by_doc = self.writers_by_doc
         # The readers of its identity left with no writer of it in a spot it shared: by
         # the instance rule they depend on the spot's other writers now (rewired below).
@@ -615,9 +615,18 @@ class Graph:
                     stack.append((r, h + 1))
 
     # ---------------------------------------------------------------- liveness
+    def _unfile(self, node: Node) -> None:
+        """`node` leaves `suspect` (live, or removed). Once the table is empty it is
+        replaced: a dict keeps the size it grew to, so a thousand nodes filed at
+        registration and gone live would keep about 37 bytes each in an empty table."""
+        suspect = self.suspect
+        suspect.pop(node, None)
+        if not suspect:
+            self.suspect = {}
+
     def _became_live(self, node: Node) -> None:
         if self.suspect:
-            self.suspect.pop(node, None)  # (live: the pass keeps it current)
+            self._unfile(node)  # (live: the pass keeps it current)
         if self.on_live is not None:
             self.on_live(node)
         self.grant([node])
@@ -637,7 +646,7 @@ class Graph:
                 if not was:
                     stack.append(w)
                     if self.suspect:
-                        self.suspect.pop(w, None)  # (live: the pass keeps it current)
+                        self._unfile(w)  # (live: the pass keeps it current)
                     if self.on_live is not None:
                         self.on_live(w)
 

@@ -438,3 +438,24 @@ def test_a_pull_reads_a_held_value_again_when_a_writer_was_added_during_its_sett
     cancel()
     sch._check()
     sch.close()
+
+
+def test_the_stale_table_is_replaced_once_every_filed_node_went_live() -> None:
+    # 500 nodes registered dormant are filed for pulls; a sink on each makes it live and
+    # unfiles it. The emptied table is a new dict: one emptied in place keeps the size it
+    # grew to (about 37 bytes per node that was ever filed).
+    import sys
+
+    space, sch = _world()
+    src = space.cell("src")
+    src.set(1)
+    outs = [space.cell(f"o{i}") for i in range(500)]
+    for i, out in enumerate(outs):
+        sch.derive(out, [src], lambda v: v + 1, label=f"o{i}")
+    assert len(sch.graph.suspect) == 500
+    cancels = [sch.sink(out, lambda v: None) for out in outs]
+    sch.settle()
+    assert sch.graph.suspect == {}
+    assert sys.getsizeof(sch.graph.suspect) == sys.getsizeof({})
+    for cancel in cancels:
+        cancel()
