@@ -488,6 +488,36 @@ def v3_history(db: FsPath) -> History:
         conn.close()
 
 
+def goes_on_after_upgrade(
+    store: SQLiteStore,
+    watcher: SQLiteStore,
+    watching: Space,
+    claimed: DocKey,
+    db: FsPath,
+    revision_rows: int | None,
+) -> None:
+    """After an upgrade: a create-only commit of `claimed` meets the old file's claim,
+    "churned" is pruned (checked at each step of its churn; the file keeps at most
+    `revision_rows` revisions, when given), and `watching` (another store's session that
+    loaded the documents before) hears of every later commit."""
+    space = Space(store, "h")
+    tx = space.edit()
+    tx.create_only(claimed)
+    tx.write(claimed, ("value",), 1)
+    assert Outcome.PERMANENT is tx.commit().wait(WAIT).outcome
+    for i in range(2 * REVISIONS_KEPT):
+        assert space.get_cell("churned").key("x").set(-i).wait(WAIT).ok
+        if i in (0, REVISIONS_KEPT - 1, REVISIONS_KEPT, 2 * REVISIONS_KEPT - 1):
+            store._check()
+    if revision_rows is not None:
+        assert rows(db, "revision") <= revision_rows
+    assert space.get_cell("once").key("x").set(2).wait(WAIT).ok
+    assert watcher.poll() > 0
+    watching.replica.pump()
+    assert -(2 * REVISIONS_KEPT - 1) == watching.get_cell("churned").get()["x"]
+    assert {"x": 2} == watching.get_cell("once").get()
+
+
 def test_a_version_3_file_is_upgraded_when_opened(stores: Make, db: FsPath) -> None:
     # Versions 4 and 5 give revisions ids in commit order and chain them by id: every
     # document, revision, floor, next floor and claim of the version 3 file is kept.
@@ -513,21 +543,7 @@ def test_a_version_3_file_is_upgraded_when_opened(stores: Make, db: FsPath) -> N
     watching = Space(watcher, "h")
     assert {"x": 1} == watching.get_cell("once").get()
     assert last == watching.get_cell("churned").get()["x"]
-    space = Space(store, "h")
-    tx = space.edit()
-    tx.create_only(claimed)
-    tx.write(claimed, ("value",), 1)
-    assert Outcome.PERMANENT is tx.commit().wait(WAIT).outcome
-    for i in range(2 * REVISIONS_KEPT):
-        assert space.get_cell("churned").key("x").set(-i).wait(WAIT).ok
-        if i in (0, REVISIONS_KEPT - 1, REVISIONS_KEPT, 2 * REVISIONS_KEPT - 1):
-            store._check()
-    assert rows(db, "revision") <= 2 * REVISIONS_KEPT + 2
-    assert space.get_cell("once").key("x").set(2).wait(WAIT).ok
-    assert watcher.poll() > 0
-    watching.replica.pump()
-    assert -(2 * REVISIONS_KEPT - 1) == watching.get_cell("churned").get()["x"]
-    assert {"x": 2} == watching.get_cell("once").get()
+    goes_on_after_upgrade(store, watcher, watching, claimed, db, 2 * REVISIONS_KEPT + 2)
     # A cellweave of format 3 still holding the file open cannot commit to it: its
     # first statement (the commit's row) has no table, so it writes nothing.
     conn = sqlite3.connect(db)
@@ -662,20 +678,7 @@ def test_a_version_4_file_is_upgraded_when_opened(stores: Make, db: FsPath) -> N
     watcher = stores(db)
     watching = Space(watcher, "h")
     assert last == watching.get_cell("churned").get()["x"]
-    space = Space(store, "h")
-    tx = space.edit()
-    tx.create_only(claimed)
-    tx.write(claimed, ("value",), 1)
-    assert Outcome.PERMANENT is tx.commit().wait(WAIT).outcome
-    for i in range(2 * REVISIONS_KEPT):
-        assert space.get_cell("churned").key("x").set(-i).wait(WAIT).ok
-        if i in (0, REVISIONS_KEPT - 1, REVISIONS_KEPT, 2 * REVISIONS_KEPT - 1):
-            store._check()
-    assert space.get_cell("once").key("x").set(2).wait(WAIT).ok
-    assert watcher.poll() > 0
-    watching.replica.pump()
-    assert -(2 * REVISIONS_KEPT - 1) == watching.get_cell("churned").get()["x"]
-    assert {"x": 2} == watching.get_cell("once").get()
+    goes_on_after_upgrade(store, watcher, watching, claimed, db, None)
     # A cellweave of format 4 still holding the file open cannot commit to it: the
     # commit's row has no table, and a revision row without its session does not fit.
     conn = sqlite3.connect(db)
