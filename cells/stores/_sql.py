@@ -129,6 +129,9 @@ class SessionVerdicts:
             return key
 
     def key(self, session_id: str) -> str:
+        key = self._keys.get(session_id)  # (one dict read needs no lock: every commit asks)
+        if key is not None:
+            return key
         with self._lock:
             key = self._keys.get(session_id)
             if key is None:  # submitted without connect(): still unique to this store object
@@ -201,19 +204,28 @@ class WriterStore(StoreBase):
     def __init__(self) -> None:
         super().__init__()
         self._write_lock = threading.RLock()
-        lock = threading.Lock()
+        lock = self._queue_lock = threading.Lock()
+        """Taken directly where no condition is waited on or notified (a `Condition`'s
+        `with` and `notify_all` run Python code: about 60 bytecodes a commit)."""
         self._cond = threading.Condition(lock)  # `_queued` reaching 0 (flush)
         self._work = threading.Condition(lock)  # the writer thread's wake-up
-        # The queue, `_queued`, `_stopping` and closing: under `lock`, except that an
-        # item is taken off (popleft) only under `_write_lock` (which orders evaluations).
+        # The queue, `_queued`, `_flushing`, `_stopping` and closing: under `lock`, except
+        # that an item is taken off (popleft) only under `_write_lock` (which orders
+        # evaluations).
         self._queue: collections.deque[tuple[SessionListener, CommitRequest]] = collections.deque()
         self._queued = 0
+        self._flushing = 0
+        """Threads waiting in `flush` for `_queued` to reach 0: an evaluation notifies
+        `_cond` only when there is one."""
         self._stopping = False
         self._evaluating = False
         """A queued commit is being evaluated (`_run_queued`; under `_write_lock`)."""
         self._writer_untimed = False
         """The writer sleeps until woken (not for at most `_LAZY_WAKE_S`): a submit must wake it."""
         self._writer: threading.Thread | None = None
+        self._writer_ident: int | None = None
+        """The writer thread's `threading.get_ident()` once it runs (`_help` compares it:
+        `threading.current_thread()` is a Python function)."""
 
     @abc.abstractmethod
     def _writer_name(self) -> str: ...
@@ -251,7 +263,7 @@ class WriterStore(StoreBase):
             mailbox.helper = None
 
     def _submit_evaluation(self, listener: SessionListener, request: CommitRequest) -> None:
-        with self._cond:
+        with self._queue_lock:
             if self.closed:  # re-checked under the lock: nothing may queue behind close()'s stop
                 raise StoreError(self._closed_message())
             if self._writer is None:
@@ -274,6 +286,7 @@ class WriterStore(StoreBase):
             # from the evaluating thread at every statement.)
 
     def _writer_loop(self) -> None:
+        self._writer_ident = threading.get_ident()
         queue = self._queue
         idle = 0  # timed sleeps in a row that found nothing to do
         while True:
@@ -297,7 +310,7 @@ class WriterStore(StoreBase):
         """A waiting thread's turn (`Mailbox.helper`): evaluate the commits queued now,
         if no one else is evaluating (else wait as before). Whether it evaluated any."""
         queue = self._queue
-        if not queue or self._evaluating or threading.current_thread() is self._writer:
+        if not queue or self._evaluating or threading.get_ident() == self._writer_ident:
             # (`_evaluating`: another thread is evaluating, or this one is, and waits from
             # inside it (a post listener): the re-entrant lock would let it in.)
             return False
@@ -328,9 +341,10 @@ class WriterStore(StoreBase):
                     raise
                 finally:
                     self._evaluating = False
-                    with self._cond:
+                    with self._queue_lock:
                         self._queued -= 1
-                        self._cond.notify_all()
+                        if self._flushing:
+                            self._cond.notify_all()
                 ran = True
             finally:
                 lock.release()
@@ -343,7 +357,11 @@ class WriterStore(StoreBase):
         with self._cond:
             if self._queued:
                 self._work.notify()  # (the writer may be in a timed sleep: no need to wait it out)
-            return self._cond.wait_for(lambda: self._queued == 0, timeout)
+            self._flushing += 1
+            try:
+                return self._cond.wait_for(lambda: self._queued == 0, timeout)
+            finally:
+                self._flushing -= 1
 
     def _evaluate_and_answer(self, listener: SessionListener, request: CommitRequest) -> None:
         # A gate's accept() runs here on the caller's thread: commits queued before

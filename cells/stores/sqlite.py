@@ -1205,6 +1205,40 @@ class SQLiteStore(WriterStore):
             return []
         return self._revisions_since(conn, session_id, session_key, key, seq)
 
+    def _validate(
+        self, conn: sqlite3.Connection, request: CommitRequest, session_key: str
+    ) -> CommitRejected | None:
+        """`request`'s fence check, then `validate_commit` answered from the file (and from
+        `_known`, which `_evaluate` checked still holds)."""
+        if request.fence is not None:
+            fenced = self.claims.fence_error(conn, request.fence)
+            if fenced is not None:
+                return fenced
+        return validate_commit(
+            request,
+            revisions_since=functools.partial(
+                self._known_revisions_since, conn, request.session_id, session_key
+            ),
+            resolution=lambda _sid, local_seq: self._resolution(session_key, local_seq),
+            ever_written=functools.partial(self._ever_written, conn),
+        )
+
+    def _plainly_valid(self, request: CommitRequest) -> bool:
+        """Whether `validate_commit` surely finds nothing against `request`, told without
+        calling it: no fence, dependency or create-only key, and every read of a document
+        whose head row this writer remembers at a seq no newer than the read's basis
+        (`_known_revisions_since` would answer no revision for each). The usual commit of
+        a file's only writer; any other goes through `validate_commit`. Only inside
+        `_evaluate`, after it checked that `_known` still holds."""
+        if request.deps or request.create_only or request.fence is not None:
+            return False
+        known = self._known
+        for claim in request.reads:
+            got = known.get(claim.key)
+            if got is None or got[1] > claim.basis_seq:
+                return False
+        return True
+
     @staticmethod
     def _revisions_since(
         conn: sqlite3.Connection, session_id: str, session_key: str, key: DocKey, seq: int
@@ -1299,16 +1333,9 @@ class SQLiteStore(WriterStore):
                         self._known_top = top
                     self._known_next = next_id
                     self._known_version = version
-                error: CommitRejected | None = (
-                    None if request.fence is None else self.claims.fence_error(conn, request.fence)
-                ) or validate_commit(
-                    request,
-                    revisions_since=functools.partial(
-                        self._known_revisions_since, conn, request.session_id, session_key
-                    ),
-                    resolution=lambda _sid, local_seq: self._resolution(session_key, local_seq),
-                    ever_written=functools.partial(self._ever_written, conn),
-                )
+                error: CommitRejected | None = None
+                if not self._plainly_valid(request):
+                    error = self._validate(conn, request, session_key)
                 seq = top + 1
                 staged: _Staged | None = None
                 if error is None:
