@@ -89,6 +89,40 @@ def test_a_verdict_names_the_state_each_written_document_was_applied_on(
     assert {z: {"value": 3}, x: {"value": 3}, y: {"value": 3}} == third.docs
 
 
+def test_an_accepted_one_write_commit_is_answered_without_a_verdict(
+    stores: Make, db: FsPath
+) -> None:
+    # As `MemoryStore` answers it: `on_accepted` (seq, base seq, value), so the replica
+    # adopts its layer without `on_verdict`'s path; anything else gets its `Verdict`.
+    store = stores(db)
+    answers: list[tuple[str, int | None]] = []
+
+    class Answers(Verdicts):
+        def on_verdict(self, request: CommitRequest, verdict: Verdict) -> None:
+            answers.append(("verdict", verdict.seq))
+            super().on_verdict(request, verdict)
+
+        def on_accepted(
+            self, request: CommitRequest, seq: int, base_seq: int, value: Value
+        ) -> None:
+            answers.append(("accepted", seq))
+            assert (key("x"), {"value": 1}, 0) == (request.writes[0].key, value, base_seq)
+            super().on_accepted(request, seq, base_seq, value)
+
+    listener = Answers()
+    sid = store.connect(listener)
+    commit(store, listener, sid, 1, key("x"))
+    commit(store, listener, sid, 2, key("x"), key("y"))
+    stale = ReadClaim(key("y"), ("value",), False, 0)  # (y was written at seq 2)
+    store.submit(
+        listener,
+        CommitRequest(sid, 3, (stale,), (), (Write(key("x"), ("value",), 3),), frozenset()),
+    )
+    assert store.flush(WAIT)
+    listener.mailbox.drain()
+    assert [("accepted", 1), ("verdict", 2), ("verdict", None)] == answers
+
+
 def test_the_committing_replica_adopts_a_batch_verdict_without_refolding(
     monkeypatch: pytest.MonkeyPatch, stores: Make, db: FsPath
 ) -> None:
