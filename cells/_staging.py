@@ -29,7 +29,7 @@ from ._address import DocKey, Path
 from ._records import DocRecord
 from ._store import ReadClaim
 from ._transaction import TxDoc
-from ._values import MISSING, Value, get_path, same_value, set_path
+from ._values import MISSING, Value, get_path, same_value, set_path, set_paths
 from .errors import InvalidValueError
 
 Staged = tuple[DocKey, DocRecord, Sequence[tuple[Path, Value]], Value, bool]
@@ -137,10 +137,10 @@ def stage_writes(
             # working copy is that write applied to the visible value.
             staged.append((key, rec, ops, td.working, visible_change))
             continue
-        after = visible
         try:
-            for path, value in ops:
-                after = set_path(after, path, value)
+            # (Several elements of one long list: one copy, or the transaction's own
+            # value when it made that same write on this same value: `set_paths`.)
+            after = set_paths(visible, ops)
         except InvalidValueError as exc:
             # A blind write below a place that became a scalar since this transaction
             # first saw it: nothing applied, re-run on fresh state.

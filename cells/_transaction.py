@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import CodeType, TracebackType
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
@@ -40,6 +40,7 @@ from ._values import (
     MISSING,
     Value,
     element_types,
+    element_writes,
     get_path,
     has_ids,
     ids_key,
@@ -47,6 +48,7 @@ from ._values import (
     note_types,
     positional,
     set_path,
+    set_paths,
     spliced,
     spliced_ids,
 )
@@ -515,6 +517,45 @@ class Transaction:
             td.written = [*written, path]
         else:
             written.append(path)
+
+    def write_items(self, key: DocKey, path: Path, items: Mapping[int, Any]) -> None:
+        """Stage `items[i]` at full-document path `(*path, i)` for each `i`: what a
+        `write` per item does (each item checked and copied, each path recorded as
+        written), but when they all replace elements of one long list the list is
+        copied once (or an older version nobody holds is brought up to date: see
+        `cells._values._reuse`), not once per item, and so are the commit's value and
+        the memory store's (`set_paths`). Raises what `write` raises."""
+        if self.status != "open":
+            self._require_open(f"write {describe(key)}")
+        if type(path) is not tuple:
+            raise _bad_path(path, "write")
+        if len(items) < 2 or len(path) >= MAX_DEPTH:
+            for i, value in items.items():
+                self.write(key, (*path, i), value)
+            return
+        td = self._docs.get(key)
+        if td is None:
+            if type(key) is not DocKey:
+                raise _bad_key(key, "write")
+            td = self._access(key)
+        ops: list[tuple[Path, Value]] = []
+        try:
+            for i, value in items.items():
+                at = (*path, i)
+                if type(i) is not int or i < 0:
+                    raise InvalidValueError("not an index", path=at, value=i)
+                v = value if value is MISSING else normalize(value, where="write", depth=len(at))
+                ops.append((at, v))
+        except InvalidValueError:
+            ops = []
+        if not ops or element_writes(td.working, ops) is None:
+            # Anything else (or bad input): one write each, with its own errors.
+            for i, value in items.items():
+                self.write(key, (*path, i), value)
+            return
+        td.working = set_paths(td.working, ops)
+        for at, _value in ops:
+            self._wrote(td, at)
 
     def _wrote(self, td: TxDoc, path: Path) -> None:
         """Record a staged write of `path` (in order) and forget remembered reads."""

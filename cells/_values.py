@@ -28,6 +28,7 @@ import contextlib
 import math
 import sys
 import sysconfig
+from collections.abc import Sequence
 from typing import Any, Final, TypeAlias
 
 from ._address import Link, Linkable, Path
@@ -404,6 +405,8 @@ def set_path(root: Value, path: Path, new: Value, *, where: str = "write") -> Va
             return last[3]
         # Let go of the last value first: the lists it holds may then be reusable.
         _LAST = last = None
+    if _LAST_ITEMS is not None:
+        _forget_items()  # (`set_paths`' last values, likewise)
     out = _set(root, path, 0, new, where)
     _LAST = (root, path, new, out)
     return out
@@ -451,6 +454,117 @@ def _replaced(node: list[Any], elem: int, new: Value) -> list[Any]:
     else:
         items = reused
     _edge(items, node, elem, 1, 1)
+    return items
+
+
+def element_writes(
+    root: Value, ops: Sequence[tuple[Path, Value]]
+) -> tuple[Path, list[Any], dict[int, Value]] | None:
+    """(the path to the list, the list, {index: new element}) when `ops` (several leaf
+    writes, in order) all replace elements of one long list of `root` reached through
+    dicts only: the same path to it, int indices in range, nothing deleted. Else None.
+    O(len(ops))."""
+    if len(ops) < 2:
+        return None
+    first = ops[0][0]
+    if not first:
+        return None
+    head = first[:-1]
+    node = root
+    for elem in head:
+        if type(node) is not dict or type(elem) is not str:
+            return None
+        node = node.get(elem, MISSING)
+    if type(node) is not list or len(node) < _EDGE_MIN:
+        return None  # a short list: copied once per write, as before
+    n = len(node)
+    changes: dict[int, Value] = {}
+    for path, value in ops:
+        i = path[-1] if path else None
+        if (
+            type(i) is not int
+            or not 0 <= i < n
+            or value is MISSING
+            or len(path) != len(first)
+            or path[:-1] != head
+        ):
+            return None
+        changes[i] = value
+    return head, node, changes
+
+
+def set_paths(root: Value, ops: Sequence[tuple[Path, Value]], *, where: str = "write") -> Value:
+    """`set_path` of each (path, value) of `ops` in turn, from `root`.
+
+    Several writes of elements of one long list (`element_writes`) make one new list,
+    not one per write: a copy, or a version of it nobody holds brought up to date
+    (`_reuse`). Like `set_path`, the same call made again with the same objects (in
+    any order of the element writes) returns the same result object: a transaction's
+    staged writes, its commit's `after` and the memory store's new head are one value.
+    Raises what `set_path` raises."""
+    found = element_writes(root, ops)
+    if found is None:
+        out = root
+        for path, value in ops:
+            out = set_path(out, path, value, where=where)
+        return out
+    head, node, changes = found
+    global _LAST, _LAST_ITEMS
+    last = _LAST_ITEMS
+    if last is not None:
+        if last[0] is root and last[1] == head and len(last[2]) == len(changes):
+            held = last[2]
+            if all(held.get(i, MISSING) is v for i, v in changes.items()):
+                return last[3]
+        # Let go of the last values first (as `set_path` does): their lists may then
+        # be reusable.
+        _LAST_ITEMS = last = None
+    _LAST = None
+    items = _replaced_items(node, changes)
+    out = _along(root, head, 0, items)
+    _LAST_ITEMS = (root, head, changes, out)
+    return out
+
+
+_LAST_ITEMS: tuple[Value, Path, dict[int, Value], Value] | None = None
+"""`set_paths`' `_LAST`: (root, path to the list, {index: element}, result)."""
+
+
+def _forget_items() -> None:
+    global _LAST_ITEMS
+    _LAST_ITEMS = None
+
+
+def _along(node: Value, head: Path, i: int, new: Value) -> Value:
+    """`node` (dicts along `head`, checked by `element_writes`) with `new` at `head[i:]`,
+    copying the dicts on the way."""
+    if i == len(head):
+        return new
+    out = dict(node)
+    out[head[i]] = _along(node[head[i]], head, i + 1, new)
+    return out
+
+
+def _replaced_items(node: list[Any], changes: dict[int, Value]) -> list[Any]:
+    """`node` with each element `i` of `changes` replaced by `changes[i]`, as a new list
+    (one nobody else holds): `_replaced` of several elements at once, the range from the
+    lowest to the highest of them counting as the changed span (`_edge`)."""
+    lo = min(changes)
+    hi = max(changes) + 1
+    reused = None
+    if _REUSE:
+        span = node[lo:hi]
+        for i, v in changes.items():
+            span[i - lo] = v
+        reused = _reuse(node, lo, hi - lo, span)
+    if reused is None:
+        items = list(node)
+        for i, v in changes.items():
+            items[i] = v
+    else:
+        items = reused
+    if _REUSE:
+        _edge(items, node, lo, hi - lo, hi - lo)
     return items
 
 

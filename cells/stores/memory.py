@@ -60,7 +60,7 @@ from .._store import (
     run_request,
     validate_commit,
 )
-from .._values import MISSING, Value, set_path
+from .._values import MISSING, Value, element_writes, set_path, set_paths
 from ..errors import ConflictError, InvalidValueError
 
 PRUNE_BATCH = 64
@@ -677,14 +677,32 @@ class MemoryStore(StoreBase):
         docs: dict[DocKey, Value] = {}
         base_seqs: dict[DocKey, int] = {}
         paths: dict[DocKey, list[Path]] = {}
+        writes = request.writes
+        # Several writes to one document: those replacing elements of one long list make
+        # one new list (`set_paths`: the replica's own value when it made the same).
+        by_key: dict[DocKey, list[tuple[Path, Value]]] | None = None
+        if len(writes) > 1:
+            by_key = {}
+            for w in writes:
+                by_key.setdefault(w.key, []).append((w.path, w.value))
+        grouped: set[DocKey] = set()
         try:
-            for w in request.writes:
+            for w in writes:
                 key = w.key
                 current = docs.get(key, MISSING)
                 if key not in docs:
                     head = heads.get(key, NO_STATE)
                     current = head.value
                     base_seqs[key] = head.seq
+                    ops = by_key.get(key) if by_key is not None else None
+                    if ops is not None and element_writes(current, ops) is not None:
+                        docs[key] = set_paths(current, ops, where="commit")
+                        # Elements of a list that exists: each its own revision path.
+                        paths[key] = [path for path, _ in ops]
+                        grouped.add(key)
+                        continue
+                elif key in grouped:
+                    continue
                 path = w.path
                 docs[key] = set_path(current, path, w.value, where="commit")
                 # A one-level write to an existing document creates no level.

@@ -25,10 +25,12 @@ from cells._values import (
     element_position,
     element_types,
     ids_key,
+    set_paths,
     splice_ends,
     spliced,
     spliced_ids,
 )
+from cells.errors import InvalidValueError
 
 ME = Identity("local", "local")
 DOC = DocKey("sp", "doc")
@@ -315,3 +317,91 @@ def test_a_reused_list_has_its_element_types_found_afresh() -> None:
     assert id(v2) == first  # v0 reused
     assert element_types(v2) == {str, int}
     assert element_types(v1) == {str, int}
+
+
+# --------------------------------------------------------------------------- several elements
+
+
+def test_several_elements_of_one_list_make_one_new_list() -> None:
+    """`set_paths` of element writes of one long list: one new list (the version two
+    back, once nobody holds it, brought up to date), the same result for the same call
+    (the writes in any order), and nothing anyone holds changes."""
+    model = [f"task {i}" for i in range(N)]
+    doc = _doc()
+    first = id(doc["items"])
+    doc = set_paths(doc, [(("items", 3), "a"), (("items", 9), "b")])
+    model[3], model[9] = "a", "b"
+    assert doc["items"] == model
+    ops = [(("items", 9), "c"), (("items", 4), "d"), (("items", 3), "e")]
+    held = doc  # a reader of this version
+    snapshot = list(held["items"])
+    doc = set_paths(held, ops)
+    assert set_paths(held, list(reversed(ops))) is doc  # the same writes: the same value
+    assert id(doc["items"]) == first  # the first version, held by nobody: reused
+    model[9], model[4], model[3] = "c", "d", "e"
+    assert doc["items"] == model
+    doc = set_paths(doc, [(("items", 0), "f"), (("items", N - 1), "g")])
+    model[0], model[N - 1] = "f", "g"
+    assert doc["items"] == model
+    assert held["items"] == snapshot  # held: never changed (this one was a copy)
+    del held
+    doc = set_paths(doc, [(("items", 5), "h"), (("items", 6), "i")])
+    model[5], model[6] = "h", "i"
+    assert doc["items"] == model
+
+
+def test_element_writes_other_than_in_range_elements_of_one_list_apply_in_turn() -> None:
+    doc = _doc()
+    appended = set_paths(doc, [(("items", 1), "x"), (("items", N), "end")])
+    assert appended["items"][:2] == ["task 0", "x"] and appended["items"][-1] == "end"
+    deleted = set_paths(doc, [(("items", 1), "x"), (("items", 0), MISSING)])
+    assert deleted["items"][:2] == ["x", "task 2"] and len(deleted["items"]) == N - 1
+    mixed = set_paths(doc, [(("items", 1), "x"), (("other",), 5)])
+    assert mixed["other"] == 5 and mixed["items"][1] == "x"
+    assert doc == _doc()
+
+
+def test_write_items_through_a_replica_with_pending_and_rejected_layers(
+    replica: tuple[MemoryStore, Replica],
+) -> None:
+    """`Transaction.write_items` of two elements per commit: the store's new head is the
+    transaction's value; under held verdicts, rejecting the first commit reverts exactly
+    its elements."""
+    store, r = replica
+
+    def edit(k: int) -> Any:
+        tx = r.edit(ME)
+        tx.write_items(DOC, ("items",), {2 * k: f"edit {k}", 2 * k + 1: f"also {k}"})
+        return tx.commit()
+
+    for k in range(3):
+        pending = edit(k)
+        staged = r.visible(DOC)
+        r.pump()
+        assert pending.result().ok
+        assert store._heads[DOC].value is staged
+    with store.testing.hold_verdicts() as gate:
+        pendings = [edit(k) for k in range(3, 8)]
+        r.pump()
+        gate.reject(0, Outcome.TERMINAL)
+        gate.release()
+        r.pump()
+    assert pendings[0].result().outcome == Outcome.TERMINAL
+    assert all(p.result().ok for p in pendings[1:])
+    want = [f"task {i}" for i in range(N)]
+    for k in [0, 1, 2, 4, 5, 6, 7]:
+        want[2 * k], want[2 * k + 1] = f"edit {k}", f"also {k}"
+    assert r.visible(DOC)["items"] == want
+    assert store.read_durable(DOC)["items"] == want
+
+
+def test_write_items_checks_as_write_does(replica: tuple[MemoryStore, Replica]) -> None:
+    _store, r = replica
+    tx = r.edit(ME)
+    with pytest.raises(InvalidValueError, match="write to"):
+        tx.write_items(DOC, ("items",), {1: "x", N + 5: "y"})
+    with pytest.raises(InvalidValueError):
+        tx.write_items(DOC, ("items",), {1: "x", 2: float("nan")})
+    tx.write_items(DOC, ("items",), {1: "x", N: "appended"})  # one write each: appends
+    assert tx.read(DOC, ("items",))[-1] == "appended"
+    tx.abort()
