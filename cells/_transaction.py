@@ -538,17 +538,17 @@ class Transaction:
             if type(key) is not DocKey:
                 raise _bad_key(key, "write")
             td = self._access(key)
-        ops: list[tuple[Path, Value]] = []
-        try:
-            for i, value in items.items():
-                at = (*path, i)
-                if type(i) is not int or i < 0:
-                    raise InvalidValueError("not an index", path=at, value=i)
-                v = value if value is MISSING else normalize(value, where="write", depth=len(at))
-                ops.append((at, v))
-        except InvalidValueError:
+        ops: list[tuple[Path, Value]] = [((*path, i), value) for i, value in items.items()]
+        if element_writes(td.working, ops) is not None:
+            try:
+                for k, (at, value) in enumerate(ops):
+                    if value is not MISSING:
+                        ops[k] = (at, normalize(value, where="write", depth=len(at)))
+            except InvalidValueError:
+                ops = []  # (bad input: the writes below raise it, naming the document)
+        else:
             ops = []
-        if not ops or element_writes(td.working, ops) is None:
+        if not ops:
             # Anything else (or bad input): one write each, with its own errors.
             for i, value in items.items():
                 self.write(key, (*path, i), value)

@@ -695,7 +695,7 @@ class MemoryStore(StoreBase):
                     current = head.value
                     base_seqs[key] = head.seq
                     ops = by_key.get(key) if by_key is not None else None
-                    if ops is not None and element_writes(current, ops) is not None:
+                    if ops is not None and len(ops) > 1 and element_writes(current, ops):
                         docs[key] = set_paths(current, ops, where="commit")
                         # Elements of a list that exists: each its own revision path.
                         paths[key] = [path for path, _ in ops]
