@@ -1005,29 +1005,29 @@ def _structure_benches(n: int) -> None:
     for whole in (False, True):
         _insert_bench(n, whole)
         _remove_bench(n, whole)
-    _inline_insert_bench(n)
-    _inline_remove_bench(n)
+    for kind in (DICTS, SCALARS):
+        _inline_insert_bench(n, kind)
+        _inline_remove_bench(n, kind)
     _reverse_bench(n)
 
 
-def _inline_insert_bench(n: int) -> None:
-    @bench(
-        group="lists insert", name=f"cellweave insert at front N={n} (inline dicts)", ops=CHANGES
-    )
+def _inline_insert_bench(n: int, kind: str) -> None:
+    @bench(group="lists insert", name=f"cellweave insert at front N={n} ({kind})", ops=CHANGES)
     def insert_inline() -> Run:
-        """`items.insert(0, {...})` into a list of inline dicts, then a pull of card 0.
-        Inline elements are keyed by element id, which the splice moves with each
-        element: the reconcile diffs only the ids' middle, and only the new element's
-        card runs (no kept element's child is invalidated or re-pointed)."""
-        world = _built(n, kind=DICTS)
+        """`items.insert(0, x)` into a list of inline dicts (or title strings), then a
+        pull of card 0. Inline elements are keyed by element id, which the splice moves
+        with each element: the reconcile diffs only the ids' middle, and only the new
+        element's card runs (no kept element's child is invalidated or re-pointed)."""
+        world = _built(n, kind=kind)
         made = world.made
         world.made += CHANGES
-        new_tasks = [task(made + k, f"inserted {made + k}") for k in range(CHANGES)]
+        body = "" if kind == SCALARS else None
+        new_tasks = [task(made + k, f"inserted {made + k}", body) for k in range(CHANGES)]
 
         async def main() -> None:
             for t in new_tasks:
                 world.tasks.insert(0, t)
-                await world.items.insert(0, t)
+                await world.items.insert(0, t["title"] if kind == SCALARS else t)
                 got = await world.res.key("out", 0, "label").pull()
                 if got != expected(world.tasks[0])["label"]:
                     raise BenchError(f"inline insert: pulled {got!r}")
@@ -1037,7 +1037,7 @@ def _inline_insert_bench(n: int) -> None:
             world.drive(main)
             counts = counted()
             _expect(
-                f"inline insert at N={n}",
+                f"inline insert at N={n} ({kind})",
                 counts,
                 calls=NODES_PER_CARD * CHANGES,  # the new element's card only
                 computations=(NODES_PER_CARD + 1) * CHANGES,  # + one reconcile each
@@ -1049,12 +1049,13 @@ def _inline_insert_bench(n: int) -> None:
         return run
 
 
-def _inline_remove_bench(n: int) -> None:
-    @bench(group="lists remove", name=f"cellweave remove middle N={n} (inline dicts)", ops=CHANGES)
+def _inline_remove_bench(n: int, kind: str) -> None:
+    @bench(group="lists remove", name=f"cellweave remove middle N={n} ({kind})", ops=CHANGES)
     def remove_inline() -> Run:
-        """`items.remove(i)` of the middle inline dict, then a pull of the card now at i:
-        that card is its element's, computed before (see the insert row): no card runs."""
-        world = _built(n, kind=DICTS)
+        """`items.remove(i)` of the middle inline dict (or title string), then a pull of
+        the card now at i: that card is its element's, computed before (see the insert
+        row): no card runs."""
+        world = _built(n, kind=kind)
 
         async def main() -> None:
             for _ in range(CHANGES):
@@ -1070,7 +1071,7 @@ def _inline_remove_bench(n: int) -> None:
             world.drive(main)
             counts = counted()
             _expect(
-                f"inline remove at N={n}",
+                f"inline remove at N={n} ({kind})",
                 counts,
                 calls=0,  # the card now at i is its element's, computed before
                 computations=CHANGES,  # the reconciles; no card runs
