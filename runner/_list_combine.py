@@ -18,7 +18,8 @@ The combiner asks the scheduler which documents changed since its last run
 - one element's result changed: it maps the document to the slots whose result
   reads it (`Kept.owners`; a slot is one element's part, `_list_parts`),
   re-reads only those results, splices their parts of the output (a part as
-  long as before: only its changed items are written, each at its place) and
+  long as before: only its changed items are written, each at its place, in
+  one `Transaction.write_items`: one new output list, not one per item) and
   keeps its read set (`Scheduler.keep_reads`);
 - the elements document changed (the coordinator spliced it: an element
   inserted, removed or moved): it finds the spliced middle (`common_ends`,
@@ -28,7 +29,8 @@ The combiner asks the scheduler which documents changed since its last run
   (`keep_reads(node, replace)`).
 
 O(changed elements), plus O(N / 64) C-level sums to find a part's start and
-the C-level copy of the output list each write makes. Anything else — a change
+the C-level copy of the output list each splice or `write_items` makes (none
+when the version two back is reused: `cells._values._reuse`). Anything else — a change
 nobody owns, a result whose reads moved, a result with links inside it (whose
 reads cannot be told apart per element), a splice that would move the output
 to another scope or changes most of the list, an inserted result still

@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from note_boards import Copied, OpenOnes, copies, is_open
-from support import arun, coordinator, run_list
+from note_boards import Copied, OpenOnes, copies, is_open, run_notes
+from support import arun, coordinator
 
 from runner import Runtime
 
@@ -39,14 +39,7 @@ def test_a_pull_after_edits_made_while_undemanded_runs_only_the_edited_elements(
     async def main() -> None:
         async with Runtime() as rt:
             notes = [note(i) for i in range(N)]
-            cells = [rt.get_cell(("note", i)) for i in range(N)]
-            if linked:
-                tx = rt.edit()
-                for c, x in zip(cells, notes, strict=True):
-                    c.with_tx(tx).set(x)
-                assert (await tx.commit()).ok
-            held: list[Any] = [c.link() for c in cells] if linked else list(notes)
-            items, res = await run_list(rt, board, held)
+            cells, items, res = await run_notes(rt, board, notes, linked)
             out = res.key("out")
             assert expected(board, notes) == await out.pull()
             sch = rt.scheduler

@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from note_boards import Copied, copies
-from support import arun, coordinator, run_list
+from note_boards import Copied, copies, run_notes
+from support import arun, coordinator
 
 import cells._values as values
 from runner import Runtime
@@ -43,14 +43,7 @@ def test_an_edit_changing_two_items_of_a_part_makes_one_output_list(
     async def main() -> None:
         async with Runtime() as rt:
             notes = [note(i) for i in range(N)]
-            cells = [rt.get_cell(("note", i)) for i in range(N)]
-            if linked:
-                tx = rt.edit()
-                for c, x in zip(cells, notes, strict=True):
-                    c.with_tx(tx).set(x)
-                assert (await tx.commit()).ok
-            held: list[Any] = [c.link() for c in cells] if linked else list(notes)
-            items, res = await run_list(rt, Copied, held)
+            cells, items, res = await run_notes(rt, Copied, notes, linked)
             out = res.key("out")
             assert await out.pull() == [y for x in notes for y in copies(x)]
             combiner = coordinator(rt).combiner
