@@ -69,7 +69,7 @@ from ._computed import (
 )
 from ._lists import Coordinator
 from ._registrations import Registration
-from ._reuse import PENDING, REUSED, Entry, drop_record, node_code_key, reused
+from ._reuse import PENDING, REUSED, drop_record, node_code_key, reused
 from ._types import event_converter
 from ._when import instantiate_when
 from .errors import PatternError
@@ -159,7 +159,7 @@ def _lift(
     )
     # What the inputs record is keyed on (no key: never reused, see `_reuse`).
     if shape.code is not None:
-        lift.entry = runner.reuse_book.add(lift.node, lift.out_key, shape.code)
+        runner.reuse_book.add(lift.node, lift)
     reg.track(spec.index, lift.node)
     group.add(lift.teardown)
 
@@ -212,7 +212,6 @@ class _Lift:
 
     __slots__ = (
         "args",
-        "entry",
         "identity",
         "kwargs",
         "launches",
@@ -222,6 +221,7 @@ class _Lift:
         "reg",
         "runner",
         "shape",
+        "written",
     )
 
     def __init__(
@@ -247,24 +247,31 @@ class _Lift:
         self.identity = identity
         self.launches: ComputedLaunches | None = None
         self.node: Node | None = None
-        self.entry: Entry | None = None
+        self.written: Any = PENDING
+        """What the last run wrote, for the reuse book (`_reuse.Entry`: the lift is its
+        own entry there when its shape has a code key)."""
+
+    @property
+    def code(self) -> str | None:
+        """The code key of its inputs record (`_reuse.Entry`); None: not in the book."""
+        return self.shape.code
 
     def __call__(self, tx: Transaction) -> Any:
-        entry = self.entry
-        if entry is not None:
+        shape = self.shape
+        code = shape.code
+        if code is not None:
             node = self.node
             if (
                 node is not None
                 and node.runs == 1
                 and self.runner.reuse
-                and reused(tx, self.out_key, _VALUE_PATH, entry.code)
+                and reused(tx, self.out_key, _VALUE_PATH, code)
             ):
-                entry.written = REUSED
+                self.written = REUSED
                 return None  # this node's first run: the stored output stands
-            entry.written = PENDING  # until `_put` (a run that raises leaves no record)
+            self.written = PENDING  # until `_put` (a run that raises leaves no record)
         args = [materialize(tx, a) for a in self.args]
         kwargs = {k: materialize(tx, v) for k, v in self.kwargs.items()}
-        shape = self.shape
         if shape.is_async:
             need_loop(shape.label)
         value = shape.fn(*args, **kwargs)
@@ -346,12 +353,12 @@ class _Lift:
         tx.write(out_key, _VALUE_PATH, value)  # the write stores a returned cell as a link
         if found:
             drop_record(tx, out_key)  # a launching run is never skipped
-        elif self.entry is not None:
-            self.entry.written = tx.peek(out_key, _VALUE_PATH)  # recorded at close (`_reuse`)
+        elif self.shape.code is not None:
+            self.written = tx.peek(out_key, _VALUE_PATH)  # recorded at close (`_reuse`)
 
     def _remove(self) -> None:
         if self.node is not None:
-            if self.entry is not None:
+            if self.shape.code is not None:
                 self.runner.reuse_book.discard(self.node)
             self.runner.scheduler.remove(self.node)
 

@@ -58,7 +58,7 @@ import types
 import weakref
 from collections.abc import Callable
 from math import copysign
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import msgspec
 
@@ -314,15 +314,22 @@ REUSED: Final = object()
 """`Entry.written` of a node whose first run kept the stored output (its record stands)."""
 
 
-class Entry:
-    """One lift node's part in the book: where it writes and what its last run wrote."""
+class Entry(Protocol):
+    """One lift node's part in the book: where it writes and what its last run wrote.
 
-    __slots__ = ("code", "out_key", "written")
+    The lift instance itself (`_instantiate._Lift`), not an object of its own beside it:
+    the lift already holds the output key and its shape the code key (a separate
+    three-slot record cost 56 bytes per lift node)."""
 
-    def __init__(self, out_key: DocKey, code: str) -> None:
-        self.out_key = out_key
-        self.code = code
-        self.written: Any = PENDING
+    written: Any
+    """What the last run wrote, `PENDING` or `REUSED`."""
+
+    @property
+    def out_key(self) -> DocKey: ...
+
+    @property
+    def code(self) -> str | None:
+        """The node's code key (`node_code_key`); None: never in a book."""
 
 
 class Book:
@@ -337,9 +344,8 @@ class Book:
     def __init__(self) -> None:
         self.entries: dict[Node, Entry] = {}
 
-    def add(self, node: Node, out_key: DocKey, code: str) -> Entry:
-        entry = self.entries[node] = Entry(out_key, code)
-        return entry
+    def add(self, node: Node, entry: Entry) -> None:
+        self.entries[node] = entry
 
     def discard(self, node: Node) -> None:
         self.entries.pop(node, None)
@@ -356,9 +362,10 @@ class Book:
         """
         txs: dict[Identity, Transaction] = {}
         for node, entry in self.entries.items():
-            written = entry.written
+            written, code = entry.written, entry.code
             if (
-                written is PENDING
+                code is None
+                or written is PENDING
                 or written is REUSED
                 or not node.registered
                 or node.status != "clean"
@@ -378,7 +385,7 @@ class Book:
             ]
             try:
                 if value_equal(tx.peek(entry.out_key, _VALUE_PATH), written):
-                    _record(tx, entry.out_key, _VALUE_PATH, entry.code, reads)
+                    _record(tx, entry.out_key, _VALUE_PATH, code, reads)
             except CellweaveError:
                 # (A place this identity no longer reaches, a value the digest cannot
                 # take.) A missing record only costs the next runtime a run.
