@@ -183,6 +183,14 @@ class Graph:
         """Dormant nodes that may be out of date, each with its filed writers (None:
         none; see the module docstring). Usually a few: what changed since the last
         pull of what they feed."""
+        self.raw_logs: dict[Node, list[tuple[DocKey, Path, bool]]] = {}
+        """A node's last run's read log as logged, when it had more than one entry and
+        is not two documents read once each: an identical log skips re-deriving its read
+        set. A kept log always compacts to the node's `reads`: `set_reads`,
+        `replace_reads` and `remove` drop it. (A one-entry log, or a two-entry one of
+        two documents, is checked against `reads` directly, so most nodes have none
+        here: a slot on every node cost it 8 bytes.)
+        """
         self.pulled: dict[Node, Hold | list[Hold]] = {}
         """Dormant nodes pulls hold (`hold`), each with its hold (a list from two on):
         they run when not clean."""
@@ -242,6 +250,7 @@ class Graph:
 
     def remove(self, node: Node) -> None:
         was_live = node.is_live
+        self.raw_logs.pop(node, None)
         node.registered = False
         if self.suspect:
             self._unfile(node)  # (its readers' sources may still name it: ignored)
@@ -288,6 +297,8 @@ class Graph:
 
     def set_reads(self, node: Node, reads: ReadSet) -> None:
         """Apply a new read set (delta) and rewire `node`'s incoming edges."""
+        if self.raw_logs:
+            self.raw_logs.pop(node, None)  # (its last log is not its read set any more)
         reads = lean_reads(reads)
         t = type(reads)
         if t is OneRead or t is TwoReads:
@@ -313,8 +324,7 @@ class Graph:
                     new.pop(key, None)
                 else:
                     new[key] = entry
-            self.set_reads(node, new)
-            node.raw_reads = None  # its last log is not its read set any more
+            self.set_reads(node, new)  # (drops the kept log)
             return
         # Each document's entry before, then the read set changed in place: a read set of
         # three or more documents is a dict only this node holds (`compact_reads` made it;
@@ -327,7 +337,7 @@ class Graph:
             else:
                 new[key] = entry
         touched = self.index.apply(node, new, before)
-        node.raw_reads = None
+        self.raw_logs.pop(node, None)  # its last log is not its read set any more
         if not touched:
             return
         declared = node.declared

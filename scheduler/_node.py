@@ -4,8 +4,9 @@ A node is a *computation* (idempotent; may run any number of times; writes
 its declared outputs), or an *effect* (a demand source: a sink, a pull, a
 view). Identity is the object itself, never a string. State few nodes ever
 use (debounce, throttle, backoff, retries) lives in a `Gates` record made on
-first write, and `children` is made on first use: every node pays for the
-record's fields, so it keeps only what every run needs.
+first write, and a run's read log is kept by the graph (`Graph.raw_logs`), for the
+few nodes that need it: every node pays for the record's fields, so it keeps only
+what every run needs.
 
 Invariants
 - `status` is "never-ran" until the first completed run; a run sets "clean"
@@ -174,7 +175,7 @@ def _is_only(entry: ReadEntry, path: Path, shallow: bool) -> bool:
 def two_reads_match(reads: TwoReads, log: list[tuple[DocKey, Path, bool]]) -> bool:
     """Whether a two-entry read `log` compacts to exactly `reads` (what `compact_reads`
     would make of it), without compacting it: a node reading two documents need not
-    keep its last log (`Node.raw_reads`, about 180 bytes) to see that it read the same."""
+    keep its last log (`Graph.raw_logs`, about 180 bytes) to see that it read the same."""
     (k1, p1, s1), (k2, p2, s2) = log
     if k1 == reads.key and k2 == reads.key2:
         e1, e2 = reads.entry, reads.entry2
@@ -252,10 +253,6 @@ class Node:
     Its read set until the first run; for good, the writers of these places stay
     ordered before the node and live while it is (see `Graph`), so a read the last
     run did not make (a conditional one) still sees a current value."""
-    raw_reads: list[tuple[DocKey, Path, bool]] | None = None
-    """The last run's read log as logged, when it had more than one entry: an
-    identical log skips re-deriving `reads` (a one-entry log, or a two-entry one of
-    two documents, is checked against `reads` directly, so it is not kept)."""
     live_refs: int = 0
     demand: int = 0
     """Explicit demand holders (pulls, event preflight); a root while > 0."""
@@ -270,7 +267,6 @@ class Node:
     eligible_at: float = 0.0
     """max(debounce_ready_at, throttle_ready_at, backoff_until): the one time gate."""
     _gates: Gates | None = None
-    _children: dict[Node, None] | None = None
 
     def __repr__(self) -> str:
         outputs = self.outputs
@@ -307,17 +303,6 @@ class Node:
         self.eligible_at = (
             0.0 if g is None else max(g.debounce_ready_at, g.throttle_ready_at, g.backoff_until)
         )
-
-    @property
-    def children(self) -> dict[Node, None]:
-        """Nodes registered with this node as parent, in order (made on first use).
-
-        An ordered set (a dict), not a list: a list coordinator parents thousands of
-        element nodes, and removing one from a list was O(N) per release."""
-        children = self._children
-        if children is None:
-            children = self._children = {}
-        return children
 
     # The gate fields, read and written through the side record (reads never make it).
     @property

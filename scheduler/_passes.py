@@ -222,8 +222,6 @@ class Passes:
             and (running.is_live or running in self.graph.pulled)
         ):
             node.provisional = True
-        if parent is not None:
-            parent.children[node] = None
         self.graph.add(node)
         declared = tuple(reads)
         if declared:
@@ -256,9 +254,6 @@ class Passes:
             self._timers.forget(node)
         if node.error is not None:
             self._failures.index.discard(node)
-        siblings = node.parent._children if node.parent is not None else None
-        if siblings is not None:
-            siblings.pop(node, None)
         if self._tracked:
             self._tracked.pop(node, None)
 
@@ -718,7 +713,6 @@ class Passes:
                 # One read: compare with the read set itself, and keep no log.
                 key, path, shallow = log[0]
                 reads = node.reads
-                node.raw_reads = None
                 if (
                     type(reads) is not OneRead
                     or reads.key != key
@@ -729,14 +723,17 @@ class Passes:
                 ):
                     self.graph.set_reads(node, compact_reads(log))
             elif (
-                log != node.raw_reads  # most runs read exactly what they read last time
+                # Most runs read exactly what they read last time.
+                log != self.graph.raw_logs.get(node)
                 if len(log) != 2 or type(node.reads) is not TwoReads
                 else not _same_two(node.reads, log)  # (the same, with no log kept)
             ):
-                self.graph.set_reads(node, compact_reads(log))
+                graph = self.graph
+                graph.set_reads(node, compact_reads(log))  # (drops the log kept before)
                 # (A kept log always compacts to `reads`; two documents read once each
                 # are checked against `reads` next time instead.)
-                node.raw_reads = None if len(log) == 2 and type(node.reads) is TwoReads else log
+                if len(log) != 2 or type(node.reads) is not TwoReads:
+                    graph.raw_logs[node] = log
         if later:
             return  # an async run: its transaction stays open until its coroutine ends
         if tx.status == "open":

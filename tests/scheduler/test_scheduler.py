@@ -1157,13 +1157,14 @@ def test_a_node_reading_two_documents_keeps_no_log_and_follows_its_reads(env: En
         tx.write(out.doc_key, ("value",), repr(total))
 
     node = env.sch.register(run, identity=env.sp.identity, outputs=[(out.doc_key, ("value",))])
+    kept = env.sch.graph.raw_logs.get  # (the last log, where the graph keeps one)
     seen: list[Any] = []
     env.sch.sink(out, seen.append)
-    assert type(node.reads) is TwoReads and node.raw_reads is None
+    assert type(node.reads) is TwoReads and kept(node) is None
     ran = node.runs
     b.set(11)
     env.sch.settle()
-    assert node.runs == ran + 1 and type(node.reads) is TwoReads and node.raw_reads is None
+    assert node.runs == ran + 1 and type(node.reads) is TwoReads and kept(node) is None
     c.set(101)  # not read: no run
     env.sch.settle()
     assert node.runs == ran + 1
@@ -1174,7 +1175,7 @@ def test_a_node_reading_two_documents_keeps_no_log_and_follows_its_reads(env: En
         a.doc_key: ((("value", "x"),), ()),
         c.doc_key: ((("value",),), ()),
     }
-    assert node.raw_reads is None
+    assert kept(node) is None
     runs_now = node.runs
     b.set(13)  # no longer read
     env.sch.settle()
@@ -1183,7 +1184,7 @@ def test_a_node_reading_two_documents_keeps_no_log_and_follows_its_reads(env: En
     c.set(102)
     env.sch.settle()
     assert dict(node.reads) == {a.doc_key: ((("value", "x"), ("value", "y")), ())}
-    assert node.raw_reads is not None  # (a two-entry log of one document is kept)
+    assert kept(node) is not None  # (a two-entry log of one document is kept)
     runs_now = node.runs
     c.set(103)  # no longer read
     env.sch.settle()
@@ -1191,11 +1192,11 @@ def test_a_node_reading_two_documents_keeps_no_log_and_follows_its_reads(env: En
     plan["reads"] = [(a, ("value",)), (b, ("value",)), (c, ("value",))]
     a.set({"x": 5, "y": 2})
     env.sch.settle()
-    assert set(node.reads) == {a.doc_key, b.doc_key, c.doc_key} and node.raw_reads is not None
+    assert set(node.reads) == {a.doc_key, b.doc_key, c.doc_key} and kept(node) is not None
     plan["reads"] = [(b, ("value",)), (c, ("value",))]
     a.set({"x": 6, "y": 2})
     env.sch.settle()
-    assert type(node.reads) is TwoReads and node.raw_reads is None
+    assert type(node.reads) is TwoReads and kept(node) is None
     runs_now = node.runs
     a.set({"x": 7, "y": 2})  # no longer read
     env.sch.settle()
@@ -1205,6 +1206,38 @@ def test_a_node_reading_two_documents_keeps_no_log_and_follows_its_reads(env: En
     assert node.runs == runs_now + 1
     assert seen[-1] == repr([13, 104])
     env.check()
+
+
+def test_a_kept_read_log_is_dropped_when_the_read_set_changes(env: Env) -> None:
+    # A node whose run read two paths of one document keeps that log (`Graph.raw_logs`)
+    # to see that the next run read the same. A run that reads something else changes
+    # the read set, and the kept log goes with it: when a later run reads those two
+    # paths again, its read set is re-derived (a stale log would compare equal and
+    # leave the node reading the other document, deaf to this one's changes).
+    a, b = env.source("a", {"x": 1, "y": 2}), env.source("b", 10)
+    out = env.sp.cell("out")
+    plan: dict[str, Any] = {"reads": [(a, ("value", "x")), (a, ("value", "y"))]}
+
+    def run(tx: Transaction) -> None:
+        tx.write(out.doc_key, ("value",), [tx.read(c.doc_key, p) for c, p in plan["reads"]])
+
+    node = env.sch.register(run, identity=env.sp.identity, outputs=[(out.doc_key, ("value",))])
+    seen: list[Any] = []
+    env.sch.sink(out, seen.append)
+    assert env.sch.graph.raw_logs.get(node) is not None
+    plan["reads"] = [(b, ("value",))]
+    a.set({"x": 2, "y": 2})
+    env.sch.settle()
+    assert set(node.reads) == {b.doc_key} and node not in env.sch.graph.raw_logs
+    plan["reads"] = [(a, ("value", "x")), (a, ("value", "y"))]
+    b.set(11)
+    env.sch.settle()
+    assert set(node.reads) == {a.doc_key}
+    a.set({"x": 3, "y": 2})
+    env.sch.settle()
+    assert seen[-1] == [3, 2]
+    env.sch.remove(node)
+    assert node not in env.sch.graph.raw_logs  # (a removed node's log is not kept)
 
 
 def test_readers_of_one_document_hold_one_key_object(env: Env) -> None:
