@@ -29,7 +29,7 @@ from __future__ import annotations
 import itertools
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Final
 
 from cells import DocKey, Identity, InvalidArgumentError
 
@@ -39,20 +39,24 @@ Key = DocKey
 """A registration key: the result's document instance (space, scope instance, id)."""
 
 
+ENDED: Final = 1
+ADOPTED: Final = 2
+OWED: Final = 4
+"""`Registration._flags`: ended, adopted, owed (see those properties)."""
+
+
 class Registration:
     """The handle (and token) of one running result. Created only by `Registrations`."""
 
     __slots__ = (
-        "_ended",
+        "_flags",
         "_tracked",
-        "adopted",
         "chain",
         "generation",
         "group",
         "identities",
         "key",
         "launch",
-        "owed",
         "pattern",
     )
 
@@ -67,41 +71,66 @@ class Registration:
         """The identity of the pattern it runs."""
         self.chain = chain
         """The results that launched it, outermost first (walked for runaway nesting)."""
-        self.adopted = False
-        """A later parent's nested launch found it running and holds it now: the launch
-        that installed it no longer rolls it back (the later parent's teardown ends it)."""
-        self.owed = False
-        """Its setup transaction failed on a stale basis: the setup writes are owed (debt)
-        and the next launch of the same run re-issues them, nested children included."""
+        self._flags = 0
+        """`ENDED`, `ADOPTED` and `OWED` (one int: three bool slots cost 16 bytes more
+        per registration)."""
         self.group = CancelGroup(self)
         self.identities = Instances()
         """The identities its nodes run for (its instances), each with the cancel group of
         what that instance installed, in the order they joined."""
-        self._tracked: list[Any] = []
+        self._tracked: tuple[Any, ...] | list[Any] = ()
         """For inspection: the scheduler nodes and handlers its pattern's nodes
         registered (one per node and instance) while they exist, each after its
-        pattern node's index: [index, node, index, node, ...] (see `tracked`). A flat
-        list: a dict of lists cost about 250 bytes per registration."""
-        self._ended = False
+        pattern node's index: (index, node, index, node, ...) (see `tracked`). Flat:
+        a dict of lists cost about 250 bytes per registration; a tuple while it holds
+        at most one node (most registrations: a one-lift pattern, a list element), a
+        list from the second on (a one-pair list costs 16 bytes more)."""
 
     def __repr__(self) -> str:
-        state = " ended" if self._ended else ""
+        state = " ended" if self.ended else ""
         return f"<Registration {self.key} gen={self.generation} by {self.launch!r}{state}>"
 
     @property
     def ended(self) -> bool:
-        return self._ended
+        return bool(self._flags & ENDED)
+
+    @property
+    def adopted(self) -> bool:
+        """A later parent's nested launch found it running and holds it now: the launch
+        that installed it no longer rolls it back (the later parent's teardown ends it)."""
+        return bool(self._flags & ADOPTED)
+
+    @adopted.setter
+    def adopted(self, value: bool) -> None:
+        self._flags = self._flags | ADOPTED if value else self._flags & ~ADOPTED
+
+    @property
+    def owed(self) -> bool:
+        """Its setup transaction failed on a stale basis: the setup writes are owed (debt)
+        and the next launch of the same run re-issues them, nested children included."""
+        return bool(self._flags & OWED)
+
+    @owed.setter
+    def owed(self, value: bool) -> None:
+        self._flags = self._flags | OWED if value else self._flags & ~OWED
 
     def track(self, index: int, node: Any) -> None:
         """Remember `node` as an instance of its pattern's node `index`."""
-        self._tracked += (index, node)
+        nodes = self._tracked
+        if type(nodes) is list:
+            nodes += (index, node)
+        else:
+            self._tracked = (index, node) if not nodes else [*nodes, index, node]
 
     def untrack(self, index: int, node: Any) -> None:
         """Forget `node` (tracked under `index`); nothing if it is not tracked. O(nodes)."""
         nodes = self._tracked
         for i in range(1, len(nodes), 2):
             if nodes[i] is node and nodes[i - 1] == index:
-                del nodes[i - 1 : i + 1]
+                if type(nodes) is list:
+                    del nodes[i - 1 : i + 1]
+                else:
+                    self._tracked = ()
                 return
 
     def tracked(self, index: int) -> list[Any]:
@@ -299,7 +328,7 @@ class Registrations:
         if generation is not None and generation != reg.generation:
             return None
         del self._by_key[key]
-        reg._ended = True
+        reg._flags |= ENDED
         if self._on_end is not None:
             self._on_end(reg)
         reg.group.cancel()

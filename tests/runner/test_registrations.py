@@ -238,3 +238,29 @@ def test_calling_an_instance_group_ends_that_instance_only() -> None:
     regs.end(K1)  # bob's instance ends with the registration; alice's ran once
     assert ["alice", "bob"] == ran and not reg.identities
     regs._check()
+
+
+def test_tracked_nodes_go_from_one_pair_to_many_and_back() -> None:
+    # One tracked node is kept as a bare pair, more in a list: each form answers
+    # `tracked`, `nodes` and `untrack` alike, and the flags read back what was set.
+    reg = Registrations().install(K1, "start")
+    a, b, c = object(), object(), object()
+    reg.untrack(0, a)  # nothing tracked: nothing happens
+    reg.track(0, a)
+    assert reg.tracked(0) == [a] and reg.nodes == {0: [a]}
+    reg.untrack(1, a)  # another index: not this one
+    assert reg.tracked(0) == [a]
+    reg.untrack(0, a)
+    assert reg.tracked(0) == [] and reg.nodes == {}
+    reg.track(0, a)
+    reg.track(1, b)
+    reg.track(0, c)
+    assert reg.tracked(0) == [a, c] and reg.nodes == {0: [a, c], 1: [b]}
+    reg.untrack(0, a)
+    reg.track(2, a)
+    assert reg.nodes == {1: [b], 0: [c], 2: [a]}
+    assert not reg.adopted and not reg.owed and not reg.ended
+    reg.owed = True
+    reg.adopted = True
+    reg.owed = False
+    assert reg.adopted and not reg.owed and not reg.ended
