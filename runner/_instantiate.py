@@ -57,7 +57,7 @@ from scheduler import Node, QueuedEvent
 
 from . import _docs as docs
 from ._builder import LIST_KINDS, Navigate, NodeSpec, Pattern, PatternInstance, find_pattern
-from ._cancel import CancelGroup, RemoveNode
+from ._cancel import CancelGroup, RemoveNode, Teardown
 from ._checks import bind_event_check, check_node
 from ._computed import (
     ComputedLaunches,
@@ -161,7 +161,7 @@ def _lift(
     if shape.code is not None:
         runner.reuse_book.add(lift.node, lift)
     reg.track(spec.index, lift.node)
-    group.add(lift.teardown)
+    group.add(lift)  # (a `Teardown`: the group calls `lift.teardown`)
 
 
 class _LiftShape:
@@ -199,7 +199,7 @@ _NO_KWARGS: dict[str, Any] = {}
 """The keyword arguments of a lift called without any (shared: never written)."""
 
 
-class _Lift:
+class _Lift(Teardown):
     """One instance of a lift node: the scheduler computation's function (calling it
     runs the lift in `tx`), and the teardown its instance's cancel group runs.
 

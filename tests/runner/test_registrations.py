@@ -7,7 +7,7 @@ import functools
 import pytest
 
 from cells import DocKey, Identity
-from runner._cancel import CancelGroup
+from runner._cancel import CancelGroup, Teardown
 from runner._registrations import InstanceGroup, Registrations
 
 K1 = DocKey("sp", "r1")
@@ -264,3 +264,32 @@ def test_tracked_nodes_go_from_one_pair_to_many_and_back() -> None:
     reg.adopted = True
     reg.owed = False
     assert reg.adopted and not reg.owed and not reg.ended
+
+
+class _Torn(Teardown):
+    __slots__ = ("name", "ran")
+
+    def __init__(self, name: str, ran: list[str]) -> None:
+        self.name, self.ran = name, ran
+
+    def teardown(self) -> None:
+        self.ran.append(self.name)
+
+
+def test_a_teardown_object_is_a_cleanup_like_any_other() -> None:
+    # A group holds an object with a `teardown` method itself (a lift instance), and
+    # runs it in its turn, once; a discarded one never runs; added late, it runs at once.
+    ran: list[str] = []
+    g = CancelGroup("g")
+    g.add(_Torn("first", ran))
+    g.add(lambda: ran.append("second"))
+    discard = g.add(_Torn("discarded", ran))
+    g.add(_Torn("last", ran))
+    discard()
+    g._check()
+    g.cancel()
+    g.cancel()
+    assert ran == ["last", "second", "first"]
+    g.add(_Torn("late", ran))
+    assert ran[-1] == "late"
+    g._check()
