@@ -72,6 +72,13 @@ class CancelGroup:
     def cancelled(self) -> bool:
         return self._cancelled
 
+    def hand_over(self, label: Label) -> CancelGroup:
+        """A new open group named `label` holding this group's cleanups, in their order;
+        this group keeps none and stays as it was (open or cancelled)."""
+        moved = CancelGroup(label)
+        moved._cleanups, self._cleanups = self._cleanups, None
+        return moved
+
     def add(self, cleanup: Cleanup) -> Callable[[], None]:
         """Add a cleanup; returns a function that removes it again (if not yet run).
 

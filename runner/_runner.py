@@ -56,7 +56,6 @@ from scheduler import Scheduler
 
 from . import _docs as docs
 from ._builder import Pattern
-from ._cancel import CancelGroup
 from ._core import MAX_NESTING, OpenPage, Ownership, Token
 from ._host import SchedulerHost
 from ._instantiate import instantiate
@@ -158,9 +157,8 @@ class Runner(Ownership):
         key = reg.key
         identities = list(reg.identities)
         self.trace.record("switch", key, old=reg.pattern, new=pattern.identity)
-        old = reg.group
+        old = reg.group.hand_over(reg)  # (the registration is its own group)
         reg.identities = Instances()  # the old instances leave first: their children are let go
-        reg.group = CancelGroup(reg)
         reg.pattern = pattern.identity
         reg.owed = False
         try:

@@ -293,3 +293,22 @@ def test_a_teardown_object_is_a_cleanup_like_any_other() -> None:
     g.add(_Torn("late", ran))
     assert ran[-1] == "late"
     g._check()
+
+
+def test_a_registration_is_its_own_group_and_hands_its_cleanups_over() -> None:
+    # A switch cancels what the old pattern installed and keeps the registration: its
+    # cleanups move to a group of their own, in order, and later ones stay behind.
+    ran: list[str] = []
+    reg = Registrations().install(K1, "start")
+    assert reg.group is reg and reg.label == f"{K1}#{reg.generation}"
+    reg.add(lambda: ran.append("old first"))
+    reg.add(lambda: ran.append("old second"))
+    old = reg.hand_over(reg)
+    reg.add(lambda: ran.append("new"))
+    assert old.label == reg.label
+    old.cancel()
+    assert ran == ["old second", "old first"] and not reg.cancelled
+    reg._check()
+    old._check()
+    reg.cancel()
+    assert ran[-1] == "new"
