@@ -68,7 +68,7 @@ from typing import Final, TypeAlias, TypeVar
 from cells import DocKey, Identity, Path
 
 from ._node import Node, OneRead, ReadEntry, ReadSet, TwoReads, held_key, lean_reads
-from ._readers import ReaderIndex
+from ._readers import ReaderIndex, compact_reads
 
 _K = TypeVar("_K", Node, DocKey)
 _T = TypeVar("_T", Node, Identity)
@@ -927,6 +927,10 @@ class Graph:
         for spot in self.spots.values():
             for held in spot.values():
                 assert all(type(ws) is not set or len(ws) > 1 for ws in held.values()), held
+        for n, log in self.raw_logs.items():
+            # A kept log is a registered node's last one, and compacts to its read set.
+            assert n in self.nodes and n.registered, n
+            assert dict(compact_reads(log)) == dict(n.reads), (n, log, n.reads)
         for n in self.nodes:
             for key, _ in n.outputs:
                 assert n in self.writers_of(key), (n, key)
