@@ -28,6 +28,7 @@ import hashlib
 import itertools
 import math
 import sys
+from collections.abc import Callable
 from typing import Any, Final
 
 import msgspec
@@ -295,9 +296,9 @@ def entity_id(cause: Any, *, recall: Recall | None = None) -> str:
 
     `recall`, for ids derived in bulk from objects the caller keeps anyway (a run's
     internal documents, derived from its result's link): a tuple of a function and
-    its arguments that gives `cause` again when called. It is remembered instead of
-    the cause's canonical bytes (a tuple of references, about 60 bytes, against
-    about 150), and called only when `cause_of` asks.
+    its arguments, or a callable of no arguments, that gives `cause` again (see
+    `Recall`). It is remembered instead of the cause's canonical bytes (24 to 72
+    bytes of references, against about 150), and called only when `cause_of` asks.
     """
     norm = normalize(cause, where="cause")
     data = _msgpack_encoder.encode(_tagged(norm))
@@ -325,8 +326,11 @@ def _forget_oldest(causes: dict[str, bytes | Recall]) -> None:
         del causes[eid]
 
 
-Recall = tuple[Any, ...]
-"""`(function, *arguments)`: calling `function(*arguments)` gives a cause again."""
+Recall = tuple[Any, ...] | Callable[[], Any]
+"""`(function, *arguments)`: calling `function(*arguments)` gives a cause again; or a
+callable of no arguments that gives it (for ids derived in bulk: a `msgspec.Struct`
+with ``gc=False`` holding the arguments is 24 to 32 bytes, where the tuple of a
+function and one or two arguments is 56 to 64)."""
 
 
 MAX_REMEMBERED_CAUSES: Final = 1 << 16
@@ -347,7 +351,8 @@ def cause_of(eid: str) -> Value:
         return MISSING
     if type(data) is not bytes:
         recall: Recall = data  # type: ignore[assignment]
-        data = canonical_bytes(recall[0](*recall[1:]))  # the same form a remembered cause has
+        cause = recall() if callable(recall) else recall[0](*recall[1:])
+        data = canonical_bytes(cause)  # the same form a remembered cause has
     return _untagged(_msgpack_decoder.decode(data))
 
 

@@ -37,6 +37,8 @@ from __future__ import annotations
 import functools
 from typing import Any, Final
 
+import msgspec
+
 from cells import (
     MAX_HOPS,
     MISSING,
@@ -90,7 +92,7 @@ def argument_link(result: Link) -> Link:
     if link is None:
         if len(_ARGUMENTS) >= _MEMO_LIMIT:
             _ARGUMENTS.clear()
-        eid = entity_id(_argument_cause(result), recall=(_argument_cause, result))
+        eid = entity_id(_argument_cause(result), recall=_ArgumentOf(result))
         link = _ARGUMENTS[result] = Link(result.space, eid, result.scope)
     return link
 
@@ -103,19 +105,49 @@ def internal_link(result: Link, index: int) -> Link:
     if link is None:
         if len(memo) >= _MEMO_LIMIT:
             memo.clear()
-        eid = entity_id(_internal_cause(result, index), recall=(_internal_cause, result, index))
+        eid = entity_id(_internal_cause(result, index), recall=_InternalOf(result, index))
         link = memo[result] = Link(result.space, eid, result.scope)
     return link
 
 
-# (Each derived id remembers its cause as a recall tuple of the result's link, which
-# the run keeps anyway: about 60 bytes, where the cause's bytes cost about 150.)
+# (Each derived id remembers its cause as a recall of the result's link, which the
+# run keeps anyway: 24 or 32 bytes, where the cause's bytes cost about 150 and a
+# `(function, link)` tuple 56 or 64. The recalls are structs the collector does not
+# track: they hold links and ints only, so they can be part of no cycle.)
 def _argument_cause(result: Link) -> Any:
     return {"argument": [result.id, result.scope]}
 
 
 def _internal_cause(result: Link, index: int) -> Any:
     return {"internal": [result.id, result.scope], "node": index}
+
+
+class _ArgumentOf(msgspec.Struct, frozen=True, gc=False):
+    """Gives the cause of `result`'s argument id again (`entity_id`'s `recall`)."""
+
+    result: Link
+
+    def __call__(self) -> Any:
+        return _argument_cause(self.result)
+
+
+class _InternalOf(msgspec.Struct, frozen=True, gc=False):
+    """Gives the cause of the id of `result`'s internal document `index` again."""
+
+    result: Link
+    index: int
+
+    def __call__(self) -> Any:
+        return _internal_cause(self.result, self.index)
+
+
+class _PageOf(msgspec.Struct, frozen=True, gc=False):
+    """Gives the cause of the page id of `target` again."""
+
+    target: Link
+
+    def __call__(self) -> Any:
+        return _page_cause(self.target)
 
 
 def computed_child_link(out: Link, at: tuple[str | int, ...]) -> Link:
@@ -143,7 +175,7 @@ def pages_link(space: str) -> Link:
 
 
 def page_id(target: Link) -> str:
-    return entity_id(_page_cause(target), recall=(_page_cause, target))
+    return entity_id(_page_cause(target), recall=_PageOf(target))
 
 
 def _page_cause(target: Link) -> Any:

@@ -114,6 +114,22 @@ def test_an_id_made_with_a_recall_names_the_cause_the_recall_gives_again() -> No
     assert [base, base] == calls
 
 
+def test_a_recall_may_be_a_callable_of_no_arguments() -> None:
+    # A callable recall (a small struct holding the arguments, as the runner's are) is
+    # remembered as it is and called only when the cause is asked for.
+    calls: list[int] = []
+
+    class Again:
+        def __call__(self) -> object:
+            calls.append(1)
+            return {"node": 3, "internal": ["a callable's board", "space"]}
+
+    eid = entity_id({"internal": ["a callable's board", "space"], "node": 3}, recall=Again())
+    assert [] == calls
+    assert {"internal": ["a callable's board", "space"], "node": 3} == cause_of(eid)
+    assert [1] == calls
+
+
 def test_remembered_causes_are_bounded_and_the_oldest_go_first(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
