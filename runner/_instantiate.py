@@ -212,7 +212,6 @@ class _Lift(Teardown):
 
     __slots__ = (
         "args",
-        "identity",
         "kwargs",
         "launches",
         "node",
@@ -244,12 +243,19 @@ class _Lift(Teardown):
         # The replica's key object when it has the document (a page's pre-sync loaded
         # it): one key object per document (`Replica.held_key`).
         self.out_key = runner.replica.held_key(out.key(identity))
-        self.identity = identity
         self.launches: ComputedLaunches | None = None
         self.node: Node | None = None
         self.written: Any = PENDING
         """What the last run wrote, for the reuse book (`_reuse.Entry`: the lift is its
         own entry there when its shape has a code key)."""
+
+    @property
+    def identity(self) -> Identity:
+        """The identity it runs for: its node's (registered right after it is made, before
+        anything asks; a slot of its own cost 8 bytes per lift)."""
+        node = self.node
+        assert node is not None
+        return node.identity
 
     @property
     def code(self) -> str | None:
