@@ -60,6 +60,8 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
+import msgspec
+
 from cells import (
     MISSING,
     RETRYABLE,
@@ -613,14 +615,13 @@ def _same(key: Key, held: Key) -> Key:
     return held if key == held else key
 
 
-class _Look:
+class _Look(msgspec.Struct, gc=False, eq=False):
     """The function of an open page's demand effect: read the page's whole value (links
-    followed). A slotted callable: the closure and its cell cost about 200 bytes."""
+    followed). A struct the collector does not track (it holds a link only, so it can be
+    part of no cycle): 24 bytes, where a slotted callable cost 40 and the closure and its
+    cell about 200."""
 
-    __slots__ = ("link",)
-
-    def __init__(self, link: Link) -> None:
-        self.link = link
+    link: Link
 
     def __call__(self, tx: Transaction) -> None:
         read_value(tx, self.link)
