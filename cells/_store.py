@@ -142,14 +142,18 @@ commits, flattened into one list, each as
 
     tx, local_seq, rkey, basis, rpath, shallow, deps, wkey, path, new, baseline, working
 
-One read at (`rkey`, `rpath`, `shallow`) on basis seq `basis`, or, with `rkey` None,
-the read claims in `basis` (a tuple of `ReadClaim`, `rpath` and `shallow` None); the
-local commits `deps` it builds on; one write of `new` at `path` (one top-level field)
-of `wkey`, made on the visible value `baseline`, which gave `working`. `tx` is the
-replica's and opaque to the store. Any other commit is an entry of its own: its
-`CommitRequest` in place of `tx`, and None everywhere else (`local_seq` None says
-which). Flat, so a drain of N commits keeps one list and no object per commit for
-the store's sake (the request, its claims and writes)."""
+One read at (`rkey`, `rpath`, `shallow`) on basis seq `basis`; or, with `rkey` None,
+the read claims in `basis` (a tuple of `ReadClaim`, `rpath` and `shallow` None); or,
+with `rkey` None, two reads of one place each (a node with two inputs): `basis` is
+(document, basis seq, document, basis seq) and `rpath` and `shallow` are the first
+and the second read's (path, shallow) pairs. Then the local commits `deps` it builds
+on (of two reads: both documents' deps, in no particular order, maybe repeated); one
+write of `new` at `path` (one top-level field) of `wkey`, made on the visible value
+`baseline`, which gave `working`. `tx` is the replica's and opaque to the store. Any
+other commit is an entry of its own: its `CommitRequest` in place of `tx`, and None
+everywhere else (`local_seq` None says which). Flat, so a drain of N commits keeps one
+list and no object per commit for the store's sake (the request, its claims and
+writes)."""
 
 
 def run_request(session_id: str, runs: Sequence[Any], i: int) -> CommitRequest:
@@ -158,7 +162,15 @@ def run_request(session_id: str, runs: Sequence[Any], i: int) -> CommitRequest:
         request: CommitRequest = runs[i]  # an entry of its own
         return request
     _, local_seq, rkey, basis, rpath, shallow, deps, wkey, path, new = runs[i : i + 10]
-    reads = basis if rkey is None else (ReadClaim(rkey, rpath, shallow, basis),)
+    if rkey is None:
+        if shallow is None:
+            reads = basis
+        else:  # two reads (see RUN_WIDTH)
+            (k1, b1, k2, b2), (p1, s1), (p2, s2) = basis, rpath, shallow
+            reads = (ReadClaim(k1, p1, s1, b1), ReadClaim(k2, p2, s2, b2))
+            deps = tuple(sorted(set(deps)))  # (a request's deps are ascending and unique)
+    else:
+        reads = (ReadClaim(rkey, rpath, shallow, basis),)
     return CommitRequest(session_id, local_seq, reads, deps, (Write(wkey, path, new),), _NO_KEYS)
 
 

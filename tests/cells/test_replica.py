@@ -921,6 +921,62 @@ def test_a_batch_of_node_runs_reaches_the_store_as_one_run_log_with_the_same_ver
     assert 0 == w.a.in_flight()
 
 
+def _two_read_run(
+    r: Replica, reads: tuple[DocKey, DocKey], write: DocKey, field: str
+) -> Transaction:
+    """A node run of two inputs: one field of `write` from one field of each of `reads`."""
+    tx = r.edit(ME)
+    tx.write(write, (field,), tx.read(reads[0], ("n",)) + tx.read(reads[1], ("n",)))
+    tx.commit_detached()
+    return tx
+
+
+def test_two_read_node_runs_of_a_batch_keep_their_verdicts_in_the_run_log(w: World) -> None:
+    # A node run of two inputs goes as a run log entry carrying both reads with no claim
+    # objects; the store still checks each of the two against its basis, and the
+    # verdicts are those of the requests.
+    w.put(DOC, {"n": 1})
+    w.put(OTHER, {"n": 1})
+    w.put(THIRD, {"n": 1})
+    out, late = DocKey("sp", "out"), DocKey("sp", "late")
+    for key in (FOURTH, out, late):
+        w.put(key, {})  # (a write to an absent document goes as a request)
+    b = w.replica()
+    logs: list[list[Any]] = []
+    submit_runs = w.store.submit_runs
+
+    def spy(listener: Any, session_id: str, runs: list[Any]) -> bool:
+        logs.append(list(runs))
+        return submit_runs(listener, session_id, runs)
+
+    w.store.submit_runs = spy  # type: ignore[method-assign]
+    w.a.begin_batch()
+    first = _two_read_run(w.a, (DOC, OTHER), FOURTH, "n")  # accepted
+    built_on = _two_read_run(w.a, (FOURTH, DOC), OTHER, "m")  # on `first`'s pending write
+    stale = _two_read_run(w.a, (DOC, THIRD), out, "n")  # its second read is overtaken
+    overtaken = _two_read_run(w.a, (THIRD, OTHER), late, "m")  # its first read is
+    after_stale = _two_read_run(w.a, (out, DOC), late, "k")  # on `stale`'s rejected write
+    foreign = b.edit(ME)
+    foreign.write(THIRD, ("n",), 5)
+    foreign.commit()
+    w.a.end_batch()
+    (runs,) = logs
+    assert [(DOC, OTHER), (FOURTH, DOC), (DOC, THIRD), (THIRD, OTHER), (out, DOC)] == [
+        runs[i + 3][::2] for i in range(0, len(runs), 12)
+    ]  # every entry carries its two reads, no claims (RUN_WIDTH = 12)
+    w.pump()
+    assert first.result is not None and first.result.ok
+    assert built_on.result is not None and built_on.result.ok
+    assert stale.result is not None and stale.result.outcome is Outcome.STALE_BASIS
+    assert overtaken.result is not None and overtaken.result.outcome is Outcome.STALE_BASIS
+    assert after_stale.result is not None
+    assert isinstance(after_stale.result.error, DependencyRejectedError)
+    assert w.store.read_durable(FOURTH) == {"n": 2}
+    assert w.store.read_durable(OTHER) == {"n": 1, "m": 3} == w.a.visible(OTHER)
+    assert w.store.read_durable(out) == {} == w.store.read_durable(late)
+    assert 0 == w.a.in_flight()
+
+
 def test_a_node_run_whose_written_document_moved_in_the_store_takes_the_stores_value(
     w: World,
 ) -> None:
