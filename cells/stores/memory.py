@@ -379,7 +379,7 @@ class MemoryStore(StoreBase):
                         ok = clear(session_id, k1, b1, built_on) and clear(
                             session_id, k2, b2, built_on
                         )
-                else:  # one read (`_reads_clear` of one claim, inlined)
+                else:  # one read (`_read_clear`, inlined)
                     revs = revisions.get(rkey)
                     if revs is None:
                         head = heads.get(rkey)
