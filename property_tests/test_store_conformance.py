@@ -436,6 +436,17 @@ class StoreConformanceMachine(RuleBasedStateMachine):
             return taken
 
         store.submit_runs = recording_submit_runs  # type: ignore[method-assign]
+        commit_entry = store.commit_entry
+
+        def recording_commit_entry(listener: Any, session_id: str, entry: tuple[Any, ...]) -> bool:
+            # A commit of its own the store takes as a run log entry is sent as its
+            # request (one it declines reaches `submit` as a request, recorded there).
+            taken = commit_entry(listener, session_id, entry)
+            if taken:
+                self.submitted.append(run_request(session_id, entry, 0))
+            return taken
+
+        store.commit_entry = recording_commit_entry  # type: ignore[method-assign]
 
     def _held_back(self, i: int) -> list[CommitRequest]:
         """Requests replica `i` made in its open batch and has not sent yet."""
@@ -682,6 +693,27 @@ class StoreConformanceMachine(RuleBasedStateMachine):
             rec.tx.create_only(key)
             rec.create_only.add(key)
         self._write(rec, key, path, value)
+        self._commit(rec)
+
+    @rule(
+        replica=replicas,
+        docs=st.permutations(KEYS),
+        two=st.booleans(),
+        field=st.sampled_from(["a", "b"]),
+        value=leaves,
+    )
+    def node_commit(
+        self, replica: int, docs: list[DocKey], two: bool, field: str, value: Value
+    ) -> None:
+        """A node run's commit in one step: one document (or two) read at one field, one
+        field of another written. In an open batch these are a run log's one- and
+        two-read entries (`submit_runs`), which the random reads and writes above
+        seldom make."""
+        *inputs, out = docs
+        rec = self._open(replica)
+        for key in inputs if two else inputs[:1]:
+            self._read(rec, key, (field,))
+        self._write(rec, out, (field,), value)
         self._commit(rec)
 
     # ------------------------------------------------------------------ verdict gate

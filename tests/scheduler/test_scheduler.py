@@ -630,6 +630,46 @@ def test_a_drain_sends_its_commits_as_one_batch_and_only_the_stale_one_reruns(en
     env.check()
 
 
+def test_a_two_input_node_overtaken_in_a_drain_is_rejected_and_reruns(env: Env) -> None:
+    # The same race as above for a node of two inputs (its run log entry carries two
+    # reads): another runtime writes its second input after it ran, before the drain's
+    # commits reach the store.
+    a = env.source("a", 1)
+    z = env.source("z", 1)
+    x = env.source("x", 1)
+    b, y = env.sp.cell("b"), env.sp.cell("y")
+    other = Space(cells.Replica(env.sp.replica.store), "x")
+
+    def y_fn(w: int, v: int) -> int:
+        return w + v + 100
+
+    def b_fn(v: int) -> int:
+        if v == 2:
+            tx = other.edit()
+            tx.write(x.doc_key, ("value",), 7)
+            tx.commit()
+        return v * 10
+
+    ny = env.compute(y, [z, x], y_fn, label="y")  # runs first: registered first, same height
+    nb = env.compute(b, [a], b_fn, label="b")
+    seen: list[Any] = []
+    env.sch.sink(b, seen.append)
+    env.sch.sink(y, seen.append)
+    assert b.get() == 10 and y.get() == 102
+    a.set(2)
+    x.set(3)
+    env.sch.settle()
+    # `y` committed 104 on a basis of `x` the foreign write overtook: rejected at the
+    # end of the drain and re-run (not accepted and then re-run by the foreign change).
+    assert env.sch.stats.stale_reruns == 1
+    assert y.get() == 108 and b.get() == 20
+    assert nb.runs == 2
+    assert ny.runs == 3
+    assert env.sp.replica.in_flight() == 0
+    assert env.sp.replica.store.read_durable(y.doc_key) == {"value": 108}
+    env.check()
+
+
 def test_a_commit_refused_locally_reruns_the_node_without_a_settle_callback(env: Env) -> None:
     a = env.source("a", 1)
     b = env.sp.cell("b")
