@@ -149,11 +149,14 @@ with `rkey` None, two reads of one place each (a node with two inputs): `basis` 
 and the second read's (path, shallow) pairs. Then the local commits `deps` it builds
 on (of two reads: both documents' deps, in no particular order, maybe repeated); one
 write of `new` at `path` (one top-level field) of `wkey`, made on the visible value
-`baseline`, which gave `working`. `tx` is the replica's and opaque to the store. Any
-other commit is an entry of its own: its `CommitRequest` in place of `tx`, and None
-everywhere else (`local_seq` None says which). Flat, so a drain of N commits keeps one
-list and no object per commit for the store's sake (the request, its claims and
-writes)."""
+`baseline`, which gave `working`. An entry offered to `StoreBase.commit_entry` may
+write deeper (`Replica._commit_write`: its reads are claims), but never creates a
+level of `baseline` (every level above `path` exists there: the path is its own
+revision path on that value) and never changes a list's length. `tx` is the
+replica's and opaque to the store. Any other commit is an entry of its own: its
+`CommitRequest` in place of `tx`, and None everywhere else (`local_seq` None says
+which). Flat, so a drain of N commits keeps one list and no object per commit for
+the store's sake (the request, its claims and writes)."""
 
 
 def run_request(session_id: str, runs: Sequence[Any], i: int) -> CommitRequest:

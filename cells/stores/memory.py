@@ -451,9 +451,11 @@ class MemoryStore(StoreBase):
         self, listener: SessionListener, session_id: str, entry: tuple[Any, ...]
     ) -> bool:
         """`StoreBase.commit_entry`: one Cell API commit of the usual shape (one read,
-        one top-level field written), decided as `submit_runs` decides an entry, with no
-        request, claim or write object and no run log. Anything `submit_runs` would send
-        to the general path is declined before anything changes."""
+        one top-level field written; or a user's plain write, below a top-level field
+        too, with the read claims of the links it followed), decided as `submit_runs`
+        decides an entry (as `_apply_one` decides its request), with no request, claim
+        or write object and no run log. Anything the general path must decide is
+        declined before anything changes."""
         if (
             self._verdict_gate is not None
             or self.closed
@@ -476,11 +478,21 @@ class MemoryStore(StoreBase):
             # The read's check (`_reads_clear` of one claim, inlined).
             heads = self._heads
             revisions = self._revisions
+            floors = self._floors
             revs = revisions.get(rkey)
             if revs is None:
-                head = heads.get(rkey)
-                if head is not None and basis < head.seq:
-                    return False
+                if rkey is None:
+                    # The read claims in `basis` (see RUN_WIDTH), or none: a user's plain
+                    # write (`Replica._commit_write`). Two reads of a node (`shallow` not
+                    # None) are `submit_runs`' to decide: declined here.
+                    if entry[5] is not None or (
+                        basis and not self._reads_clear(session_id, basis, built_on)
+                    ):
+                        return False
+                else:
+                    head = heads.get(rkey)
+                    if head is not None and basis < head.seq:
+                        return False
             elif isinstance(revs, list):
                 j = len(revs) - 1
                 while j >= 0 and revs[j].seq > basis:
@@ -492,13 +504,14 @@ class MemoryStore(StoreBase):
                 revs.session_id != session_id or revs.local_seq not in built_on
             ):
                 return False
-            floors = self._floors
-            if floors and basis < floors.get(rkey, 0):
+            if floors and rkey is not None and basis < floors.get(rkey, 0):
                 return False
             head = heads.get(key, NO_STATE)
             current = head.value
             if current is baseline:
                 value = working  # what the copy below would make: no copy
+            elif len(path) != 1:
+                return False  # (`set_path` on another state: the general path decides)
             elif type(current) is dict:
                 value = dict(current)
                 if new is MISSING:

@@ -21,6 +21,7 @@ from cells import (
     ConflictError,
     DocKey,
     Identity,
+    Link,
     MemoryStore,
     Outcome,
     Pending,
@@ -116,7 +117,9 @@ def test_a_read_overwritten_since_its_basis_is_rejected_as_a_conflict(w: World) 
     assert other.commit().wait().ok
     tx.write(Y, ("value",), v + 10)
     pending = tx.commit()
-    assert w.taken == [False]  # declined: the general path decides it
+    # `b`'s plain write was taken (`Replica._commit_write`); this one is declined: the
+    # general path decides it.
+    assert w.taken == [True, False]
     w.pump()
     result = pending.result()
     assert result.outcome is Outcome.STALE_BASIS and isinstance(result.error, ConflictError)
@@ -139,7 +142,7 @@ def test_a_commit_built_on_a_rejected_commit_is_rejected(w: World) -> None:
     assert y == 11  # the first commit's pending layer
     second_tx.write(X, ("value",), y + 1)
     second = second_tx.commit()
-    assert w.taken == [False, False]
+    assert w.taken == [True, False, False]  # (`b`'s plain write taken, as above)
     w.pump()
     assert first.result().outcome is Outcome.STALE_BASIS
     assert not second.result().ok
@@ -174,3 +177,107 @@ def test_an_awaited_entry_commit_wakes_its_waiter() -> None:
     result = asyncio.run(main())
     assert world.taken == [True]
     assert result.ok and world.a.visible(Y) == {"value": 4}
+
+
+# A user's plain write (`Replica._commit_write`): one document written once at one path,
+# not read, any other document only read (the links the write followed).
+
+L = DocKey("sp", "l")
+T = DocKey("sp", "t")
+
+
+def _put(w: World, key: DocKey, doc: dict[str, Any]) -> None:
+    """Write `doc` whole from `a` (created: the general path), integrated by both."""
+    tx = w.a.edit(ME)
+    tx.write(key, (), doc)
+    done = tx.commit()
+    w.pump()
+    assert done.result().ok
+    w.b.sync([key]).wait()
+    w.taken.clear()
+
+
+def test_a_plain_write_of_a_list_element_is_taken_and_recorded_at_its_path(w: World) -> None:
+    _put(w, L, {"value": [1, 2, 3]})
+    near = w.b.edit(ME)  # reads element 0: the write of element 1 is no conflict
+    assert near.read(L, ("value", 0)) == 1
+    far = w.b.edit(ME)  # reads element 1: it is
+    assert far.read(L, ("value", 1)) == 2
+    tx = w.a.edit(ME)
+    tx.write(L, ("value", 1), 20)
+    pending = tx.commit()
+    assert w.taken == [True]
+    assert not pending.done()  # the verdict arrives on the mailbox, never inside commit
+    near.write(X, ("value",), 7)  # (`b` has not integrated it: its mailbox waits)
+    far.write(Y, ("value",), 7)
+    near_done, far_done = near.commit(), far.commit()
+    w.pump()
+    assert pending.result().ok
+    assert w.store.read_durable(L) == {"value": [1, 20, 3]}
+    assert w.a.visible(L) == {"value": [1, 20, 3]} == w.b.visible(L)
+    assert near_done.result().ok
+    assert isinstance(far_done.result().error, ConflictError)
+
+
+def test_a_write_that_creates_a_level_goes_as_its_request(w: World) -> None:
+    # The store records the created level ("meta"), so a shallow read of the document's
+    # key set conflicts with it: `_commit_write` leaves that to the general path.
+    tx = w.a.edit(ME)
+    tx.write(X, ("meta", "a"), 1)
+    pending = tx.commit()
+    assert w.taken == []
+    w.pump()
+    assert pending.result().ok
+    assert w.store.read_durable(X) == {"value": 1, "meta": {"a": 1}}
+
+
+def test_a_write_that_changes_a_lists_length_goes_as_its_request(w: World) -> None:
+    _put(w, L, {"value": [1, 2, 3]})
+    tx = w.a.edit(ME)
+    tx.write(L, ("value", 3), 4)  # an append: the layer carries the whole list
+    pending = tx.commit()
+    assert w.taken == []
+    w.pump()
+    assert pending.result().ok
+    assert w.store.read_durable(L) == {"value": [1, 2, 3, 4]} == w.b.visible(L)
+
+
+def test_a_write_of_an_equal_value_is_elided_as_before(w: World) -> None:
+    _put(w, L, {"value": [1, 2, 3]})
+    sent = w.a.stats.commits_sent
+    tx = w.a.edit(ME)
+    tx.write(L, ("value", 1), 2)
+    assert tx.commit().result().ok
+    assert w.taken == [] and w.a.stats.commits_sent == sent
+
+
+def test_a_write_through_a_moved_link_is_rejected_as_a_conflict(w: World) -> None:
+    # `a` follows L's link (a shallow read of its place) and writes the field it leads
+    # to; `b` re-points the link meanwhile: the entry's read claim fails at the store.
+    _put(w, T, {"value": {"title": "a"}})
+    _put(w, L, {"value": [Link("sp", "t")]})
+    tx = w.a.edit(ME)
+    assert type(tx.read(L, ("value", 0), shallow=True)) is Link
+    tx.write(T, ("value", "title"), "b")
+    other = w.b.edit(ME)
+    other.write(L, ("value", 0), Link("sp", "z"))
+    assert other.commit().wait().ok  # (a has not integrated it: its mailbox waits)
+    pending = tx.commit()
+    assert w.taken == [True, False]  # `b`'s plain write taken; `a`'s read claim declined
+    w.pump()
+    result = pending.result()
+    assert result.outcome is Outcome.STALE_BASIS and isinstance(result.error, ConflictError)
+    assert w.store.read_durable(T) == {"value": {"title": "a"}} == w.a.visible(T)
+
+
+def test_a_write_through_a_link_is_taken_with_its_read_claim(w: World) -> None:
+    _put(w, T, {"value": {"title": "a"}})
+    _put(w, L, {"value": [Link("sp", "t")]})
+    tx = w.a.edit(ME)
+    tx.read(L, ("value", 0), shallow=True)
+    tx.write(T, ("value", "title"), "b")
+    pending = tx.commit()
+    assert w.taken == [True]
+    w.pump()
+    assert pending.result().ok
+    assert w.store.read_durable(T) == {"value": {"title": "b"}} == w.b.visible(T)
