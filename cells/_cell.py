@@ -236,6 +236,23 @@ class Cell:
         """Write `value` here. Returns the pending result of the transaction it went into."""
         if isinstance(value, Cell):  # a link to it: its documents must be in this store
             check_same_store(value, (self._tx or self).replica, f"{self!r}.set()")
+        link = self._link
+        if not link.path and link.scope == "space":
+            # A whole cell of a shared document (the usual write): `set` replaces a link
+            # stored at the cell itself, so nothing is followed and nothing needs
+            # reading first; `_write`'s stage, without its calls and its probe.
+            # (`Transaction.write` refuses an internal document at its first access.)
+            tx = self._tx
+            if tx is not None:
+                tx.write(DocKey(link.space, link.id), _VALUE_PATH, value)
+                return tx.done()
+            tx = self._replica._open_tx(self._identity)
+            try:
+                tx.write(DocKey(link.space, link.id), _VALUE_PATH, value)
+            except BaseException:
+                tx.abort("write failed")
+                raise
+            return tx.commit()
         return self._write(lambda tx, key, path: tx.write(key, path, value))
 
     def delete(self) -> Pending[CommitResult]:
