@@ -243,17 +243,35 @@ def _covered(p: Path, kept: set[Path]) -> bool:
 
 def compact_reads(log: Iterable[tuple[DocKey, Path, bool]]) -> ReadSet:
     """Group a transaction's read log per document; drop deep paths below other deep paths."""
+    if type(log) is not list:
+        log = list(log)
+    # Each document read at one place (a pull's walk through links, most node runs):
+    # its one path is its entry, with nothing to group, cover or sort. The sets and
+    # the key union below were most of a pull's compaction.
+    out: dict[DocKey, ReadEntry] = {}
+    for key, path, is_shallow in log:
+        if key in out:
+            break  # read at several places: grouped below
+        one: ReadEntry = ((), (path,)) if is_shallow else ((path,), ())
+        held = _ENTRIES.get(one)
+        if held is None:
+            held = one
+            if len(_ENTRIES) < _ENTRIES_KEPT and _field_path(path):
+                _ENTRIES[one] = one
+        out[key] = held
+    else:
+        return out
     deep: dict[DocKey, set[Path]] = {}
     shallow: dict[DocKey, set[Path]] = {}
     for key, path, is_shallow in log:
         (shallow if is_shallow else deep).setdefault(key, set()).add(path)
-    out: dict[DocKey, ReadEntry] = {}
+    out = {}
     for key in deep.keys() | shallow.keys():
         ds = deep.get(key)
         ss = shallow.get(key)
         if ss is None and ds is not None and len(ds) == 1:
             # One deep path (most documents a node reads): nothing to cover or sort.
-            one: ReadEntry = (tuple(ds), ())
+            one = (tuple(ds), ())
             out[key] = _ENTRIES.get(one, one)
             if len(_ENTRIES) < _ENTRIES_KEPT and one not in _ENTRIES and _field_paths(one[0]):
                 _ENTRIES[one] = one
