@@ -150,7 +150,7 @@ def _ahead(host: Host, cell: Cell) -> tuple[list[tuple[DocKey, Path, bool]], _Wa
     the log with it and finds nothing new to hold)."""
     replica = host.replica
     identity = cell.identity
-    current = cell.link()
+    path = cell.path
     key = cell.doc_key
     reads: list[tuple[DocKey, Path, bool]] = []
     hops: list[tuple[DocKey, Any]] = []
@@ -159,24 +159,26 @@ def _ahead(host: Host, cell: Cell) -> tuple[list[tuple[DocKey, Path, bool]], _Wa
             # A document the pull's reads may be refused (or need authority): its run
             # decides; the walk makes no writer of it run first.
             return [declared(cell)[0], *reads], None
-        doc = replica.visible(key)
-        found = first_link(
-            doc.get("value", MISSING) if type(doc) is dict else MISSING, current.path, doc
-        )
+        doc = replica.peek(key)  # (held: no argument check, no record made)
+        if doc is None:
+            doc = replica.visible(key)
+        found = first_link(doc.get("value", MISSING) if type(doc) is dict else MISSING, path, doc)
         if found is None:
             break
         at, target = found
         hops.append((key, doc))
-        reads.append((key, ("value", *current.path[:at]), True))
-        current = Link(target.space, target.id, target.scope, target.path + current.path[at:])
-        key = current.key(identity)
+        reads.append((key, ("value", *path[:at]), True))
+        # The place the link leads to, as the key and path of the `Link` it makes (no
+        # link object per hop: its checks were a third of the walk).
+        path = target.path + path[at:] if at < len(path) else target.path
+        key = DocKey(target.space, target.id) if target.scope == "space" else target.key(identity)
     else:
         # Still links after PULL_HOPS of them: the run finds the rest (or the cycle).
         return [declared(cell)[0], *reads], None
-    walk = (tuple(hops), key, current.path)
+    walk = (tuple(hops), key, path)
     if not reads:
         return [declared(cell)[0]], walk
-    reads.append((key, ("value", *current.path) if current.path else _VALUE_PATH, False))
+    reads.append((key, ("value", *path) if path else _VALUE_PATH, False))
     return reads, walk
 
 
