@@ -176,7 +176,9 @@ class Cell:
 
     def get(self) -> Value:
         """The current visible value as plain data (a fresh copy; links followed). No scheduling."""
-        tx = self._reader()
+        tx = self._tx  # (`_reader`, inlined: a UI reads per edit)
+        if tx is None:
+            tx = self._replica.reader(self._identity)
         return thaw(read_value(tx, self._link))
 
     def resolve(self) -> Cell:
