@@ -43,7 +43,7 @@ def first_link(root: Value, path: Path, doc: Value = None) -> tuple[int, Link] |
     A step naming a list element by its id (`element_ids`) is followed when `doc`,
     the whole document (which holds the ids), is given. O(len(path))."""
     found = _first_link(root, path, doc)
-    return None if isinstance(found, _IdStep) else found
+    return found if type(found) is tuple else None
 
 
 class _IdStep:
@@ -54,9 +54,11 @@ _ID_STEP: Final = _IdStep()
 """What `_first_link` returns when it meets an element-id step and has no document."""
 
 
-def _first_link(root: Value, path: Path, doc: Value) -> tuple[int, Link] | _IdStep | None:
+def _first_link(root: Value, path: Path, doc: Value) -> tuple[int, Link] | _IdStep | Value:
     """`first_link`, telling a walk stopped at an element id it could not follow
-    (`doc` None: `_ID_STEP`) from one that found no link."""
+    (`doc` None: `_ID_STEP`) from one that found no link, which returns the value it
+    reached: what `get_path(doc, (VALUE, *path))` gives (MISSING when the path leaves
+    the value). A tuple only for a link found (a stored value is never a tuple)."""
     node = root
     for i, elem in enumerate(path):
         if type(node) is Link:
@@ -71,15 +73,15 @@ def _first_link(root: Value, path: Path, doc: Value) -> tuple[int, Link] | _IdSt
                 return _ID_STEP
             at = element_position(doc, (VALUE, *path[:i]), node, elem)
             if at is None:
-                return None
+                return MISSING
             node = node[at]
         else:
-            return None
+            return MISSING
         if node is MISSING:
-            return None
+            return MISSING
     if type(node) is Link:
         return len(path), node
-    return None
+    return node
 
 
 def resolve(tx: Transaction, link: Link, *, follow_last: bool = True) -> Link:
@@ -96,12 +98,25 @@ def _resolve(
 ) -> tuple[Link, DocKey]:
     """`resolve`, also returning the final place's document for `tx.identity` (and
     adding the place of every hop, its document and full-document path, to `hops`)."""
+    final, key, _ = _walk(tx, link, follow_last, hops)
+    return final, key
+
+
+_UNWALKED: Final = object()
+"""What `_walk` gives for the value when its walk did not reach the final place."""
+
+
+def _walk(
+    tx: Transaction, link: Link, follow_last: bool, hops: list[tuple[DocKey, Path]] | None = None
+) -> tuple[Link, DocKey, Value]:
+    """`_resolve`, also returning the value at the final place as the walk found it in
+    the document `tx.peek` gave (nothing logged for it), or `_UNWALKED`."""
     identity = tx.identity
     key = DocKey(link.space, link.id) if link.scope == "space" else link.key(identity)
     if not link.path:
         root = tx.peek(key, _VALUE_PATH)
         if type(root) is not Link:
-            return link, key  # the common case: no link on the way, nothing to track
+            return link, key, root  # the common case: no link on the way, nothing to track
         found: tuple[int, Link] = (0, root)
     else:
         # The whole document, in hand for an element-id step (its ids are beside the
@@ -110,8 +125,8 @@ def _resolve(
         first = _first_link(
             doc.get(VALUE, MISSING) if type(doc) is dict else MISSING, link.path, doc
         )
-        if first is None or isinstance(first, _IdStep):
-            return link, key
+        if type(first) is not tuple:
+            return link, key, _UNWALKED if first is _ID_STEP else first
         found = first
     current = link
     seen: set[tuple[object, Path]] = set()
@@ -128,16 +143,16 @@ def _resolve(
             step = _first_link(
                 doc.get(VALUE, MISSING) if type(doc) is dict else MISSING, current.path, doc
             )
-            if step is None or isinstance(step, _IdStep):
-                return current, key
+            if type(step) is not tuple:
+                return current, key, _UNWALKED if step is _ID_STEP else step
             found = step
         at, target = found
         cpath = current.path
         if at == len(cpath) and not follow_last:
-            return current, key
+            return current, key, _UNWALKED
         head = cpath[:at] if at < len(cpath) else cpath
         place = (VALUE, *head)
-        tx.read(key, place, shallow=True)
+        tx._logged(key, place, True, True)  # (`read`: its value, the link, is in hand)
         if hops is not None:
             hops.append((key, place))
         marker = (key, head)
@@ -238,10 +253,16 @@ def read_value(tx: Transaction, link: Link, *, log: bool = True) -> Value:
                 else:
                     memo[link] = value
             return value
-    final, key = _resolve(tx, link, True)
+    final, key, value = _walk(tx, link, True)
     path = final.path
     seen = memo is not None or key in tx._docs
-    value = tx.read(key, (VALUE, *path) if path else _VALUE_PATH, log=log)
+    if value is _UNWALKED:
+        value = tx.read(key, (VALUE, *path) if path else _VALUE_PATH, log=log)
+    else:
+        # The read of the place the walk ended at, logged and claimed; its value is the
+        # one the walk reached (the same document: nothing ran in between), without
+        # walking the path again (an element id resolved twice per element read).
+        tx._logged(key, (VALUE, *path) if path else _VALUE_PATH, False, log)
     t = type(value)
     if t is dict or t is list or t is Link:
         materialized = _materialize(tx, value, log, frozenset({(key, path)}))
@@ -260,12 +281,15 @@ def _remember(tx: Transaction, memo: dict[Link, Value] | None, link: Link, value
 
 
 def _read(tx: Transaction, link: Link, log: bool, active: frozenset[tuple[object, Path]]) -> Value:
-    final, key = _resolve(tx, link, True)
+    final, key, value = _walk(tx, link, True)
     path = final.path
     marker = (key, path)
     if active and marker in active:
         raise LinkCycleError(f"the value at {final} contains a link back to itself")
-    value = tx.read(key, (VALUE, *path) if path else _VALUE_PATH, log=log)
+    if value is _UNWALKED:
+        value = tx.read(key, (VALUE, *path) if path else _VALUE_PATH, log=log)
+    else:  # (as in `read_value`)
+        tx._logged(key, (VALUE, *path) if path else _VALUE_PATH, False, log)
     t = type(value)
     if t is not dict and t is not list and t is not Link:
         return value  # a scalar holds no links: nothing to materialize

@@ -345,6 +345,16 @@ class Transaction:
         document, path and shallowness) adds no second log entry or read claim:
         what a transaction reads is a set. O(len(path)).
         """
+        working = self._logged(key, path, shallow, log).working
+        if len(path) == 1 and type(working) is dict and type(path[0]) is str:
+            return working.get(path[0], MISSING)  # `get_path` of one field, without the call
+        return get_path(working, path)
+
+    def _logged(self, key: DocKey, path: Path, shallow: bool, log: bool) -> TxDoc:
+        """`read` without its value: the read logged and claimed (the basis taken at the
+        document's first access), and the document's `TxDoc` returned. For a caller that
+        has the value in hand already, walked in the document `peek` gave it (a link's
+        place, the place a walk through links ended at: `cells._links`)."""
         if self.status != "open":
             raise TransactionError(f"cannot read {describe(key)}: the transaction is {self.status}")
         if type(path) is not tuple:
@@ -404,10 +414,7 @@ class Transaction:
                     self.reads.append((key, path, shallow))
                 else:
                     td.unlogged = True
-        working = td.working
-        if len(path) == 1 and type(working) is dict and type(path[0]) is str:
-            return working.get(path[0], MISSING)  # `get_path` of one field, without the call
-        return get_path(working, path)
+        return td
 
     def peek(self, key: DocKey, path: Path = ()) -> Value:
         """The value at `path` with nothing logged and no basis taken (for link walking)."""
