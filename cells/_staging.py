@@ -46,7 +46,7 @@ def _created_level(working: Value, visible: Value, path: Path) -> Path | None:
 
 
 def _path_order(p: Path) -> tuple[int, list[str]]:
-    return (len(p), [str(e) for e in p])
+    return (len(p), list(map(str, p)))  # (`map`, not a comprehension: no frame per path)
 
 
 def compact(paths: Iterable[Path]) -> list[Path]:
@@ -55,11 +55,16 @@ def compact(paths: Iterable[Path]) -> list[Path]:
     if len(unique) <= 1:
         return unique
     # Shortest first, so a covering path is kept before the paths below it; the set
-    # makes the prefix test O(len(p)) instead of one comparison per kept path.
+    # makes the prefix test O(len(p)) instead of one comparison per kept path. (Loops,
+    # not `any()` over a generator: a lift reading two fields of its element compacts
+    # its read claims on every run.)
     out: list[Path] = []
     kept: set[Path] = set()
     for p in sorted(unique, key=_path_order):
-        if not any(p[:i] in kept for i in range(len(p) + 1)):
+        for i in range(len(p) + 1):
+            if p[:i] in kept:
+                break
+        else:
             out.append(p)
             kept.add(p)
     return out
@@ -241,11 +246,17 @@ def read_claims(docs: Mapping[DocKey, TxDoc]) -> tuple[tuple[ReadClaim, ...], tu
 def _claims_of(key: DocKey, td: TxDoc, out: list[ReadClaim]) -> None:
     """The read claims of a document read at more than one place: deep paths compacted."""
     assert td.reads is not None
-    deep = compact(p for p, shallow in td.reads if not shallow)
-    out.extend(ReadClaim(key, p, False, td.basis_seq) for p in deep)
-    shallow_paths = {p for p, s in td.reads if s}
-    out.extend(
-        ReadClaim(key, p, True, td.basis_seq)
-        for p in sorted(shallow_paths, key=str)
-        if not any(p[: len(q)] == q for q in deep)
-    )
+    basis = td.basis_seq
+    deep_paths: list[Path] = []
+    shallow_paths: list[Path] = []
+    for p, shallow in td.reads:  # (loops, not generators: see `compact`)
+        (shallow_paths if shallow else deep_paths).append(p)
+    deep = compact(deep_paths)
+    for p in deep:
+        out.append(ReadClaim(key, p, False, basis))
+    for p in sorted(set(shallow_paths), key=str):
+        for q in deep:
+            if p[: len(q)] == q:
+                break
+        else:
+            out.append(ReadClaim(key, p, True, basis))
