@@ -56,7 +56,10 @@ from ._patch import patch_ops as patch_ops
 from ._patch import patch_ops_at as patch_ops_at
 from ._pending import Pending as Pending
 from ._pending import running_loop as running_loop
+from ._replica import RUN_DONE as RUN_DONE
+from ._replica import RUN_NONE as RUN_NONE
 from ._replica import Change as Change
+from ._replica import Computed as Computed
 from ._replica import Notification as Notification
 from ._replica import Replica as Replica
 from ._retry import edit_with_retry as edit_with_retry
@@ -108,6 +111,8 @@ __all__ = [
     "MAX_HOPS",
     "MISSING",
     "RETRYABLE",
+    "RUN_DONE",
+    "RUN_NONE",
     "SCOPES",
     "ArgumentTypeError",
     "Authority",
@@ -120,6 +125,7 @@ __all__ = [
     "CommitRejected",
     "CommitRequest",
     "CommitResult",
+    "Computed",
     "ConflictError",
     "CorruptStoreError",
     "DocKey",

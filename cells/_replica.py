@@ -74,8 +74,15 @@ from ._store import (
     Write,
     run_request,
 )
-from ._transaction import LIBRARY_DIRS, OpenedTransaction, Transaction, TxDoc
-from ._values import MISSING, Value, same_value
+from ._transaction import (
+    LIBRARY_DIRS,
+    OpenedTransaction,
+    SettleCallback,
+    Transaction,
+    TxDoc,
+    _deps,
+)
+from ._values import MAX_INT, MISSING, Value, same_value
 from .errors import InconsistentBasisError, OwnershipError, TransactionError
 
 __all__ = [
@@ -93,6 +100,25 @@ _OK_OUTCOME = Outcome.OK
 _SENT_LOG: list[tuple[DocKey, Path, bool]] = []
 """`Transaction.reads` of every transaction handed to the store (see `_send`): empty."""
 _NO_KEYS: frozenset[DocKey] = frozenset()
+_VALUE_PATH: Path = ("value",)
+RUN_NONE = 0
+"""`Replica.run_field`: not its shape, nothing done (run a transaction)."""
+RUN_DONE = 1
+"""`Replica.run_field`: the run committed (sent or elided)."""
+
+
+class Computed:
+    """`Replica.run_field`: computed, nothing changed; a transaction must write `value`
+    (it needs `normalize`, or is a shadow write): the general path decides. The value
+    goes with it so the function is not called twice for one run."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"Computed({self.value!r})"
 
 
 class Replica:
@@ -686,6 +712,110 @@ class Replica:
         )
         self._send(tx, seq, request, (change,))
         return True
+
+    def run_field(
+        self,
+        rkey: DocKey,
+        wkey: DocKey,
+        compute: Callable[[Any], Any],
+        identity: Identity,
+        source: object,
+        on_failure: SettleCallback | None,
+    ) -> int | CommitResult | Computed:
+        """Run a one-input node with no transaction, in a drain: read the plain value
+        at ``rkey``'s ``"value"`` field, write ``compute(value)`` at ``wkey``'s, and
+        commit as `_commit_usual` would (a layer, one notification, a run log entry
+        the store checks against the basis read here). Returns `RUN_NONE` with nothing
+        done and `compute` not called (not this shape: run a transaction);
+        `Computed` with `compute`'s result and nothing changed (its write needs the
+        general path: a container, a value to normalise, a shadow write); `RUN_DONE`
+        (sent, or elided); or the STALE_BASIS result when the read document moved
+        while `compute` ran (nothing changed: re-run, as for a stale transaction).
+
+        The same commit as the transaction run's: the entry carries the basis and
+        deps taken at the read, so the store rejects it for a foreign commit that
+        overtook the read exactly as it would the transaction's; the in-flight
+        transaction it makes (`Transaction._sent_run`) takes the verdict, the revert
+        and `on_failure` as the scheduler's does. Ownership: only space-scoped shared
+        documents (not "cw:"), which a transaction reads and writes with no guard.
+        Exceptions from `compute` propagate, with nothing changed.
+        """
+        if self._runs is None or self.fence_for is not None or rkey == wkey or self.closed:
+            return RUN_NONE
+        records = self._docs
+        rec = records.get(rkey)
+        wrec = records.get(wkey)
+        if (
+            rec is None
+            or wrec is None
+            or rkey.scope != "space"
+            or wkey.scope != "space"
+            or "cw:" <= rkey.id < "cw;"
+            or "cw:" <= wkey.id < "cw;"
+            or type(wrec.visible) is not dict
+        ):
+            return RUN_NONE
+        visible = rec.visible
+        if type(visible) is not dict:
+            return RUN_NONE  # (packed, or not a dict: the transaction decides)
+        value = visible.get("value", MISSING)
+        t = type(value)
+        if not (t is int or t is str or t is float or t is bool or value is None):
+            if value is not MISSING:
+                return RUN_NONE  # a link to follow, a container to copy
+            value = None
+        # The basis, as `Transaction.read` takes it.
+        version = rec.version
+        basis_seq = rec.confirmed_seq
+        layers = rec.layers
+        deps = () if not layers else (layers[0].seq,) if len(layers) == 1 else _deps(layers)
+        # Counted open while `compute` runs, as the transaction would be (`low_water`:
+        # the store keeps the history this basis may need).
+        opened = self._open_txs
+        if not opened and not self._in_flight:
+            self._busy_since = self._mark()
+        self._open_txs = opened + 1
+        try:
+            new = compute(value)
+        finally:
+            self._open_txs -= 1
+        if records.get(rkey) is not rec or rec.version != version:
+            self.stats.local_stale += 1
+            return CommitResult(Outcome.STALE_BASIS, InconsistentBasisError(stale_message(rkey)))
+        t = type(new)
+        if not ((t is int and -MAX_INT - 1 <= new <= MAX_INT) or (t is str and new.isascii())) and (
+            new is not None
+        ):
+            return Computed(new)  # `normalize` decides (floats, containers, bad values)
+        wvisible = wrec.visible
+        if type(wvisible) is not dict:
+            return Computed(new)
+        old = wvisible.get("value", MISSING)
+        if (new == old) if t is type(old) and (t is int or t is str) else same_value(new, old):
+            if wrec.layers:
+                return Computed(new)  # a shadow write: the general path keeps it
+            self.stats.commits_elided += 1
+            return RUN_DONE
+        working = dict(wvisible)
+        working["value"] = new
+        seq = self._next_seq
+        self._next_seq = seq + 1
+        if not wrec.layers:
+            wrec.layers = (Layer(seq, _VALUE_PATH, new),)
+        else:
+            push_layer(wrec, Layer(seq, _VALUE_PATH, new))
+        change = Change(wkey, wvisible, working, (_VALUE_PATH,))
+        wrec.visible = working
+        wrec.version += 1
+        tx = Transaction._sent_run(self, identity, source, on_failure)
+        self._send_run(
+            tx,
+            seq,
+            change,
+            (tx, seq, rkey, basis_seq, _VALUE_PATH, False, deps, wkey, _VALUE_PATH, new,
+             wvisible, working),
+        )  # fmt: skip
+        return RUN_DONE
 
     def _commit_write(
         self, tx: Transaction, records: dict[DocKey, DocRecord], docs: dict[DocKey, TxDoc]

@@ -264,6 +264,38 @@ class Transaction:
         self._site: Site | None = None
         """(file, line) of the user's call that opened it (set by the public `edit`s)."""
 
+    @classmethod
+    def _sent_run(
+        cls,
+        replica: TxReplica,
+        identity: Identity,
+        source: object,
+        on_failure: SettleCallback | None,
+    ) -> Transaction:
+        """A transaction already committed and in flight, for a node run the replica made
+        with none (`Replica.run_field`): what `__init__` and `commit_detached(on_failure=)`
+        leave, minus the open count (it never was open) and the working copies (it
+        has none). It is what the in-flight table, the notification and the verdict
+        handle, so a rejected direct run settles as a transaction run would."""
+        tx = cls.__new__(cls)
+        tx._replica = replica
+        tx.identity = identity
+        tx._system = False
+        tx.source = source
+        tx.status = "committing"
+        tx.result = None
+        tx._docs = {}
+        tx.reads = []
+        tx._meta = None
+        tx._create_only = None
+        tx._settle_callbacks = None
+        tx._on_failure = on_failure
+        tx._post_commit = None
+        tx._pending = None
+        tx._values = None
+        tx._site = None
+        return tx
+
     def __repr__(self) -> str:
         return (
             f"<Transaction {self.status} {self.identity.principal}/{self.identity.session}"
