@@ -48,6 +48,8 @@ class Statistics:
     last_work_set: int = 0
     commits: int = 0
     stale_reruns: int = 0
+    direct_commits: int = 0
+    """Node runs committed with no transaction (`Replica.run_field`), sent or elided."""
 
     @property
     def runs(self) -> int:

@@ -46,7 +46,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Final
 
 from cells import (
+    RUN_DONE,
     CommitResult,
+    Computed,
     DocKey,
     Identity,
     InvalidArgumentError,
@@ -79,7 +81,7 @@ from ._node import (
     two_reads_match,
 )
 from ._readers import ReaderIndex, compact_reads
-from ._sinks import PatchSink, Sink, deliver_all
+from ._sinks import DeriveNode, PatchSink, Sink, deliver_all
 from ._timers import Timers
 
 if TYPE_CHECKING:
@@ -656,6 +658,7 @@ class Passes:
             self._timers.update(node)
         stats = self.stats
         replica = self.replica
+        fn = node.fn  # (a direct derive whose write needs a transaction replaces it)
         if node.kind == "effect":
             stats.runs_effect += 1
             if (
@@ -678,6 +681,24 @@ class Passes:
                     return
         else:
             stats.runs_computation += 1
+            if type(node) is DeriveNode and gates is None and not self.work.by_owner:
+                # A one-input derive over a plain value: read, compute and commit with
+                # no transaction (`Replica.run_field`); anything else runs in one.
+                try:
+                    done = node.run_direct(replica, self._failed)
+                except Exception as exc:
+                    self._fail(node, exc)
+                    return
+                if done is RUN_DONE:
+                    stats.commits += 1
+                    stats.direct_commits += 1
+                    return
+                if type(done) is CommitResult:
+                    stats.commits += 1
+                    self._on_commit(node, done)  # stale: re-run, as a transaction's
+                    return
+                if type(done) is Computed:
+                    fn = node.given(done.value)  # its write, in a transaction
         if replica.closed:
             raise TransactionError(f"replica {replica.session_id} is closed")  # as `edit` says
         tx = Transaction(replica, node.identity, source=node)  # `replica.edit`, without the call
@@ -685,7 +706,7 @@ class Passes:
         previous_tx, self._current_tx = self._current_tx, tx
         later = False
         try:
-            returned = node.fn(tx)
+            returned = fn(tx)
             if returned is not None and inspect.isawaitable(returned):
                 later = True  # an async run: it commits when its coroutine ends
                 self._async_runs.start(node, tx, returned)

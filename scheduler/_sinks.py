@@ -26,12 +26,16 @@ import attrs
 
 from cells import (
     MISSING,
+    RUN_NONE,
     Cell,
     CellweaveError,
+    CommitResult,
+    Computed,
     DocKey,
     Link,
     Materializer,
     Path,
+    Replica,
     Transaction,
     first_link,
     get_path,
@@ -397,6 +401,49 @@ class DeriveNode(Node):
         else:
             key, path = outs  # type: ignore[misc]
             tx.write(key, path, value)  # type: ignore[arg-type]
+
+    def run_direct(self, replica: Replica, on_failure: Any) -> int | CommitResult | Computed:
+        """Run with no transaction if the last run allows it: its read set is exactly one
+        deep read of its one input's ``"value"`` and it writes the ``"value"`` of its own
+        document (`Replica.run_field` decides the rest, and what it returns). `RUN_NONE`
+        with nothing done otherwise.
+
+        Why the read set can stay: it is the one a run of this shape logs (the input's
+        document at ``("value",)``, deep), and `run_field` declines a link or a
+        container there, where a transaction run would read more."""
+        link = self.inputs
+        outs = self._outs
+        reads = self.reads
+        if (
+            type(link) is not Link
+            or type(outs) is not DocKey
+            or type(reads) is not OneRead
+            or reads.entry != _WHOLE_READ
+            or link.path
+        ):
+            return RUN_NONE
+        key = reads.key
+        if key.id != link.id or key.space != link.space or key.scope != link.scope:
+            return RUN_NONE
+        return replica.run_field(key, outs, self.compute, self.identity, self, on_failure)
+
+    def given(self, value: Any) -> Callable[[Transaction], None]:
+        """The node function of a run whose value `run_direct` computed but could not
+        write (`Computed`): the same read (logged: the read set) and write of `value`,
+        in the transaction, with no second call of `compute`."""
+
+        def run(tx: Transaction) -> None:
+            link = self.inputs
+            assert type(link) is Link  # (one input: `run_direct` made `value`)
+            read_value(tx, link)  # the read `run_direct` made, logged: the read set
+            outs = self._outs
+            assert type(outs) is DocKey
+            tx.write(outs, _VALUE_PATH, value)
+
+        return run
+
+
+_WHOLE_READ: Final = ((VALUE_PATH,), ())
 
 
 def _has_link(value: Any) -> bool:

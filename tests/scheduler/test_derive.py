@@ -143,3 +143,228 @@ def test_a_settled_graph_leaves_no_revision_history_in_the_store(sp: Space, sch:
     assert 6 * 21 == store.seq  # (every run committed: 126 revisions were made)
     assert len(kept) == store.prune_history()  # (none of them is needed either)
     assert {} == store._revisions
+
+
+# ----------------------------------------------------------------------------- direct runs
+# A derive of one input whose last run read one plain value commits with no transaction
+# (`Replica.run_field`): these pin that the shortcut is taken, and that it keeps every
+# guarantee of the transaction run (the basis check, the store's verdict and revert,
+# links, values that need normalising, failures).
+
+
+def test_a_derive_of_a_plain_value_commits_without_a_transaction(sp: Space, sch: Scheduler) -> None:
+    src = sp.cell("src")
+    src.set(0)
+    prev, outs = src, []
+    for i in range(3):
+        out = sp.cell(f"c{i}")
+        sch.derive(out, [prev], lambda v: v + 1)
+        outs.append(out)
+        prev = out
+    seen: list[Any] = []
+    sch.sink(prev, seen.append)
+    direct, commits = sch.stats.direct_commits, sch.stats.commits
+    for v in (1, 2, 3):
+        src.set(v)
+        sch.settle()
+    assert [3, 4, 5, 6] == seen
+    # Nine runs, nine commits, every one with no transaction.
+    assert (9, 9) == (sch.stats.direct_commits - direct, sch.stats.commits - commits)
+    sp.replica.pump()
+    assert {"value": 6} == sp.replica.store.read_durable(outs[-1].doc_key)
+    assert 0 == sp.replica.in_flight()
+
+
+def test_a_direct_derive_overtaken_by_a_foreign_commit_is_rejected_and_reruns(
+    sp: Space, sch: Scheduler
+) -> None:
+    # Another runtime writes the input of `y` after `y` ran directly, before the drain's
+    # commits reach the store: the store must reject `y`'s commit (its basis is gone),
+    # the replica revert it, and `y` run again on the foreign value.
+    x, a = sp.cell("x"), sp.cell("a")
+    x.set(1)
+    a.set(1)
+    y, b = sp.cell("y"), sp.cell("b")
+    other = Space(cells.Replica(sp.replica.store), "d")
+
+    def b_fn(v: int) -> int:
+        if v == 2:
+            tx = other.edit()
+            tx.write(x.doc_key, ("value",), 7)
+            tx.commit()
+        return v * 10
+
+    ny = sch.derive(y, [x], lambda v: v + 100)  # runs first: registered first, same height
+    nb = sch.derive(b, [a], b_fn)
+    # `z` reads `y`'s commit while it is pending: built on a rejected commit, its own
+    # must be rejected too (its run log entry depends on `y`'s), not accepted.
+    z = sp.cell("z")
+    nz = sch.derive(z, [y], lambda v: v * 2)
+    seen: list[Any] = []
+    sch.sink(z, seen.append)
+    sch.sink(b, seen.append)
+    assert 202 == z.get()
+    direct = sch.stats.direct_commits
+    x.set(3)
+    a.set(2)
+    sch.settle()
+    assert sch.stats.direct_commits - direct >= 3  # `y`, `b`, `z` ran with no transaction
+    assert 2 == sch.stats.stale_reruns  # `y` overtaken, `z` on `y`'s rejected commit
+    assert (107, 20, 214) == (y.get(), b.get(), z.get())
+    assert (3, 2, 3) == (ny.runs, nb.runs, nz.runs)
+    assert 0 == sp.replica.in_flight()
+    assert {"value": 214} == sp.replica.store.read_durable(z.doc_key)
+
+
+def test_a_direct_derive_whose_input_moves_while_it_computes_reruns(
+    sp: Space, sch: Scheduler
+) -> None:
+    a, b = sp.cell("a"), sp.cell("b")
+    a.set(1)
+    bumped: list[int] = []
+
+    def fn(v: int) -> int:
+        if v == 2 and not bumped:
+            # Change `a` under the running node: its commit must not be made on the
+            # value it read (the basis moved), and the node runs again.
+            bumped.append(v)
+            tx = sp.edit()
+            tx.write(a.doc_key, ("value",), 5)
+            tx.commit()
+        return v * 10
+
+    node = sch.derive(b, [a], fn)
+    seen: list[Any] = []
+    sch.sink(b, seen.append)
+    a.set(2)
+    sch.settle()
+    assert 50 == b.get()
+    assert [10, 50] == seen
+    assert 3 == node.runs
+    assert 1 == sch.stats.stale_reruns
+    sp.replica.pump()
+    assert {"value": 50} == sp.replica.store.read_durable(b.doc_key)
+
+
+def test_a_direct_derive_follows_a_link_that_appears_at_its_input(
+    sp: Space, sch: Scheduler
+) -> None:
+    a, target, out = sp.cell("a"), sp.cell("t"), sp.cell("out")
+    a.set(1)
+    target.set(40)
+    sch.derive(out, [a], lambda v: v + 1)
+    seen: list[Any] = []
+    sch.sink(out, seen.append)
+    a.set(target.link())
+    sch.settle()
+    target.set(50)  # read through the link now: the node must hear it
+    sch.settle()
+    a.set(3)  # plain again
+    sch.settle()
+    direct = sch.stats.direct_commits
+    target.set(60)  # no longer read
+    a.set(4)
+    sch.settle()
+    assert 1 == sch.stats.direct_commits - direct
+    assert [2, 41, 51, 4, 5] == seen
+
+
+def test_a_direct_derive_hands_values_to_normalise_to_a_transaction(
+    sp: Space, sch: Scheduler
+) -> None:
+    a, out = sp.cell("a"), sp.cell("out")
+    a.set(1)
+    results: dict[int, Any] = {2: 2.5, 3: {"n": 3}, 4: (4, 5), 5: "é", 6: True}
+    calls: list[int] = []
+
+    def f(v: int) -> Any:
+        calls.append(v)
+        return results.get(v, v)
+
+    node = sch.derive(out, [a], f)
+    seen: list[Any] = []
+    sch.sink(out, seen.append)
+    direct = sch.stats.direct_commits
+    for v in (2, 3, 4, 5, 6, 7):
+        a.set(v)
+        sch.settle()
+    assert [1, 2.5, {"n": 3}, [4, 5], "é", True, 7] == seen
+    assert 1 == sch.stats.direct_commits - direct  # only 7: the others were normalised
+    # One call of the function per run: the transaction writes what it computed.
+    assert ([1, 2, 3, 4, 5, 6, 7], 7) == (calls, node.runs)
+    bad = sp.cell("bad")
+    sch.derive(bad, [a], lambda v: object() if v == 8 else v)
+    sch.sink(bad, seen.append)
+    a.set(8)
+    sch.settle()
+    assert ["derive"] == [e.source for e in sch.errors()]
+    with pytest.raises(NodeError, match="InvalidValueError"):
+        sch.pull_now(bad)
+
+
+def test_a_direct_derive_that_raises_is_a_node_error_and_heals(sp: Space, sch: Scheduler) -> None:
+    src, out = sp.cell("src"), sp.cell("out")
+    src.set(5)
+    sch.derive(out, [src], lambda v: 10 // v)
+    seen: list[Any] = []
+    sch.sink(out, seen.append)
+    src.set(0)
+    sch.settle()
+    assert ["derive"] == [e.source for e in sch.errors()]
+    assert [2, None] == seen  # (its output cleared, as after a transaction run's failure)
+    src.set(10)
+    sch.settle()
+    assert [2, None, 1] == seen
+    assert 1 == sch.pull_now(out)  # healed: no error raised
+
+
+def test_a_direct_derive_keeps_its_replica_busy_while_it_computes(
+    sp: Space, sch: Scheduler
+) -> None:
+    # Its basis is taken before the function runs: the store must keep the history a
+    # conflict check of it can need (`low_water`), as for an open transaction. With
+    # nothing in flight and no transaction open, the replica looked quiet (None).
+    a, b = sp.cell("a"), sp.cell("b")
+    a.set(1)
+    marks: list[Any] = []
+
+    def fn(v: int) -> int:
+        marks.append((sp.replica.low_water(), sp.replica.in_flight()))
+        return v + 1
+
+    sch.derive(b, [a], fn)
+    sch.sink(b, lambda _v: None)
+    direct = sch.stats.direct_commits
+    a.set(2)
+    sp.replica.pump()  # its verdict in: nothing in flight when the node runs
+    seq = sp.replica.store.seq
+    sch.settle()
+    assert 1 == sch.stats.direct_commits - direct
+    assert (seq, 0) == marks[-1]
+    assert sp.replica.low_water() is None  # quiet again once its verdict is in
+
+
+def test_a_direct_derive_s_write_equal_to_a_pending_value_survives_its_failure(
+    sp: Space, sch: Scheduler
+) -> None:
+    # The node computes the value a pending commit of its output already shows: its
+    # write must be sent (a shadow write), not elided, or it is lost when that pending
+    # commit is rejected.
+    a, out = sp.cell("a"), sp.cell("out")
+    a.set(1)
+    sch.derive(out, [a], lambda v: 2 if v > 1 else v)
+    sch.sink(out, lambda _v: None)
+    assert 1 == out.get()
+    store = sp.replica.store
+    with store.testing.hold_verdicts() as gate:
+        out.set(2)  # pending: the node will compute the same value
+        a.set(5)
+        sch.settle()
+        assert 3 == gate.waiting()  # the write, the input and the node's shadow write
+        gate.reject(0, cells.Outcome.PERMANENT)
+        gate.accept(0)
+        gate.accept(0)
+        sp.replica.pump()
+    sch.settle()
+    assert 2 == out.get()
+    assert {"value": 2} == store.read_durable(out.doc_key)
