@@ -81,6 +81,17 @@ def _computation(
     )
 
 
+def _derived(
+    sp: Space, sch: Scheduler, out: Cell, inputs: list[Cell], f: Callable[..., Any]
+) -> None:
+    sch.derive(out, inputs, f)
+
+
+_Make = Callable[[Space, Scheduler, Cell, list[Cell], Callable[..., Any]], None]
+"""How a row makes a node: `_computation` (a node function over a transaction) or
+`_derived` (`Scheduler.derive`)."""
+
+
 # ----------------------------------------------------------------------------- chain
 
 
@@ -137,6 +148,18 @@ def chain_reaktiv() -> Run:
 
 @bench(group="chain 1000", name="cellweave (sink on tail)", ops=CHAIN_WRITES)
 def chain_cellweave() -> Run:
+    return _chain(_computation)
+
+
+@bench(group="chain 1000", name="cellweave derive (sink on tail)", ops=CHAIN_WRITES)
+def chain_cellweave_derive() -> Run:
+    """The same graph made with `Scheduler.derive` (a node that is a function of its
+    inputs' values, as reaktiv's `Computed` is): its runs commit with no transaction
+    (`Replica.run_field`)."""
+    return _chain(_derived)
+
+
+def _chain(make: _Make) -> Run:
     sp = Space(MemoryStore(), "bench")
     sch = Scheduler(sp.replica)
     src = sp.cell("src")
@@ -144,7 +167,7 @@ def chain_cellweave() -> Run:
     prev = src
     for i in range(CHAIN):
         out = sp.cell(f"c{i}")
-        _computation(sp, sch, out, [prev], lambda v: v + 1)
+        make(sp, sch, out, [prev], lambda v: v + 1)
         prev = out
     seen: list[int] = []
     sch.sink(prev, seen.append)
@@ -227,6 +250,16 @@ def broad_reaktiv() -> Run:
 
 @bench(group="broad 1000", name="cellweave", ops=BROAD_WRITES)
 def broad_cellweave() -> Run:
+    return _broad(_computation)
+
+
+@bench(group="broad 1000", name="cellweave derive", ops=BROAD_WRITES)
+def broad_cellweave_derive() -> Run:
+    """The same graph made with `Scheduler.derive` (see `chain_cellweave_derive`)."""
+    return _broad(_derived)
+
+
+def _broad(make: _Make) -> Run:
     sp = Space(MemoryStore(), "bench")
     sch = Scheduler(sp.replica)
     src = sp.cell("src")
@@ -235,7 +268,7 @@ def broad_cellweave() -> Run:
     last: list[Any] = []
     for i in range(BROAD):
         out = sp.cell(f"b{i}")
-        _computation(sp, sch, out, [src], lambda v, i=i: v + i)
+        make(sp, sch, out, [src], lambda v, i=i: v + i)
         sch.sink(out, lambda _v: count.__setitem__(0, count[0] + 1))
     sch.sink(out, last.append)  # the last node's value, to check it (one more sink)
     sch.settle()
