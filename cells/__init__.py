@@ -59,9 +59,9 @@ from ._pending import running_loop as running_loop
 from ._replica import RUN_DONE as RUN_DONE
 from ._replica import RUN_NONE as RUN_NONE
 from ._replica import Change as Change
-from ._replica import Computed as Computed
 from ._replica import Notification as Notification
 from ._replica import Replica as Replica
+from ._replica import RunComputed as RunComputed
 from ._retry import edit_with_retry as edit_with_retry
 from ._store import CommitRequest as CommitRequest
 from ._store import LoadGate as LoadGate
@@ -125,7 +125,6 @@ __all__ = [
     "CommitRejected",
     "CommitRequest",
     "CommitResult",
-    "Computed",
     "ConflictError",
     "CorruptStoreError",
     "DocKey",
@@ -150,6 +149,7 @@ __all__ = [
     "PostgresStore",
     "PreconditionFailedError",
     "Replica",
+    "RunComputed",
     "SQLiteStore",
     "Scope",
     "Space",

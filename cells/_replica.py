@@ -107,7 +107,7 @@ RUN_DONE = 1
 """`Replica.run_field`: the run committed (sent or elided)."""
 
 
-class Computed:
+class RunComputed:
     """`Replica.run_field`: computed, nothing changed; a transaction must write `value`
     (it needs `normalize`, or is a shadow write): the general path decides. The value
     goes with it so the function is not called twice for one run."""
@@ -118,7 +118,7 @@ class Computed:
         self.value = value
 
     def __repr__(self) -> str:
-        return f"Computed({self.value!r})"
+        return f"RunComputed({self.value!r})"
 
 
 class Replica:
@@ -721,13 +721,13 @@ class Replica:
         identity: Identity,
         source: object,
         on_failure: SettleCallback | None,
-    ) -> int | CommitResult | Computed:
+    ) -> int | CommitResult | RunComputed:
         """Run a one-input node with no transaction, in a drain: read the plain value
         at ``rkey``'s ``"value"`` field, write ``compute(value)`` at ``wkey``'s, and
         commit as `_commit_usual` would (a layer, one notification, a run log entry
         the store checks against the basis read here). Returns `RUN_NONE` with nothing
         done and `compute` not called (not this shape: run a transaction);
-        `Computed` with `compute`'s result and nothing changed (its write needs the
+        `RunComputed` with `compute`'s result and nothing changed (its write needs the
         general path: a container, a value to normalise, a shadow write); `RUN_DONE`
         (sent, or elided); or the STALE_BASIS result when the read document moved
         while `compute` ran (nothing changed: re-run, as for a stale transaction).
@@ -786,14 +786,14 @@ class Replica:
         if not ((t is int and -MAX_INT - 1 <= new <= MAX_INT) or (t is str and new.isascii())) and (
             new is not None
         ):
-            return Computed(new)  # `normalize` decides (floats, containers, bad values)
+            return RunComputed(new)  # `normalize` decides (floats, containers, bad values)
         wvisible = wrec.visible
         if type(wvisible) is not dict:
-            return Computed(new)
+            return RunComputed(new)
         old = wvisible.get("value", MISSING)
         if (new == old) if t is type(old) and (t is int or t is str) else same_value(new, old):
             if wrec.layers:
-                return Computed(new)  # a shadow write: the general path keeps it
+                return RunComputed(new)  # a shadow write: the general path keeps it
             self.stats.commits_elided += 1
             return RUN_DONE
         working = dict(wvisible)

@@ -48,7 +48,6 @@ from typing import TYPE_CHECKING, Final
 from cells import (
     RUN_DONE,
     CommitResult,
-    Computed,
     DocKey,
     Identity,
     InvalidArgumentError,
@@ -56,6 +55,7 @@ from cells import (
     Outcome,
     Path,
     Replica,
+    RunComputed,
     Transaction,
     TransactionError,
     running_loop,
@@ -697,7 +697,7 @@ class Passes:
                     stats.commits += 1
                     self._on_commit(node, done)  # stale: re-run, as a transaction's
                     return
-                if type(done) is Computed:
+                if type(done) is RunComputed:
                     fn = node.given(done.value)  # its write, in a transaction
         if replica.closed:
             raise TransactionError(f"replica {replica.session_id} is closed")  # as `edit` says

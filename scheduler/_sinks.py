@@ -30,12 +30,12 @@ from cells import (
     Cell,
     CellweaveError,
     CommitResult,
-    Computed,
     DocKey,
     Link,
     Materializer,
     Path,
     Replica,
+    RunComputed,
     Transaction,
     first_link,
     get_path,
@@ -402,7 +402,7 @@ class DeriveNode(Node):
             key, path = outs  # type: ignore[misc]
             tx.write(key, path, value)  # type: ignore[arg-type]
 
-    def run_direct(self, replica: Replica, on_failure: Any) -> int | CommitResult | Computed:
+    def run_direct(self, replica: Replica, on_failure: Any) -> int | CommitResult | RunComputed:
         """Run with no transaction if the last run allows it: its read set is exactly one
         deep read of its one input's ``"value"`` and it writes the ``"value"`` of its own
         document (`Replica.run_field` decides the rest, and what it returns). `RUN_NONE`
@@ -429,7 +429,7 @@ class DeriveNode(Node):
 
     def given(self, value: Any) -> Callable[[Transaction], None]:
         """The node function of a run whose value `run_direct` computed but could not
-        write (`Computed`): the same read (logged: the read set) and write of `value`,
+        write (`RunComputed`): the same read (logged: the read set) and write of `value`,
         in the transaction, with no second call of `compute`."""
 
         def run(tx: Transaction) -> None:
