@@ -69,6 +69,7 @@ from ._store import StoreBase as StoreBase
 from ._store import VerdictGate as VerdictGate
 from ._transaction import Transaction as Transaction
 from ._values import ELEMENT_IDS as ELEMENT_IDS
+from ._values import ELEMENT_KINDS as ELEMENT_KINDS
 from ._values import MAX_DEPTH as MAX_DEPTH
 from ._values import MISSING as MISSING
 from ._values import element_id_at as element_id_at
@@ -106,6 +107,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ELEMENT_IDS",
+    "ELEMENT_KINDS",
     "INTERNAL_PREFIX",
     "MAX_DEPTH",
     "MAX_HOPS",

@@ -35,6 +35,7 @@ from ._outcome import CommitResult, Outcome
 from ._pending import Mailbox, Pending
 from ._values import (
     ELEMENT_IDS,
+    ELEMENT_KINDS,
     MAX_DEPTH,
     MAX_INT,
     MISSING,
@@ -381,6 +382,19 @@ class Transaction:
         if len(path) == 1 and type(working) is dict and type(path[0]) is str:
             return working.get(path[0], MISSING)  # `get_path` of one field, without the call
         return get_path(working, path)
+
+    def read_kinds(self, key: DocKey, path: Path) -> Value:
+        """The list at full-document `path`, read shallowly, and the *kinds* of its elements
+        logged for the scheduler as one read (path `(*path, ELEMENT_KINDS)`): it triggers
+        when an element that is no inline container (a scalar, a link) changes what a
+        shallow read of its position sees, its type or its link, and never for a new
+        value of a scalar of the same type. O(len(path)) however long the list: one read
+        for every position, where a shallow read of each position was O(N) to log, index
+        and compare. The store's read claim is the shallow read's at `path`, which every
+        write at an element overlaps already (`write_overlaps_read`)."""
+        value = self.read(key, path, shallow=True)
+        self.reads.append((key, (*path, ELEMENT_KINDS), True))
+        return value
 
     def _logged(self, key: DocKey, path: Path, shallow: bool, log: bool) -> TxDoc:
         """`read` without its value: the read logged and claimed (the basis taken at the

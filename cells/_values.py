@@ -738,6 +738,10 @@ def thaw(value: Value) -> Value:
 
 # ---------------------------------------------------------------------- element ids
 
+ELEMENT_KINDS: Final = -1
+"""The last step of a read path that reads the *kinds* of a list's elements
+(`Transaction.read_kinds`): never a position (positions are never negative)."""
+
 ELEMENT_IDS: Final = "element_ids"
 """The document field holding its lists' element-id tables (beside `value`): per list,
 keyed by `ids_key(path)` of its full-document path, `[next, [id, ...]]`."""

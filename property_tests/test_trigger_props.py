@@ -4,7 +4,9 @@ The rule spelled out (`_reference_changed`) is this test's own: it shares no
 helper with the code it checks (`changed_at`, `shallow_equal`, `same_value`).
 Deep reads compare values by their canonical JSON text; shallow reads compare a
 value's *shape* (a dict's key set, a list's length, a scalar's type), as the
-trigger rule says (docs/explanation: a shallow read sees keys, length, kind).
+trigger rule says (docs/explanation: a shallow read sees keys, length, kind); a read
+of a list's element kinds (a path ending in `ELEMENT_KINDS`) sees the list's length
+and the shape of each element that is no container.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 import scheduler._readers as readers_module
-from cells import MISSING, Change, DocKey, Identity, set_path
+from cells import ELEMENT_KINDS, MISSING, Change, DocKey, Identity, set_path
 from scheduler._node import Node
 from scheduler._readers import ReaderIndex, changed_at, compact_reads
 
@@ -25,6 +27,9 @@ ELEMS = st.one_of(KEYS, st.integers(min_value=0, max_value=2), st.sampled_from([
 """Path steps: dict keys, list indices, and element ids (`#k`: a list that was never
 spliced, as every list here, has the ids `#0`, `#1`, ... by position)."""
 PATHS = st.lists(ELEMS, max_size=3).map(tuple)
+READ_PATHS = st.one_of(PATHS, PATHS.map(lambda p: (*p, ELEMENT_KINDS)))
+"""Read paths: as `PATHS`, or ending in a read of a list's element kinds (read shallowly
+only: `Transaction.read_kinds`)."""
 LEAVES = st.one_of(st.none(), st.booleans(), st.integers(-2, 2), st.sampled_from(["x", "y"]))
 VALUES = st.recursive(
     LEAVES,
@@ -84,6 +89,8 @@ def _shape(value: Any) -> tuple[Any, ...]:
 
 def _reference_changed(before: Any, after: Any, path: Any, *, shallow: bool) -> bool:
     """The trigger rule spelled out: did a read at `path` see something else?"""
+    if path and path[-1] == ELEMENT_KINDS:  # (always shallow: `Transaction.read_kinds`)
+        return _reference_kinds_changed(before, after, path[:-1])
     b, a = _seen(before, path), _seen(after, path)
     b_stopped = isinstance(b, tuple) and bool(b) and b[0] == _UNREACHABLE_AT
     a_stopped = isinstance(a, tuple) and bool(a) and a[0] == _UNREACHABLE_AT
@@ -94,6 +101,21 @@ def _reference_changed(before: Any, after: Any, path: Any, *, shallow: bool) -> 
     if shallow:
         return _shape(b) != _shape(a)
     return _deep(b) != _deep(a)
+
+
+def _reference_kinds_changed(before: Any, after: Any, path: Any) -> bool:
+    """A read of the kinds of the elements of the list at `path`: between two lists, a
+    new length or a new shape of an element that was no container; else what a shallow
+    read at `path` sees."""
+    b, a = _seen(before, path), _seen(after, path)
+    if isinstance(b, list) and isinstance(a, list):
+        if len(b) != len(a):
+            return True
+        return any(
+            not isinstance(x, (dict, list)) and _shape(x) != _shape(y)
+            for x, y in zip(b, a, strict=True)
+        )
+    return _reference_changed(before, after, path, shallow=True)
 
 
 def test_the_reference_rule_on_examples() -> None:
@@ -112,6 +134,13 @@ def test_the_reference_rule_on_examples() -> None:
     assert _reference_changed(doc, MISSING, ("a",), shallow=False)
     assert not _reference_changed(MISSING, MISSING, ("a", "b"), shallow=True)
     assert _reference_changed({"a": 1}, {"a": {"b": 1}}, ("a", "b", "c"), shallow=False)
+    kinds = ("a", ELEMENT_KINDS)
+    assert not _reference_changed(doc, {"a": [1, 3], "b": {}}, kinds, shallow=True)
+    assert _reference_changed(doc, {"a": [1, "x"], "b": {}}, kinds, shallow=True)
+    assert _reference_changed(doc, {"a": [1, [2]], "b": {}}, kinds, shallow=True)
+    assert not _reference_changed({"a": [[1]]}, {"a": [2]}, kinds, shallow=True)
+    assert _reference_changed(doc, {"a": [1]}, kinds, shallow=True)
+    assert _reference_changed(doc, {"a": {"x": 1, "y": 2}}, kinds, shallow=True)
 
 
 def _edit(doc: Any, path: tuple[Any, ...], value: Any) -> Any:
@@ -130,7 +159,10 @@ def _edit(doc: Any, path: tuple[Any, ...], value: Any) -> Any:
 @example({"a": {"b": 1}}, ("a", "b"), 2, ("a",), True)  # same keys
 @example({"a": {"b": 1}}, ("a", "c"), 2, ("a",), True)  # new keys
 @example({}, ("a", "a"), None, ("a", "b"), False)  # unreachable -> absent
-@given(DOCS, PATHS, VALUES, PATHS, st.booleans())
+@example({"a": [1, 2]}, ("a", 1), 3, ("a", ELEMENT_KINDS), True)  # a kind read: same
+@example({"a": [1, 2]}, ("a", 1), "x", ("a", ELEMENT_KINDS), True)  # ... another kind
+@example({"a": [{}, 2]}, ("a", 0), 2, ("a", ELEMENT_KINDS), True)  # a container's: unread
+@given(DOCS, PATHS, VALUES, READ_PATHS, st.booleans())
 def test_fast_rule_equals_reference(
     doc: Any, wpath: Any, value: Any, rpath: Any, shallow: bool
 ) -> None:
@@ -148,7 +180,7 @@ def test_fast_rule_equals_reference(
 @example({"a": 1}, {"a": 1.0}, ("a",), True)  # (values of other kinds)
 @example({"a": 5}, {"a": [5]}, ("a", 0), False)  # unreachable -> reachable
 @example({"a": 5}, {"a": "x"}, ("a", 0), False)  # unreachable at the same depth
-@given(DOCS, DOCS, PATHS, st.booleans())
+@given(DOCS, DOCS, READ_PATHS, st.booleans())
 def test_fast_rule_equals_reference_on_unrelated_documents(
     before: Any, after: Any, path: Any, shallow: bool
 ) -> None:
@@ -170,8 +202,12 @@ def test_shallow_trigger_implies_deep_trigger(before: Any, after: Any, path: Any
 
 # ----------------------------------------------------------------------------- reader index
 
-READ = st.tuples(PATHS.map(lambda p: ("value", *p)), st.booleans())
-"""One read: a full-document path (below the "value" field) and whether it is shallow."""
+READ = st.one_of(
+    st.tuples(PATHS.map(lambda p: ("value", *p)), st.booleans()),
+    st.tuples(PATHS.map(lambda p: ("value", *p, ELEMENT_KINDS)), st.just(True)),
+)
+"""One read: a full-document path (below the "value" field) and whether it is shallow,
+or a read of the element kinds of a list there."""
 READERS = st.lists(st.lists(READ, min_size=1, max_size=3), min_size=1, max_size=24)
 
 

@@ -330,7 +330,7 @@ class Coordinator:
                 previous_ids is not None
                 and state.place == place
                 and not self.uses_index
-                and kinds <= {dict, list}
+                and Link not in kinds
             ):
                 self._reconcile_ids(tx, state, previous_ids, ids, container, place)
                 return
@@ -370,15 +370,13 @@ class Coordinator:
             # elements, so an edit inside a kept inline element needs no run either.)
             tx.read(list_key, base)
             return
-        # Inline values: an edit inside one must not re-run the coordinator, so skip
-        # inline containers and read every other position shallowly (a link, or a
-        # scalar's kind: a new value of an inline scalar re-runs only its child).
+        # Inline values: an edit inside one must not re-run the coordinator, so inline
+        # containers are not read, and every other position is read shallowly (a link,
+        # or a scalar's kind: a new value of an inline scalar re-runs only its child), all
+        # of them at once: one read of the element kinds, which a splice moves not.
         if kinds <= {dict, list}:
             return  # containers only: nothing to read per position
-        for i, x in enumerate(items):
-            t = type(x)
-            if t is not dict and t is not list:
-                tx.read(list_key, (*base, i), shallow=True)
+        tx.read_kinds(list_key, base)
 
     @staticmethod
     def _repoint(state: State, place: Link) -> None:

@@ -35,6 +35,7 @@ from typing import Any
 import attrs
 
 from cells import (
+    ELEMENT_KINDS,
     MISSING,
     Change,
     DocKey,
@@ -43,6 +44,7 @@ from cells import (
     element_id_at,
     element_ids,
     element_position,
+    element_types,
     same_value,
     splice_ends,
     value_equal,
@@ -70,6 +72,35 @@ def shallow_equal(a: object, b: object) -> bool:
     return ta is tb and ta is not dict and ta is not list
 
 
+def kind_changed(b: object, a: object) -> bool:
+    """Does a read of the element kinds (`Transaction.read_kinds`) see element `b` become
+    `a`: was `b` no inline container (a scalar, a link; a container's position is not
+    read) and does a shallow read of it see a change?"""
+    if b is a or b is MISSING:
+        return False
+    t = type(b)
+    return t is not dict and t is not list and not shallow_equal(b, a)
+
+
+def kinds_changed(b: object, a: object) -> bool:
+    """Does a read of the element kinds of the list `b` see a change in `a`? `kind_changed`
+    at any position; a change of length counts (the shallow read of the list sees it
+    too). C-level passes over the types, O(1) for two lists of one scalar type that
+    `element_types` knows; Python steps only where the types or links differ."""
+    if b is a:
+        return False
+    if type(b) is not list or type(a) is not list:
+        return not shallow_equal(b, a)
+    if len(b) != len(a):
+        return True
+    kb, ka = element_types(b), element_types(a)
+    if kb == ka and len(kb) == 1 and Link not in kb:
+        return False
+    if list(map(type, b)) != list(map(type, a)) or Link in kb:
+        return any(map(kind_changed, b, a))
+    return False
+
+
 class _Unreachable:
     pass
 
@@ -82,7 +113,7 @@ def _step(v: object, elem: object) -> object:
     if t is dict:
         return v.get(elem, MISSING) if type(elem) is str else _UNREACHABLE  # type: ignore[attr-defined]
     if t is list:
-        if type(elem) is not int:
+        if type(elem) is not int or elem < 0:  # (`ELEMENT_KINDS` is handled by callers)
             return _UNREACHABLE
         return v[elem] if elem < len(v) else MISSING  # type: ignore[index,arg-type]
     return _UNREACHABLE
@@ -211,6 +242,8 @@ def changed_at(before: object, after: object, path: Path, *, shallow: bool) -> b
             # An element-id step: resolved in each document's own ids.
             nb = _id_step(before, path[:i], b, elem)
             na = _id_step(after, path[:i], a, elem)
+        elif elem == ELEMENT_KINDS and type(elem) is int:
+            return kinds_changed(b, a)  # (always the last step)
         else:
             nb = _step(b, elem)
             na = _step(a, elem)
@@ -806,6 +839,20 @@ class ReaderIndex:
                 if id(t) not in done:
                     done.add(id(t))
                     comparisons += self._compare_level(t, b, a, hits)
+                kinds = t.children.get(ELEMENT_KINDS)
+                if kinds is not None:
+                    # A read of the element kinds: only the written element's kind (the
+                    # lists differ only there), unless the length (or more) changed.
+                    comparisons += _size(kinds.shallow)
+                    if (
+                        kind_changed(_step(b, elem), _step(a, elem))
+                        if type(b) is list
+                        and type(a) is list
+                        and len(b) == len(a)
+                        and type(elem) is int
+                        else kinds_changed(b, a)
+                    ):
+                        _hit(hits, kinds.shallow)
                 if t.named and type(elem) is int and (type(b) is list or type(a) is list):
                     # Readers by element id below this list: the elements at this
                     # position before and after (their ids) are compared whole.
@@ -919,14 +966,22 @@ class ReaderIndex:
             children = t.children
             if not children:
                 continue
+            kinds = children.get(ELEMENT_KINDS)
+            if kinds is not None:
+                # A read of the element kinds (`kinds_changed`); it has no level below.
+                comparisons += _size(kinds.shallow)
+                if kinds_changed(b, a):
+                    _hit(hits, kinds.shallow)
+                if len(children) == 1:
+                    continue  # no reader below this list's elements
             if type(b) is list and type(a) is list:
                 lb: list[object] = b
                 la: list[object] = a
                 if t.named:
                     # Readers by element id: only those whose element changed.
                     _changed_elements(children, roots, at, lb, la, stack)
-                    if t.named == len(children):
-                        continue
+                    if t.named + (kinds is not None) == len(children):
+                        continue  # no reader by position
                 n = min(len(lb), len(la))
                 if len(children) * 20 > n:
                     # Many read elements: visit only those that are not the same object
@@ -943,6 +998,8 @@ class ReaderIndex:
                             stack.append((child, nb, na, (*at, j)))
                     continue
             for elem, child in children.items():
+                if child is kinds:
+                    continue  # (compared above)
                 if type(elem) is str and (type(b) is list or type(a) is list):
                     if type(b) is list and type(a) is list:
                         continue  # (by `_changed_elements`, above)

@@ -195,6 +195,48 @@ def test_an_inline_scalar_replaced_by_a_link_becomes_a_linked_element() -> None:
     arun(main)
 
 
+def test_an_insert_or_removal_over_inline_scalars_costs_the_same_at_any_length() -> None:
+    # Issue 14 item 5: the coordinator reads the kinds of the elements once, not each
+    # position, and keys inline scalars by element id: an insert at the front or a
+    # removal from the middle runs one reconcile by id, sets up only the new element,
+    # and compares as many readers at 500 elements as at 50. An inserted link is a
+    # linked element (its kind is seen at the insert); an element that changes type
+    # runs the coordinator again.
+    async def main() -> None:
+        costs = []
+        for n in (50, 500):
+            async with Runtime() as rt:
+                e = rt.get_cell("e")
+                e.set(10)
+                values = list(range(n))
+                items, res = await run_list(rt, Mapped, values)
+                assert [2 * x for x in values] == await res.key("out").pull()
+                index = rt.runner.scheduler.index
+                start, before = index.comparisons, CALLS["double"]
+                await items.insert(0, 7)
+                await items.remove(n // 2)
+                values.insert(0, 7)
+                del values[n // 2]
+                assert [2 * x for x in values] == await res.key("out").pull()
+                assert 1 == CALLS["double"] - before  # the new element only
+                costs.append(index.comparisons - start)
+                reconciles = coordinator(rt).reconciles
+                await items.insert(0, e.link())
+                assert [20, *(2 * x for x in values)] == await res.key("out").pull()
+                e.set(11)  # the inserted element follows its cell
+                assert [22, *(2 * x for x in values)] == await res.key("out").pull()
+                assert reconciles + 1 == coordinator(rt).reconciles
+                await items.key(3).set(5)  # a new value of the same type
+                assert 10 == (await res.key("out").pull())[3]
+                assert reconciles + 1 == coordinator(rt).reconciles
+                await items.key(3).set("5")  # a scalar becomes a scalar of another type
+                assert "55" == (await res.key("out").pull())[3]
+                assert reconciles + 2 == coordinator(rt).reconciles
+        assert costs[0] == costs[1]
+
+    arun(main)
+
+
 def test_a_filter_over_inline_scalars_shows_their_new_values() -> None:
     # A filter's output holds the elements themselves: a new value whose verdict is
     # unchanged must still reach the output.

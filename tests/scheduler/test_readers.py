@@ -242,3 +242,56 @@ def test_the_reader_check_finds_a_table_entry_beside_a_trie() -> None:
         index._check(nodes)
     del index.deep[KEY]
     index._check(nodes)
+
+
+def test_a_read_of_element_kinds_sees_a_change_of_kind_only() -> None:
+    # Issue 14 item 5: a list coordinator over inline scalars reads the kinds of the
+    # elements once (`Transaction.read_kinds`) instead of each position shallowly. The
+    # read triggers when a scalar or link element changes kind (or its link), at an
+    # edited element and at an inserted one, and never for a new value of the same type;
+    # an inline container's position is not read (it may change inside freely). With
+    # the written path known, only the written element is compared: O(1) in the length.
+    from cells import ELEMENT_KINDS, Link
+
+    link = Link("sp", "target")
+    for n in (TRIE_READERS // 2, 4 * TRIE_READERS):  # changed_at and the path trie
+        index = ReaderIndex()
+        elements = [_reader(index, f"element {i}", (("value", f"#{i}"), False)) for i in range(n)]
+        kinds = _reader(index, "kinds", (("value", ELEMENT_KINDS), True))
+        values: list[Any] = [f"t{i}" for i in range(n)]
+        values[1] = {"inline": 1}
+        before = {"value": values}
+
+        def match(
+            path: tuple[Any, ...], value: Any, base: Any = before, index: ReaderIndex = index
+        ) -> set[Node]:
+            after = set_path(base, path, value)
+            with_paths = set(index.match(Change(KEY, base, after, (path,))))
+            assert with_paths == set(index.match(Change(KEY, base, after)))
+            return with_paths
+
+        path = ("value", 5)
+        edited = set_path(before, path, "same type, new value")
+        start = index.comparisons
+        assert [elements[5]] == index.match(Change(KEY, before, edited, (path,)))
+        if n >= TRIE_READERS:
+            assert 2 == index.comparisons - start  # element 5's reader and the kinds read
+        assert kinds not in match(path, "same type, new value")
+        assert kinds in match(("value", 5), link)  # a scalar becomes a link
+        assert kinds in match(("value", 5), {"a": 1})  # ... or a container
+        assert kinds in match(("value", 5), 5)  # ... or a scalar of another type
+        assert kinds not in match(("value", 1), "a container's position is not read")
+        assert kinds not in match(("value", 1, "inline"), 2)
+        linked = set_path(before, ("value", 3), link)
+        assert kinds in match(("value", 3), Link("sp", "other"), linked)  # re-pointed
+        assert kinds not in match(("value", 4), "x", linked)
+        # A whole list written anew: the same kinds, then one element of another kind.
+        assert kinds not in match(("value",), [*values[:5], "new", *values[6:]])
+        assert kinds in match(("value",), [*values[:5], link, *values[6:]])
+        # A splice (an insert at the front, a removal from the middle) changes the length.
+        ids = [n + 1, [f"~{n}", *element_ids(before, ("value",), values)]]
+        front = _spliced(before, 0, 0, ["new"], ids)
+        paths = (("value",), (ELEMENT_IDS, ids_key(("value",))))
+        assert kinds in index.match(Change(KEY, before, front, paths))
+        assert kinds in index.match(Change(KEY, before, front))
+        index._check([*elements, kinds])
