@@ -13,14 +13,15 @@ writes the output. Which child an element gets is its element key
 
 Incremental: the coordinator reads the list's structure only — one deep read
 when it holds links only (an edit made through a link lands in another
-document), else its length and the identity of each position that is not an
-inline container — so editing inside an element re-runs only that element's
-child (which reads its element through a link), and, when that element's
-result changes, the combiner's update of that element's part (a filter's
+document), else its length and the kinds of its elements (one read:
+`Transaction.read_kinds`; an inline container's position is not read) — so
+editing inside an element re-runs only that element's child (which reads its
+element through a link), and, when that element's result changes, the
+combiner's update of that element's part (a filter's
 output holds links to its elements, so an edit inside a kept element changes
 no part). A structural change re-runs the coordinator once and sets up only
 new elements, or moved ones whose op reads `index`. Over a list of links, or
-of inline containers keyed by element id, the diff is O(changed)
+of inline elements keyed by element id, the diff is O(changed)
 (`_reconcile_middle`, `_reconcile_ids`: the common prefix and suffix found by
 C-level slice comparisons, O(1) after a splice, only the middle matched, a
 map's container or a filter's or flat_map's elements document spliced);
@@ -400,7 +401,7 @@ class Coordinator:
         container: Link,
         place: Link,
     ) -> None:
-        """A list of inline containers, when the last reconcile over it finished
+        """A list of inline elements, when the last reconcile over it finished
         cleanly (`old`: the element ids it saw): only the middle of the ids
         (`common_ends`, C-level) is diffed, and map's container (a filter's or
         flat_map's elements document) spliced. After a splice of the list that is

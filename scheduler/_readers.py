@@ -56,8 +56,8 @@ from ._node import Node, OneRead, ReadEntry, ReadSet, TwoReads
 def shallow_equal(a: object, b: object) -> bool:
     """Does a shallow read see the same thing in `a` and `b`: the same key set, length,
     kind or link? Two scalars of one type are alike whatever their values: a list
-    coordinator reads each inline scalar's position shallowly to see it become a link or
-    a container, and a new value for the scalar must not re-run it (issue 14)."""
+    coordinator reads its inline scalars' kinds (`kinds_changed`) to see one become a
+    link or a container, and a new value for the scalar must not re-run it (issue 14)."""
     if a is b:
         return True
     if a is MISSING or b is MISSING:
