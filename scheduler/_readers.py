@@ -44,7 +44,6 @@ from cells import (
     element_id_at,
     element_ids,
     element_position,
-    element_types,
     same_value,
     splice_ends,
     value_equal,
@@ -85,19 +84,17 @@ def kind_changed(b: object, a: object) -> bool:
 def kinds_changed(b: object, a: object) -> bool:
     """Does a read of the element kinds of the list `b` see a change in `a`? `kind_changed`
     at any position; a change of length counts (the shallow read of the list sees it
-    too). C-level passes over the types, O(1) for two lists of one scalar type that
-    `element_types` knows; Python steps only where the types or links differ."""
+    too). One C-level identity scan; Python steps only at the elements that are not
+    the same object on both sides."""
     if b is a:
         return False
     if type(b) is not list or type(a) is not list:
         return not shallow_equal(b, a)
     if len(b) != len(a):
         return True
-    kb, ka = element_types(b), element_types(a)
-    if kb == ka and len(kb) == 1 and Link not in kb:
-        return False
-    if list(map(type, b)) != list(map(type, a)) or Link in kb:
-        return any(map(kind_changed, b, a))
+    for j in compress(range(len(b)), map(is_not, b, a)):  # noqa: SIM110 (a loop: no generator)
+        if kind_changed(b[j], a[j]):
+            return True
     return False
 
 
