@@ -48,8 +48,8 @@ from ._values import (
     normalize,
     note_types,
     positional,
+    set_elements,
     set_path,
-    set_paths,
     spliced,
     spliced_ids,
 )
@@ -64,8 +64,13 @@ from .errors import (
 # The inlined first-access checks below spell "starts with INTERNAL_PREFIX" as a
 # chained comparison of constants, about half the cost of `str.startswith` (they run
 # at the first access of every document of every node run, and at every `peek`).
+# (`Cell` reads, link walks and `Replica.run_field` spell it the same way: this guard
+# covers them too, as every one of them imports this module.)
 if INTERNAL_PREFIX != "cw:":  # pragma: no cover - a guard for whoever changes it
-    raise ImportError("cells._transaction spells INTERNAL_PREFIX as 'cw:'; update both")
+    raise ImportError(
+        "cells spells INTERNAL_PREFIX as 'cw:' in _transaction, _cell, _links and"
+        " _replica; update them all"
+    )
 
 if TYPE_CHECKING:
     from ._records import DocRecord, Layer
@@ -592,21 +597,21 @@ class Transaction:
                 raise _bad_key(key, "write")
             td = self._access(key)
         ops: list[tuple[Path, Value]] = [((*path, i), value) for i, value in items.items()]
-        if element_writes(td.working, ops) is not None:
+        found = element_writes(td.working, ops)
+        if found is not None:
+            changes = found[2]  # (a dict of its own: normalised in place)
+            depth = len(path) + 1
             try:
-                for k, (at, value) in enumerate(ops):
-                    if value is not MISSING:
-                        ops[k] = (at, normalize(value, where="write", depth=len(at)))
+                for i, value in changes.items():
+                    changes[i] = normalize(value, where="write", depth=depth)
             except InvalidValueError:
-                ops = []  # (bad input: the writes below raise it, naming the document)
-        else:
-            ops = []
-        if not ops:
+                found = None  # (bad input: the writes below raise it, naming the document)
+        if found is None:
             # Anything else (or bad input): one write each, with its own errors.
             for i, value in items.items():
                 self.write(key, (*path, i), value)
             return
-        td.working = set_paths(td.working, ops)
+        td.working = set_elements(td.working, found)
         for at, _value in ops:
             self._wrote(td, at)
 

@@ -508,6 +508,14 @@ def set_paths(root: Value, ops: Sequence[tuple[Path, Value]], *, where: str = "w
         for path, value in ops:
             out = set_path(out, path, value, where=where)
         return out
+    return set_elements(root, found)
+
+
+def set_elements(root: Value, found: tuple[Path, list[Any], dict[int, Value]]) -> Value:
+    """`set_paths` of writes that `element_writes(root, ...)` found (`found`, its
+    answer) to replace elements of one long list: for a caller that asked it already
+    (the memory store, `Transaction.write_items`), so the writes are not checked twice.
+    Never raises."""
     head, node, changes = found
     global _LAST, _LAST_ITEMS
     last = _LAST_ITEMS

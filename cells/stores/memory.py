@@ -60,7 +60,7 @@ from .._store import (
     run_request,
     validate_commit,
 )
-from .._values import MISSING, Value, element_writes, set_path, set_paths
+from .._values import MISSING, Value, element_writes, set_elements, set_path
 from ..errors import ConflictError, InvalidValueError
 
 PRUNE_BATCH = 64
@@ -738,12 +738,14 @@ class MemoryStore(StoreBase):
                     current = head.value
                     base_seqs[key] = head.seq
                     ops = by_key.get(key) if by_key is not None else None
-                    if ops is not None and len(ops) > 1 and element_writes(current, ops):
-                        docs[key] = set_paths(current, ops, where="commit")
-                        # Elements of a list that exists: each its own revision path.
-                        paths[key] = [path for path, _ in ops]
-                        grouped.add(key)
-                        continue
+                    if ops is not None and len(ops) > 1:
+                        found = element_writes(current, ops)
+                        if found is not None:
+                            docs[key] = set_elements(current, found)
+                            # Elements of a list that exists: each its own revision path.
+                            paths[key] = [path for path, _ in ops]
+                            grouped.add(key)
+                            continue
                 elif key in grouped:
                     continue
                 path = w.path
