@@ -85,10 +85,7 @@ class CancelGroup:
         On a cancelled group the cleanup runs now, and its error propagates.
         """
         if self._cancelled:
-            if isinstance(cleanup, Teardown):
-                cleanup.teardown()
-            else:
-                cleanup()
+            _run(cleanup)
             return _noop
         held = self._cleanups
         if held is None:
@@ -137,10 +134,7 @@ class CancelGroup:
                 cleanup = held
                 self._cleanups = None
             try:
-                if isinstance(cleanup, Teardown):
-                    cleanup.teardown()
-                else:
-                    cleanup()
+                _run(cleanup)
             except Exception as exc:  # siblings still run
                 errors.append(exc)
         if len(errors) == 1:
@@ -158,6 +152,14 @@ class CancelGroup:
 
 def _noop() -> None:
     pass
+
+
+def _run(cleanup: Cleanup) -> None:
+    """Run one cleanup: a `Teardown`'s method, or the callable."""
+    if isinstance(cleanup, Teardown):
+        cleanup.teardown()
+    else:
+        cleanup()
 
 
 class RemoveNode:
