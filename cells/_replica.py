@@ -39,7 +39,7 @@ from typing import Any
 
 import msgspec
 
-from ._access import Authority
+from ._access import Authority, reaches
 from ._address import DocKey, Identity, Path
 from ._args import bad_arg, check_arg, check_callable
 from ._claims import Fence
@@ -715,60 +715,97 @@ class Replica:
 
     def run_field(
         self,
-        rkey: DocKey,
+        places: tuple[tuple[DocKey, Path], ...],
         wkey: DocKey,
-        compute: Callable[[Any], Any],
+        wpath: Path,
+        compute: Callable[..., Any],
         identity: Identity,
         source: object,
         on_failure: SettleCallback | None,
+        accept: Callable[[Any], bool] | None = None,
+        wrote: Callable[[Any], None] | None = None,
     ) -> int | CommitResult | RunComputed:
-        """Run a one-input node with no transaction, in a drain: read the plain value
-        at ``rkey``'s ``"value"`` field, write ``compute(value)`` at ``wkey``'s, and
-        commit as `_commit_usual` would (a layer, one notification, a run log entry
-        the store checks against the basis read here). Returns `RUN_NONE` with nothing
-        done and `compute` not called (not this shape: run a transaction);
-        `RunComputed` with `compute`'s result and nothing changed (its write needs the
-        general path: a container, a value to normalise, a shadow write); `RUN_DONE`
-        (sent, or elided); or the STALE_BASIS result when the read document moved
-        while `compute` ran (nothing changed: re-run, as for a stale transaction).
+        """Run a node of k plain inputs with no transaction, in a drain: read the plain
+        value at each of `places` (a document and a path in it, ``("value", ...)``),
+        write ``compute(*values)`` at the one top-level field `wpath` of ``wkey``'s
+        dict value, and commit as `_commit_usual` would (a layer, one notification, a
+        run log entry the store checks against the bases read here). Returns `RUN_NONE`
+        with nothing done and `compute` not called (not this shape: run a
+        transaction); `RunComputed` with `compute`'s result and nothing changed (its
+        write needs the general path: a container, a value to normalise, a shadow
+        write, or `accept` said no); `RUN_DONE` (sent, or elided: `wrote` is told the
+        value then); or the STALE_BASIS result when a read document moved while
+        `compute` ran (nothing changed: re-run, as for a stale transaction).
 
-        The same commit as the transaction run's: the entry carries the basis and
-        deps taken at the read, so the store rejects it for a foreign commit that
-        overtook the read exactly as it would the transaction's; the in-flight
-        transaction it makes (`Transaction._sent_run`) takes the verdict, the revert
-        and `on_failure` as the scheduler's does. Ownership: only space-scoped shared
-        documents (not "cw:"), which a transaction reads and writes with no guard.
-        Exceptions from `compute` propagate, with nothing changed.
+        The shape: each place's walk from its document meets only dicts (a str step)
+        and lists (an int step inside it) and ends at a scalar or at a dict's absent
+        key (None): a link on the way or at the end, a container at the end, an
+        element-id step or a scalar in the way are the transaction's (its read would
+        log more than one deep read there, or walk what this does not). No place in
+        the written document.
+
+        The same commit as the transaction run's: one read takes the basis and deps of
+        its document as `Transaction.read` does, and the entry carries them (one read:
+        the one-read entry; two: the two-read entry; more: their read claims, see
+        RUN_WIDTH), so the store rejects it for a foreign commit that overtook a read
+        exactly as it would the transaction's; the in-flight transaction it makes
+        (`Transaction._sent_run`) takes the verdict, the revert and `on_failure` as the
+        scheduler's does. Ownership: what `Transaction._guard` allows a transaction of
+        `identity` with no authority (a node's): `reaches` for every document read or
+        written, asked only for a scoped or internal one (the usual space-scoped one
+        needs no check). Exceptions from `compute` (and `accept`, `wrote`) propagate,
+        with nothing changed. O(k + total path length).
         """
-        if self._runs is None or self.fence_for is not None or rkey == wkey or self.closed:
+        if self._runs is None or self.fence_for is not None or self.closed:
             return RUN_NONE
         records = self._docs
-        rec = records.get(rkey)
         wrec = records.get(wkey)
         if (
-            rec is None
-            or wrec is None
-            or rkey.scope != "space"
-            or wkey.scope != "space"
-            or "cw:" <= rkey.id < "cw;"
-            or "cw:" <= wkey.id < "cw;"
+            wrec is None
             or type(wrec.visible) is not dict
+            or ((wkey.scope != "space" or "cw:" <= wkey.id < "cw;") and not reaches(identity, wkey))
         ):
             return RUN_NONE
-        visible = rec.visible
-        if type(visible) is not dict:
-            return RUN_NONE  # (packed, or not a dict: the transaction decides)
-        value = visible.get("value", MISSING)
-        t = type(value)
-        if not (t is int or t is str or t is float or t is bool or value is None):
-            if value is not MISSING:
-                return RUN_NONE  # a link to follow, a container to copy
-            value = None
-        # The basis, as `Transaction.read` takes it.
-        version = rec.version
-        basis_seq = rec.confirmed_seq
-        layers = rec.layers
-        deps = () if not layers else (layers[0].seq,) if len(layers) == 1 else _deps(layers)
+        values: list[Any] = []
+        bases: list[Any] = []  # per read: key, record, version, basis seq, deps
+        for rkey, path in places:
+            rec = records.get(rkey)
+            if rec is None or rkey == wkey:
+                return RUN_NONE
+            if (rkey.scope != "space" or "cw:" <= rkey.id < "cw;") and not reaches(identity, rkey):
+                return RUN_NONE  # the transaction refuses it (`_guard`)
+            value: Any = rec.visible
+            if type(value) is not dict:
+                return RUN_NONE  # (packed, or not a dict: the transaction decides)
+            if len(path) == 1:
+                value = value.get(path[0], MISSING)  # (the usual place: the whole value)
+            else:
+                for step in path:
+                    if type(value) is dict:
+                        if type(step) is not str:
+                            return RUN_NONE
+                        value = value.get(step, MISSING)
+                        if value is MISSING:
+                            break  # absent: `get_path` stops here too, nothing to follow
+                    elif type(value) is list and type(step) is int and 0 <= step < len(value):  # type: ignore[comparison-overlap]
+                        value = value[step]
+                    else:
+                        return RUN_NONE  # a link on the way, an id step, a scalar
+            t = type(value)
+            if not (t is int or t is str or t is float or t is bool or value is None):
+                if value is not MISSING:
+                    return RUN_NONE  # a link to follow, a container to copy
+                value = None
+            values.append(value)
+            # The basis, as `Transaction.read` takes it.
+            layers = rec.layers
+            bases += (
+                rkey,
+                rec,
+                rec.version,
+                rec.confirmed_seq,
+                () if not layers else (layers[0].seq,) if len(layers) == 1 else _deps(layers),
+            )
         # Counted open while `compute` runs, as the transaction would be (`low_water`:
         # the store keeps the history this basis may need).
         opened = self._open_txs
@@ -776,12 +813,18 @@ class Replica:
             self._busy_since = self._mark()
         self._open_txs = opened + 1
         try:
-            new = compute(value)
+            new = compute(*values)
         finally:
             self._open_txs -= 1
-        if records.get(rkey) is not rec or rec.version != version:
-            self.stats.local_stale += 1
-            return CommitResult(Outcome.STALE_BASIS, InconsistentBasisError(stale_message(rkey)))
+        for i in range(0, len(bases), 5):
+            rkey = bases[i]
+            read: DocRecord = bases[i + 1]
+            if records.get(rkey) is not read or read.version != bases[i + 2]:
+                self.stats.local_stale += 1
+                stale = InconsistentBasisError(stale_message(rkey))
+                return CommitResult(Outcome.STALE_BASIS, stale)
+        if accept is not None and not accept(new):
+            return RunComputed(new)  # its writer's general path decides
         t = type(new)
         if not ((t is int and -MAX_INT - 1 <= new <= MAX_INT) or (t is str and new.isascii())) and (
             new is not None
@@ -790,31 +833,54 @@ class Replica:
         wvisible = wrec.visible
         if type(wvisible) is not dict:
             return RunComputed(new)
-        old = wvisible.get("value", MISSING)
+        field = wpath[0]
+        old = wvisible.get(field, MISSING)
         if (new == old) if t is type(old) and (t is int or t is str) else same_value(new, old):
             if wrec.layers:
                 return RunComputed(new)  # a shadow write: the general path keeps it
             self.stats.commits_elided += 1
+            if wrote is not None:
+                wrote(new)
             return RUN_DONE
         working = dict(wvisible)
-        working["value"] = new
+        working[field] = new
         seq = self._next_seq
         self._next_seq = seq + 1
         if not wrec.layers:
-            wrec.layers = (Layer(seq, _VALUE_PATH, new),)
+            wrec.layers = (Layer(seq, wpath, new),)
         else:
-            push_layer(wrec, Layer(seq, _VALUE_PATH, new))
-        change = Change(wkey, wvisible, working, (_VALUE_PATH,))
+            push_layer(wrec, Layer(seq, wpath, new))
+        change = Change(wkey, wvisible, working, (wpath,))
         wrec.visible = working
         wrec.version += 1
         tx = Transaction._sent_run(self, identity, source, on_failure)
-        self._send_run(
-            tx,
-            seq,
-            change,
-            (tx, seq, rkey, basis_seq, _VALUE_PATH, False, deps, wkey, _VALUE_PATH, new,
-             wvisible, working),
-        )  # fmt: skip
+        n = len(places)
+        if n == 1:
+            entry: tuple[Any, ...] = (
+                tx, seq, bases[0], bases[3], places[0][1], False, bases[4], wkey, wpath, new,
+                wvisible, working,
+            )  # fmt: skip
+        elif n == 2:
+            d1, d2 = bases[4], bases[9]
+            # The deps only concatenated (as `_commit_reads` sends a two-read entry).
+            entry = (
+                tx, seq, None, (bases[0], bases[3], bases[5], bases[8]), (places[0][1], False),
+                (places[1][1], False), d1 + d2 if d1 and d2 else d1 or d2, wkey, wpath, new,
+                wvisible, working,
+            )  # fmt: skip
+        else:
+            # More than two reads: their read claims, as `read_claims` makes them (deps
+            # ascending and unique, as a request's).
+            claims = tuple(
+                [ReadClaim(places[j][0], places[j][1], False, bases[5 * j + 3]) for j in range(n)]
+            )
+            deps = tuple(sorted({d for j in range(n) for d in bases[5 * j + 4]}))
+            entry = (
+                tx, seq, None, claims, None, None, deps, wkey, wpath, new, wvisible, working,
+            )  # fmt: skip
+        self._send_run(tx, seq, change, entry)
+        if wrote is not None:
+            wrote(new)
         return RUN_DONE
 
     def _commit_write(

@@ -15,6 +15,7 @@ on `cells`, and subscribes to the replica's one change channel.
 from ._clock import Clock as Clock
 from ._clock import ManualClock as ManualClock
 from ._clock import SystemClock as SystemClock
+from ._direct import ValueFunction as ValueFunction
 from ._events import CommitConvergenceError as CommitConvergenceError
 from ._events import Handler as Handler
 from ._events import HandlerError as HandlerError
@@ -60,6 +61,7 @@ __all__ = [
     "Scheduler",
     "Statistics",
     "SystemClock",
+    "ValueFunction",
     "changed_at",
     "common_ends",
 ]

@@ -64,6 +64,7 @@ from cells import (
 from ._async import AsyncWork
 from ._async_runs import AsyncRuns
 from ._clock import Clock
+from ._direct import ValueFunction, given, run_direct
 from ._dispatch import Dispatch
 from ._events import EventLane
 from ._failure_state import Failures
@@ -81,7 +82,7 @@ from ._node import (
     two_reads_match,
 )
 from ._readers import ReaderIndex, compact_reads
-from ._sinks import DeriveNode, PatchSink, Sink, deliver_all
+from ._sinks import PatchSink, Sink, deliver_all
 from ._timers import Timers
 
 if TYPE_CHECKING:
@@ -681,11 +682,12 @@ class Passes:
                     return
         else:
             stats.runs_computation += 1
-            if type(node) is DeriveNode and gates is None and not self.work.by_owner:
-                # A one-input derive over a plain value: read, compute and commit with
-                # no transaction (`Replica.run_field`); anything else runs in one.
+            if isinstance(fn, ValueFunction) and gates is None and not self.work.by_owner:
+                # A value function (a derive, a lift) whose last run read its inputs'
+                # plain values: read, compute and commit with no transaction
+                # (`_direct.run_direct`, `Replica.run_field`); anything else runs in one.
                 try:
-                    done = node.run_direct(replica, self._failed)
+                    done = run_direct(node, fn, replica, self._failed)
                 except Exception as exc:
                     self._fail(node, exc)
                     return
@@ -698,7 +700,7 @@ class Passes:
                     self._on_commit(node, done)  # stale: re-run, as a transaction's
                     return
                 if type(done) is RunComputed:
-                    fn = node.given(done.value)  # its write, in a transaction
+                    fn = given(fn, done.value)  # its write, in a transaction
         if replica.closed:
             raise TransactionError(f"replica {replica.session_id} is closed")  # as `edit` says
         tx = Transaction(replica, node.identity, source=node)  # `replica.edit`, without the call

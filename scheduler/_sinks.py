@@ -26,16 +26,12 @@ import attrs
 
 from cells import (
     MISSING,
-    RUN_NONE,
     Cell,
     CellweaveError,
-    CommitResult,
     DocKey,
     Link,
     Materializer,
     Path,
-    Replica,
-    RunComputed,
     Transaction,
     first_link,
     get_path,
@@ -47,6 +43,7 @@ from cells import (
     thaw,
 )
 
+from ._direct import ValueFunction
 from ._graph import Hold
 from ._host import Delivery, Host
 from ._node import VALUE_PATH, Node, OneRead, SelfLabelled
@@ -373,9 +370,10 @@ def _plain(value: Any) -> Any:
 
 
 @attrs.define(slots=True, eq=False, weakref_slot=False, repr=False)
-class DeriveNode(Node):
+class DeriveNode(Node, ValueFunction):
     """The node of `Scheduler.derive`: it is its own node function (`fn` is the node),
-    writing `compute(*input values)` at its one output.
+    writing `compute(*input values)` at its one output. A `ValueFunction`: a run whose
+    last run read its inputs' plain values runs with no transaction (`_direct`).
 
     Two slots more on the node rather than a function object of its own: a closure
     (its tuple and three cells) cost about 340 bytes, a separate slotted callable
@@ -395,55 +393,16 @@ class DeriveNode(Node):
             value = self.compute(*[_plain(read_value(tx, link)) for link in inputs])
         else:
             value = self.compute(_plain(read_value(tx, inputs)))
+        self.put(tx, value)
+
+    def put(self, tx: Transaction, value: Any) -> None:
+        """`ValueFunction.put`: the write of `__call__`, of a value computed already."""
         outs = self._outs  # (its one output: the key alone at the value, see `Node._outs`)
         if type(outs) is DocKey:
             tx.write(outs, _VALUE_PATH, value)
         else:
             key, path = outs  # type: ignore[misc]
             tx.write(key, path, value)  # type: ignore[arg-type]
-
-    def run_direct(self, replica: Replica, on_failure: Any) -> int | CommitResult | RunComputed:
-        """Run with no transaction if the last run allows it: its read set is exactly one
-        deep read of its one input's ``"value"`` and it writes the ``"value"`` of its own
-        document (`Replica.run_field` decides the rest, and what it returns). `RUN_NONE`
-        with nothing done otherwise.
-
-        Why the read set can stay: it is the one a run of this shape logs (the input's
-        document at ``("value",)``, deep), and `run_field` declines a link or a
-        container there, where a transaction run would read more."""
-        link = self.inputs
-        outs = self._outs
-        reads = self.reads
-        if (
-            type(link) is not Link
-            or type(outs) is not DocKey
-            or type(reads) is not OneRead
-            or reads.entry != _WHOLE_READ
-            or link.path
-        ):
-            return RUN_NONE
-        key = reads.key
-        if key.id != link.id or key.space != link.space or key.scope != link.scope:
-            return RUN_NONE
-        return replica.run_field(key, outs, self.compute, self.identity, self, on_failure)
-
-    def given(self, value: Any) -> Callable[[Transaction], None]:
-        """The node function of a run whose value `run_direct` computed but could not
-        write (`RunComputed`): the same read (logged: the read set) and write of `value`,
-        in the transaction, with no second call of `compute`."""
-
-        def run(tx: Transaction) -> None:
-            link = self.inputs
-            assert type(link) is Link  # (one input: `run_direct` made `value`)
-            read_value(tx, link)  # the read `run_direct` made, logged: the read set
-            outs = self._outs
-            assert type(outs) is DocKey
-            tx.write(outs, _VALUE_PATH, value)
-
-        return run
-
-
-_WHOLE_READ: Final = ((VALUE_PATH,), ())
 
 
 def _has_link(value: Any) -> bool:

@@ -1,0 +1,202 @@
+"""Value functions: node functions the scheduler may run without a transaction.
+
+A *value function* is a node function that computes one value from the values at a
+few places and writes it at its node's one output (`Scheduler.derive`'s node, a
+runner's lift). Called with a transaction it runs as any node function does; the
+scheduler may instead run it *directly* (`run_direct`): read the places' plain
+values from the replica, call `compute`, and commit the result with no
+`Transaction` (`Replica.run_field`), when its node's last run read exactly those
+places and nothing else.
+
+Invariants
+- A direct run happens only when the node's read set is exactly one deep read per
+  input, each at the input's place (``("value", *link.path)`` of the document the
+  link names for the node's identity), in as many documents as there are inputs:
+  what a transaction run of the same function logs when no link sits on the way
+  (`Replica.run_field` declines a link, a container, anything else). So the read
+  set, the reader index and the graph stay as the last run left them.
+- The output is one top-level field of one document (`Node.outputs`, one pair of
+  path length 1); anything else runs in a transaction.
+- `compute` is called once per run: a result the direct commit cannot write goes to
+  a transaction with the value already computed (`given`).
+Not here: when a node runs (`_passes`), or what a derive is (`_sinks`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar, Final
+
+from cells import (
+    RUN_NONE,
+    CommitResult,
+    DocKey,
+    Identity,
+    Link,
+    Path,
+    Replica,
+    RunComputed,
+    Transaction,
+    read_value,
+)
+
+from ._node import VALUE_PATH, Node, OneRead, TwoReads
+
+_WHOLE_READ: Final = ((VALUE_PATH,), ())
+"""The read set entry of one deep read of a cell's whole value (shared)."""
+
+
+class ValueFunction:
+    """What a node function provides to be run directly (see the module docstring).
+
+    A subclass (slotted, like this base) gives:
+
+    - ``inputs``: the `Link` it reads (one input), or a tuple of them, in the order
+      `compute` takes their values. Each is resolved for the node's identity
+      (`Link.key`); a run reads each through `read_value`, and nothing else.
+    - ``compute(*values)``: the result from the inputs' values, as its transaction
+      run computes it (an absent value is None). An attribute holding a callable or
+      a method.
+    - `put(tx, value)`: write `value`, which `compute` returned, in `tx` (whose reads
+      of the inputs are already made): what its transaction run writes after it has
+      computed `value`.
+    - optionally `accepts(value)`: whether `value` may be written by the direct
+      commit (False: `put` writes it in a transaction); and `wrote(value)`: told the
+      value a direct run wrote (committed, or elided as equal to what is there),
+      with nothing else to do. The base's say yes and do nothing, and the scheduler
+      does not call them (`hooked` is False unless a subclass overrides either).
+    - ``__call__(tx)``: the transaction run (its first run, and any run the direct
+      one declines, is one).
+    """
+
+    __slots__ = ()
+
+    hooked: ClassVar[bool] = False
+    """Whether the class overrides `accepts` or `wrote` (set by `__init_subclass__`):
+    without hooks a direct run calls neither (no call per update)."""
+
+    inputs: Link | tuple[Link, ...]
+    compute: Callable[..., Any]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        base = ValueFunction
+        cls.hooked = cls.accepts is not base.accepts or cls.wrote is not base.wrote
+
+    def accepts(self, value: Any) -> bool:
+        """Whether the direct commit may write `value` (else `put` does, in a transaction)."""
+        return True
+
+    def wrote(self, value: Any) -> None:
+        """After a direct run wrote `value` (sent or elided)."""
+
+    def put(self, tx: Transaction, value: Any) -> None:
+        """Write `value` (computed by `compute`) in `tx`, as the transaction run does."""
+        raise NotImplementedError
+
+
+def _names(key: DocKey, link: Link, identity: Identity) -> bool:
+    """Whether `key` is the document `link` names for `identity`."""
+    if key.id != link.id or key.space != link.space or key.scope != link.scope:
+        return False
+    return link.scope == "space" or key == link.key(identity)
+
+
+def _place(link: Link) -> Path:
+    """Where a read of `link` reads in its document (no link on the way)."""
+    return ("value", *link.path) if link.path else VALUE_PATH
+
+
+def _only(entry: Any, path: Path) -> bool:
+    """Whether read set `entry` is exactly one deep read at `path`."""
+    if path is VALUE_PATH:
+        return bool(entry == _WHOLE_READ)
+    deep, shallow = entry
+    return not shallow and len(deep) == 1 and deep[0] == path
+
+
+def direct_places(
+    node: Node, inputs: Link | tuple[Link, ...]
+) -> tuple[tuple[DocKey, Path], ...] | None:
+    """The places (document, path) of `inputs`, in order, when `node`'s read set is
+    exactly one deep read of each, in distinct documents; else None. O(k)."""
+    reads = node.reads
+    t = type(reads)
+    if type(inputs) is Link:
+        if t is not OneRead:
+            return None
+        one: OneRead = reads  # type: ignore[assignment]
+        key = one.key
+        path = _place(inputs)
+        if not _names(key, inputs, node.identity) or not _only(one.entry, path):
+            return None
+        return ((key, path),)
+    assert type(inputs) is tuple
+    k = len(inputs)
+    identity = node.identity
+    if k == 2:
+        if t is not TwoReads:
+            return None
+        two: TwoReads = reads  # type: ignore[assignment]
+        a, b = inputs
+        pa, pb = _place(a), _place(b)
+        if _names(two.key, a, identity) and _names(two.key2, b, identity):
+            ea, eb = two.entry, two.entry2
+            places = ((two.key, pa), (two.key2, pb))
+        elif _names(two.key2, a, identity) and _names(two.key, b, identity):
+            ea, eb = two.entry2, two.entry
+            places = ((two.key2, pa), (two.key, pb))
+        else:
+            return None
+        return places if _only(ea, pa) and _only(eb, pb) else None
+    if k < 3 or t is not dict or len(reads) != k:
+        return None  # (no input, one in a tuple, or documents read twice or more)
+    out: list[tuple[DocKey, Path]] = []
+    for link in inputs:
+        key = DocKey(link.space, link.id) if link.scope == "space" else link.key(identity)
+        entry = reads.get(key)
+        path = _place(link)
+        if entry is None or not _only(entry, path):
+            return None
+        out.append((key, path))
+    return tuple(out)
+
+
+def run_direct(
+    node: Node, fn: ValueFunction, replica: Replica, on_failure: Any
+) -> int | CommitResult | RunComputed:
+    """Run `node` (whose function is `fn`) with no transaction if its last run allows
+    it (see the module docstring): `Replica.run_field` decides the rest, and what it
+    returns. `RUN_NONE` with nothing done otherwise."""
+    outs = node._outs
+    wpath: Path
+    if type(outs) is DocKey:
+        wkey, wpath = outs, VALUE_PATH
+    elif type(outs) is tuple and len(outs) == 2 and type(outs[0]) is DocKey:
+        wkey, wpath = outs
+        if len(wpath) != 1 or type(wpath[0]) is not str:
+            return RUN_NONE  # deeper than a top-level field
+    else:
+        return RUN_NONE  # several outputs
+    places = direct_places(node, fn.inputs)
+    if places is None:
+        return RUN_NONE
+    if fn.hooked:
+        return replica.run_field(
+            places, wkey, wpath, fn.compute, node.identity, node, on_failure, fn.accepts, fn.wrote
+        )
+    return replica.run_field(places, wkey, wpath, fn.compute, node.identity, node, on_failure)
+
+
+def given(fn: ValueFunction, value: Any) -> Callable[[Transaction], None]:
+    """The node function of a run whose value `run_direct` computed but could not write
+    (`RunComputed`): the same reads (logged: the read set) and `fn.put` of `value`, in
+    the transaction, with no second call of `compute`."""
+
+    def run(tx: Transaction) -> None:
+        inputs = fn.inputs
+        for link in (inputs,) if isinstance(inputs, Link) else inputs:
+            read_value(tx, link)  # the reads `run_direct` made, logged: the read set
+        fn.put(tx, value)
+
+    return run
