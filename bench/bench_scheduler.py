@@ -347,6 +347,16 @@ def diamond_reaktiv() -> Run:
 
 @bench(group="diamond 5", name="cellweave", ops=DIAMOND_WRITES)
 def diamond_cellweave() -> Run:
+    return _diamond(_computation)
+
+
+@bench(group="diamond 5", name="cellweave derive", ops=DIAMOND_WRITES)
+def diamond_cellweave_derive() -> Run:
+    """The same graph made with `Scheduler.derive` (see `chain_cellweave_derive`)."""
+    return _diamond(_derived)
+
+
+def _diamond(make: _Make) -> Run:
     sp = Space(MemoryStore(), "bench")
     sch = Scheduler(sp.replica)
     src = sp.cell("src")
@@ -354,10 +364,10 @@ def diamond_cellweave() -> Run:
     mids = []
     for i in range(5):
         m = sp.cell(f"m{i}")
-        _computation(sp, sch, m, [src], lambda v: v + 1)
+        make(sp, sch, m, [src], lambda v: v + 1)
         mids.append(m)
     total = sp.cell("total")
-    _computation(sp, sch, total, mids, lambda *vs: sum(vs))
+    make(sp, sch, total, mids, lambda *vs: sum(vs))
     seen: list[int] = []
     sch.sink(total, seen.append)
     sch.settle()

@@ -82,10 +82,13 @@ def _deep_recursion() -> None:
 class _Weave:
     """One space and scheduler; sources, computations and sinks over them."""
 
-    def __init__(self) -> None:
+    def __init__(self, derive: bool = False) -> None:
         self.sp = Space(MemoryStore(), "bench")
         self.sch = Scheduler(self.sp.replica)
         self._names = 0
+        self.derive = derive
+        """`node` makes a `Scheduler.derive` node (a value function: the "cellweave
+        derive" rows), not a node function over a transaction."""
 
     def _cell(self) -> Cell:
         self._names += 1
@@ -97,7 +100,12 @@ class _Weave:
         return c
 
     def node(self, inputs: Sequence[Cell], f: Callable[..., Any]) -> Cell:
-        """A computation: its output is ``f(*input values)`` (a missing input reads as 0)."""
+        """A computation: its output is ``f(*input values)`` (a missing input reads as 0;
+        None for a derive: these graphs set every input before they read it)."""
+        if self.derive:
+            out = self._cell()
+            self.sch.derive(out, inputs, f)
+            return out
         out, run, outputs, reads = self.node_parts(inputs, f)
         self.sch.register(run, identity=self.sp.identity, outputs=outputs, reads=reads)
         return out
@@ -295,8 +303,8 @@ def cellx_reaktiv() -> Run:
     return run
 
 
-def _cellx_cellweave(sink_every_node: bool) -> Run:
-    w = _Weave()
+def _cellx_cellweave(sink_every_node: bool, derive: bool = False) -> Run:
+    w = _Weave(derive)
     srcs = [w.source(v) for v in _CELLX_START]
     m = list(srcs)
     nodes: list[Cell] = []
@@ -340,6 +348,17 @@ def cellx_cellweave_ends() -> Run:
     """reaktiv's counted work: every node recomputes, only the 4 end values are read
     (reaktiv by a pull, cellweave by a sink each, since a sink is what keeps them live)."""
     return _cellx_cellweave(sink_every_node=False)
+
+
+@bench(group="cellx 1000", name="cellweave derive (sink per node)", ops=CELLX_OPS)
+def cellx_cellweave_derive() -> Run:
+    """The same graph made with `Scheduler.derive` (value functions: see `_Weave.node`)."""
+    return _cellx_cellweave(sink_every_node=True, derive=True)
+
+
+@bench(group="cellx 1000", name="cellweave derive (sinks on the 4 ends)", ops=CELLX_OPS)
+def cellx_cellweave_derive_ends() -> Run:
+    return _cellx_cellweave(sink_every_node=False, derive=True)
 
 
 # ----------------------------------------------------------------------------- layered diamonds
@@ -574,7 +593,16 @@ def avoidable_reaktiv() -> Run:
 
 @bench(group="kairo avoidable", name="cellweave", ops=AVOIDABLE_ITERS)
 def avoidable_cellweave() -> Run:
-    w = _Weave()
+    return _avoidable(derive=False)
+
+
+@bench(group="kairo avoidable", name="cellweave derive", ops=AVOIDABLE_ITERS)
+def avoidable_cellweave_derive() -> Run:
+    return _avoidable(derive=True)
+
+
+def _avoidable(derive: bool) -> Run:
+    w = _Weave(derive)
     head = w.source(0)
     c3_runs = [0]
 
@@ -680,7 +708,16 @@ def kbroad_reaktiv() -> Run:
 
 @bench(group="kairo broad", name="cellweave", ops=BROAD_ITERS)
 def kbroad_cellweave() -> Run:
-    w = _Weave()
+    return _kbroad(derive=False)
+
+
+@bench(group="kairo broad", name="cellweave derive", ops=BROAD_ITERS)
+def kbroad_cellweave_derive() -> Run:
+    return _kbroad(derive=True)
+
+
+def _kbroad(derive: bool) -> Run:
+    w = _Weave(derive)
     head = w.source(0)
     count = [0]
     last: list[Any] = []
@@ -776,7 +813,16 @@ def deep_reaktiv() -> Run:
 
 @bench(group="kairo deep", name="cellweave", ops=DEEP_ITERS)
 def deep_cellweave() -> Run:
-    w = _Weave()
+    return _deep(derive=False)
+
+
+@bench(group="kairo deep", name="cellweave derive", ops=DEEP_ITERS)
+def deep_cellweave_derive() -> Run:
+    return _deep(derive=True)
+
+
+def _deep(derive: bool) -> Run:
+    w = _Weave(derive)
     head = w.source(0)
     prev = head
     for _ in range(DEEP_LEN):
@@ -866,7 +912,16 @@ def kdiamond_reaktiv() -> Run:
 
 @bench(group="kairo diamond", name="cellweave", ops=KDIAMOND_ITERS)
 def kdiamond_cellweave() -> Run:
-    w = _Weave()
+    return _kdiamond(derive=False)
+
+
+@bench(group="kairo diamond", name="cellweave derive", ops=KDIAMOND_ITERS)
+def kdiamond_cellweave_derive() -> Run:
+    return _kdiamond(derive=True)
+
+
+def _kdiamond(derive: bool) -> Run:
+    w = _Weave(derive)
     head = w.source(0)
     mids = [w.node([head], lambda x: x + 1) for _ in range(KDIAMOND_WIDTH)]
     total = w.node(mids, lambda *vs: sum(vs))
@@ -968,7 +1023,16 @@ def mux_reaktiv() -> Run:
 
 @bench(group="kairo mux", name="cellweave", ops=MUX_ITERS)
 def mux_cellweave() -> Run:
-    w = _Weave()
+    return _mux(derive=False)
+
+
+@bench(group="kairo mux", name="cellweave derive", ops=MUX_ITERS)
+def mux_cellweave_derive() -> Run:
+    return _mux(derive=True)
+
+
+def _mux(derive: bool) -> Run:
+    w = _Weave(derive)
     heads = [w.source(0) for _ in range(MUX_WIDTH)]
     mux = w.node(heads, lambda *hs: {str(k): h for k, h in enumerate(hs)})
     count = [0]
@@ -1150,7 +1214,16 @@ def triangle_reaktiv() -> Run:
 
 @bench(group="kairo triangle", name="cellweave", ops=TRIANGLE_ITERS)
 def triangle_cellweave() -> Run:
-    w = _Weave()
+    return _triangle(derive=False)
+
+
+@bench(group="kairo triangle", name="cellweave derive", ops=TRIANGLE_ITERS)
+def triangle_cellweave_derive() -> Run:
+    return _triangle(derive=True)
+
+
+def _triangle(derive: bool) -> Run:
+    w = _Weave(derive)
     head = w.source(0)
     chain: list[Cell] = []
     prev = head

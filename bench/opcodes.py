@@ -20,7 +20,9 @@ with the load).
 
 Shapes: ``chain`` (chain 1000, 20 writes), ``broad`` (broad 1000, 10 writes),
 ``diamond`` (diamond 5), ``cellx`` and ``cellx-ends`` (cellx 1000, a sink per
-node / on the 4 ends), ``memory-commit`` (the Cell API commit), and ``edit-scalars``,
+node / on the 4 ends), each also built with ``Scheduler.derive`` (``chain-derive``,
+``broad-derive``, ``diamond-derive``, ``cellx-derive``, ``cellx-ends-derive``),
+``memory-commit`` (the Cell API commit), and ``edit-scalars``,
 ``edit-dicts``, ``edit-links`` (the ``lists edit`` rows at N = 100: one element edited
 then its label pulled; per edit; ``BENCH_OPCODES_N`` picks another N). The bench rows'
 own ``run()`` is measured, after one untraced run (caches warm, first runs done).
@@ -86,6 +88,31 @@ SHAPES: dict[str, tuple[Callable[[], Run], int, bool]] = {
     ),
     "cellx-ends": (
         bench_shapes.cellx_cellweave_ends,
+        4 * bench_shapes.CELLX_LAYERS * bench_shapes.CELLX_OPS,
+        True,
+    ),
+    "chain-derive": (
+        bench_scheduler.chain_cellweave_derive,
+        bench_scheduler.CHAIN * bench_scheduler.CHAIN_WRITES,
+        True,
+    ),
+    "broad-derive": (
+        bench_scheduler.broad_cellweave_derive,
+        bench_scheduler.BROAD * bench_scheduler.BROAD_WRITES,
+        True,
+    ),
+    "diamond-derive": (
+        bench_scheduler.diamond_cellweave_derive,
+        6 * bench_scheduler.DIAMOND_WRITES,
+        True,
+    ),
+    "cellx-derive": (
+        bench_shapes.cellx_cellweave_derive,
+        4 * bench_shapes.CELLX_LAYERS * bench_shapes.CELLX_OPS,
+        True,
+    ),
+    "cellx-ends-derive": (
+        bench_shapes.cellx_cellweave_derive_ends,
         4 * bench_shapes.CELLX_LAYERS * bench_shapes.CELLX_OPS,
         True,
     ),

@@ -107,6 +107,35 @@ RUN_DONE = 1
 """`Replica.run_field`: the run committed (sent or elided)."""
 
 
+_NOT_PLAIN: Any = object()
+"""`_plain_at`: not a plain value reached by dicts and lists alone."""
+
+
+def _plain_at(doc: Any, path: Path) -> Any:
+    """The plain value a function reads at `path` of document value `doc` (None for
+    an absent one), when the walk meets only dicts (a str step) and lists (an int step
+    inside it) and ends at a scalar or at a dict's absent key; else `_NOT_PLAIN` (a
+    link on the way or at the end, a container at the end, an element-id step, a
+    scalar in the way: a transaction's read decides). O(len(path))."""
+    value = doc
+    for step in path:
+        t = type(value)
+        if t is dict:
+            if type(step) is not str:
+                return _NOT_PLAIN
+            value = value.get(step, MISSING)
+            if value is MISSING:
+                return None  # absent: `get_path` stops here too, nothing to follow
+        elif t is list and type(step) is int and 0 <= step < len(value):
+            value = value[step]
+        else:
+            return _NOT_PLAIN
+    t = type(value)
+    if t is int or t is str or t is float or t is bool or value is None:
+        return value
+    return _NOT_PLAIN  # a link to follow, a container to copy
+
+
 class RunComputed:
     """`Replica.run_field`: computed, nothing changed; a transaction must write `value`
     (it needs `normalize`, or is a shadow write): the general path decides. The value
@@ -766,63 +795,86 @@ class Replica:
             or ((wkey.scope != "space" or "cw:" <= wkey.id < "cw;") and not reaches(identity, wkey))
         ):
             return RUN_NONE
-        values: list[Any] = []
-        bases: list[Any] = []  # per read: key, record, version, basis seq, deps
-        for rkey, path in places:
+        if len(places) == 1:
+            # One input (the usual node): the loop below without its lists.
+            ((rkey, path),) = places
             rec = records.get(rkey)
             if rec is None or rkey == wkey:
                 return RUN_NONE
             if (rkey.scope != "space" or "cw:" <= rkey.id < "cw;") and not reaches(identity, rkey):
                 return RUN_NONE  # the transaction refuses it (`_guard`)
-            value: Any = rec.visible
-            if type(value) is not dict:
+            visible = rec.visible
+            if type(visible) is not dict:
                 return RUN_NONE  # (packed, or not a dict: the transaction decides)
             if len(path) == 1:
-                value = value.get(path[0], MISSING)  # (the usual place: the whole value)
+                value = visible.get(path[0], MISSING)  # (the usual place: the whole value)
+                t = type(value)
+                if not (t is int or t is str or t is float or t is bool or value is None):
+                    if value is not MISSING:
+                        return RUN_NONE  # a link to follow, a container to copy
+                    value = None
             else:
-                for step in path:
-                    if type(value) is dict:
-                        if type(step) is not str:
-                            return RUN_NONE
-                        value = value.get(step, MISSING)
-                        if value is MISSING:
-                            break  # absent: `get_path` stops here too, nothing to follow
-                    elif type(value) is list and type(step) is int and 0 <= step < len(value):  # type: ignore[comparison-overlap]
-                        value = value[step]
-                    else:
-                        return RUN_NONE  # a link on the way, an id step, a scalar
-            t = type(value)
-            if not (t is int or t is str or t is float or t is bool or value is None):
-                if value is not MISSING:
-                    return RUN_NONE  # a link to follow, a container to copy
-                value = None
-            values.append(value)
+                value = _plain_at(visible, path)
+                if value is _NOT_PLAIN:
+                    return RUN_NONE
             # The basis, as `Transaction.read` takes it.
+            version = rec.version
+            basis_seq = rec.confirmed_seq
             layers = rec.layers
-            bases += (
-                rkey,
-                rec,
-                rec.version,
-                rec.confirmed_seq,
-                () if not layers else (layers[0].seq,) if len(layers) == 1 else _deps(layers),
-            )
-        # Counted open while `compute` runs, as the transaction would be (`low_water`:
-        # the store keeps the history this basis may need).
-        opened = self._open_txs
-        if not opened and not self._in_flight:
-            self._busy_since = self._mark()
-        self._open_txs = opened + 1
-        try:
-            new = compute(*values)
-        finally:
-            self._open_txs -= 1
-        for i in range(0, len(bases), 5):
-            rkey = bases[i]
-            read: DocRecord = bases[i + 1]
-            if records.get(rkey) is not read or read.version != bases[i + 2]:
+            deps = () if not layers else (layers[0].seq,) if len(layers) == 1 else _deps(layers)
+            # Counted open while `compute` runs, as the transaction would be (`low_water`:
+            # the store keeps the history this basis may need).
+            opened = self._open_txs
+            if not opened and not self._in_flight:
+                self._busy_since = self._mark()
+            self._open_txs = opened + 1
+            try:
+                new = compute(value)
+            finally:
+                self._open_txs -= 1
+            if records.get(rkey) is not rec or rec.version != version:
                 self.stats.local_stale += 1
                 stale = InconsistentBasisError(stale_message(rkey))
                 return CommitResult(Outcome.STALE_BASIS, stale)
+            bases: Any = None
+        else:
+            values: list[Any] = []
+            bases = []  # per read: key, record, version, basis seq, deps
+            for rkey, path in places:
+                rec = records.get(rkey)
+                if rec is None or rkey == wkey:
+                    return RUN_NONE
+                if (rkey.scope != "space" or "cw:" <= rkey.id < "cw;") and not reaches(
+                    identity, rkey
+                ):
+                    return RUN_NONE
+                value = _plain_at(rec.visible, path)
+                if value is _NOT_PLAIN:
+                    return RUN_NONE
+                values.append(value)
+                layers = rec.layers
+                bases += (
+                    rkey,
+                    rec,
+                    rec.version,
+                    rec.confirmed_seq,
+                    () if not layers else (layers[0].seq,) if len(layers) == 1 else _deps(layers),
+                )
+            opened = self._open_txs
+            if not opened and not self._in_flight:
+                self._busy_since = self._mark()
+            self._open_txs = opened + 1
+            try:
+                new = compute(*values)
+            finally:
+                self._open_txs -= 1
+            for i in range(0, len(bases), 5):
+                rkey = bases[i]
+                read: DocRecord = bases[i + 1]
+                if records.get(rkey) is not read or read.version != bases[i + 2]:
+                    self.stats.local_stale += 1
+                    stale = InconsistentBasisError(stale_message(rkey))
+                    return CommitResult(Outcome.STALE_BASIS, stale)
         if accept is not None and not accept(new):
             return RunComputed(new)  # its writer's general path decides
         t = type(new)
@@ -854,13 +906,11 @@ class Replica:
         wrec.visible = working
         wrec.version += 1
         tx = Transaction._sent_run(self, identity, source, on_failure)
-        n = len(places)
-        if n == 1:
+        if bases is None:
             entry: tuple[Any, ...] = (
-                tx, seq, bases[0], bases[3], places[0][1], False, bases[4], wkey, wpath, new,
-                wvisible, working,
+                tx, seq, rkey, basis_seq, path, False, deps, wkey, wpath, new, wvisible, working,
             )  # fmt: skip
-        elif n == 2:
+        elif len(places) == 2:
             d1, d2 = bases[4], bases[9]
             # The deps only concatenated (as `_commit_reads` sends a two-read entry).
             entry = (
@@ -871,6 +921,7 @@ class Replica:
         else:
             # More than two reads: their read claims, as `read_claims` makes them (deps
             # ascending and unique, as a request's).
+            n = len(places)
             claims = tuple(
                 [ReadClaim(places[j][0], places[j][1], False, bases[5 * j + 3]) for j in range(n)]
             )

@@ -11,8 +11,8 @@ places and nothing else.
 Invariants
 - A direct run happens only when the node's read set is exactly one deep read per
   input, each at the input's place (``("value", *link.path)`` of the document the
-  link names for the node's identity), in as many documents as there are inputs:
-  what a transaction run of the same function logs when no link sits on the way
+  link names for the node's identity), and nothing else (no shallow read, no other
+  document): what a transaction run of the same function logs when no link sits on the way
   (`Replica.run_field` declines a link, a container, anything else). So the read
   set, the reader index and the graph stay as the last run left them.
 - The output is one top-level field of one document (`Node.outputs`, one pair of
@@ -119,46 +119,48 @@ def direct_places(
     node: Node, inputs: Link | tuple[Link, ...]
 ) -> tuple[tuple[DocKey, Path], ...] | None:
     """The places (document, path) of `inputs`, in order, when `node`'s read set is
-    exactly one deep read of each, in distinct documents; else None. O(k)."""
+    exactly one deep read of each (several inputs in one document: that document's deep
+    paths, nothing shallow); else None. O(k)."""
     reads = node.reads
-    t = type(reads)
-    if type(inputs) is Link:
-        if t is not OneRead:
-            return None
-        one: OneRead = reads  # type: ignore[assignment]
-        key = one.key
-        path = _place(inputs)
-        if not _names(key, inputs, node.identity) or not _only(one.entry, path):
-            return None
-        return ((key, path),)
-    assert type(inputs) is tuple
-    k = len(inputs)
     identity = node.identity
-    if k == 2:
-        if t is not TwoReads:
-            return None
-        two: TwoReads = reads  # type: ignore[assignment]
-        a, b = inputs
+    links: tuple[Link, ...] = (inputs,) if isinstance(inputs, Link) else inputs
+    if len(links) == 2 and type(reads) is TwoReads:
+        # Two inputs in two documents (cellx's joins): no dict of expected paths.
+        a, b = links
         pa, pb = _place(a), _place(b)
-        if _names(two.key, a, identity) and _names(two.key2, b, identity):
-            ea, eb = two.entry, two.entry2
-            places = ((two.key, pa), (two.key2, pb))
-        elif _names(two.key2, a, identity) and _names(two.key, b, identity):
-            ea, eb = two.entry2, two.entry
-            places = ((two.key2, pa), (two.key, pb))
+        if _names(reads.key, a, identity) and _names(reads.key2, b, identity):
+            ea, eb = reads.entry, reads.entry2
+            places = ((reads.key, pa), (reads.key2, pb))
+        elif _names(reads.key2, a, identity) and _names(reads.key, b, identity):
+            ea, eb = reads.entry2, reads.entry
+            places = ((reads.key2, pa), (reads.key, pb))
         else:
             return None
         return places if _only(ea, pa) and _only(eb, pb) else None
-    if k < 3 or t is not dict or len(reads) != k:
-        return None  # (no input, one in a tuple, or documents read twice or more)
+    if not links:
+        return None  # (a function that reads nothing, or keeps itself off this path)
     out: list[tuple[DocKey, Path]] = []
-    for link in inputs:
+    wanted: dict[DocKey, set[Path]] = {}
+    for link in links:
         key = DocKey(link.space, link.id) if link.scope == "space" else link.key(identity)
-        entry = reads.get(key)
         path = _place(link)
-        if entry is None or not _only(entry, path):
-            return None
         out.append((key, path))
+        paths = wanted.get(key)
+        if paths is None:
+            wanted[key] = {path}
+        else:
+            paths.add(path)
+    if len(reads) != len(wanted):
+        return None
+    for key, paths in wanted.items():
+        entry = reads.get(key)
+        if (
+            entry is None
+            or entry[1]
+            or len(entry[0]) != len(paths)
+            or not paths.issuperset(entry[0])
+        ):
+            return None
     return tuple(out)
 
 
@@ -170,6 +172,7 @@ def run_direct(
     returns. `RUN_NONE` with nothing done otherwise."""
     outs = node._outs
     wpath: Path
+    places: tuple[tuple[DocKey, Path], ...] | None
     if type(outs) is DocKey:
         wkey, wpath = outs, VALUE_PATH
     elif type(outs) is tuple and len(outs) == 2 and type(outs[0]) is DocKey:
@@ -178,14 +181,37 @@ def run_direct(
             return RUN_NONE  # deeper than a top-level field
     else:
         return RUN_NONE  # several outputs
-    places = direct_places(node, fn.inputs)
-    if places is None:
-        return RUN_NONE
+    inputs = fn.inputs
+    reads = node.reads
+    if type(inputs) is Link and type(reads) is OneRead:
+        # One input (the usual node): `direct_places` without its calls.
+        key = reads.key
+        if (
+            key.id != inputs.id
+            or key.space != inputs.space
+            or key.scope != inputs.scope
+            or (key.scope != "space" and key != inputs.key(node.identity))
+        ):
+            return RUN_NONE
+        if not inputs.path:
+            if reads.entry != _WHOLE_READ:
+                return RUN_NONE
+            places = ((key, VALUE_PATH),)
+        else:
+            path = ("value", *inputs.path)
+            if not _only(reads.entry, path):
+                return RUN_NONE
+            places = ((key, path),)
+    else:
+        places = direct_places(node, inputs)
+        if places is None:
+            return RUN_NONE
+    identity = node.identity
     if fn.hooked:
         return replica.run_field(
-            places, wkey, wpath, fn.compute, node.identity, node, on_failure, fn.accepts, fn.wrote
+            places, wkey, wpath, fn.compute, identity, node, on_failure, fn.accepts, fn.wrote
         )
-    return replica.run_field(places, wkey, wpath, fn.compute, node.identity, node, on_failure)
+    return replica.run_field(places, wkey, wpath, fn.compute, identity, node, on_failure)
 
 
 def given(fn: ValueFunction, value: Any) -> Callable[[Transaction], None]:
