@@ -775,7 +775,7 @@ class Replica:
 
         The same commit as the transaction run's: one read takes the basis and deps of
         its document as `Transaction.read` does, and the entry carries them (one read:
-        the one-read entry; two: the two-read entry; more: their read claims, see
+        the one-read entry; two: the two-read entry; more: the k-read entry, see
         RUN_WIDTH), so the store rejects it for a foreign commit that overtook a read
         exactly as it would the transaction's; the in-flight transaction it makes
         (`Transaction._sent_run`) takes the verdict, the revert and `on_failure` as the
@@ -836,10 +836,12 @@ class Replica:
                 self.stats.local_stale += 1
                 stale = InconsistentBasisError(stale_message(rkey))
                 return CommitResult(Outcome.STALE_BASIS, stale)
-            bases: Any = None
+            bases: Any = ()  # (none: the one-read entry)
         else:
             values: list[Any] = []
-            bases = []  # per read: key, record, version, basis seq, deps
+            bases = []  # per read: its document and basis seq (the entry's `basis`)
+            held: list[Any] = []  # per read: its record and version (the stale check)
+            deps = ()
             for rkey, path in places:
                 rec = records.get(rkey)
                 if rec is None or rkey == wkey:
@@ -848,18 +850,27 @@ class Replica:
                     identity, rkey
                 ):
                     return RUN_NONE
-                value = _plain_at(rec.visible, path)
-                if value is _NOT_PLAIN:
-                    return RUN_NONE
+                visible = rec.visible
+                if len(path) == 1 and type(visible) is dict:
+                    value = visible.get(path[0], MISSING)
+                    t = type(value)
+                    if not (t is int or t is str or t is float or t is bool or value is None):
+                        if value is not MISSING:
+                            return RUN_NONE
+                        value = None
+                else:
+                    value = _plain_at(visible, path)
+                    if value is _NOT_PLAIN:
+                        return RUN_NONE
                 values.append(value)
+                bases += (rkey, rec.confirmed_seq)
+                held += (rec, rec.version)
                 layers = rec.layers
-                bases += (
-                    rkey,
-                    rec,
-                    rec.version,
-                    rec.confirmed_seq,
-                    () if not layers else (layers[0].seq,) if len(layers) == 1 else _deps(layers),
-                )
+                if layers:
+                    # Only concatenated: the store asks whether a revision's commit is
+                    # among them, so neither order nor a repeat matters (`run_request`
+                    # sorts them for a request), as for a two-read entry.
+                    deps += (layers[0].seq,) if len(layers) == 1 else _deps(layers)
             opened = self._open_txs
             if not opened and not self._in_flight:
                 self._busy_since = self._mark()
@@ -868,12 +879,11 @@ class Replica:
                 new = compute(*values)
             finally:
                 self._open_txs -= 1
-            for i in range(0, len(bases), 5):
-                rkey = bases[i]
-                read: DocRecord = bases[i + 1]
-                if records.get(rkey) is not read or read.version != bases[i + 2]:
+            for i in range(0, len(held), 2):
+                read: DocRecord = held[i]
+                if records.get(bases[i]) is not read or read.version != held[i + 1]:
                     self.stats.local_stale += 1
-                    stale = InconsistentBasisError(stale_message(rkey))
+                    stale = InconsistentBasisError(stale_message(bases[i]))
                     return CommitResult(Outcome.STALE_BASIS, stale)
         if accept is not None and not accept(new):
             return RunComputed(new)  # its writer's general path decides
@@ -906,28 +916,21 @@ class Replica:
         wrec.visible = working
         wrec.version += 1
         tx = Transaction._sent_run(self, identity, source, on_failure)
-        if bases is None:
+        if not bases:
             entry: tuple[Any, ...] = (
                 tx, seq, rkey, basis_seq, path, False, deps, wkey, wpath, new, wvisible, working,
             )  # fmt: skip
         elif len(places) == 2:
-            d1, d2 = bases[4], bases[9]
-            # The deps only concatenated (as `_commit_reads` sends a two-read entry).
             entry = (
-                tx, seq, None, (bases[0], bases[3], bases[5], bases[8]), (places[0][1], False),
-                (places[1][1], False), d1 + d2 if d1 and d2 else d1 or d2, wkey, wpath, new,
-                wvisible, working,
+                tx, seq, None, tuple(bases), (places[0][1], False), (places[1][1], False), deps,
+                wkey, wpath, new, wvisible, working,
             )  # fmt: skip
         else:
-            # More than two reads: their read claims, as `read_claims` makes them (deps
-            # ascending and unique, as a request's).
-            n = len(places)
-            claims = tuple(
-                [ReadClaim(places[j][0], places[j][1], False, bases[5 * j + 3]) for j in range(n)]
-            )
-            deps = tuple(sorted({d for j in range(n) for d in bases[5 * j + 4]}))
+            # More than two reads: the k-read entry, each read deep at its place (see
+            # RUN_WIDTH): no claim objects.
             entry = (
-                tx, seq, None, claims, None, None, deps, wkey, wpath, new, wvisible, working,
+                tx, seq, None, tuple(bases), tuple([p for _, p in places]), True, deps, wkey,
+                wpath, new, wvisible, working,
             )  # fmt: skip
         self._send_run(tx, seq, change, entry)
         if wrote is not None:

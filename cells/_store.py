@@ -146,8 +146,12 @@ One read at (`rkey`, `rpath`, `shallow`) on basis seq `basis`; or, with `rkey` N
 the read claims in `basis` (a tuple of `ReadClaim`, `rpath` and `shallow` None); or,
 with `rkey` None, two reads of one place each (a node with two inputs): `basis` is
 (document, basis seq, document, basis seq) and `rpath` and `shallow` are the first
-and the second read's (path, shallow) pairs. Then the local commits `deps` it builds
-on (of two reads: both documents' deps, in no particular order, maybe repeated); one
+and the second read's (path, shallow) pairs; or, with `rkey` None and `shallow` True,
+k > 2 deep reads of one place each (a value function of k inputs,
+`Replica.run_field`): `basis` is (document, basis seq, ...) for each read in order
+(a document may repeat) and `rpath` the tuple of their paths. Then the local commits
+`deps` it builds on (of two or k reads: every document's deps, in no particular
+order, maybe repeated); one
 write of `new` at `path` (one top-level field) of `wkey`, made on the visible value
 `baseline`, which gave `working`. An entry offered to `StoreBase.commit_entry` may
 write deeper (`Replica._commit_write`: its reads are claims), but never creates a
@@ -168,6 +172,11 @@ def run_request(session_id: str, runs: Sequence[Any], i: int) -> CommitRequest:
     if rkey is None:
         if shallow is None:
             reads = basis
+        elif shallow is True:  # k deep reads (see RUN_WIDTH)
+            reads = tuple(
+                [ReadClaim(basis[2 * j], p, False, basis[2 * j + 1]) for j, p in enumerate(rpath)]
+            )
+            deps = tuple(sorted(set(deps)))  # (a request's deps are ascending and unique)
         else:  # two reads (see RUN_WIDTH)
             (k1, b1, k2, b2), (p1, s1), (p2, s2) = basis, rpath, shallow
             reads = (ReadClaim(k1, p1, s1, b1), ReadClaim(k2, p2, s2, b2))

@@ -139,7 +139,24 @@ def direct_places(
         return places if _only(ea, pa) and _only(eb, pb) else None
     if not links:
         return None  # (a function that reads nothing, or keeps itself off this path)
-    out: list[tuple[DocKey, Path]] = []
+    if type(reads) is dict and len(reads) == len(links):
+        # Each input in a document of its own (a join): each document's entry is its
+        # one place, deep; no dict of expected paths.
+        out: list[tuple[DocKey, Path]] = []
+        for link in links:
+            key = DocKey(link.space, link.id) if link.scope == "space" else link.key(identity)
+            entry = reads.get(key)
+            if entry is None:
+                return None
+            path = _place(link)
+            if not (entry == _WHOLE_READ if path is VALUE_PATH else _only(entry, path)):
+                return None
+            out.append((key, path))
+        if len({key for key, _ in out}) == len(out):
+            return tuple(out)
+        # (An input repeats a document: the read set also holds one no input names.)
+        return None
+    out = []
     wanted: dict[DocKey, set[Path]] = {}
     for link in links:
         key = DocKey(link.space, link.id) if link.scope == "space" else link.key(identity)

@@ -373,6 +373,12 @@ class MemoryStore(StoreBase):
                 elif rkey is None:
                     if shallow is None:  # several documents read: their claims
                         ok = self._reads_clear(session_id, basis, built_on)
+                    elif shallow is True:  # k deep reads, (document, basis) each
+                        clear = self._read_clear
+                        for j in range(0, len(basis), 2):
+                            if not clear(session_id, basis[j], basis[j + 1], built_on):
+                                ok = False
+                                break
                     else:  # two documents read (see RUN_WIDTH)
                         k1, b1, k2, b2 = basis
                         clear = self._read_clear
