@@ -26,8 +26,8 @@ node / on the 4 ends), each also built with ``Scheduler.derive`` (``chain-derive
 ``edit-dicts``, ``edit-links`` (the ``lists edit`` rows at N = 100: one element edited
 then its label pulled; per edit; ``BENCH_OPCODES_N`` picks another N). The bench rows'
 own ``run()`` is measured, after one untraced run (caches warm, first runs done).
-``--row NAME`` measures a registered bench row instead, per op (``BENCH_LIST_SIZES``
-picks the list rows' sizes).
+``--row NAME`` (or ``--row "GROUP/NAME"``) measures a registered bench row instead,
+per op (``BENCH_LIST_SIZES`` picks the list rows' sizes).
 """
 
 from __future__ import annotations
@@ -175,7 +175,12 @@ def count_row(name: str) -> tuple[float, float, collections.Counter[str]]:
     from bench import bench_lists  # noqa: F401  (registers the list rows)
     from bench.harness import REGISTRY
 
-    found = [b for g in REGISTRY.groups() for b in REGISTRY.group(g) if b.name == name]
+    found = [
+        b
+        for g in REGISTRY.groups()
+        for b in REGISTRY.group(g)
+        if b.name == name or f"{g}/{b.name}" == name  # (a row, or "group/row")
+    ]
     if len(found) != 1:
         raise SystemExit(f"--row {name!r}: {len(found)} registered rows have that name")
     (row,) = found
