@@ -31,7 +31,6 @@ from cells import (
     RUN_NONE,
     CommitResult,
     DocKey,
-    Identity,
     Link,
     Path,
     Replica,
@@ -95,11 +94,12 @@ class ValueFunction:
         raise NotImplementedError
 
 
-def _names(key: DocKey, link: Link, identity: Identity) -> bool:
-    """Whether `key` is the document `link` names for `identity`."""
-    if key.id != link.id or key.space != link.space or key.scope != link.scope:
-        return False
-    return link.scope == "space" or key == link.key(identity)
+def _names(key: DocKey, link: Link) -> bool:
+    """Whether `key` is the document `link` names for the node's identity, given that
+    `Replica.run_field` then asks `reaches` of `key`: a scoped key with the link's
+    space, id and scope that the identity reaches has the identity's principal (and,
+    session-scoped, its session), so it is `link.key(identity)`."""
+    return key.id == link.id and key.space == link.space and key.scope == link.scope
 
 
 def _place(link: Link) -> Path:
@@ -128,10 +128,10 @@ def direct_places(
         # Two inputs in two documents (cellx's joins): no dict of expected paths.
         a, b = links
         pa, pb = _place(a), _place(b)
-        if _names(reads.key, a, identity) and _names(reads.key2, b, identity):
+        if _names(reads.key, a) and _names(reads.key2, b):
             ea, eb = reads.entry, reads.entry2
             places = ((reads.key, pa), (reads.key2, pb))
-        elif _names(reads.key2, a, identity) and _names(reads.key, b, identity):
+        elif _names(reads.key2, a) and _names(reads.key, b):
             ea, eb = reads.entry2, reads.entry
             places = ((reads.key2, pa), (reads.key, pb))
         else:
@@ -203,13 +203,8 @@ def run_direct(
     if type(inputs) is Link and type(reads) is OneRead:
         # One input (the usual node): `direct_places` without its calls.
         key = reads.key
-        if (
-            key.id != inputs.id
-            or key.space != inputs.space
-            or key.scope != inputs.scope
-            or (key.scope != "space" and key != inputs.key(node.identity))
-        ):
-            return RUN_NONE
+        if key.id != inputs.id or key.space != inputs.space or key.scope != inputs.scope:
+            return RUN_NONE  # (`_names`, inlined)
         if not inputs.path:
             if reads.entry != _WHOLE_READ:
                 return RUN_NONE

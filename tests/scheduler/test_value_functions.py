@@ -451,3 +451,26 @@ def test_a_read_set_that_is_not_exactly_the_inputs_places_runs_in_a_transaction(
     doc.key("a").key("b").set(3)  # below where the link was: heard only if re-read
     sch.settle()
     assert [1, 40, 2, 3] == seen
+
+
+def test_a_read_set_naming_another_principal_s_document_is_not_read_directly(
+    sp: Space, sch: Scheduler
+) -> None:
+    # The node declared (its read set until it runs) bob's user document of the same id
+    # as its input: the direct run must not read it (`reaches` refuses it); its
+    # transaction reads the input the link names for the node's identity, its own.
+    bob = Space(sp.replica, "d", principal="bob")
+    theirs, mine, out = bob.cell("t", scope="user"), sp.cell("t", scope="user"), sp.cell("out")
+    theirs.set(100)
+    mine.set(1)
+    out.set(0)
+    fn = _Plus(mine.link(), out.doc_key, [])
+    sch.register(
+        fn,
+        identity=sp.identity,
+        outputs=[(out.doc_key, ("value",))],
+        reads=[(theirs.doc_key, ("value",), False)],
+    )
+    sch.sink(out, lambda _v: None)
+    assert (2, [1]) == (out.get(), fn.calls)
+    assert 0 == sch.stats.direct_commits
