@@ -74,8 +74,13 @@ class ValueFunction:
     """Whether the class overrides `accepts` or `wrote` (set by `__init_subclass__`):
     without hooks a direct run calls neither (no call per update)."""
 
-    inputs: Link | tuple[Link, ...]
     compute: Callable[..., Any]
+
+    @property
+    def inputs(self) -> Link | tuple[Link, ...]:
+        """The `Link` it reads, or a tuple of them, in the order `compute` takes their
+        values (a subclass's attribute or property: read-only here, so either fits)."""
+        raise NotImplementedError
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
