@@ -62,7 +62,7 @@ changes cost O(affected region), never O(graph) unless the region is the graph.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Final, TypeAlias, TypeVar
 
 from cells import DocKey, Identity, Path
@@ -480,6 +480,36 @@ class Graph:
         documents in `reads`)."""
         out: set[Node] = set()
         self._feeding(reads, identity, out, None, True)
+        return out
+
+    def writers_along(
+        self, log: Sequence[tuple[DocKey, Path, bool]], identity: Identity
+    ) -> set[Node]:
+        """`writers_feeding(compact_reads(log), identity)` with no read set made, for the
+        log of a read through links (a pull's walk: `_sinks._ahead`, `_Pull.read`), which
+        reads each document at one place: a writer feeds the log when one of its outputs
+        in that document overlaps that place. Compacting the log and testing every output
+        of every writer against the read set was about a fifth of a pull's own work in a
+        list element's edit and pull (issue 14). A log that reads a document twice, or a
+        document with several writers (the instance rule, by spot), goes the general way.
+        O(writers of the documents in `log`)."""
+        spots = self.spots
+        by_doc = self.writers_by_doc
+        out: set[Node] = set()
+        visits = 0
+        keys: list[DocKey] = []
+        for key, path, _shallow in log:
+            if key in keys or (spots and key in spots):
+                return self.writers_feeding(compact_reads(log), identity)
+            keys.append(key)
+            for w in _each(by_doc.get(key)):
+                visits += 1
+                for k, p in w.outputs:
+                    # (`overlaps`, inlined: either path a prefix of the other)
+                    if k == key and p[: len(path)] == path[: len(p)]:
+                        out.add(w)
+                        break
+        self.edge_visits += visits
         return out
 
     def _feeding(

@@ -47,7 +47,6 @@ from ._direct import ValueFunction
 from ._graph import Hold
 from ._host import Delivery, Host
 from ._node import VALUE_PATH, Node, OneRead, SelfLabelled
-from ._readers import compact_reads
 
 
 def add_sink(host: Host, cell: Cell, fn: Any, kind: type[Sink]) -> Callable[[], None]:
@@ -228,7 +227,7 @@ class _Pull:
         """What the next read is expected to log: the writers of these places are held;
         and the walk that found it (see `read`)."""
         self.added = graph.added
-        self.writers = graph.writers_feeding(compact_reads(self.ahead), self.identity)
+        self.writers = graph.writers_along(self.ahead, self.identity)
         """The writers of what the next read is expected to log."""
         self.hold = Hold()
         self._hold()
@@ -291,7 +290,7 @@ class _Pull:
             return value
         self.ahead = list(log)
         self.added = graph.added
-        self.writers = graph.writers_feeding(compact_reads(log), self.identity)
+        self.writers = graph.writers_along(log, self.identity)
         if self._hold():
             return _AGAIN
         return value

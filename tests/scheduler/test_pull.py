@@ -459,3 +459,40 @@ def test_the_stale_table_is_replaced_once_every_filed_node_went_live() -> None:
     assert sys.getsizeof(sch.graph.suspect) == sys.getsizeof({})
     for cancel in cancels:
         cancel()
+
+
+def test_the_writers_a_pull_holds_are_those_of_its_read_log_compacted() -> None:
+    # `Graph.writers_along` (a pull's walk, each document read at one place) against
+    # `writers_feeding` of the compacted log, over every log of up to two places drawn
+    # from documents with one writer, with several (spots, the instance rule), with
+    # none, and a writer whose output in another document overlaps the place read.
+    from itertools import product
+
+    from cells import DocKey
+    from scheduler._readers import compact_reads
+
+    _space, sch = _world()
+    alice, bob = Identity("alice", "s1"), Identity("bob", "s1")
+    a, b, c, e, none = (DocKey("sp", x) for x in ("a", "b", "c", "e", "none"))
+
+    def writer(identity: Identity, *outputs: tuple[DocKey, tuple[str, ...]]) -> None:
+        sch.register(lambda tx: None, identity=identity, outputs=outputs)
+
+    writer(alice, (a, ("value", "x")), (e, ("value", "y")))  # a's and e's only writer
+    writer(alice, (b, ("value",)))
+    writer(alice, (b, ("value", "q")))
+    writer(bob, (b, ("value", "q")))  # b: several writers, by spot
+    writer(bob, (c, ("value", "y", "z")))
+    places = [
+        (key, path, shallow)
+        for key in (a, b, c, e, none)
+        for path in (("value",), ("value", "x"), ("value", "y"), ("value", "y", "z", "w"))
+        for shallow in (False, True)
+    ]
+    logs = [[p] for p in places] + [list(pair) for pair in product(places, repeat=2)]
+    for log in logs:
+        for identity in (alice, bob):
+            expected = sch.graph.writers_feeding(compact_reads(log), identity)
+            assert expected == sch.graph.writers_along(log, identity), (log, identity)
+    sch._check()
+    sch.close()
