@@ -825,10 +825,11 @@ class ReaderIndex:
         done: set[int] = set()  # ancestor levels already compared (several paths)
         below: list[tuple[_Trie, object, object, Path]] = []
         roots = (before, after)
-        for path in paths:
+        for written in paths:
             t: _Trie | None = trie
             b, a = before, after
-            for depth, elem in enumerate(path):
+            path = written  # (with an element id where the walk went on by id, below)
+            for depth, elem in enumerate(written):
                 assert t is not None
                 if b is a:
                     t = None  # nothing at or below here changed after all
@@ -851,9 +852,31 @@ class ReaderIndex:
                     ):
                         _hit(hits, kinds.shallow)
                 if t.named and type(elem) is int and (type(b) is list or type(a) is list):
+                    at = path[:depth]
+                    if (
+                        type(b) is list
+                        and type(a) is list
+                        and elem < len(b)
+                        and elem < len(a)
+                        and elem not in t.children
+                    ):
+                        x = element_id_at(before, at, b, elem)
+                        if x == element_id_at(after, at, a, elem):
+                            # The same element on both sides (an edit inside it, the usual
+                            # case), read by id only: the walk goes on along the written
+                            # path below it, by its id, so only its readers on that path
+                            # are compared, not every reader of the element (a card's
+                            # other inputs). The rest of the path is what the write
+                            # changed, exactly as below a field.
+                            named = t.children.get(x)
+                            if named is None:
+                                t = None
+                                break
+                            path = (*at, x, *path[depth + 1 :])
+                            t, b, a = named, b[elem], a[elem]
+                            continue
                     # Readers by element id below this list: the elements at this
                     # position before and after (their ids) are compared whole.
-                    at = path[:depth]
                     seen = None
                     for root, v in ((before, b), (after, a)):
                         if type(v) is list and elem < len(v):

@@ -112,6 +112,46 @@ def test_readers_by_element_id_follow_their_element_through_a_splice() -> None:
         index._check([*elements, length])
 
 
+def test_an_edit_inside_an_element_read_by_id_goes_on_along_its_path_by_the_id() -> None:
+    # Issue 14: an element's readers read it by id; an edit of one field of element 7
+    # (its written path known, by position) triggers the readers on that path (the
+    # element whole, the field) and those below it, and no reader of the element's
+    # other field or of another element. Ids by position (never spliced) and from a
+    # splice's table (element 7 at position 8).
+    n = 2 * TRIE_READERS
+    for spliced in (False, True):
+        index = ReaderIndex()
+        first = _reader(index, "first", (("value", 0), False))  # by position, another element
+        title = [
+            _reader(index, f"title {i}", (("value", f"#{i}", "title"), False)) for i in range(n)
+        ]
+        body = [_reader(index, f"body {i}", (("value", f"#{i}", "body"), False)) for i in range(n)]
+        whole = [_reader(index, f"whole {i}", (("value", f"#{i}"), False)) for i in range(n)]
+        deep = _reader(index, "deep", (("value", "#7", "title", "x"), False))
+        keys = _reader(index, "keys", (("value", "#7"), True))
+        before: Any = {"value": [{"title": {"x": i}, "body": i} for i in range(n)]}
+        at = 7
+        if spliced:
+            ids = [n + 1, [f"~{n}", *element_ids(before, ("value",), before["value"])]]
+            before = _spliced(before, 0, 0, [{"title": "new", "body": 0}], ids)
+            at = 8
+        for path, expected in (
+            (("value", at, "title"), {title[7], whole[7], deep}),
+            (("value", at, "title", "x"), {title[7], whole[7], deep}),
+            (("value", at, "body"), {body[7], whole[7]}),
+            (("value", at, "new"), {whole[7], keys}),
+        ):
+            after = set_path(before, path, "edited")
+            start = index.comparisons
+            got = set(index.match(Change(KEY, before, after, (path,))))
+            along = index.comparisons - start
+            assert expected == got, (spliced, path)
+            # The same readers and the same comparisons as without the path known.
+            assert set(index.match(Change(KEY, before, after))) == got
+            assert index.comparisons - start - along >= along, (spliced, path)
+        index._check([first, *title, *body, *whole, deep, keys])
+
+
 def test_the_trie_is_made_as_readers_register_and_misses_none_after_unregistering() -> None:
     # Issue 14: the first change after a list's cards ran used to build the path trie
     # of all their readers (a third of an edit's work at 1,000 elements). The trie is
