@@ -255,6 +255,12 @@ class Cell:
                 tx.abort("write failed")
                 raise
             return tx.commit()
+        if self._tx is None:
+            # A path below a cell (a list element, a field through a link): committed
+            # with no transaction when its shape allows (`Replica.write_at`).
+            pending = self._replica.write_at(self._identity, link, value)
+            if pending is not None:
+                return pending
         return self._write(lambda tx, key, path: tx.write(key, path, value))
 
     def delete(self) -> Pending[CommitResult]:

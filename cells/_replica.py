@@ -40,10 +40,11 @@ from typing import Any
 import msgspec
 
 from ._access import Authority, reaches
-from ._address import DocKey, Identity, Path
+from ._address import DocKey, Identity, Link, Path
 from ._args import bad_arg, check_arg, check_callable
 from ._claims import Fence
 from ._codec import pack_value, unpack_value
+from ._links import _first_link
 from ._outcome import CommitResult, Outcome
 from ._pending import Mailbox, Pending
 from ._records import (
@@ -82,8 +83,13 @@ from ._transaction import (
     TxDoc,
     _deps,
 )
-from ._values import MAX_INT, MISSING, Value, same_value
-from .errors import InconsistentBasisError, OwnershipError, TransactionError
+from ._values import MAX_DEPTH, MAX_INT, MISSING, Value, normalize, same_value, set_path
+from .errors import (
+    CellweaveError,
+    InconsistentBasisError,
+    OwnershipError,
+    TransactionError,
+)
 
 __all__ = [
     "Change",
@@ -101,6 +107,50 @@ _SENT_LOG: list[tuple[DocKey, Path, bool]] = []
 """`Transaction.reads` of every transaction handed to the store (see `_send`): empty."""
 _NO_KEYS: frozenset[DocKey] = frozenset()
 _VALUE_PATH: Path = ("value",)
+WRITE_AT_HOPS = 8
+"""How many documents `Replica.write_at` walks through (more: a transaction does)."""
+
+
+class _Declined:
+    pass
+
+
+_DECLINED = _Declined()
+
+
+def _moved_leaf(visible: Value, working: Value, path: Path) -> Value | _Declined:
+    """The value a user's plain write put at `path` of `working` (made from `visible`), or
+    `_DECLINED` when `_commit_write`'s shape does not hold: `ops_for`'s lift check and
+    `revision_path`'s level check in one walk (every level above the leaf is in both
+    values, no list changed its length), and the value there moved (not elided, not a
+    shadow write: the general path decides those)."""
+    old: Value = visible
+    new: Value = working
+    for elem in path:
+        t = type(old)
+        if t is dict:
+            if type(new) is not dict:
+                return _DECLINED
+            old = old.get(elem, MISSING)
+            new = new.get(elem, MISSING)
+        elif t is list:
+            if (
+                type(new) is not list
+                or type(elem) is not int
+                or len(new) != len(old)
+                or elem >= len(old)
+            ):
+                return _DECLINED
+            old = old[elem]
+            new = new[elem]
+        else:
+            return _DECLINED  # a level this write creates (or a scalar in the way)
+    t = type(new)
+    if (new == old) if t is type(old) and (t is int or t is str) else same_value(new, old):
+        return _DECLINED
+    return new
+
+
 RUN_NONE = 0
 """`Replica.run_field`: not its shape, nothing done (run a transaction)."""
 RUN_DONE = 1
@@ -975,33 +1025,28 @@ class Replica:
             return False
         path = written[0]
         working = td.working
-        # `ops_for`'s lift check and `revision_path`'s level check, in one walk: every
-        # level above the leaf exists in both values, and no list changed its length.
-        old: Value = visible
-        new: Value = working
-        for elem in path:
-            t = type(old)
-            if t is dict:
-                if type(new) is not dict:
-                    return False
-                old = old.get(elem, MISSING)
-                new = new.get(elem, MISSING)
-            elif t is list:
-                if (
-                    type(new) is not list
-                    or type(elem) is not int
-                    or len(new) != len(old)
-                    or elem >= len(old)
-                ):
-                    return False
-                old = old[elem]
-                new = new[elem]
-            else:
-                return False  # a level this write creates (or a scalar in the way)
-        t = type(new)
-        if (new == old) if t is type(old) and (t is int or t is str) else same_value(new, old):
-            return False  # elided, or a shadow write: the general path decides
+        new = _moved_leaf(visible, working, path)
+        if new is _DECLINED:
+            return False
         reads, deps = read_claims(docs) if len(docs) > 1 else ((), ())
+        self._send_write(tx, key, rec, path, new, visible, working, reads, deps)
+        return True
+
+    def _send_write(
+        self,
+        tx: Transaction,
+        key: DocKey,
+        rec: DocRecord,
+        path: Path,
+        new: Value,
+        visible: Value,
+        working: Value,
+        reads: tuple[ReadClaim, ...],
+        deps: tuple[int, ...],
+    ) -> None:
+        """Apply a user's plain write (`_commit_write`, `write_at`) of `new` at `path` of
+        `key` (`visible` becomes `working`) as a layer, and send it as a run log entry
+        with its read claims."""
         seq = self._next_seq
         self._next_seq = seq + 1
         if not rec.layers:
@@ -1017,7 +1062,116 @@ class Replica:
             change,
             (tx, seq, None, reads, None, None, deps, key, path, new, visible, working),
         )
-        return True
+
+    def write_at(self, identity: Identity, link: Link, value: Any) -> Pending[CommitResult] | None:
+        """`Cell.set(value)` of a cell at `link` for `identity`, with no transaction: the
+        pending result, or None with nothing done (not this shape: the caller writes
+        through a transaction, which decides the rest and raises what is wrong).
+
+        The shape: what `_commit_write` commits (one place written, every level above
+        it there already, no list's length changed, the value there moved), reached
+        from `link` through links that sit in shared documents ("space" scope, not
+        internal) this replica holds loaded, each document met once, made outside a
+        batch and a drain, on a store that takes entries. What the transaction does
+        for it, in one walk: the places of the links followed are its read claims
+        (shallow, on the basis taken now, as `_links._walk` logs them), the value is
+        checked and staged as `Transaction.write` stages it, and it commits as
+        `_commit_write` does (`_send_write`). Nothing runs between the walk and the
+        commit, so no basis can have moved and none is checked. Through a transaction,
+        a `Cell.set` of one list element or of one field of a linked document (each
+        edit of the `lists edit` rows) cost about 600 to 900 Python bytecodes more:
+        its object, the logged walk, the staged copy, and the commit re-deriving a
+        shape known here.
+        """
+        if (
+            link.scope != "space"
+            or self._batch is not None
+            or self._runs is not None
+            or self.fence_for is not None
+            or self.closed
+            or not self.store.takes_entries
+            or value is MISSING
+        ):
+            return None
+        records = self._docs
+        key = DocKey(link.space, link.id)
+        path = link.path
+        hops: list[tuple[DocKey, DocRecord, Path]] | None = None
+        for _hop in range(WRITE_AT_HOPS):
+            if "cw:" <= key.id < "cw;":
+                return None  # (internal: the transaction refuses it)
+            rec = records.get(key)
+            if rec is None or rec.key is None or type(rec.visible) is not dict:
+                return None  # not loaded (a load to wait for), or packed
+            doc = rec.visible
+            found = _first_link(doc.get("value", MISSING), path, doc)
+            if type(found) is not tuple:
+                break  # no link on the way: the place
+            at, target = found
+            if at == len(path):
+                break  # a link at the cell itself: `set` replaces it
+            if target.scope != "space":
+                return None
+            if hops is None:
+                hops = []
+            for hop_key, _, _ in hops:
+                if hop_key == key:
+                    return None  # a document met twice: its reads are compacted
+            hops.append((key, rec, ("value", *path[:at])))
+            key = DocKey(target.space, target.id)
+            path = target.path + path[at:]
+        else:
+            return None  # a long chain (or a cycle): the transaction follows or reports it
+        full = ("value", *path)
+        if len(full) > MAX_DEPTH + 1:
+            return None
+        if hops is not None:
+            for hop_key, _, _ in hops:
+                if hop_key == key:
+                    return None  # written where a link was read: the general path
+        t = type(value)
+        try:
+            if not (
+                (t is int and -MAX_INT - 1 <= value <= MAX_INT)
+                or (t is str and value.isascii())
+                or value is None
+            ):
+                value = normalize(value, where="write", depth=len(full))
+            visible = rec.visible
+            working = set_path(visible, full, value, where="write")
+        except CellweaveError:
+            return None  # an element-id step to resolve, or a bad value: the transaction's
+        new = _moved_leaf(visible, working, full)
+        if new is _DECLINED:
+            return None
+        reads: tuple[ReadClaim, ...] = ()
+        deps: tuple[int, ...] = ()
+        if hops is not None:
+            # `read_claims` of the documents the walk read, in the order it read them.
+            claims: list[ReadClaim] = []
+            gathered: list[int] | None = None
+            for hop_key, hop_rec, place in hops:
+                layers = hop_rec.layers
+                if layers:
+                    hop_deps = (layers[0].seq,) if len(layers) == 1 else _deps(layers)
+                    if not deps:
+                        deps = hop_deps
+                    elif gathered is None:
+                        gathered = [*deps, *hop_deps]
+                    else:
+                        gathered += hop_deps
+                claims.append(ReadClaim(hop_key, place, True, hop_rec.confirmed_seq))
+            if gathered is not None:
+                deps = tuple(sorted(set(gathered)))
+            reads = tuple(claims)
+        # What `Transaction.__init__` and `commit()` leave, for a transaction never open.
+        if not self._open_txs and not self._in_flight:
+            self._busy_since = self._mark()
+        tx = Transaction._sent_run(self, identity, None, None)
+        pending: Pending[CommitResult] = Pending(self.mailbox)
+        tx._pending = pending
+        self._send_write(tx, key, rec, full, new, visible, working, reads, deps)
+        return pending
 
     def _commit_reads(
         self, tx: Transaction, records: dict[DocKey, DocRecord], docs: dict[DocKey, TxDoc]

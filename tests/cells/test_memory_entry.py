@@ -18,9 +18,11 @@ from typing import Any
 import pytest
 
 from cells import (
+    Cell,
     ConflictError,
     DocKey,
     Identity,
+    InvalidValueError,
     Link,
     MemoryStore,
     Outcome,
@@ -281,3 +283,114 @@ def test_a_write_through_a_link_is_taken_with_its_read_claim(w: World) -> None:
     w.pump()
     assert pending.result().ok
     assert w.store.read_durable(T) == {"value": {"title": "b"}} == w.b.visible(T)
+
+
+# `Cell.set` of a path with no transaction (`Replica.write_at`): the same commit,
+# read claims, verdicts and declines as the transaction's `_commit_write`.
+
+
+def _cell(w: World, key: DocKey, *path: str | int) -> Cell:
+    return Cell(w.a, ME, Link(key.space, key.id, path=path))
+
+
+def _no_transaction(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make opening a transaction on any replica fail: the write must not need one."""
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a transaction was opened")
+
+    monkeypatch.setattr(Replica, "_open_tx", refuse)
+
+
+def test_a_cell_set_through_a_link_commits_with_no_transaction_and_its_claim(
+    w: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _put(w, T, {"value": {"title": "a", "body": "x"}})
+    _put(w, L, {"value": [Link("sp", "t")]})
+    _no_transaction(monkeypatch)
+    pending = _cell(w, L, 0, "title").set("b")
+    assert w.taken == [True]
+    assert w.a.visible(T) == {"value": {"title": "b", "body": "x"}}  # applied at once
+    assert not pending.done()
+    w.pump()
+    assert pending.result().ok
+    assert w.store.read_durable(T) == {"value": {"title": "b", "body": "x"}} == w.b.visible(T)
+    assert w.store.read_durable(L) == {"value": [Link("sp", "t")]}
+
+
+def test_a_cell_set_through_a_moved_link_is_rejected_as_a_conflict(
+    w: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `b` re-points L's link; `a` has not integrated it and writes through the old one:
+    # the read claim on the link's place fails at the store, and `a` reverts.
+    _put(w, T, {"value": {"title": "a"}})
+    _put(w, L, {"value": [Link("sp", "t")]})
+    other = w.b.edit(ME)
+    other.write(L, ("value", 0), Link("sp", "z"))
+    assert other.commit().wait().ok  # (a has not integrated it: its mailbox waits)
+    _no_transaction(monkeypatch)
+    pending = _cell(w, L, 0, "title").set("b")
+    assert w.taken == [True, False]  # `b`'s plain write taken; `a`'s read claim declined
+    w.pump()
+    result = pending.result()
+    assert result.outcome is Outcome.STALE_BASIS and isinstance(result.error, ConflictError)
+    assert w.store.read_durable(T) == {"value": {"title": "a"}} == w.a.visible(T)
+
+
+def test_a_cell_set_through_a_link_built_on_its_own_pending_commit_is_accepted(
+    w: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `a` re-points L's link and, before that commit's verdict, writes through the new
+    # link: the read claim's basis is older than `a`'s own commit of the link, which
+    # the entry names as a commit it builds on (its deps), so the store accepts it.
+    _put(w, T, {"value": {"title": "a"}})
+    _put(w, Y, {"value": {"title": "y"}})
+    _put(w, L, {"value": [Link("sp", "t")]})
+    repoint = _cell(w, L, 0).set(Link("sp", "y"))  # (a link at the cell: replaced)
+    assert not repoint.done()
+    _no_transaction(monkeypatch)
+    pending = _cell(w, L, 0, "title").set("b")
+    w.pump()
+    assert repoint.result().ok and pending.result().ok
+    assert w.store.read_durable(Y) == {"value": {"title": "b"}} == w.b.visible(Y)
+    assert w.store.read_durable(T) == {"value": {"title": "a"}}
+
+
+def test_a_cell_set_at_a_link_replaces_the_link(w: World) -> None:
+    _put(w, T, {"value": {"title": "a"}})
+    _put(w, L, {"value": [Link("sp", "t"), 2]})
+    pending = _cell(w, L, 0).set(5)
+    w.pump()
+    assert pending.result().ok
+    assert w.store.read_durable(L) == {"value": [5, 2]}
+    assert w.store.read_durable(T) == {"value": {"title": "a"}}
+
+
+def test_a_cell_set_of_another_shape_goes_through_a_transaction_as_before(w: World) -> None:
+    _put(w, L, {"value": [1, {"a": 1}, 3]})
+    sent = w.a.stats.commits_sent
+    assert _cell(w, L, 0).set(1).result().ok  # an equal value: elided
+    assert w.a.stats.commits_sent == sent and w.taken == []
+    created = _cell(w, L, 1, "b", "c").set(2)  # a level made ("b"): a request
+    changed = _cell(w, L, 3).set(4)  # the list's length: a request
+    assert w.taken == []
+    w.pump()
+    assert created.result().ok and changed.result().ok
+    assert w.store.read_durable(L) == {"value": [1, {"a": 1, "b": {"c": 2}}, 3, 4]}
+    with pytest.raises(InvalidValueError):
+        _cell(w, L, 0).set(float("nan"))  # refused as before, nothing changed
+    with pytest.raises(InvalidValueError):
+        _cell(w, L, 0).set({1: 2})
+    assert w.a.visible(L) == {"value": [1, {"a": 1, "b": {"c": 2}}, 3, 4]}
+    w.pump()
+
+
+def test_a_cell_set_of_a_document_not_loaded_waits_for_it_as_before(w: World) -> None:
+    # `b` never read L: its write opens a transaction, which loads it.
+    _put(w, L, {"value": [1, 2]})
+    c = Replica(w.store)
+    pending = Cell(c, ME, Link("sp", "l", path=(1,))).set(20)
+    while c.pump() + w.a.pump() + w.b.pump():
+        pass
+    assert pending.result().ok
+    assert w.store.read_durable(L) == {"value": [1, 20]}
