@@ -248,6 +248,9 @@ class Cell:
             if tx is not None:
                 tx.write(DocKey(link.space, link.id), _VALUE_PATH, value)
                 return tx.done()
+            pending = self._replica.write_at(self._identity, link, value)
+            if pending is not None:
+                return pending
             tx = self._replica._open_tx(self._identity)
             try:
                 tx.write(DocKey(link.space, link.id), _VALUE_PATH, value)

@@ -394,3 +394,16 @@ def test_a_cell_set_of_a_document_not_loaded_waits_for_it_as_before(w: World) ->
         pass
     assert pending.result().ok
     assert w.store.read_durable(L) == {"value": [1, 20]}
+
+
+def test_a_cell_set_of_a_whole_cell_commits_with_no_transaction(
+    w: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _put(w, L, {"value": Link("sp", "x")})
+    _no_transaction(monkeypatch)
+    written, replaced = _cell(w, X).set(5), _cell(w, L).set(6)  # (a link there: replaced)
+    assert w.taken == [True, True]
+    w.pump()
+    assert written.result().ok and replaced.result().ok
+    assert w.store.read_durable(X) == {"value": 5} == w.b.visible(X)
+    assert w.store.read_durable(L) == {"value": 6} == w.b.visible(L)
