@@ -64,6 +64,7 @@ from ._computed import (
     computed_child,
     declared_reads,
     materialize,
+    materialize_all,
     need_loop,
     node_label,
 )
@@ -276,12 +277,15 @@ class _Lift(Teardown):
                 self.written = REUSED
                 return None  # this node's first run: the stored output stands
             self.written = PENDING  # until `_put` (a run that raises leaves no record)
-        args = [materialize(tx, a) for a in self.args]
-        kwargs = {k: materialize(tx, v) for k, v in self.kwargs.items()}
-        if shape.is_async:
+        args = materialize_all(tx, self.args)
+        kwargs = self.kwargs
+        if kwargs:  # (most lifts have none: no dict made, read or copied per run)
+            kwargs = {k: materialize(tx, v) for k, v in kwargs.items()}
+        is_async = shape.is_async
+        if is_async:
             need_loop(shape.label)
         value = shape.fn(*args, **kwargs)
-        if shape.is_async:
+        if is_async:
             # The scheduler awaits it in a task, then commits `tx` (whose basis is what
             # was read above): a value computed from inputs that changed meanwhile
             # never lands.
@@ -329,7 +333,10 @@ class _Lift(Teardown):
             computed_child(runner, tx, value, self.out, self._chain(), label, launches, node)
             drop_record(tx, out_key)  # a launching run is never skipped
             return
-        if tx.peek(out_key, (docs.PATTERN,)) is not MISSING:
+        # The whole document (one peek, with no path to walk): its pattern field, and
+        # nothing else, is asked of it here.
+        held = tx.peek(out_key)
+        if type(held) is dict and docs.PATTERN in held:
             # It returned a pattern before and a plain value now: let the child go.
             if launches is None:
                 launches = self.launches = ComputedLaunches()
@@ -337,6 +344,17 @@ class _Lift(Teardown):
             runner.release(out_key, None, why=f"{label} stopped returning a pattern")
             tx.write(out_key, (docs.PATTERN,), MISSING)
             tx.write(out_key, (docs.ARGUMENT,), MISSING)
+        t = type(value)
+        if (t is str or t is int or t is bool or value is None) and (
+            launches is None or not launches.many
+        ):
+            # A scalar: no child to look for, and the write stores it as it is
+            # (`normalize` returns such a value itself, or raises before anything is
+            # staged), so the reuse book records the value, with no peek after the write.
+            tx.write(out_key, _VALUE_PATH, value)
+            if self.shape.code is not None:
+                self.written = value
+            return
         found: list[tuple[tuple[str | int, ...], PatternInstance]] = []
         if isinstance(value, (dict, list, tuple)):
             replaced = _children_in(value, (), found, self._child_link)
