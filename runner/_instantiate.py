@@ -53,7 +53,7 @@ from cells import (
     Transaction,
     resolve,
 )
-from scheduler import Node, QueuedEvent
+from scheduler import Node, QueuedEvent, ValueFunction
 
 from . import _docs as docs
 from ._builder import LIST_KINDS, Navigate, NodeSpec, Pattern, PatternInstance, find_pattern
@@ -150,7 +150,8 @@ def _lift(
 ) -> None:
     shape = _shape(pattern, spec)
     bound = docs.bind(spec.inputs, result)
-    lift = _Lift(runner, reg, shape, bound, docs.internal_link(result, spec.index), identity)
+    kind = _DirectLift if _direct_inputs(shape, bound["args"], bound["kwargs"]) else _Lift
+    lift = kind(runner, reg, shape, bound, docs.internal_link(result, spec.index), identity)
     lift.node = runner.scheduler.register(
         lift,
         identity=identity,
@@ -410,6 +411,74 @@ class _Lift(Teardown):
             raise errors[0]
         if errors:
             raise ExceptionGroup(f"teardown of {label} failed", errors)
+
+
+class _DirectLift(_Lift, ValueFunction):
+    """A lift whose every input is a link, each into a document of its own, with no
+    keyword input and no async function: it may run with no transaction
+    (`scheduler.ValueFunction`) once its node has run in one, when that run read
+    exactly one plain place per input (no link on the way; the scheduler checks the
+    read set, `Replica.run_field` the values). `compute`, `put` and `wrote` keep what
+    a transaction run keeps: the reuse book hears each write, and a result that is not
+    a plain scalar (a pattern instance, a container, a float) is written by `put` in a
+    transaction, which launches or lets go of children as `_put` does.
+
+    A class of its own, chosen when the lift is made (`_lift`), so that a lift that can
+    never run directly (most of a card's: two inputs in one element's document, or a
+    constant input) costs the scheduler one `isinstance` per run and nothing more.
+    """
+
+    __slots__ = ()
+
+    # (`ValueFunction` declares `inputs` an attribute; the scheduler only reads it.)
+    @property
+    def inputs(self) -> Link | tuple[Link, ...]:  # type: ignore[override]
+        """What a direct run reads: its positional inputs; `()` (this run is a
+        transaction run) on its node's first run (which may keep a stored output,
+        `_reuse`, and sees a pattern field an earlier process left), for a lift that
+        launched children (its runs decide what to let go), and when the last run
+        read another number of documents than there are inputs (a link followed on
+        the way: the scheduler's check of the read set would decline). O(1)."""
+        node = self.node
+        args = self.args
+        if (
+            node is None
+            or node.runs <= 1  # (counted before the run: this is the first)
+            or self.launches is not None
+            or len(node.reads) != len(args)
+        ):
+            return ()
+        return args[0] if len(args) == 1 else args
+
+    def compute(self, *values: Any) -> Any:
+        """A direct run's call: the function over its inputs' plain values (an absent
+        value is None, as `materialize` gives it)."""
+        if self.shape.code is not None:
+            self.written = PENDING  # until `wrote` / `_put`: a raising run leaves no record
+        return self.shape.fn(*values)
+
+    def put(self, tx: Transaction, value: Any) -> None:
+        """Write what `compute` returned, in `tx`, as a transaction run does."""
+        self._put(tx, value)
+
+    def wrote(self, value: Any) -> None:
+        """A direct run wrote `value` (an int, an ASCII string or None: stored as it
+        is): the reuse book records it at close, as `_put` would have."""
+        if self.shape.code is not None:
+            self.written = value
+
+
+def _direct_inputs(shape: _LiftShape, args: list[Any], kwargs: dict[str, Any]) -> bool:
+    """Whether a lift over these bound inputs may ever run directly (`_DirectLift`):
+    not async, no keyword input, every input a link, no two in one document."""
+    if shape.is_async or kwargs or not args:
+        return False
+    places = set()
+    for a in args:
+        if type(a) is not Link:
+            return False
+        places.add((a.space, a.id, a.scope))
+    return len(places) == len(args)
 
 
 def _holds_instances(value: Any) -> bool:

@@ -81,3 +81,9 @@ def BumpCard(element):  # type: ignore[no-untyped-def]
 @pattern
 def BumpBoard(items):  # type: ignore[no-untyped-def]
     return {"cards": items.map(BumpCard)}
+
+
+@pattern
+def DoubledTwice(value):  # type: ignore[no-untyped-def]
+    """A lift over a lift's output: the second may run with no transaction."""
+    return {"twice": lift(doubled)(lift(doubled)(value))}

@@ -7,6 +7,11 @@ moved under it must not land. The reuse book must hear what every run wrote, so 
 restart after an edit still runs nothing. Each of these is a reason a run may not take
 a shortcut (a transaction-free path, or a skipped check in `_put`): each test here pins
 one of them.
+
+Most lifts here read another lift's output (`same`): a plain value in a document of
+its own, so after its first run the lift may run with no transaction
+(`_instantiate._DirectLift`, `scheduler.ValueFunction`); the tests say which run took
+that path (`direct_commits`).
 """
 
 from __future__ import annotations
@@ -54,19 +59,38 @@ def described(v: Any) -> Any:
     return v if v is None else v * 10
 
 
+def same(v: Any) -> Any:
+    return v
+
+
+def doubled(v: Any) -> Any:
+    CALLS[("doubled", v)] += 1
+    return None if v is None else v * 2
+
+
 @pattern
 def OneOrChild(value):  # type: ignore[no-untyped-def]
-    return {"out": lift(child_or_value)(value)}
+    return {"out": lift(child_or_value)(lift(same)(value))}
 
 
 @pattern
 def ManyOrValue(value):  # type: ignore[no-untyped-def]
-    return {"out": lift(children_or_value)(value)}
+    return {"out": lift(children_or_value)(lift(same)(value))}
 
 
 @pattern
 def Described(value):  # type: ignore[no-untyped-def]
     return {"out": lift(described)(value)}
+
+
+@pattern
+def DescribedAfter(value):  # type: ignore[no-untyped-def]
+    return {"out": lift(described)(lift(same)(value))}
+
+
+@pattern
+def Chain(value):  # type: ignore[no-untyped-def]
+    return {"out": lift(doubled)(lift(same)(value))}
 
 
 async def _run(rt: Runtime, pat: Any, value: Any) -> tuple[Any, Any]:
@@ -77,9 +101,31 @@ async def _run(rt: Runtime, pat: Any, value: Any) -> tuple[Any, Any]:
     return source, res
 
 
-def _output_doc(rt: Runtime, res: Any) -> Any:
-    """The document the run's first node (its lift) writes."""
-    return rt.replica.visible(docs.internal_link(res.link(), 0).key(rt.identity))
+def _output_doc(rt: Runtime, res: Any, index: int = 0) -> Any:
+    """The document node `index` of the run (a lift) writes."""
+    return rt.replica.visible(docs.internal_link(res.link(), index).key(rt.identity))
+
+
+def _direct(rt: Runtime) -> int:
+    return rt.scheduler.stats.direct_commits
+
+
+def test_a_lift_over_a_lift_s_output_runs_with_no_transaction_after_its_first_run() -> None:
+    async def main() -> None:
+        async with Runtime() as rt:
+            source, res = await _run(rt, Chain, 1)
+            assert 2 == await res.key("out").pull()
+            for v in (2, 3, 4):
+                direct = _direct(rt)
+                await source.set(v)
+                assert 2 * v == await res.key("out").pull()
+                assert 1 == _direct(rt) - direct  # `doubled`'s run; `same` reads a link
+            assert {("doubled", v): 1 for v in (1, 2, 3, 4)} == dict(CALLS)
+            await rt.idle()
+            out = docs.internal_link(res.link(), 1).key(rt.identity)
+            assert 8 == rt.replica.store.read_durable(out)["value"]
+
+    arun(main)
 
 
 def test_a_lift_that_stops_returning_a_pattern_lets_its_child_go_and_writes_the_value() -> None:
@@ -88,16 +134,22 @@ def test_a_lift_that_stops_returning_a_pattern_lets_its_child_go_and_writes_the_
             source, res = await _run(rt, OneOrChild, 0)
             assert 0 == await res.key("out").pull()
             assert 1 == len(rt.registrations())
-            await source.set(4)
+            await source.set(-5)
+            assert -5 == await res.key("out").pull()
+            direct = _direct(rt)
+            await source.set(4)  # a direct run's result is a pattern instance
             assert {"doubled": 8} == await res.key("out").pull()
             assert 2 == len(rt.registrations())  # the child the lift launched
+            assert 0 == _direct(rt) - direct  # written by a transaction
             await source.set(-1)
             assert -1 == await res.key("out").pull()
             assert 1 == len(rt.registrations())  # let go
-            assert docs.PATTERN not in _output_doc(rt, res)
+            assert docs.PATTERN not in _output_doc(rt, res, 1)
+            direct = _direct(rt)
             await source.set(-2)  # a plain run after a plain run
             assert -2 == await res.key("out").pull()
             assert 1 == len(rt.registrations())
+            assert 0 == _direct(rt) - direct  # (it launched a child once: never direct)
 
     arun(main)
 
@@ -105,9 +157,15 @@ def test_a_lift_that_stops_returning_a_pattern_lets_its_child_go_and_writes_the_
 def test_a_lift_that_returned_children_in_a_list_lets_them_go_when_it_returns_a_scalar() -> None:
     async def main() -> None:
         async with Runtime() as rt:
-            source, res = await _run(rt, ManyOrValue, 3)
+            source, res = await _run(rt, ManyOrValue, 0)
+            assert 0 == await res.key("out").pull()
+            await source.set(-1)
+            assert -1 == await res.key("out").pull()
+            direct = _direct(rt)
+            await source.set(3)  # a direct run's result holds children
             assert [{"doubled": 6}, {"second": {"doubled": 8}}] == await res.key("out").pull()
             assert 3 == len(rt.registrations())
+            assert 0 == _direct(rt) - direct
             await source.set(0)  # a scalar: no child in it, and both must go
             assert 0 == await res.key("out").pull()
             assert 1 == len(rt.registrations())
@@ -139,10 +197,11 @@ def test_a_lift_follows_a_link_that_appears_at_its_input_and_leaves_it_when_it_g
     arun(main)
 
 
-def test_a_lift_whose_input_becomes_a_container_gets_its_own_copy_of_it() -> None:
+@pytest.mark.parametrize("pat", [Described, DescribedAfter])
+def test_a_lift_whose_input_becomes_a_container_gets_its_own_copy_of_it(pat: Any) -> None:
     async def main() -> None:
         async with Runtime() as rt:
-            source, res = await _run(rt, Described, 2)
+            source, res = await _run(rt, pat, 2)
             assert 20 == await res.key("out").pull()
             await source.set({"a": 1, "b": [1, 2]})
             assert {"kind": "dict", "keys": ["a", "b", "seen"]} == await res.key("out").pull()
@@ -240,38 +299,48 @@ def test_a_lift_overtaken_before_its_commit_reaches_the_store_is_rejected_and_re
     arun(main)
 
 
-def test_a_restart_after_an_edit_runs_no_lift_of_a_scalar() -> None:
+@pytest.mark.parametrize("twice", [False, True])
+def test_a_restart_after_an_edit_runs_no_lift_of_a_scalar(twice: bool) -> None:
     # Each run tells the reuse book what it wrote: the runtime that edited records the
     # edited output when it closes, so the next runtime calls nothing, and one that
     # edits again after a reused start records again.
+    # `DoubledTwice`'s second lift reads the first's output: its runs after the first
+    # are direct, and only `wrote` tells the book what they wrote.
     store = MemoryStore()
+    pat, field, k = (
+        (reuse_defs.DoubledTwice, "twice", 4) if twice else (reuse_defs.Doubled, "doubled", 2)
+    )
 
     async def first() -> None:
         async with Runtime(store, space="t") as rt:
-            source, res = await _run(rt, reuse_defs.Doubled, 1)
-            assert 2 == await res.key("doubled").pull()
+            source, res = await _run(rt, pat, 1)
+            assert k == await res.key(field).pull()
             await source.set(5)
-            assert 10 == await res.key("doubled").pull()
+            assert 5 * k == await res.key(field).pull()
+            await source.set(7)
+            assert 7 * k == await res.key(field).pull()
+            assert (2 if twice else 0) == _direct(rt)
 
     async def again(edit_to: Any) -> Any:
         async with Runtime(store, space="t") as rt:
             res = rt.get_cell("res")
             await rt.start(res)
-            got = await res.key("doubled").pull()
+            got = await res.key(field).pull()
             if edit_to is not None:
                 await rt.get_cell("value").set(edit_to)
-                got = await res.key("doubled").pull()
+                got = await res.key(field).pull()
+                await rt.get_cell("value").set(edit_to + 1)
+                got = await res.key(field).pull()
             return got
 
     arun(first)
-    assert {("doubled", 1): 1, ("doubled", 5): 1} == dict(reuse_defs.CALLS)
     reuse_defs.CALLS.clear()
-    assert 10 == arun(lambda: again(None))
+    assert 7 * k == arun(lambda: again(None))
     assert {} == dict(reuse_defs.CALLS)
-    assert 12 == arun(lambda: again(6))  # reused first, then a run on the edit
-    assert {("doubled", 6): 1} == dict(reuse_defs.CALLS)
+    assert 9 * k == arun(lambda: again(8))  # reused first, then runs on two edits
+    assert (4 if twice else 2) == sum(reuse_defs.CALLS.values())
     reuse_defs.CALLS.clear()
-    assert 12 == arun(lambda: again(None))
+    assert 9 * k == arun(lambda: again(None))
     assert {} == dict(reuse_defs.CALLS)
 
 
@@ -292,5 +361,130 @@ def test_a_lift_writes_missing_as_absent() -> None:
             await source.set(0)
             assert MISSING is await res.key("out").pull()
             assert "value" not in _output_doc(rt, res)
+
+    arun(main)
+
+
+def test_a_direct_lift_whose_input_moves_while_it_computes_runs_again() -> None:
+    # `racing` reads `same`'s output, with no transaction; another replica rewrites that
+    # output while `racing` computes: the value it computed is from a state that is
+    # gone, so it must not land, and `racing` runs again on the foreign value.
+    store = MemoryStore()
+    other = cells.Space(cells.Replica(store), "t")
+    where: list[Any] = []
+
+    def racing(v: Any) -> Any:
+        CALLS[("racing", v)] += 1
+        if v == 2:
+            tx = other.edit()
+            tx.write(where[0], ("value",), 7)
+            tx.commit()
+        return v * 10
+
+    @pattern
+    def Racing(value):  # type: ignore[no-untyped-def]
+        return {"out": lift(racing)(lift(same)(value))}
+
+    async def main() -> None:
+        async with Runtime(store, space="t") as rt:
+            source, res = await _run(rt, Racing, 0)
+            where.append(docs.internal_link(res.link(), 0).key(rt.identity))
+            assert 0 == await res.key("out").pull()
+            await source.set(1)
+            assert 10 == await res.key("out").pull()
+            direct, stale = _direct(rt), rt.scheduler.stats.stale_reruns
+            await source.set(2)
+            assert 70 == await res.key("out").pull()
+            assert 1 <= rt.scheduler.stats.stale_reruns - stale
+            assert 1 <= _direct(rt) - direct
+            # (`racing` may run on 2 again before the foreign commit reaches this replica.)
+            assert 1 <= CALLS[("racing", 2)]
+            assert 1 == CALLS[("racing", 7)]
+            await rt.idle()
+            out_key = docs.internal_link(res.link(), 1).key(rt.identity)
+            assert 70 == store.read_durable(out_key)["value"]
+
+    arun(main)
+
+
+def test_a_direct_lift_overtaken_before_its_commit_reaches_the_store_reruns() -> None:
+    # `plus` runs first in the drain, directly, on `same(x)`'s output (3) and `same(w)`'s;
+    # `racer`, later in the same drain, has another replica rewrite `same(x)`'s output
+    # (7) before the drain's commits reach the store. The store must reject `plus`'s
+    # commit (its basis is gone), and `plus` run again on 7.
+    store = MemoryStore()
+    other = cells.Space(cells.Replica(store), "t")
+    where: list[Any] = []
+
+    def plus(v: Any, w: Any) -> Any:
+        CALLS[("plus", v, w)] += 1
+        return v + w
+
+    def racer(v: Any) -> Any:
+        CALLS[("racer", v)] += 1
+        if v == 2:
+            tx = other.edit()
+            tx.write(where[0], ("value",), 7)
+            tx.commit()
+        return v * 10
+
+    @pattern
+    def Pair(x, w, y):  # type: ignore[no-untyped-def]
+        return {"a": lift(plus)(lift(same)(x), lift(same)(w)), "b": lift(racer)(lift(same)(y))}
+
+    async def main() -> None:
+        async with Runtime(store, space="t") as rt:
+            x, w, y = rt.get_cell("x"), rt.get_cell("w"), rt.get_cell("y")
+            res = rt.get_cell("res")
+            async with rt.edit() as tx:
+                x.with_tx(tx).set(3)
+                w.with_tx(tx).set(0)
+                y.with_tx(tx).set(0)
+                rt.run(tx, Pair, {"x": x, "w": w, "y": y}, res)
+            where.append(docs.internal_link(res.link(), 0).key(rt.identity))
+            assert {"a": 3, "b": 0} == await res.pull()
+            async with rt.edit() as tx:
+                w.with_tx(tx).set(100)
+                y.with_tx(tx).set(1)
+            assert {"a": 103, "b": 10} == await res.pull()
+            direct, stale = _direct(rt), rt.scheduler.stats.stale_reruns
+            async with rt.edit() as tx:
+                w.with_tx(tx).set(200)
+                y.with_tx(tx).set(2)
+            assert {"a": 207, "b": 20} == await res.pull()
+            assert 2 <= _direct(rt) - direct  # `plus` and `racer` ran directly
+            assert 1 <= rt.scheduler.stats.stale_reruns - stale
+            assert 1 == CALLS[("plus", 3, 200)]
+            assert 1 == CALLS[("plus", 7, 200)]
+            await rt.idle()
+            out_key = docs.internal_link(res.link(), 2).key(rt.identity)
+            assert 207 == store.read_durable(out_key)["value"]
+
+    arun(main)
+
+
+async def later_doubled(v: Any) -> Any:
+    CALLS[("later_doubled", v)] += 1
+    return None if v is None else v * 2
+
+
+@pattern
+def LaterChain(value):  # type: ignore[no-untyped-def]
+    return {"out": lift(later_doubled)(lift(same)(value))}
+
+
+def test_an_async_lift_over_a_lift_s_output_never_runs_directly() -> None:
+    # Its value comes when its coroutine ends, committed by the transaction that holds
+    # what it read: a direct run would have nothing to write.
+    async def main() -> None:
+        async with Runtime() as rt:
+            source, res = await _run(rt, LaterChain, 1)
+            assert 2 == await res.key("out").pull()
+            direct = _direct(rt)
+            for v in (2, 3):
+                await source.set(v)
+                assert 2 * v == await res.key("out").pull()
+            assert 0 == _direct(rt) - direct
+            assert {("later_doubled", v): 1 for v in (1, 2, 3)} == dict(CALLS)
 
     arun(main)
