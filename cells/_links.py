@@ -164,11 +164,12 @@ def _walk(
                 chain=names,
             )
         seen.add(marker)
-        current = Link(
-            target.space,
-            target.id,
-            target.scope,
-            target.path + cpath[at:] if at < len(cpath) else target.path,
+        # A link that ends the path is followed to its target as it is (no new link to
+        # make and check: a map element's child reads its element so, per input read).
+        current = (
+            Link(target.space, target.id, target.scope, target.path + cpath[at:])
+            if at < len(cpath)
+            else target
         )
         chain.append(current)
     raise LinkCycleError(
