@@ -438,7 +438,13 @@ class _DirectLift(_Lift, ValueFunction):
         `_reuse`, and sees a pattern field an earlier process left), for a lift that
         launched children (its runs decide what to let go), and when the last run
         read another number of documents than there are inputs (a link followed on
-        the way: the scheduler's check of the read set would decline). O(1)."""
+        the way: the scheduler's check of the read set would decline). O(1).
+
+        Why a direct run may skip `_put`'s look at the pattern field: a transaction run
+        completed `_put` before it (the first run, or it kept a stored output, which a
+        launching run never leaves a record for), and a node that raised is never run
+        directly again (the scheduler), so a field an earlier process left is seen and
+        the child let go (`launches` is set from then on)."""
         node = self.node
         args = self.args
         if (

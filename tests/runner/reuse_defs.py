@@ -87,3 +87,20 @@ def BumpBoard(items):  # type: ignore[no-untyped-def]
 def DoubledTwice(value):  # type: ignore[no-untyped-def]
     """A lift over a lift's output: the second may run with no transaction."""
     return {"twice": lift(doubled)(lift(doubled)(value))}
+
+
+def child_unless_negative(x: Any) -> Any:
+    CALLS[("child_unless_negative", x)] += 1
+    if x == "boom":
+        raise ValueError("boom")
+    return Doubled(value=x) if x >= 0 else x
+
+
+def same(x: Any) -> Any:
+    return x
+
+
+@pattern
+def LaunchAfter(value):  # type: ignore[no-untyped-def]
+    """A lift over a lift's output that launches a child for a non-negative value."""
+    return {"child": lift(child_unless_negative)(lift(same)(value))}

@@ -28,6 +28,7 @@ import cells
 from cells import MISSING, MemoryStore
 from runner import Runtime, lift, pattern
 from runner import _docs as docs
+from scheduler import NodeError
 
 CALLS: collections.Counter[Any] = collections.Counter()
 
@@ -488,3 +489,39 @@ def test_an_async_lift_over_a_lift_s_output_never_runs_directly() -> None:
             assert {("later_doubled", v): 1 for v in (1, 2, 3)} == dict(CALLS)
 
     arun(main)
+
+
+def test_a_plain_run_after_a_raising_first_run_lets_go_of_a_child_an_earlier_process_left() -> None:
+    # A lift that may run directly, whose output document holds the pattern field of a
+    # child an earlier runtime launched: its first run here raises, so nothing checked
+    # that field yet. The run after it (on a plain value) must still see the field and
+    # let the child go, which only a transaction run does (`_put`): a node that failed
+    # never runs directly again.
+    store = MemoryStore()
+
+    async def first() -> None:
+        async with Runtime(store, space="t") as rt:
+            _source, res = await _run(rt, reuse_defs.LaunchAfter, 4)
+            assert {"doubled": 8} == await res.key("child").pull()
+            assert docs.PATTERN in _output_doc(rt, res, 1)
+
+    async def between() -> None:
+        async with Runtime(store, space="t") as rt:
+            value = rt.get_cell("value")
+            await value.pull()
+            await value.set("boom")
+
+    async def second() -> None:
+        async with Runtime(store, space="t") as rt:
+            res = rt.get_cell("res")
+            await rt.start(res)
+            with pytest.raises(NodeError):
+                await res.key("child").pull()
+            await rt.get_cell("value").set(-3)
+            assert -3 == await res.key("child").pull()
+            assert docs.PATTERN not in _output_doc(rt, res, 1)
+            assert {rt.key(res)} == set(rt.registrations())
+
+    arun(first)
+    arun(between)
+    arun(second)
