@@ -56,7 +56,15 @@ from cells import (
 from scheduler import Node, QueuedEvent, ValueFunction
 
 from . import _docs as docs
-from ._builder import LIST_KINDS, Navigate, NodeSpec, Pattern, PatternInstance, find_pattern
+from ._builder import (
+    LIST_KINDS,
+    Binding,
+    Navigate,
+    NodeSpec,
+    Pattern,
+    PatternInstance,
+    find_pattern,
+)
 from ._cancel import CancelGroup, RemoveNode, Teardown
 from ._checks import bind_event_check, check_node
 from ._computed import (
@@ -150,7 +158,7 @@ def _lift(
 ) -> None:
     shape = _shape(pattern, spec)
     bound = docs.bind(spec.inputs, result)
-    kind = _DirectLift if _direct_inputs(shape, bound["args"], bound["kwargs"]) else _Lift
+    kind = _DirectLift if shape.direct else _Lift
     lift = kind(runner, reg, shape, bound, docs.internal_link(result, spec.index), identity)
     lift.node = runner.scheduler.register(
         lift,
@@ -170,7 +178,7 @@ class _LiftShape:
     """What every instance of one lift node of a pattern shares (made once per node):
     its function, label, index, whether it is async, and its code key (`_reuse`)."""
 
-    __slots__ = ("code", "fn", "index", "is_async", "label", "spec")
+    __slots__ = ("code", "direct", "fn", "index", "is_async", "label", "spec")
 
     def __init__(self, pattern: Pattern, spec: NodeSpec) -> None:
         self.spec = spec
@@ -179,6 +187,29 @@ class _LiftShape:
         self.index = spec.index
         self.is_async = inspect.iscoroutinefunction(fn)
         self.code = node_code_key(pattern, spec, fn)
+        self.direct = not self.is_async and _over_lifts(spec.inputs)
+        """Whether its instances are `_DirectLift`s (may run with no transaction)."""
+
+
+def _over_lifts(inputs: Any) -> bool:
+    """Whether a lift's inputs (its spec's, unbound) are each a place in another node's
+    output (no argument of the pattern, no constant, no keyword input), no two in
+    the same node's: what a direct run can read (`_DirectLift`).
+
+    An argument is left out on purpose: a pattern's argument is stored in its run's
+    argument document as a link to the caller's cell or element (read through that
+    link: never a plain place), or as a plain value nothing rewrites (a lift over it
+    does not run again). Deciding per pattern node, from the spec, keeps the lifts of
+    a map's card, which read their element, off the direct path at no cost per run."""
+    args = inputs.get("args") if type(inputs) is dict else None
+    if type(args) is not list or not args or inputs.get("kwargs"):
+        return False
+    names = set()
+    for b in args:
+        if type(b) is not Binding or b.cell != "internal":
+            return False
+        names.add(b.name)
+    return len(names) == len(args)
 
 
 _shapes: weakref.WeakKeyDictionary[Pattern, dict[int, _LiftShape]]
@@ -414,8 +445,8 @@ class _Lift(Teardown):
 
 
 class _DirectLift(_Lift, ValueFunction):
-    """A lift whose every input is a link, each into a document of its own, with no
-    keyword input and no async function: it may run with no transaction
+    """A lift whose every input is another node's output, no two the same node's, with
+    no keyword input and no async function (`_over_lifts`): it may run with no transaction
     (`scheduler.ValueFunction`) once its node has run in one, when that run read
     exactly one plain place per input (no link on the way; the scheduler checks the
     read set, `Replica.run_field` the values). `compute`, `put` and `wrote` keep what
@@ -423,9 +454,9 @@ class _DirectLift(_Lift, ValueFunction):
     a plain scalar (a pattern instance, a container, a float) is written by `put` in a
     transaction, which launches or lets go of children as `_put` does.
 
-    A class of its own, chosen when the lift is made (`_lift`), so that a lift that can
-    never run directly (most of a card's: two inputs in one element's document, or a
-    constant input) costs the scheduler one `isinstance` per run and nothing more.
+    A class of its own, chosen per pattern node (`_LiftShape.direct`), so that a lift
+    that can never run directly (a card's, which read their element through the
+    map's argument link) costs the scheduler one `isinstance` per run and nothing more.
     """
 
     __slots__ = ()
@@ -472,19 +503,6 @@ class _DirectLift(_Lift, ValueFunction):
         is): the reuse book records it at close, as `_put` would have."""
         if self.shape.code is not None:
             self.written = value
-
-
-def _direct_inputs(shape: _LiftShape, args: list[Any], kwargs: dict[str, Any]) -> bool:
-    """Whether a lift over these bound inputs may ever run directly (`_DirectLift`):
-    not async, no keyword input, every input a link, no two in one document."""
-    if shape.is_async or kwargs or not args:
-        return False
-    places = set()
-    for a in args:
-        if type(a) is not Link:
-            return False
-        places.add((a.space, a.id, a.scope))
-    return len(places) == len(args)
 
 
 def _holds_instances(value: Any) -> bool:
