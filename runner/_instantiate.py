@@ -40,7 +40,7 @@ from __future__ import annotations
 import inspect
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from cells import (
     MISSING,
@@ -187,14 +187,19 @@ class _LiftShape:
         self.index = spec.index
         self.is_async = inspect.iscoroutinefunction(fn)
         self.code = node_code_key(pattern, spec, fn)
-        self.direct = not self.is_async and _over_lifts(spec.inputs)
+        self.direct = not self.is_async and _over_lifts(pattern, spec.inputs)
         """Whether its instances are `_DirectLift`s (may run with no transaction)."""
 
 
-def _over_lifts(inputs: Any) -> bool:
-    """Whether a lift's inputs (its spec's, unbound) are each a place in another node's
-    output (no argument of the pattern, no constant, no keyword input), no two in
-    the same node's: what a direct run can read (`_DirectLift`).
+_PLAIN_KINDS: Final = frozenset({"lift", "state"})
+"""Nodes whose output cell holds the value itself (a nested pattern's, a list's or a
+`when`'s holds links to results: read through them, never a plain place)."""
+
+
+def _over_lifts(pattern: Pattern, inputs: Any) -> bool:
+    """Whether a lift's inputs (its spec's, unbound) are each a place in the output of
+    another lift or a state cell (no argument of the pattern, no constant, no keyword
+    input), no two in the same node's: what a direct run can read (`_DirectLift`).
 
     An argument is left out on purpose: a pattern's argument is stored in its run's
     argument document as a link to the caller's cell or element (read through that
@@ -204,9 +209,12 @@ def _over_lifts(inputs: Any) -> bool:
     args = inputs.get("args") if type(inputs) is dict else None
     if type(args) is not list or not args or inputs.get("kwargs"):
         return False
+    kinds = {n.index: n.kind for n in pattern.graph.nodes}
     names = set()
     for b in args:
         if type(b) is not Binding or b.cell != "internal":
+            return False
+        if kinds.get(int(b.name[1:])) not in _PLAIN_KINDS:  # ("n3": as `docs.bind` reads it)
             return False
         names.add(b.name)
     return len(names) == len(args)

@@ -23,6 +23,7 @@ import pytest
 import reuse_defs
 from pattern_defs import Child
 from support import arun
+from typed_defs import Clicker
 
 import cells
 from cells import MISSING, MemoryStore
@@ -525,3 +526,20 @@ def test_a_plain_run_after_a_raising_first_run_lets_go_of_a_child_an_earlier_pro
     arun(first)
     arun(between)
     arun(second)
+
+
+def test_a_lift_over_a_state_cell_runs_directly_when_a_handler_changes_it() -> None:
+    async def main() -> None:
+        async with Runtime() as rt:
+            res = rt.get_cell("c")
+            async with rt.edit() as tx:
+                rt.run(tx, Clicker, {}, res)
+            assert 0 == await res.key("doubled").pull()
+            await rt.send(res.key("bump"), {"by": 1})
+            assert 2 == await res.key("doubled").pull()
+            direct = _direct(rt)
+            await rt.send(res.key("bump"), {"by": 4})
+            assert 10 == await res.key("doubled").pull()
+            assert 1 == _direct(rt) - direct
+
+    arun(main)
