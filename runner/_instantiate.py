@@ -199,7 +199,7 @@ _PLAIN_KINDS: Final = frozenset({"lift", "state"})
 def _over_lifts(pattern: Pattern, inputs: Any) -> bool:
     """Whether a lift's inputs (its spec's, unbound) are each a place in the output of
     another lift or a state cell (no argument of the pattern, no constant, no keyword
-    input), no two in the same node's: what a direct run can read (`_DirectLift`).
+    input): what a direct run can read (`_DirectLift`).
 
     An argument is left out on purpose: a pattern's argument is stored in its run's
     argument document as a link to the caller's cell or element (read through that
@@ -210,14 +210,12 @@ def _over_lifts(pattern: Pattern, inputs: Any) -> bool:
     if type(args) is not list or not args or inputs.get("kwargs"):
         return False
     kinds = {n.index: n.kind for n in pattern.graph.nodes}
-    names = set()
     for b in args:
         if type(b) is not Binding or b.cell != "internal":
             return False
         if kinds.get(int(b.name[1:])) not in _PLAIN_KINDS:  # ("n3": as `docs.bind` reads it)
             return False
-        names.add(b.name)
-    return len(names) == len(args)
+    return True
 
 
 _shapes: weakref.WeakKeyDictionary[Pattern, dict[int, _LiftShape]]
@@ -453,8 +451,8 @@ class _Lift(Teardown):
 
 
 class _DirectLift(_Lift, ValueFunction):
-    """A lift whose every input is another node's output, no two the same node's, with
-    no keyword input and no async function (`_over_lifts`): it may run with no transaction
+    """A lift whose every input is a place in another lift's or a state cell's output,
+    with no keyword input and no async function (`_over_lifts`): it may run with no transaction
     (`scheduler.ValueFunction`) once its node has run in one, when that run read
     exactly one plain place per input (no link on the way; the scheduler checks the
     read set, `Replica.run_field` the values). `compute`, `put` and `wrote` keep what
@@ -475,9 +473,7 @@ class _DirectLift(_Lift, ValueFunction):
         """What a direct run reads: its positional inputs; `()` (this run is a
         transaction run) on its node's first run (which may keep a stored output,
         `_reuse`, and sees a pattern field an earlier process left), for a lift that
-        launched children (its runs decide what to let go), and when the last run
-        read another number of documents than there are inputs (a link followed on
-        the way: the scheduler's check of the read set would decline). O(1).
+        launched children (its runs decide what to let go). O(1).
 
         Why a direct run may skip `_put`'s look at the pattern field: a transaction run
         completed `_put` before it (the first run, or it kept a stored output, which a
@@ -485,14 +481,9 @@ class _DirectLift(_Lift, ValueFunction):
         directly again (the scheduler), so a field an earlier process left is seen and
         the child let go (`launches` is set from then on)."""
         node = self.node
+        if node is None or node.runs <= 1 or self.launches is not None:
+            return ()  # (`runs` is counted before the run: 1 is the first)
         args = self.args
-        if (
-            node is None
-            or node.runs <= 1  # (counted before the run: this is the first)
-            or self.launches is not None
-            or len(node.reads) != len(args)
-        ):
-            return ()
         return args[0] if len(args) == 1 else args
 
     def compute(self, *values: Any) -> Any:

@@ -543,3 +543,33 @@ def test_a_lift_over_a_state_cell_runs_directly_when_a_handler_changes_it() -> N
             assert 1 == _direct(rt) - direct
 
     arun(main)
+
+
+def pair_of(v: Any) -> Any:
+    return {"a": v, "b": (v or 0) + 1}
+
+
+def added(a: Any, b: Any) -> Any:
+    CALLS[("added", a, b)] += 1
+    return a + b
+
+
+@pattern
+def Fields(value):  # type: ignore[no-untyped-def]
+    pair = lift(pair_of)(value)
+    return {"out": lift(added)(pair["a"], pair["b"])}
+
+
+def test_a_lift_over_two_fields_of_one_lift_s_output_runs_directly() -> None:
+    async def main() -> None:
+        async with Runtime() as rt:
+            source, res = await _run(rt, Fields, 1)
+            assert 3 == await res.key("out").pull()
+            direct = _direct(rt)
+            for v in (2, 5):
+                await source.set(v)
+                assert 2 * v + 1 == await res.key("out").pull()
+            assert 2 == _direct(rt) - direct  # `added`: `pair_of` writes a dict
+            assert {("added", 1, 2): 1, ("added", 2, 3): 1, ("added", 5, 6): 1} == dict(CALLS)
+
+    arun(main)
