@@ -216,87 +216,112 @@ def test_a_lift_whose_input_becomes_a_container_gets_its_own_copy_of_it(pat: Any
     arun(main)
 
 
-def test_a_lift_whose_input_another_replica_moves_while_it_computes_runs_again() -> None:
-    # Another replica writes the lift's input while the function runs: the run's
-    # commit was computed from a value that is gone, so it must not land, and the lift
-    # runs again on the foreign value.
-    store = MemoryStore()
+def _writes_7_on_2(store: MemoryStore, where: list[Any], name: str) -> Any:
+    """A lift function (`v * 10`) that, called with 2, has another replica write 7 at
+    the document `where[0]` names, while it runs."""
     other = cells.Space(cells.Replica(store), "t")
-    where: list[Any] = []
 
-    def racing(v: Any) -> Any:
-        CALLS[("racing", v)] += 1
+    def fn(v: Any) -> Any:
+        CALLS[(name, v)] += 1
         if v == 2:
             tx = other.edit()
             tx.write(where[0], ("value",), 7)
             tx.commit()
         return v * 10
 
+    return fn
+
+
+@pytest.mark.parametrize("direct", [False, True])
+def test_a_lift_whose_input_another_replica_moves_while_it_computes_runs_again(
+    direct: bool,
+) -> None:
+    # Another replica writes the lift's input while the function runs: the value it
+    # computed is from a state that is gone, so it must not land, and the lift runs
+    # again on the foreign value. `direct`: the input is `same`'s output, which the
+    # lift reads with no transaction (the foreign write goes there).
+    store = MemoryStore()
+    where: list[Any] = []
+    racing = _writes_7_on_2(store, where, "racing")
+
     @pattern
     def Racing(value):  # type: ignore[no-untyped-def]
-        return {"out": lift(racing)(value)}
+        return {"out": lift(racing)(lift(same)(value) if direct else value)}
 
     async def main() -> None:
         async with Runtime(store, space="t") as rt:
-            where.append(rt.get_cell("value").doc_key)
-            source, res = await _run(rt, Racing, 1)
+            source, res = await _run(rt, Racing, 0)
+            moved = docs.internal_link(res.link(), 0).key(rt.identity) if direct else None
+            where.append(moved or source.doc_key)
+            await source.set(1)
             assert 10 == await res.key("out").pull()
+            ran, stale = _direct(rt), rt.scheduler.stats.stale_reruns
             await source.set(2)
             assert 70 == await res.key("out").pull()
-            assert 7 == await source.pull()
-            assert {("racing", 1): 1, ("racing", 2): 1, ("racing", 7): 1} == dict(CALLS)
+            assert (1 if direct else 0) <= rt.scheduler.stats.stale_reruns - stale
+            assert direct == (_direct(rt) > ran)
+            # (It may run on 2 again before the foreign commit reaches this replica.)
+            assert 1 <= CALLS[("racing", 2)]
+            assert 1 == CALLS[("racing", 7)]
             await rt.idle()
-            out_key = docs.internal_link(res.link(), 0).key(rt.identity)
+            out_key = docs.internal_link(res.link(), 1 if direct else 0).key(rt.identity)
             assert 70 == store.read_durable(out_key)["value"]
 
     arun(main)
 
 
-def test_a_lift_overtaken_before_its_commit_reaches_the_store_is_rejected_and_reruns() -> None:
-    # `plus` runs first in the drain and commits on `x` = 3; `racer`, later in the same
-    # drain, has another replica write `x` = 7 before the drain's commits reach the
+@pytest.mark.parametrize("direct", [False, True])
+def test_a_lift_overtaken_before_its_commit_reaches_the_store_is_rejected_and_reruns(
+    direct: bool,
+) -> None:
+    # `plus` runs first in the drain, on x (3) and w; `racer`, later in the same drain,
+    # has another replica write 7 at x's place before the drain's commits reach the
     # store. The store must reject `plus`'s commit (its basis is gone), and `plus` run
-    # again on 7: a stale re-run, not only a re-run on the foreign change.
+    # again on 7: a stale re-run, not only a re-run on the foreign change. `direct`: x
+    # and w reach `plus` through `same`, so `plus` and `racer` run with no transaction.
     store = MemoryStore()
-    other = cells.Space(cells.Replica(store), "t")
     where: list[Any] = []
+    racer = _writes_7_on_2(store, where, "racer")
 
-    def plus(v: Any) -> Any:
-        CALLS[("plus", v)] += 1
-        return v + 100
+    def plus(v: Any, w: Any) -> Any:
+        CALLS[("plus", v, w)] += 1
+        return v + w
 
-    def racer(v: Any) -> Any:
-        CALLS[("racer", v)] += 1
-        if v == 2:
-            tx = other.edit()
-            tx.write(where[0], ("value",), 7)
-            tx.commit()
-        return v * 10
+    def over(ref: Any) -> Any:
+        return lift(same)(ref) if direct else ref
 
     @pattern
-    def Pair(x, y):  # type: ignore[no-untyped-def]
-        return {"a": lift(plus)(x), "b": lift(racer)(y)}
+    def Pair(x, w, y):  # type: ignore[no-untyped-def]
+        return {"a": lift(plus)(over(x), over(w)), "b": lift(racer)(over(y))}
 
     async def main() -> None:
         async with Runtime(store, space="t") as rt:
-            x, y, res = rt.get_cell("x"), rt.get_cell("y"), rt.get_cell("res")
-            where.append(x.doc_key)
-            async with rt.edit() as tx:
-                x.with_tx(tx).set(1)
-                y.with_tx(tx).set(1)
-                rt.run(tx, Pair, {"x": x, "y": y}, res)
-            assert {"a": 101, "b": 10} == await res.pull()
-            stale = rt.scheduler.stats.stale_reruns
+            x, w, y = rt.get_cell("x"), rt.get_cell("w"), rt.get_cell("y")
+            res = rt.get_cell("res")
             async with rt.edit() as tx:
                 x.with_tx(tx).set(3)
+                w.with_tx(tx).set(0)
+                y.with_tx(tx).set(0)
+                rt.run(tx, Pair, {"x": x, "w": w, "y": y}, res)
+            x_place = docs.internal_link(res.link(), 0).key(rt.identity) if direct else None
+            where.append(x_place or x.doc_key)
+            assert {"a": 3, "b": 0} == await res.pull()
+            async with rt.edit() as tx:
+                w.with_tx(tx).set(100)
+                y.with_tx(tx).set(1)
+            assert {"a": 103, "b": 10} == await res.pull()
+            ran, stale = _direct(rt), rt.scheduler.stats.stale_reruns
+            async with rt.edit() as tx:
+                w.with_tx(tx).set(200)
                 y.with_tx(tx).set(2)
-            assert {"a": 107, "b": 20} == await res.pull()
+            assert {"a": 207, "b": 20} == await res.pull()
+            assert (2 if direct else 0) <= _direct(rt) - ran  # `plus` and `racer`
             assert 1 <= rt.scheduler.stats.stale_reruns - stale
-            assert 1 == CALLS[("plus", 3)]
-            assert 1 == CALLS[("plus", 7)]
+            assert 1 == CALLS[("plus", 3, 200)]
+            assert 1 == CALLS[("plus", 7, 200)]
             await rt.idle()
-            out_key = docs.internal_link(res.link(), 0).key(rt.identity)
-            assert 107 == store.read_durable(out_key)["value"]
+            out_key = docs.internal_link(res.link(), 2 if direct else 0).key(rt.identity)
+            assert 207 == store.read_durable(out_key)["value"]
 
     arun(main)
 
@@ -363,104 +388,6 @@ def test_a_lift_writes_missing_as_absent() -> None:
             await source.set(0)
             assert MISSING is await res.key("out").pull()
             assert "value" not in _output_doc(rt, res)
-
-    arun(main)
-
-
-def test_a_direct_lift_whose_input_moves_while_it_computes_runs_again() -> None:
-    # `racing` reads `same`'s output, with no transaction; another replica rewrites that
-    # output while `racing` computes: the value it computed is from a state that is
-    # gone, so it must not land, and `racing` runs again on the foreign value.
-    store = MemoryStore()
-    other = cells.Space(cells.Replica(store), "t")
-    where: list[Any] = []
-
-    def racing(v: Any) -> Any:
-        CALLS[("racing", v)] += 1
-        if v == 2:
-            tx = other.edit()
-            tx.write(where[0], ("value",), 7)
-            tx.commit()
-        return v * 10
-
-    @pattern
-    def Racing(value):  # type: ignore[no-untyped-def]
-        return {"out": lift(racing)(lift(same)(value))}
-
-    async def main() -> None:
-        async with Runtime(store, space="t") as rt:
-            source, res = await _run(rt, Racing, 0)
-            where.append(docs.internal_link(res.link(), 0).key(rt.identity))
-            assert 0 == await res.key("out").pull()
-            await source.set(1)
-            assert 10 == await res.key("out").pull()
-            direct, stale = _direct(rt), rt.scheduler.stats.stale_reruns
-            await source.set(2)
-            assert 70 == await res.key("out").pull()
-            assert 1 <= rt.scheduler.stats.stale_reruns - stale
-            assert 1 <= _direct(rt) - direct
-            # (`racing` may run on 2 again before the foreign commit reaches this replica.)
-            assert 1 <= CALLS[("racing", 2)]
-            assert 1 == CALLS[("racing", 7)]
-            await rt.idle()
-            out_key = docs.internal_link(res.link(), 1).key(rt.identity)
-            assert 70 == store.read_durable(out_key)["value"]
-
-    arun(main)
-
-
-def test_a_direct_lift_overtaken_before_its_commit_reaches_the_store_reruns() -> None:
-    # `plus` runs first in the drain, directly, on `same(x)`'s output (3) and `same(w)`'s;
-    # `racer`, later in the same drain, has another replica rewrite `same(x)`'s output
-    # (7) before the drain's commits reach the store. The store must reject `plus`'s
-    # commit (its basis is gone), and `plus` run again on 7.
-    store = MemoryStore()
-    other = cells.Space(cells.Replica(store), "t")
-    where: list[Any] = []
-
-    def plus(v: Any, w: Any) -> Any:
-        CALLS[("plus", v, w)] += 1
-        return v + w
-
-    def racer(v: Any) -> Any:
-        CALLS[("racer", v)] += 1
-        if v == 2:
-            tx = other.edit()
-            tx.write(where[0], ("value",), 7)
-            tx.commit()
-        return v * 10
-
-    @pattern
-    def Pair(x, w, y):  # type: ignore[no-untyped-def]
-        return {"a": lift(plus)(lift(same)(x), lift(same)(w)), "b": lift(racer)(lift(same)(y))}
-
-    async def main() -> None:
-        async with Runtime(store, space="t") as rt:
-            x, w, y = rt.get_cell("x"), rt.get_cell("w"), rt.get_cell("y")
-            res = rt.get_cell("res")
-            async with rt.edit() as tx:
-                x.with_tx(tx).set(3)
-                w.with_tx(tx).set(0)
-                y.with_tx(tx).set(0)
-                rt.run(tx, Pair, {"x": x, "w": w, "y": y}, res)
-            where.append(docs.internal_link(res.link(), 0).key(rt.identity))
-            assert {"a": 3, "b": 0} == await res.pull()
-            async with rt.edit() as tx:
-                w.with_tx(tx).set(100)
-                y.with_tx(tx).set(1)
-            assert {"a": 103, "b": 10} == await res.pull()
-            direct, stale = _direct(rt), rt.scheduler.stats.stale_reruns
-            async with rt.edit() as tx:
-                w.with_tx(tx).set(200)
-                y.with_tx(tx).set(2)
-            assert {"a": 207, "b": 20} == await res.pull()
-            assert 2 <= _direct(rt) - direct  # `plus` and `racer` ran directly
-            assert 1 <= rt.scheduler.stats.stale_reruns - stale
-            assert 1 == CALLS[("plus", 3, 200)]
-            assert 1 == CALLS[("plus", 7, 200)]
-            await rt.idle()
-            out_key = docs.internal_link(res.link(), 2).key(rt.identity)
-            assert 207 == store.read_durable(out_key)["value"]
 
     arun(main)
 
