@@ -83,7 +83,16 @@ from ._transaction import (
     TxDoc,
     _deps,
 )
-from ._values import MAX_DEPTH, MAX_INT, MISSING, Value, normalize, same_value, set_path
+from ._values import (
+    MAX_DEPTH,
+    MAX_INT,
+    MISSING,
+    Value,
+    element_position,
+    normalize,
+    same_value,
+    set_path,
+)
 from .errors import (
     CellweaveError,
     InconsistentBasisError,
@@ -158,32 +167,49 @@ RUN_DONE = 1
 
 
 _NOT_PLAIN: Any = object()
-"""`_plain_at`: not a plain value reached by dicts and lists alone."""
+"""`_reach`, `_plain_at`: not a place reached by dicts and lists alone."""
 
 
-def _plain_at(doc: Any, path: Path) -> Any:
-    """The plain value a function reads at `path` of document value `doc` (None for
-    an absent one), when the walk meets only dicts (a str step) and lists (an int step
-    inside it) and ends at a scalar or at a dict's absent key; else `_NOT_PLAIN` (a
-    link on the way or at the end, a container at the end, an element-id step, a
-    scalar in the way: a transaction's read decides). O(len(path))."""
+def _reach(doc: Any, path: Path) -> Any:
+    """What a transaction's walk reaches at `path` of document value `doc` when it meets
+    no link on the way: the value there (a link at the end is that link), MISSING for
+    an absent dict key (the walk stops there too); `_NOT_PLAIN` for a link on the way,
+    a scalar in the way, or an element-id step (a str step at a list) naming no element
+    (`element_position`, as `_links._first_link` resolves it). O(len(path))."""
     value = doc
-    for step in path:
+    for i, step in enumerate(path):
         t = type(value)
         if t is dict:
             if type(step) is not str:
                 return _NOT_PLAIN
             value = value.get(step, MISSING)
             if value is MISSING:
-                return None  # absent: `get_path` stops here too, nothing to follow
-        elif t is list and type(step) is int and 0 <= step < len(value):
-            value = value[step]
+                return MISSING  # absent: `get_path` stops here too, nothing to follow
+        elif t is list:
+            if isinstance(step, int):
+                if not 0 <= step < len(value):
+                    return _NOT_PLAIN
+                value = value[step]
+            else:
+                at = element_position(doc, path[:i], value, step)
+                if at is None:
+                    return _NOT_PLAIN  # moved out or removed: the transaction decides
+                value = value[at]
         else:
             return _NOT_PLAIN
+    return value
+
+
+def _plain_at(doc: Any, path: Path) -> Any:
+    """The plain value a function reads at `path` of document value `doc` (None for
+    an absent one), when `_reach` gets there and finds a scalar or nothing; else
+    `_NOT_PLAIN` (a link on the way or at the end, a container at the end, an element
+    id naming nothing, a scalar in the way: a transaction's read decides)."""
+    value = _reach(doc, path)
     t = type(value)
     if t is int or t is str or t is float or t is bool or value is None:
         return value
-    return _NOT_PLAIN  # a link to follow, a container to copy
+    return None if value is MISSING else _NOT_PLAIN  # (else a link, a container)
 
 
 class RunComputed:
@@ -803,6 +829,7 @@ class Replica:
         on_failure: SettleCallback | None,
         accept: Callable[[Any], bool] | None = None,
         wrote: Callable[[Any], None] | None = None,
+        hops: tuple[tuple[DocKey, Path, Link], ...] = (),
     ) -> int | CommitResult | RunComputed:
         """Run a node of k plain inputs with no transaction, in a drain: read the plain
         value at each of `places` (a document and a path in it, ``("value", ...)``),
@@ -817,11 +844,18 @@ class Replica:
         `compute` ran (nothing changed: re-run, as for a stale transaction).
 
         The shape: each place's walk from its document meets only dicts (a str step)
-        and lists (an int step inside it) and ends at a scalar or at a dict's absent
-        key (None): a link on the way or at the end, a container at the end, an
-        element-id step or a scalar in the way are the transaction's (its read would
+        and lists (an int step inside it, or an element-id step that names an element,
+        resolved as `_links._first_link` does) and ends at a scalar or at a dict's absent
+        key (None): a link on the way or at the end, a container at the end, an element
+        id naming nothing or a scalar in the way are the transaction's (its read would
         log more than one deep read there, or walk what this does not). No place in
         the written document.
+
+        `hops` are the links a transaction's walk to `places` follows (`plain_chain`):
+        per hop its document, the full-document path of the link's place, and the link
+        that must sit there now, reached by the same plain walk (else `RUN_NONE`: a
+        re-pointed link, a link gone, is the transaction's). Each is a shallow read,
+        with its document's basis, in the entry, as `_links._walk` logs it.
 
         The same commit as the transaction run's: one read takes the basis and deps of
         its document as `Transaction.read` does, and the entry carries them (one read:
@@ -845,7 +879,7 @@ class Replica:
             or ((wkey.scope != "space" or "cw:" <= wkey.id < "cw;") and not reaches(identity, wkey))
         ):
             return RUN_NONE
-        if len(places) == 1:
+        if len(places) == 1 and not hops:
             # One input (the usual node): the loop below without its lists.
             ((rkey, path),) = places
             rec = records.get(rkey)
@@ -891,8 +925,11 @@ class Replica:
             values: list[Any] = []
             bases = []  # per read: its document and basis seq (the entry's `basis`)
             held: list[Any] = []  # per read: its record and version (the stale check)
+            paths: list[tuple[Path, bool]] = []  # per read: its path, whether shallow
             deps = ()
-            for rkey, path in places:
+            every: tuple[tuple[Any, ...], ...] = (*hops, *places)
+            for each in every:
+                rkey, path = each[0], each[1]
                 rec = records.get(rkey)
                 if rec is None or rkey == wkey:
                     return RUN_NONE
@@ -901,18 +938,25 @@ class Replica:
                 ):
                     return RUN_NONE
                 visible = rec.visible
-                if len(path) == 1 and type(visible) is dict:
-                    value = visible.get(path[0], MISSING)
-                    t = type(value)
-                    if not (t is int or t is str or t is float or t is bool or value is None):
-                        if value is not MISSING:
-                            return RUN_NONE
-                        value = None
+                if len(each) == 3:  # a hop: the link that must sit at `path`
+                    found = _reach(visible, path)
+                    if found is not each[2] and found != each[2]:
+                        return RUN_NONE  # re-pointed, or gone: the transaction follows it
+                    paths.append((path, True))
                 else:
-                    value = _plain_at(visible, path)
-                    if value is _NOT_PLAIN:
-                        return RUN_NONE
-                values.append(value)
+                    if len(path) == 1 and type(visible) is dict:
+                        value = visible.get(path[0], MISSING)
+                        t = type(value)
+                        if not (t is int or t is str or t is float or t is bool or value is None):
+                            if value is not MISSING:
+                                return RUN_NONE
+                            value = None
+                    else:
+                        value = _plain_at(visible, path)
+                        if value is _NOT_PLAIN:
+                            return RUN_NONE
+                    values.append(value)
+                    paths.append((path, False))
                 bases += (rkey, rec.confirmed_seq)
                 held += (rec, rec.version)
                 layers = rec.layers
@@ -970,17 +1014,28 @@ class Replica:
             entry: tuple[Any, ...] = (
                 tx, seq, rkey, basis_seq, path, False, deps, wkey, wpath, new, wvisible, working,
             )  # fmt: skip
-        elif len(places) == 2:
+        elif len(paths) == 2:
             entry = (
-                tx, seq, None, tuple(bases), (places[0][1], False), (places[1][1], False), deps,
-                wkey, wpath, new, wvisible, working,
+                tx, seq, None, tuple(bases), paths[0], paths[1], deps, wkey, wpath, new,
+                wvisible, working,
             )  # fmt: skip
-        else:
+        elif not hops:
             # More than two reads: the k-read entry, each read deep at its place (see
             # RUN_WIDTH): no claim objects.
             entry = (
                 tx, seq, None, tuple(bases), tuple([p for _, p in places]), True, deps, wkey,
                 wpath, new, wvisible, working,
+            )  # fmt: skip
+        else:
+            # More than two reads, some shallow (link hops, which the k-read entry does
+            # not carry): their read claims, as `read_claims` makes them (deps ascending
+            # and unique, as a request's).
+            claims = tuple(
+                [ReadClaim(bases[2 * j], *paths[j], bases[2 * j + 1]) for j in range(len(paths))]
+            )
+            entry = (
+                tx, seq, None, claims, None, None, tuple(sorted(set(deps))), wkey, wpath, new,
+                wvisible, working,
             )  # fmt: skip
         self._send_run(tx, seq, change, entry)
         if wrote is not None:

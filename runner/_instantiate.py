@@ -178,7 +178,7 @@ class _LiftShape:
     """What every instance of one lift node of a pattern shares (made once per node):
     its function, label, index, whether it is async, and its code key (`_reuse`)."""
 
-    __slots__ = ("code", "direct", "fn", "index", "is_async", "label", "spec")
+    __slots__ = ("code", "direct", "fn", "index", "is_async", "label", "links", "spec")
 
     def __init__(self, pattern: Pattern, spec: NodeSpec) -> None:
         self.spec = spec
@@ -189,6 +189,14 @@ class _LiftShape:
         self.code = node_code_key(pattern, spec, fn)
         self.direct = not self.is_async and _over_lifts(pattern, spec.inputs)
         """Whether its instances are `_DirectLift`s (may run with no transaction)."""
+        args = spec.inputs.get("args") if type(spec.inputs) is dict else None
+        self.links: tuple[int, ...] | None = (
+            tuple(i for i, a in enumerate(args) if type(a) is Binding)
+            if self.direct and args is not None and any(type(a) is not Binding for a in args)
+            else None
+        )
+        """For a `_DirectLift` with constant inputs: the positions of its links (the
+        inputs a direct run reads); None when every input is a link."""
 
 
 _PLAIN_KINDS: Final = frozenset({"lift", "state"})
@@ -198,24 +206,33 @@ _PLAIN_KINDS: Final = frozenset({"lift", "state"})
 
 def _over_lifts(pattern: Pattern, inputs: Any) -> bool:
     """Whether a lift's inputs (its spec's, unbound) are each a place in the output of
-    another lift or a state cell (no argument of the pattern, no constant, no keyword
-    input): what a direct run can read (`_DirectLift`).
+    another lift or a state cell, a place in the pattern's argument, or a scalar
+    constant, at least one not a constant, with no keyword input: what a direct run can
+    read (`_DirectLift`).
 
-    An argument is left out on purpose: a pattern's argument is stored in its run's
-    argument document as a link to the caller's cell or element (read through that
-    link: never a plain place), or as a plain value nothing rewrites (a lift over it
-    does not run again). Deciding per pattern node, from the spec, keeps the lifts of
-    a map's card, which read their element, off the direct path at no cost per run."""
+    An argument is read through the link its run's argument document holds (to the
+    caller's cell, or a map's element: the card's lifts), which a direct run follows
+    as the transaction does (`scheduler._direct.chained_places`: each hop's place a
+    shallow read). A nested pattern's, a list's or a `when`'s output holds links to
+    results (a container at the end: never a plain value), so a lift over it stays a
+    plain `_Lift`, decided per pattern node at no cost per run."""
     args = inputs.get("args") if type(inputs) is dict else None
     if type(args) is not list or not args or inputs.get("kwargs"):
         return False
     kinds = {n.index: n.kind for n in pattern.graph.nodes}
+    linked = False
     for b in args:
-        if type(b) is not Binding or b.cell != "internal":
+        if type(b) is not Binding:
+            t = type(b)
+            if t is str or t is int or t is float or t is bool or b is None:
+                continue  # a constant: `compute` passes it as it is (`materialize` does)
             return False
+        linked = True
+        if b.cell == "argument":
+            continue  # read through the argument's link (hops: `scheduler._direct`)
         if kinds.get(int(b.name[1:])) not in _PLAIN_KINDS:  # ("n3": as `docs.bind` reads it)
             return False
-    return True
+    return linked
 
 
 _shapes: weakref.WeakKeyDictionary[Pattern, dict[int, _LiftShape]]
@@ -452,17 +469,19 @@ class _Lift(Teardown):
 
 class _DirectLift(_Lift, ValueFunction):
     """A lift whose every input is a place in another lift's or a state cell's output,
-    with no keyword input and no async function (`_over_lifts`): it may run with no transaction
-    (`scheduler.ValueFunction`) once its node has run in one, when that run read
-    exactly one plain place per input (no link on the way; the scheduler checks the
-    read set, `Replica.run_field` the values). `compute`, `put` and `wrote` keep what
-    a transaction run keeps: the reuse book hears each write, and a result that is not
-    a plain scalar (a pattern instance, a container, a float) is written by `put` in a
-    transaction, which launches or lets go of children as `_put` does.
+    in the pattern's argument, or a scalar constant, with no keyword input and no async
+    function (`_over_lifts`): it may run with no transaction (`scheduler.ValueFunction`)
+    once its node has run in one, when a transaction run now would read what that run
+    read (a plain place per input, reached through the same link hops: the scheduler
+    checks the read set, `Replica.run_field` the values). `compute`, `put` and `wrote`
+    keep what a transaction run keeps: the reuse book hears each write, and a result
+    that is not a plain scalar (a pattern instance, a container, a float) is written by
+    `put` in a transaction, which launches or lets go of children as `_put` does.
 
     A class of its own, chosen per pattern node (`_LiftShape.direct`), so that a lift
-    that can never run directly (a card's, which read their element through the
-    map's argument link) costs the scheduler one `isinstance` per run and nothing more.
+    that can never run directly (over a nested pattern's, a list's or a `when`'s
+    output, which hold links to results) costs the scheduler one `isinstance` per run
+    and nothing more.
     """
 
     __slots__ = ()
@@ -484,14 +503,24 @@ class _DirectLift(_Lift, ValueFunction):
         if node is None or node.runs <= 1 or self.launches is not None:
             return ()  # (`runs` is counted before the run: 1 is the first)
         args = self.args
-        return args[0] if len(args) == 1 else args
+        at = self.shape.links
+        if at is None:
+            return args[0] if len(args) == 1 else args
+        return args[at[0]] if len(at) == 1 else tuple([args[i] for i in at])
 
     def compute(self, *values: Any) -> Any:
         """A direct run's call: the function over its inputs' plain values (an absent
         value is None, as `materialize` gives it)."""
-        if self.shape.code is not None:
+        shape = self.shape
+        if shape.code is not None:
             self.written = PENDING  # until `wrote` / `_put`: a raising run leaves no record
-        return self.shape.fn(*values)
+        at = shape.links
+        if at is not None:  # the constants in their places, the values in the links'
+            args = list(self.args)
+            for i, value in zip(at, values, strict=True):
+                args[i] = value
+            return shape.fn(*args)
+        return shape.fn(*values)
 
     def put(self, tx: Transaction, value: Any) -> None:
         """Write what `compute` returned, in `tx`, as a transaction run does."""

@@ -9,12 +9,16 @@ values from the replica, call `compute`, and commit the result with no
 places and nothing else.
 
 Invariants
-- A direct run happens only when the node's read set is exactly one deep read per
-  input, each at the input's place (``("value", *link.path)`` of the document the
-  link names for the node's identity), and nothing else (no shallow read, no other
-  document): what a transaction run of the same function logs when no link sits on the way
-  (`Replica.run_field` declines a link, a container, anything else). So the read
-  set, the reader index and the graph stay as the last run left them.
+- A direct run happens only when the node's read set is exactly what a transaction
+  run of the same function would log now: one deep read per input at the input's
+  place (``("value", *link.path)`` of the document the link names for the node's
+  identity) when no link sits on the way; else, when the read set holds a shallow
+  read (a link followed), the walk a transaction makes now (`cells.plain_chain`:
+  a shallow read of each hop's place, a deep read at the end, element-id steps
+  resolved as the transaction resolves them) read by read (`chained_places`).
+  `Replica.run_field` declines a link or a container at the end, and checks each
+  hop's link again. So the read set, the reader index and the graph stay as the last
+  run left them, and a re-pointed link makes a transaction run.
 - The output is one top-level field of one document (`Node.outputs`, one pair of
   path length 1); anything else runs in a transaction.
 - `compute` is called once per run: a result the direct commit cannot write goes to
@@ -36,6 +40,7 @@ from cells import (
     Replica,
     RunComputed,
     Transaction,
+    plain_chain,
     read_value,
 )
 
@@ -186,6 +191,45 @@ def direct_places(
     return tuple(out)
 
 
+def chained_places(
+    node: Node, inputs: Link | tuple[Link, ...], replica: Replica
+) -> tuple[tuple[tuple[DocKey, Path], ...], tuple[tuple[DocKey, Path, Link], ...]] | None:
+    """The places of `inputs` (as `direct_places`) and the link hops a transaction's
+    walk to them follows now (`cells.plain_chain`: each hop's document, place and
+    link, each once), when what that walk logs (a shallow read per hop, a deep read per
+    place) is exactly `node`'s read set: a transaction run now would leave the read
+    set, the reader index and the graph as they are. Else None (a link re-pointed since
+    the last run, an element gone: the transaction decides). O(k · hops · path)."""
+    identity = node.identity
+    reads = node.reads
+    places: list[tuple[DocKey, Path]] = []
+    hops: list[tuple[DocKey, Path, Link]] = []
+    logged = 0  # distinct reads, each found in `reads`
+    for link in (inputs,) if isinstance(inputs, Link) else inputs:
+        chain = plain_chain(replica, link, identity)
+        if chain is None:
+            return None
+        steps, key, path = chain
+        for hop in steps:
+            if hop not in hops:  # (two inputs through one link: one read of its place)
+                entry = reads.get(hop[0])
+                if entry is None or hop[1] not in entry[1]:
+                    return None
+                hops.append(hop)
+                logged += 1
+        entry = reads.get(key)
+        if entry is None or path not in entry[0]:
+            return None
+        if (key, path) not in places:
+            logged += 1
+        places.append((key, path))
+    # Each distinct read is in `reads`; as many as `reads` holds: exactly `reads` (what
+    # `compact_reads` of the log would make, or a mismatch: the transaction decides).
+    if not hops or logged != sum([len(deep) + len(shallow) for deep, shallow in reads.values()]):
+        return None
+    return tuple(places), tuple(hops)
+
+
 def run_direct(
     node: Node, fn: ValueFunction, replica: Replica, on_failure: Any
 ) -> int | CommitResult | RunComputed:
@@ -205,7 +249,18 @@ def run_direct(
         return RUN_NONE  # several outputs
     inputs = fn.inputs
     reads = node.reads
-    if type(inputs) is Link and type(reads) is OneRead:
+    hops: tuple[tuple[DocKey, Path, Link], ...] = ()
+    if (
+        (reads.entry[1] or reads.entry2[1])
+        if isinstance(reads, TwoReads)
+        else type(reads) is not OneRead and any(entry[1] for entry in reads.values())
+    ):
+        # A link on the way (a shallow read of its place): the walk decides.
+        chained = chained_places(node, inputs, replica)
+        if chained is None:
+            return RUN_NONE
+        places, hops = chained
+    elif type(inputs) is Link and type(reads) is OneRead:
         # One input (the usual node): `direct_places` without its calls.
         key = reads.key
         if key.id != inputs.id or key.space != inputs.space or key.scope != inputs.scope:
@@ -226,7 +281,12 @@ def run_direct(
     identity = node.identity
     if fn.hooked:
         return replica.run_field(
-            places, wkey, wpath, fn.compute, identity, node, on_failure, fn.accepts, fn.wrote
+            places, wkey, wpath, fn.compute, identity, node, on_failure, fn.accepts, fn.wrote,
+            hops,
+        )  # fmt: skip
+    if hops:
+        return replica.run_field(
+            places, wkey, wpath, fn.compute, identity, node, on_failure, None, None, hops
         )
     return replica.run_field(places, wkey, wpath, fn.compute, identity, node, on_failure)
 

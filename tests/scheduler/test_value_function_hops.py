@@ -1,0 +1,211 @@
+"""Value functions whose inputs are reached through link hops and element-id steps (a
+map card's lifts: the child's argument link, then the element) run with no
+transaction when the walk a transaction would make now logs exactly the node's read
+set (`scheduler._direct.chained_places`, `Replica.run_field`'s `hops`). Each test pins
+one guarantee of that path: checked to fail with that part of it wrong."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import cells
+from cells import RUN_NONE, Link, Space
+from scheduler import ManualClock, Scheduler
+
+
+@pytest.fixture
+def sp() -> Space:
+    return Space(cells.MemoryStore(), "d")
+
+
+@pytest.fixture
+def sch(sp: Space) -> Iterator[Scheduler]:
+    s = Scheduler(sp.replica, clock=ManualClock())
+    yield s
+    s._check()
+    sp.replica._check()
+
+
+def _title(v: Any) -> Any:
+    return None if v is None else f"<{v}>"
+
+
+def test_an_input_through_link_hops_runs_directly_and_lands(sp: Space, sch: Scheduler) -> None:
+    # arg.element -> mid (a whole-value link) -> task: two hops, each a shallow read.
+    arg, mid, task, out = sp.cell("arg"), sp.cell("mid"), sp.cell("task"), sp.cell("out")
+    task.set({"title": "a"})
+    mid.set(task.link())
+    arg.set({"element": mid.link()})
+    node = sch.derive(out, [arg.key("element").key("title")], _title)
+    seen: list[Any] = []
+    sch.sink(out, seen.append)
+    direct = sch.stats.direct_commits
+    for t in ("b", "c"):
+        task.key("title").set(t)
+        sch.settle()
+    assert ["<a>", "<b>", "<c>"] == seen
+    assert (2, 3) == (sch.stats.direct_commits - direct, node.runs)
+    sp.replica.pump()
+    assert {"value": "<c>"} == sp.replica.store.read_durable(out.doc_key)
+    assert 0 == sp.replica.in_flight()
+
+
+def test_a_re_pointed_link_is_heard_and_the_run_reads_the_new_target(
+    sp: Space, sch: Scheduler
+) -> None:
+    arg, t1, t2, out = sp.cell("arg"), sp.cell("t1"), sp.cell("t2"), sp.cell("out")
+    t1.set({"title": "one"})
+    t2.set({"title": "two"})
+    arg.set({"element": t1.link()})
+    k = sp.cell("k")
+    k.set("")
+    node = sch.derive(out, [arg.key("element").key("title"), k], _join)
+    seen: list[Any] = []
+    sch.sink(out, seen.append)
+    t1.key("title").set("one!")  # direct (through the hop)
+    sch.settle()
+    direct = sch.stats.direct_commits
+    arg.key("element").set(t2.link())  # re-pointed: not the walk its read set holds
+    sch.settle()
+    assert 0 == sch.stats.direct_commits - direct  # a transaction run: new read set
+    runs = node.runs
+    t1.key("title").set("stale")  # no longer read: nothing runs
+    sch.settle()
+    assert runs == node.runs
+    t2.key("title").set("two!")  # read now, directly
+    sch.settle()
+    assert 1 == sch.stats.direct_commits - direct
+    assert ["one|", "one!|", "two|", "two!|"] == seen
+    sp.replica.pump()
+    assert {"value": "two!|"} == sp.replica.store.read_durable(out.doc_key)
+
+
+def _join(*vs: Any) -> str:
+    return "|".join("" if v is None else str(v) for v in vs)
+
+
+def _items_link(items: cells.Cell, eid: str) -> Link:
+    return Link(items.space, items.id, items.scope, (eid,))
+
+
+def test_an_element_id_step_follows_the_element_when_it_moves(sp: Space, sch: Scheduler) -> None:
+    items, arg, out = sp.cell("items"), sp.cell("arg"), sp.cell("out")
+    items.set([{"title": "a"}, {"title": "b"}, {"title": "c"}])
+    arg.set({"element": _items_link(items, "#1")})  # the element "b"
+    sch.derive(out, [arg.key("element").key("title")], _title)
+    seen: list[Any] = []
+    sch.sink(out, seen.append)
+    direct = sch.stats.direct_commits
+    items.key(1).key("title").set("b1")
+    sch.settle()
+    assert 1 == sch.stats.direct_commits - direct
+    items.insert(0, {"title": "new"})  # "#1" moves to position 2
+    sch.settle()
+    items.key(2).key("title").set("b2")  # the same element, at its new position
+    sch.settle()
+    items.key(1).key("title").set("a1")  # another element now at "#1"'s old position
+    sch.settle()
+    assert "<b2>" == out.get()
+    assert ["<b>", "<b1>", "<b2>"] == seen
+    assert 2 <= sch.stats.direct_commits - direct
+    sp.replica.pump()
+    assert {"value": "<b2>"} == sp.replica.store.read_durable(out.doc_key)
+
+
+def test_an_element_id_step_whose_element_is_removed_reads_as_a_transaction_does(
+    sp: Space, sch: Scheduler
+) -> None:
+    items, arg, out = sp.cell("items"), sp.cell("arg"), sp.cell("out")
+    items.set([{"title": "a"}, {"title": "b"}, {"title": "c"}])
+    arg.set({"element": _items_link(items, "#1")})
+    node = sch.derive(out, [arg.key("element").key("title"), sp.cell("k")], _join)
+    seen: list[Any] = []
+    sch.sink(out, seen.append)
+    items.remove(1)  # gone: the walk names no element (never the next one, "c")
+    sch.settle()
+    sp.cell("k").set(1)  # a run on the removed element's read set
+    sch.settle()
+    assert ["b|", "|", "|1"] == seen
+    assert 3 == node.runs
+    # The direct run declines a place whose element id names nothing (never reads the
+    # element now at its old position).
+    called: list[Any] = []
+    sp.replica.begin_batch()  # (a drain's batch: `run_field` runs only in one)
+    try:
+        gone = ((items.doc_key, ("value", "#1", "title")),)
+        assert RUN_NONE == sp.replica.run_field(
+            gone, out.doc_key, ("value",), called.append, sp.identity, None, None
+        )
+        kept = ((items.doc_key, ("value", "#2", "title")),)  # "c", now at position 1
+        assert 1 == sp.replica.run_field(
+            kept, out.doc_key, ("value",), called.append, sp.identity, None, None
+        )
+    finally:
+        sp.replica.end_batch()
+    assert ["c"] == called
+
+
+def test_a_foreign_commit_to_a_hop_document_between_read_and_commit_is_rejected(
+    sp: Space, sch: Scheduler
+) -> None:
+    # `y` runs directly through arg's link; then, in the same drain, another replica
+    # re-points that link before the drain's commits reach the store: the store must
+    # reject `y`'s commit (its shallow read of the link's place is stale), and `y` run
+    # again through the new link.
+    arg, t1, t2, a, y, b = (sp.cell(n) for n in ("arg", "t1", "t2", "a", "y", "b"))
+    t1.set({"title": "one"})
+    t2.set({"title": "two"})
+    arg.set({"element": t1.link()})
+    a.set(1)
+    other = Space(cells.Replica(sp.replica.store), "d")
+
+    def b_fn(v: int) -> int:
+        if v == 2:
+            tx = other.edit()
+            tx.write(arg.doc_key, ("value", "element"), t2.link())
+            tx.commit()
+        return v * 10
+
+    ny = sch.derive(y, [arg.key("element").key("title")], _title)  # runs first
+    sch.derive(b, [a], b_fn)
+    seen: list[Any] = []
+    sch.sink(y, seen.append)
+    sch.sink(b, seen.append)
+    t1.key("title").set("one!")
+    a.set(2)
+    direct = sch.stats.direct_commits
+    stale = sch.stats.stale_reruns
+    sch.settle()
+    assert sch.stats.direct_commits - direct >= 2  # `y` and `b` with no transaction
+    assert 1 == sch.stats.stale_reruns - stale  # `y`'s commit rejected
+    assert ("<two>", 20) == (y.get(), b.get())
+    assert 3 == ny.runs
+    assert 0 == sp.replica.in_flight()
+    assert {"value": "<two>"} == sp.replica.store.read_durable(y.doc_key)
+
+
+def test_a_hop_that_goes_away_leaves_the_read_set_and_nothing_runs_on_it(
+    sp: Space, sch: Scheduler
+) -> None:
+    # arg.element -> mid -> task, then arg.element -> task itself: every place the new
+    # walk reads was in the read set, but the read set also holds mid's link: a run
+    # that kept it would run again when mid changes (an unnecessary run).
+    arg, mid, task, out = sp.cell("arg"), sp.cell("mid"), sp.cell("task"), sp.cell("out")
+    task.set({"title": "a"})
+    mid.set(task.link())
+    arg.set({"element": mid.link()})
+    node = sch.derive(out, [arg.key("element").key("title")], _title)
+    seen: list[Any] = []
+    sch.sink(out, seen.append)
+    arg.key("element").set(task.link())  # one hop now, to the same place
+    sch.settle()
+    runs = node.runs
+    mid.set({"title": "elsewhere"})  # no longer on the way: nothing runs
+    sch.settle()
+    assert runs == node.runs
+    task.key("title").set("b")
+    sch.settle()
+    assert ["<a>", "<b>"] == seen
