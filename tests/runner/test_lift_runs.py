@@ -503,3 +503,66 @@ def test_a_lift_over_two_fields_of_one_lift_s_output_runs_directly() -> None:
             assert {("added", 1, 2): 1, ("added", 2, 3): 1, ("added", 5, 6): 1} == dict(CALLS)
 
     arun(main)
+
+
+def titled(title: Any, suffix: Any) -> Any:
+    CALLS[("titled", title)] += 1
+    return f"{title}{suffix}"
+
+
+@pattern
+def TitleCard(element):  # type: ignore[no-untyped-def]
+    return {"t": lift(titled)(element["title"], "!")}
+
+
+@pattern
+def TitleBoard(items):  # type: ignore[no-untyped-def]
+    return {"out": items.map(TitleCard)}
+
+
+@pytest.mark.parametrize("inline", [False, True])
+def test_a_card_s_lift_runs_directly_through_its_element_and_follows_it(inline: bool) -> None:
+    # The card's lift reads its element through the map child's argument link (and, for
+    # inline elements, an element-id step): direct after its first run. An element
+    # replaced by another (links: re-pointed) or moved by an insert is followed.
+    async def main() -> None:
+        async with Runtime() as rt:
+            items, res = rt.get_cell("items"), rt.get_cell("res")
+            tasks = [rt.get_cell(("task", i)) for i in range(3)]
+            async with rt.edit() as tx:
+                for i, c in enumerate(tasks):
+                    c.with_tx(tx).set({"title": f"t{i}"})
+                value = (
+                    [{"title": f"t{i}"} for i in range(3)] if inline else [c.link() for c in tasks]
+                )
+                items.with_tx(tx).set(value)
+                rt.run(tx, TitleBoard, {"items": items}, res)
+            assert [{"t": f"t{i}!"} for i in range(3)] == await res.key("out").pull()
+
+            def title(i: int) -> Any:
+                return items.key(i, "title") if inline else tasks[i].key("title")
+
+            direct = _direct(rt)
+            await title(1).set("a")
+            assert {"t": "a!"} == await res.key("out").key(1).pull()
+            assert 1 == _direct(rt) - direct
+            if inline:
+                await items.insert(0, {"title": "new"})  # element 1 moves to position 2
+                assert {"t": "a!"} == await res.key("out").key(2).pull()
+                direct = _direct(rt)
+                await items.key(2, "title").set("b")
+                assert {"t": "b!"} == await res.key("out").key(2).pull()
+                assert 1 == _direct(rt) - direct
+            else:
+                await items.key(1).set(tasks[2].link())  # element 1 is task 2 now
+                assert {"t": "t2!"} == await res.key("out").key(1).pull()
+                calls = sum(CALLS.values())
+                await tasks[1].key("title").set("gone")  # no longer an element
+                assert {"t": "t2!"} == await res.key("out").key(1).pull()
+                assert calls == sum(CALLS.values())
+                direct = _direct(rt)
+                await tasks[2].key("title").set("b")  # both elements show task 2
+                assert [{"t": "t0!"}, {"t": "b!"}, {"t": "b!"}] == await res.key("out").pull()
+                assert 2 == _direct(rt) - direct
+
+    arun(main)
