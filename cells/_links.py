@@ -184,14 +184,16 @@ def _walk(
 
 def plain_chain(
     replica: Replica, link: Link, identity: Identity
-) -> tuple[tuple[tuple[DocKey, Path, Link], ...], DocKey, Path] | None:
+) -> tuple[tuple[tuple[DocKey, Path, Link], ...], DocKey, Path, Value] | None:
     """The walk a transaction of `identity` makes to read `link` in `replica` as it is
     now (`_walk`, reading nothing): the hops it follows (per hop: its document, the
-    full-document path of the link's place, the link there) and the final place (its
+    full-document path of the link's place, the link there), the final place (its
     document and full-document path), which a value function's direct run reads
-    (`Replica.run_field`). None when a document on the way is absent or not a dict in
-    hand, a step names no element, or the walk takes more than `MAX_HOPS` hops (a
-    cycle): the transaction decides. O(hops · path length)."""
+    (`Replica.run_field`), and the value the walk reached there, as `_walk` gives it
+    (MISSING: absent, also past an element id that names no element now; a container
+    is not materialized). None when a document on the way is absent or not a dict in
+    hand, or the walk takes more than `MAX_HOPS` hops (a cycle): the transaction
+    decides. O(hops · path length)."""
     docs = replica._docs
     key = DocKey(link.space, link.id) if link.scope == "space" else link.key(identity)
     path = link.path
@@ -205,7 +207,7 @@ def plain_chain(
         if type(found) is not tuple:
             if found is _ID_STEP:
                 return None
-            return tuple(hops), key, (VALUE, *path) if path else _VALUE_PATH
+            return tuple(hops), key, (VALUE, *path) if path else _VALUE_PATH, found
         at, target = found
         hops.append((key, (VALUE, *path[:at]), target))
         path = target.path + path[at:] if at < len(path) else target.path

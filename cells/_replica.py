@@ -830,6 +830,7 @@ class Replica:
         accept: Callable[[Any], bool] | None = None,
         wrote: Callable[[Any], None] | None = None,
         hops: tuple[tuple[DocKey, Path, Link], ...] = (),
+        walked: list[Any] | None = None,
     ) -> int | CommitResult | RunComputed:
         """Run a node of k plain inputs with no transaction, in a drain: read the plain
         value at each of `places` (a document and a path in it, ``("value", ...)``),
@@ -855,7 +856,9 @@ class Replica:
         per hop its document, the full-document path of the link's place, and the link
         that must sit there now, reached by the same plain walk (else `RUN_NONE`: a
         re-pointed link, a link gone, is the transaction's). Each is a shallow read,
-        with its document's basis, in the entry, as `_links._walk` logs it.
+        with its document's basis, in the entry, as `_links._walk` logs it. `walked`:
+        the plain values at `places` that `plain_chain` found with `hops` just now (in
+        this synchronous step: nothing ran since), which are not walked again.
 
         The same commit as the transaction run's: one read takes the basis and deps of
         its document as `Transaction.read` does, and the entry carries them (one read:
@@ -938,7 +941,9 @@ class Replica:
                 ):
                     return RUN_NONE
                 visible = rec.visible
-                if len(each) == 3:  # a hop: the link that must sit at `path`
+                if walked is not None:
+                    paths.append((path, len(each) == 3))  # (walked just now)
+                elif len(each) == 3:  # a hop: the link that must sit at `path`
                     found = _reach(visible, path)
                     if found is not each[2] and found != each[2]:
                         return RUN_NONE  # re-pointed, or gone: the transaction follows it
@@ -970,7 +975,7 @@ class Replica:
                 self._busy_since = self._mark()
             self._open_txs = opened + 1
             try:
-                new = compute(*values)
+                new = compute(*(values if walked is None else walked))
             finally:
                 self._open_txs -= 1
             for i in range(0, len(held), 2):

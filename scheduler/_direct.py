@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar, Final
 
 from cells import (
+    MISSING,
     RUN_NONE,
     CommitResult,
     DocKey,
@@ -193,23 +194,34 @@ def direct_places(
 
 def chained_places(
     node: Node, inputs: Link | tuple[Link, ...], replica: Replica
-) -> tuple[tuple[tuple[DocKey, Path], ...], tuple[tuple[DocKey, Path, Link], ...]] | None:
-    """The places of `inputs` (as `direct_places`) and the link hops a transaction's
-    walk to them follows now (`cells.plain_chain`: each hop's document, place and
-    link, each once), when what that walk logs (a shallow read per hop, a deep read per
-    place) is exactly `node`'s read set: a transaction run now would leave the read
-    set, the reader index and the graph as they are. Else None (a link re-pointed since
-    the last run, an element gone: the transaction decides). O(k · hops · path)."""
+) -> (
+    tuple[tuple[tuple[DocKey, Path], ...], tuple[tuple[DocKey, Path, Link], ...], list[Any]] | None
+):
+    """The places of `inputs` (as `direct_places`), the link hops a transaction's walk
+    to them follows now (`cells.plain_chain`: each hop's document, place and link, each
+    once) and the plain values it reached (absent: None), when each is a scalar or
+    absent (a container is the transaction's) and what that walk logs (a shallow read
+    per hop, a deep read per place) is exactly `node`'s read set: a transaction run now
+    would leave the read set, the reader index and the graph as they are. Else None (a
+    link re-pointed since the last run: the transaction decides). O(k · hops · path)."""
     identity = node.identity
     reads = node.reads
     places: list[tuple[DocKey, Path]] = []
     hops: list[tuple[DocKey, Path, Link]] = []
+    values: list[Any] = []
     logged = 0  # distinct reads, each found in `reads`
     for link in (inputs,) if isinstance(inputs, Link) else inputs:
         chain = plain_chain(replica, link, identity)
         if chain is None:
             return None
-        steps, key, path = chain
+        steps, key, path, value = chain
+        t = type(value)
+        if t is int or t is str or t is float or t is bool or value is None:
+            values.append(value)
+        elif value is MISSING:
+            values.append(None)
+        else:
+            return None  # a container to copy: the transaction reads it
         for hop in steps:
             if hop not in hops:  # (two inputs through one link: one read of its place)
                 entry = reads.get(hop[0])
@@ -227,7 +239,7 @@ def chained_places(
     # `compact_reads` of the log would make, or a mismatch: the transaction decides).
     if not hops or logged != sum([len(deep) + len(shallow) for deep, shallow in reads.values()]):
         return None
-    return tuple(places), tuple(hops)
+    return tuple(places), tuple(hops), values
 
 
 def run_direct(
@@ -249,7 +261,6 @@ def run_direct(
         return RUN_NONE  # several outputs
     inputs = fn.inputs
     reads = node.reads
-    hops: tuple[tuple[DocKey, Path, Link], ...] = ()
     if (
         (reads.entry[1] or reads.entry2[1])
         if isinstance(reads, TwoReads)
@@ -259,7 +270,11 @@ def run_direct(
         chained = chained_places(node, inputs, replica)
         if chained is None:
             return RUN_NONE
-        places, hops = chained
+        places, hops, values = chained
+        return replica.run_field(
+            places, wkey, wpath, fn.compute, node.identity, node, on_failure,
+            fn.accepts if fn.hooked else None, fn.wrote if fn.hooked else None, hops, values,
+        )  # fmt: skip
     elif type(inputs) is Link and type(reads) is OneRead:
         # One input (the usual node): `direct_places` without its calls.
         key = reads.key
@@ -281,12 +296,7 @@ def run_direct(
     identity = node.identity
     if fn.hooked:
         return replica.run_field(
-            places, wkey, wpath, fn.compute, identity, node, on_failure, fn.accepts, fn.wrote,
-            hops,
-        )  # fmt: skip
-    if hops:
-        return replica.run_field(
-            places, wkey, wpath, fn.compute, identity, node, on_failure, None, None, hops
+            places, wkey, wpath, fn.compute, identity, node, on_failure, fn.accepts, fn.wrote
         )
     return replica.run_field(places, wkey, wpath, fn.compute, identity, node, on_failure)
 
