@@ -33,12 +33,18 @@ def _title(v: Any) -> Any:
     return None if v is None else f"<{v}>"
 
 
-def test_an_input_through_link_hops_runs_directly_and_lands(sp: Space, sch: Scheduler) -> None:
-    # arg.element -> mid (a whole-value link) -> task: two hops, each a shallow read.
+def _two_hops(sp: Space) -> tuple[cells.Cell, cells.Cell, cells.Cell, cells.Cell]:
+    """arg, mid, task, out: arg's element links to mid, whose value links to task."""
     arg, mid, task, out = sp.cell("arg"), sp.cell("mid"), sp.cell("task"), sp.cell("out")
     task.set({"title": "a"})
     mid.set(task.link())
     arg.set({"element": mid.link()})
+    return arg, mid, task, out
+
+
+def test_an_input_through_link_hops_runs_directly_and_lands(sp: Space, sch: Scheduler) -> None:
+    # arg.element -> mid (a whole-value link) -> task: two hops, each a shallow read.
+    arg, _mid, task, out = _two_hops(sp)
     node = sch.derive(out, [arg.key("element").key("title")], _title)
     seen: list[Any] = []
     sch.sink(out, seen.append)
@@ -193,10 +199,7 @@ def test_a_hop_that_goes_away_leaves_the_read_set_and_nothing_runs_on_it(
     # arg.element -> mid -> task, then arg.element -> task itself: every place the new
     # walk reads was in the read set, but the read set also holds mid's link: a run
     # that kept it would run again when mid changes (an unnecessary run).
-    arg, mid, task, out = sp.cell("arg"), sp.cell("mid"), sp.cell("task"), sp.cell("out")
-    task.set({"title": "a"})
-    mid.set(task.link())
-    arg.set({"element": mid.link()})
+    arg, mid, task, out = _two_hops(sp)
     node = sch.derive(out, [arg.key("element").key("title")], _title)
     seen: list[Any] = []
     sch.sink(out, seen.append)
