@@ -16,9 +16,10 @@ Invariants
   read (a link followed), the walk a transaction makes now (`cells.plain_chain`:
   a shallow read of each hop's place, a deep read at the end, element-id steps
   resolved as the transaction resolves them) read by read (`chained_places`).
-  `Replica.run_field` declines a link or a container at the end, and checks each
-  hop's link again. So the read set, the reader index and the graph stay as the last
-  run left them, and a re-pointed link makes a transaction run.
+  A link or a container at the end is the transaction's; `Replica.run_field` takes
+  the values that walk reached (nothing runs between the walk and the reads' bases).
+  So the read set, the reader index and the graph stay as the last run left them, and
+  a re-pointed link makes a transaction run.
 - The output is one top-level field of one document (`Node.outputs`, one pair of
   path length 1); anything else runs in a transaction.
 - `compute` is called once per run: a result the direct commit cannot write goes to
