@@ -486,9 +486,8 @@ class _DirectLift(_Lift, ValueFunction):
 
     __slots__ = ()
 
-    # (`ValueFunction` declares `inputs` an attribute; the scheduler only reads it.)
     @property
-    def inputs(self) -> Link | tuple[Link, ...]:  # type: ignore[override]
+    def inputs(self) -> Link | tuple[Link, ...]:
         """What a direct run reads: its positional inputs; `()` (this run is a
         transaction run) on its node's first run (which may keep a stored output,
         `_reuse`, and sees a pattern field an earlier process left), for a lift that
