@@ -46,7 +46,6 @@ from ._display import mimebundle as mimebundle
 from ._links import MAX_HOPS as MAX_HOPS
 from ._links import Materializer as Materializer
 from ._links import first_link as first_link
-from ._links import plain_chain as plain_chain
 from ._links import read_value as read_value
 from ._links import resolve as resolve
 from ._outcome import RETRYABLE as RETRYABLE
@@ -188,7 +187,6 @@ __all__ = [
     "normalize",
     "patch_ops",
     "patch_ops_at",
-    "plain_chain",
     "reaches",
     "read_value",
     "resolve",

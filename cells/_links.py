@@ -12,9 +12,9 @@ from __future__ import annotations
 import itertools
 import operator
 import weakref
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
-from ._address import DocKey, Identity, Link, Path
+from ._address import DocKey, Link, Path
 from ._codec import describe
 from ._transaction import Transaction, TxDoc, _deps
 from ._values import (
@@ -27,9 +27,6 @@ from ._values import (
     thaw,
 )
 from .errors import LinkCycleError
-
-if TYPE_CHECKING:
-    from ._replica import Replica
 
 MAX_HOPS: Final = 100
 VALUE: Final = "value"
@@ -180,39 +177,6 @@ def _walk(
         f" {' -> '.join(map(describe, chain[:5]))} ...",
         chain=tuple(map(str, chain)),
     )
-
-
-def plain_chain(
-    replica: Replica, link: Link, identity: Identity
-) -> tuple[tuple[tuple[DocKey, Path, Link], ...], DocKey, Path, Value] | None:
-    """The walk a transaction of `identity` makes to read `link` in `replica` as it is
-    now (`_walk`, reading nothing): the hops it follows (per hop: its document, the
-    full-document path of the link's place, the link there), the final place (its
-    document and full-document path), which a value function's direct run reads
-    (`Replica.run_field`), and the value the walk reached there, as `_walk` gives it
-    (MISSING: absent, also past an element id that names no element now; a container
-    is not materialized). None when a document on the way is absent or not a dict in
-    hand, or the walk takes more than `MAX_HOPS` hops (a cycle): the transaction
-    decides. O(hops · path length)."""
-    docs = replica._docs
-    key = DocKey(link.space, link.id) if link.scope == "space" else link.key(identity)
-    path = link.path
-    hops: list[tuple[DocKey, Path, Link]] = []
-    for _ in range(MAX_HOPS + 1):
-        rec = docs.get(key)
-        doc = rec.visible if rec is not None else None
-        if type(doc) is not dict:
-            return None
-        found = _first_link(doc.get(VALUE, MISSING), path, doc)
-        if type(found) is not tuple:
-            if found is _ID_STEP:
-                return None
-            return tuple(hops), key, (VALUE, *path) if path else _VALUE_PATH, found
-        at, target = found
-        hops.append((key, (VALUE, *path[:at]), target))
-        path = target.path + path[at:] if at < len(path) else target.path
-        key = DocKey(target.space, target.id) if target.scope == "space" else target.key(identity)
-    return None
 
 
 _NO_ACTIVE: frozenset[tuple[object, Path]] = frozenset()

@@ -44,7 +44,7 @@ from ._address import DocKey, Identity, Link, Path
 from ._args import bad_arg, check_arg, check_callable
 from ._claims import Fence
 from ._codec import pack_value, unpack_value
-from ._links import _first_link
+from ._links import _ID_STEP, MAX_HOPS, VALUE, _first_link
 from ._outcome import CommitResult, Outcome
 from ._pending import Mailbox, Pending
 from ._records import (
@@ -817,6 +817,40 @@ class Replica:
         )
         self._send(tx, seq, request, (change,))
         return True
+
+    def plain_chain(
+        self, link: Link, identity: Identity
+    ) -> tuple[tuple[tuple[DocKey, Path, Link], ...], DocKey, Path, Value] | None:
+        """The walk a transaction of `identity` makes to read `link` in this replica as it
+        is now (`_walk`, reading nothing): the hops it follows (per hop: its document, the
+        full-document path of the link's place, the link there), the final place (its
+        document and full-document path), which a value function's direct run reads
+        (`Replica.run_field`), and the value the walk reached there, as `_walk` gives it
+        (MISSING: absent, also past an element id that names no element now; a container
+        is not materialized). None when a document on the way is absent or not a dict in
+        hand, or the walk takes more than `MAX_HOPS` hops (a cycle): the transaction
+        decides. O(hops · path length)."""
+        docs = self._docs
+        key = DocKey(link.space, link.id) if link.scope == "space" else link.key(identity)
+        path = link.path
+        hops: list[tuple[DocKey, Path, Link]] = []
+        for _ in range(MAX_HOPS + 1):
+            rec = docs.get(key)
+            doc = rec.visible if rec is not None else None
+            if type(doc) is not dict:
+                return None
+            found = _first_link(doc.get(VALUE, MISSING), path, doc)
+            if type(found) is not tuple:
+                if found is _ID_STEP:
+                    return None
+                return tuple(hops), key, (VALUE, *path) if path else _VALUE_PATH, found
+            at, target = found
+            hops.append((key, (VALUE, *path[:at]), target))
+            path = target.path + path[at:] if at < len(path) else target.path
+            key = (
+                DocKey(target.space, target.id) if target.scope == "space" else target.key(identity)
+            )
+        return None
 
     def run_field(
         self,

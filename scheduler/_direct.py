@@ -13,7 +13,7 @@ Invariants
   run of the same function would log now: one deep read per input at the input's
   place (``("value", *link.path)`` of the document the link names for the node's
   identity) when no link sits on the way; else, when the read set holds a shallow
-  read (a link followed), the walk a transaction makes now (`cells.plain_chain`:
+  read (a link followed), the walk a transaction makes now (`Replica.plain_chain`:
   a shallow read of each hop's place, a deep read at the end, element-id steps
   resolved as the transaction resolves them) read by read (`chained_places`).
   A link or a container at the end is the transaction's; `Replica.run_field` takes
@@ -42,7 +42,6 @@ from cells import (
     Replica,
     RunComputed,
     Transaction,
-    plain_chain,
     read_value,
 )
 
@@ -199,7 +198,7 @@ def chained_places(
     tuple[tuple[tuple[DocKey, Path], ...], tuple[tuple[DocKey, Path, Link], ...], list[Any]] | None
 ):
     """The places of `inputs` (as `direct_places`), the link hops a transaction's walk
-    to them follows now (`cells.plain_chain`: each hop's document, place and link, each
+    to them follows now (`Replica.plain_chain`: each hop's document, place and link, each
     once) and the plain values it reached (absent: None), when each is a scalar or
     absent (a container is the transaction's) and what that walk logs (a shallow read
     per hop, a deep read per place) is exactly `node`'s read set: a transaction run now
@@ -212,7 +211,7 @@ def chained_places(
     values: list[Any] = []
     logged = 0  # distinct reads, each found in `reads`
     for link in (inputs,) if isinstance(inputs, Link) else inputs:
-        chain = plain_chain(replica, link, identity)
+        chain = replica.plain_chain(link, identity)
         if chain is None:
             return None
         steps, key, path, value = chain
