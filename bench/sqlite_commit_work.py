@@ -11,7 +11,7 @@ commit:
 - the pages appended to the write-ahead log, by owner: each frame's page number is
   read from its header in the ``-wal`` file, and the table or index owning the page
   at the end from ``dbstat`` (``free`` for a page then on the free list, such as
-  revision pages that pruning emptied).
+  log pages that pruning emptied).
 
 Counted work, not time: it does not move with the machine's load. Not a ``bench``
 group for that reason (as ``bench.sqlite_history``).

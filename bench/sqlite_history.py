@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 from cells import Space, SQLiteStore
 
-TABLES = ("commit_log", "revision", "session", "document", "head", "claimed", "rejection")
+TABLES = ("log", "session", "document", "head", "claimed", "rejection")
 
 
 def _measure(file: str) -> tuple[int, dict[str, int]]:

@@ -24,7 +24,7 @@ def test_both_sides_run_every_round_and_are_reported(
     # Pages by table: raw updates rows of `kv` only; the store a head and the log's end.
     by_table = [line.split(": ")[1] for line in out.splitlines() if "pages per commit by" in line]
     assert "kv 1.00" == by_table[0]
-    assert {"head", "revision"} <= {part.split()[0] for part in by_table[1].split(", ")}
+    assert {"head", "log"} <= {part.split()[0] for part in by_table[1].split(", ")}
     assert [] == list(tmp_path.iterdir())  # files removed
 
 

@@ -1,46 +1,45 @@
 """`SQLiteStore`: the embedded, durable store (one SQLite file, several processes).
 
-Every accepted commit gets a gap-free sequence number and a row in the `revision` log
-per document it wrote (the paths it wrote, for conflict checks, with the commit's seq,
-session and local seq), and each written document its materialized value in `head`.
+Every accepted commit gets a gap-free sequence number and a row in the `log`, keyed by
+it, holding an entry per document it wrote (the paths it wrote, for conflict checks),
+and each written document its materialized value in `head`.
 Validation is the shared `validate_commit`, answered from SQL inside the same
 `BEGIN IMMEDIATE` transaction that applies the commit, so the verdict and the data can
 never disagree, even with other processes writing the same file.
 
-Layout (format version 5): what one commit writes is close together
-- `revision` is the log: a rowid table whose ids are given in commit order, so a
-  commit's rows are contiguous and appended at the end of the tree (which SQLite does
-  without rebalancing the last pages). There is no commit table: each row names its
-  commit's seq, session (by number, `session`) and local seq, a commit that wrote no
-  document (its create-only claims) has one row naming none, and the newest row holds
-  the max seq. A one-document commit so writes two pages (its head's and the log's
-  last), where version 4 wrote three (its `commit_log` row went to a tree of its own).
-  Each row names its document's previous revision by id (`prev`); a conflict check
-  walks back from the head's last one (`rev`), one primary-key lookup per revision
-  newer than the read's basis (none when the document was not written since: the usual
-  case).
-- `head` holds what a commit updates, in place: the value, the last revision's seq
-  and id, and what a commit needs to decide about history without a query (the kept
-  revision count, the floor, the newest revision its next pruning deletes). The key
-  lives in `document` (written once per document, numbered: `doc`), so a head row is
-  about a third of what it was with the key, and a 100-document commit's heads fill one
-  page where they filled three.
+Layout (format version 6): what one commit writes is close together
+- `log` has one row per commit, keyed by its seq (appended at the end of the tree,
+  which SQLite does without rebalancing the last pages; the newest row holds the max
+  seq), naming its session (by number, `session`) and local seq, with its revision
+  entries as one JSON array (`entries`: [doc, previous revision's seq, paths] per
+  document written; none for a commit that only claimed). A 100-document commit so
+  writes one row of about 2 KB where version 5 wrote 100 rows, each repeating its
+  commit's seq, session and local seq and taking an id. A conflict check walks a
+  document's revisions back from its head's seq, entry by entry (one primary-key
+  lookup and one row decoded per revision newer than the read's basis; none when the
+  document was not written since: the usual case).
+- `head` holds what a commit updates, in place: the value, the last revision's seq,
+  and what a commit needs to decide about history without a query (the kept
+  revision count, the floor, the seq of the newest revision its next pruning
+  deletes). The key lives in `document` (written once per document, numbered: `doc`),
+  so a 100-document commit's heads fill one page.
 - The writer remembers the head rows it last committed (`_known`), valid while no
   other connection has committed since (`PRAGMA data_version` reads the same: then the
-  max seq and the next revision id are known too): a commit rewriting them reads none,
-  and the usual one (a field of each document, each once) is staged in one loop
-  (`_stage_known`), and a read of a document whose remembered head is no newer than the
-  read's basis is checked without a query (`_known_revisions_since`).
-- A commit's rows go to each table in one statement (multi-row VALUES of at most
-  `_MAX_ROWS` rows, padded to a power of two with rows of NULLs that match nothing, so
-  only a few statement texts are ever prepared), not one per row: a one-document commit
-  steps five statements (BEGIN, data_version, its head, its revision, COMMIT), a
-  100-document one about as many. Documents due for pruning are deleted together: by
-  one scan of the stretch of ids their oldest revisions fill when it is mostly theirs
-  (documents written by the same commits), else walked back and deleted by id; then
-  given their floors. The verdict names the state each document was applied on
-  (`base_seqs`): the committing replica adopts its own layers instead of re-folding
-  the documents.
+  max seq is known too): a commit rewriting them reads none, and the usual one (a
+  field of each document, each once) is staged in one loop (`_stage_known`), and a
+  read of a document whose remembered head is no newer than the read's basis is
+  checked without a query (`_known_revisions_since`).
+- A commit's heads go in one statement (multi-row VALUES of at most `_MAX_ROWS` rows,
+  padded to a power of two with rows of NULLs that match nothing, so only a few
+  statement texts are ever prepared), its log row in another: a one-document commit
+  steps five statements (BEGIN, data_version, its head, its log row, COMMIT), a
+  100-document one as many. Documents due for pruning are pruned together: their
+  revisions to delete are found by one read of the stretch of log rows they lie in
+  when it is mostly theirs (documents written by the same commits), else walked back
+  entry by entry; each log row loses that many from its `live` count, the rows left
+  with none are deleted, and the documents are given their floors. The verdict names
+  the state each document was applied on (`base_seqs`): the committing replica
+  adopts its own layers instead of re-folding the documents.
 
 Bounded history (the cap `MemoryStore` also applies; it prunes further by its
 sessions' low-water marks, which processes sharing a file do not report here)
@@ -48,9 +47,10 @@ sessions' low-water marks, which processes sharing a file do not report here)
   than twice that many, the older ones are deleted and its head's `floor` records
   the newest deleted seq. A read whose basis is older than its document's floor
   conflicts (re-run), which over-approximates as conflict checks may.
-- A commit's rows go with the revisions they are; the row of a commit that wrote no
-  document is kept (its claims name it), and the newest row (the seq counter) is
-  never pruned: it is its document's newest revision or such a row. A `session` row
+- A log row goes once every entry in it was pruned (its `live` count reaches 0; an
+  entry of a row that stays is dead once at or below its document's floor); the row
+  of a commit that wrote no document is kept (its claims name it), and the newest row
+  (the seq counter) is never deleted: its entries are newest revisions. A `session` row
   is kept for each session that ever committed (one per connection, not per commit).
 - Which commits of a session have a verdict (for dependency checks) is kept in
   memory, per store object: a session key is unique to one store object, so no
@@ -102,22 +102,24 @@ Threading
   connections. Commits submitted after `close()` raise `StoreError`.
 
 Invariants (checked by `_check`)
-- the newest revision row holds the max seq, and the rows name at most that many
-  seqs; a commit's rows all name one session and local seq, and that session has a
-  row; a row naming no document is its commit's only row, and a claim names its seq;
-  no commit is both accepted and rejected;
+- every log row names a session that has a row, and its entries are a JSON array
+  with at most one entry per document, each naming a document, a previous seq below
+  its own and paths; a row with no entry counts none live and a claim names its seq;
+  a row's `live` is its number of entries above their documents' floors, and only
+  the newest row may have none left of the entries it had; no head's seq is above the
+  max seq; no commit is both accepted and rejected;
 - every document has one head row and every head row a document;
-- a document keeps at most 2 * REVISIONS_KEPT revisions, all above its floor,
+- a document keeps at most 2 * REVISIONS_KEPT revisions (entries above its floor),
   and at least REVISIONS_KEPT once it has a floor; its head counts them, and its
-  `next_floor` is the id of its (REVISIONS_KEPT + 1)-th oldest (NULL while it has fewer);
-- revision ids follow commit order; each revision's `prev` is the id of its
-  document's previous kept revision, or for the oldest 0 (or, once pruned, an id that
-  names no row); every revision names a document, and has paths exactly when it does;
-- every head's seq and `rev` are its document's last revision's;
+  `next_floor` is the seq of its (REVISIONS_KEPT + 1)-th oldest (NULL while it has
+  fewer);
+- each kept revision's `prev` is the seq of its document's previous kept revision,
+  or for the oldest 0 (or, once pruned, a seq at or below the floor);
+- every head's seq is its document's last revision's;
 - what the writer remembers of head rows (`_known`) is what the file holds,
   whenever the file's max seq is still the one it was remembered at;
-- this store has delivered every seq up to `_delivered` and every row up to
-  `_delivered_id`, which never exceed the max seq and the max id.
+- this store has delivered every seq up to `_delivered`, which never exceeds the
+  max seq.
 """
 
 from __future__ import annotations
@@ -132,6 +134,8 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Final, TypeVar
+
+import msgspec
 
 from .._address import DocKey, Path
 from .._args import bad_arg
@@ -164,19 +168,17 @@ from ._sql import (
     SessionVerdicts,
     WriterStore,
     decode_value,
-    encode_paths,
     encode_value,
     key_from_row,
     key_params,
     pruned_revision,
-    revisions_from_rows,
 )
 from .memory import REVISIONS_KEPT
 
 T = TypeVar("T")
 
 FORMAT: Final = "cellweave-store"
-VERSION: Final = 5
+VERSION: Final = 6
 """The store format version this module writes (and reads, with every older one).
 
 2: history is pruned (per document, a floor); an older cellweave must not write such a
@@ -191,8 +193,12 @@ names its document's previous one by id, the head its last one (`rev`), and each
 5: there is no `commit_log`: each `revision` row names its commit's seq, session (a
 number: `session`) and local seq, a commit that wrote no document has one row naming
 none, and the newest row holds the max seq; a one-document commit dirties two pages where
-version 4 dirtied three. Opening a version 1 to 4 file upgrades it in one transaction
-(`_upgrade`)."""
+version 4 dirtied three.
+6: a commit's revisions are one `log` row keyed by its seq (an entry per document,
+naming its previous revision by seq), with a count of entries not yet pruned; heads name
+their next floor by seq. A 100-document commit writes one row where version 5 wrote 100
+(about 1.5 log pages where it wrote 3.6). Opening a version 1 to 5 file upgrades it in
+one transaction (`_upgrade`)."""
 
 _SQLITE_HEADER: Final = b"SQLite format 3\x00"
 _BUSY_TIMEOUT_S: Final = 5.0
@@ -335,12 +341,11 @@ _SCHEMA_4: Final = (
     # Pruning deletes a commit_log row only once no claim names its seq.
     "CREATE INDEX claimed_by_seq ON claimed (seq)",
 )
-# Version 5. A commit writes one `revision` row per document (its seq, session and local
-# seq on each: there is no commit table), all with ids after every earlier commit's (so
-# appended at the end of the table), and updates each document's `head` row in place: a
-# one-document commit dirties two pages (its head's and the log's last), where version 4
-# dirtied three (its `commit_log` row had a tree of its own).
-_SCHEMA: Final = (
+# Version 5 (what `_UPGRADE_4_TO_5` makes and `_UPGRADE_5_TO_6` takes on). A commit
+# writes one `revision` row per document (its seq, session and local seq on each: there is
+# no commit table), all with ids after every earlier commit's (so appended at the end of
+# the table), and updates each document's `head` row in place.
+_SCHEMA_5: Final = (
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
     # Commits rejected after (or without) evaluation. No longer written (verdicts are
     # kept in memory, `SessionVerdicts`); kept so older files keep their meaning.
@@ -405,7 +410,45 @@ _SCHEMA: Final = (
         PRIMARY KEY ({_KEY_COLS})
     ) WITHOUT ROWID""",
 )
-_TABLES: Final = frozenset(
+# Version 6. A commit writes one `log` row (keyed by its seq: appended at the end of the
+# tree) holding every written document's revision entry, and updates each document's
+# `head` row in place: a 100-document commit writes one row to the log where version 5
+# wrote 100 (their ids, seqs, sessions and local seqs repeated on each).
+_SCHEMA: Final = (
+    *(s for s in _SCHEMA_5 if not s.startswith(("CREATE TABLE head", "CREATE TABLE revision"))),
+    # A head row: value NULL means deleted, and the row still counts as "ever written"
+    # for create-only. `seq` is its last revision's seq, `revisions` how many of its
+    # revisions are kept, `floor` the newest pruned one's seq (NULL: none pruned),
+    # `next_floor` the seq of the newest revision its next pruning deletes (which becomes
+    # the floor): its (REVISIONS_KEPT + 1)-th oldest kept revision (NULL while it keeps
+    # fewer), so pruning walks only what it deletes.
+    """CREATE TABLE head (
+        doc INTEGER PRIMARY KEY,
+        seq INTEGER NOT NULL,
+        revisions INTEGER NOT NULL,
+        floor INTEGER,
+        next_floor INTEGER,
+        value TEXT
+    )""",
+    # The log: a row per accepted commit, keyed by its seq (appended at the end of the
+    # tree; the newest row holds the max seq), naming its session (by number) and local
+    # seq. `entries` is a JSON array with an entry [doc, prev, paths] per document the
+    # commit wrote: `prev` the seq of the document's previous revision (0: none; for the
+    # oldest kept one, at or below the document's floor), `paths` what it wrote (for
+    # conflict checks); a commit that wrote none (its create-only claims) has `[]`.
+    # `live` counts the entries not yet pruned (seq above their document's floor): a row
+    # is deleted when pruning takes it to 0; a row that never had one (a claim's) and the
+    # newest row are never deleted, so the max seq never goes back.
+    """CREATE TABLE log (
+        seq INTEGER PRIMARY KEY,
+        session INTEGER NOT NULL,
+        local_seq INTEGER NOT NULL,
+        live INTEGER NOT NULL,
+        entries TEXT NOT NULL
+    )""",
+)
+_TABLES: Final = frozenset({"meta", "session", "rejection", "log", "document", "head", "claimed"})
+_TABLES_5: Final = frozenset(
     {"meta", "session", "rejection", "revision", "document", "head", "claimed"}
 )
 _TABLES_4: Final = frozenset({"meta", "commit_log", "rejection", "revision", "head", "claimed"})
@@ -414,6 +457,7 @@ _TABLES_BEFORE: Final = {
     2: _TABLES_4 | {"revision_floor"},
     3: _TABLES_4,
     4: _TABLES_4,
+    5: _TABLES_5,
 }
 
 _UPGRADE_1_TO_2: Final = (
@@ -501,7 +545,7 @@ _UPGRADE_3_TO_4: Final = (
 
 _UPGRADE_4_TO_5: Final = (
     # Sessions get numbers in the order of their first commit.
-    next(s for s in _SCHEMA if s.startswith("CREATE TABLE session")),
+    next(s for s in _SCHEMA_5 if s.startswith("CREATE TABLE session")),
     "INSERT INTO session (key) SELECT session_id FROM commit_log GROUP BY session_id"
     " ORDER BY MIN(seq)",
     # Ids are given again, in commit order, to the revisions and to a row for each
@@ -513,7 +557,7 @@ _UPGRADE_4_TO_5: Final = (
     " FROM commit_log c WHERE NOT EXISTS (SELECT 1 FROM revision r WHERE r.seq = c.seq))",
     "CREATE INDEX upgrade_ids_old ON upgrade_ids (old)",
     "ALTER TABLE revision RENAME TO revision_4",
-    next(s for s in _SCHEMA if s.startswith("CREATE TABLE revision")),
+    next(s for s in _SCHEMA_5 if s.startswith("CREATE TABLE revision")),
     # (A `prev` naming a pruned revision has no new id: 0, as for the oldest kept one.)
     "INSERT INTO revision (id, seq, doc, prev, paths, session, local_seq)"
     " SELECT u.id, u.seq, r.doc, COALESCE((SELECT p.id FROM upgrade_ids p"
@@ -522,8 +566,8 @@ _UPGRADE_4_TO_5: Final = (
     " JOIN session s ON s.key = c.session_id ORDER BY u.id",
     # Keys move to `document`; heads keep the rest, naming revisions by their new ids.
     "ALTER TABLE head RENAME TO head_4",
-    next(s for s in _SCHEMA if s.startswith("CREATE TABLE document")),
-    next(s for s in _SCHEMA if s.startswith("CREATE TABLE head")),
+    next(s for s in _SCHEMA_5 if s.startswith("CREATE TABLE document")),
+    next(s for s in _SCHEMA_5 if s.startswith("CREATE TABLE head")),
     f"INSERT INTO document (doc, {_KEY_COLS}) SELECT doc, {_KEY_COLS} FROM head_4",
     "INSERT INTO head (doc, seq, revisions, floor, next_floor, rev, value)"
     " SELECT h.doc, h.seq, h.revisions, h.floor,"
@@ -538,116 +582,86 @@ _UPGRADE_4_TO_5: Final = (
     "DROP INDEX claimed_by_seq",
 )
 
+_UPGRADE_5_TO_6: Final = (
+    # A commit's revision rows become one log row: its seq, session and local seq, and an
+    # entry [doc, the previous revision's seq, paths] per document (a `prev` naming a
+    # pruned revision has no seq: 0, at or below the document's floor, as for the oldest
+    # kept one); a commit that wrote none (its claims) keeps its row, with no entry.
+    next(s for s in _SCHEMA if s.startswith("CREATE TABLE log")),
+    "INSERT INTO log (seq, session, local_seq, live, entries) SELECT r.seq, MIN(r.session),"
+    " MIN(r.local_seq), COUNT(r.doc), json_group_array(json_array(r.doc,"
+    " COALESCE(p.seq, 0), json(r.paths))) FILTER (WHERE r.doc IS NOT NULL)"
+    " FROM revision r LEFT JOIN revision p ON p.id = r.prev GROUP BY r.seq ORDER BY r.seq",
+    # Heads name their next floor by seq, and no longer their last revision's id.
+    "ALTER TABLE head RENAME TO head_5",
+    next(s for s in _SCHEMA if s.startswith("CREATE TABLE head")),
+    "INSERT INTO head (doc, seq, revisions, floor, next_floor, value)"
+    " SELECT h.doc, h.seq, h.revisions, h.floor,"
+    " (SELECT r.seq FROM revision r WHERE r.id = h.next_floor), h.value FROM head_5 h",
+    "DROP TABLE head_5",
+    "DROP TABLE revision",
+)
+
 _Change = tuple[int, dict[DocKey, Value]]
-_Head = tuple[int, int, int, "str | None", int]
+_Head = tuple[int, int, int, "str | None"]
 """A head row as a commit needs it: (doc number, last revision's seq, kept revisions,
-value, last revision's id)."""
-_Known = tuple[int, int, int, Value, int]
+value)."""
+_Known = tuple[int, int, int, Value]
 """A head row as the writer remembers it (`SQLiteStore._known`): (doc number, seq, kept
-revisions, decoded value, last revision's id)."""
+revisions, decoded value)."""
+_Entry = tuple[int, int, "list[Path] | tuple[Path]"]
+"""A log row's entry for one document: (doc number, previous revision's seq, paths)."""
 _Staged = tuple[
     dict[DocKey, Value],
     dict[DocKey, int],
     dict[DocKey, _Known],
-    list[object],
+    list[_Entry],
     list[object],
     list[int],
 ]
 """What a commit writes, ready for its statements: each document's new value, the seq of
 the state it applies on (0: never written), its head row as the commit leaves it (before
-pruning), the revision rows (id, doc number, previous revision's id, paths text; flat,
-ids ascending), the head updates (doc number, revision id, stored value; flat) and the
-documents due for pruning."""
+pruning), the log row's entries, the head updates (doc number, stored value; flat) and
+the documents due for pruning."""
 _CHUNK: Final = 150
 """Documents per statement that reads many at once (at most 6 parameters each: under
 the 999 an older SQLite allows)."""
 
-_CHAIN: Final = (
-    # A document's revisions from its head's (`rev` ?1, document ?2) back, newest first,
-    # while their seq is above the bound ?3 (the walk ends at the first one at or below
-    # it, or at the oldest kept one, whose predecessor is gone). Select from `chain c
-    # JOIN revision r ON r.id = c.id AND r.doc = ?2 AND r.seq > ?3`.
-    "WITH RECURSIVE chain (id) AS (VALUES (?1) UNION ALL"
-    " SELECT r.prev FROM chain JOIN revision r ON r.id = chain.id AND r.doc = ?2"
-    " WHERE r.seq > ?3 AND r.prev > 0)"
-)
-
-
-# One commit's writes, a statement per table (`_execute_rows`). The head update names
-# the commit's seq ?1 and REVISIONS_KEPT ?2 before its rows (bound, not written into the
-# text: tests shrink the window); the write that makes a document's kept revisions
-# REVISIONS_KEPT + 1 is the newest its next pruning deletes. The revision insert selects
-# the commit's seq ?1, session number ?2 and local seq ?3 before its rows (a plain ?
-# before them would take 1) and skips the rows `_execute_rows` pads with (a NULL id).
+# One commit's head updates, one statement (`_execute_rows`). They name the commit's seq
+# ?1 and REVISIONS_KEPT ?2 before their rows (bound, not written into the text: tests
+# shrink the window); the write that makes a document's kept revisions REVISIONS_KEPT + 1
+# is the newest its next pruning deletes.
 _UPDATE_HEADS: Final = (
-    "UPDATE head SET next_floor = CASE revisions WHEN ?2 THEN v.column2"
-    " ELSE next_floor END, seq = ?1, revisions = revisions + 1, rev = v.column2,"
-    " value = v.column3 FROM (VALUES {rows}) AS v WHERE head.doc = v.column1"
-)
-_INSERT_REVISIONS: Final = (
-    "INSERT INTO revision (seq, session, local_seq, id, doc, prev, paths) SELECT ?1, ?2, ?3,"
-    " column1, column2, column3, column4 FROM (VALUES {rows}) WHERE column1 IS NOT NULL"
+    "UPDATE head SET next_floor = CASE revisions WHEN ?2 THEN ?1 ELSE next_floor END,"
+    " seq = ?1, revisions = revisions + 1, value = v.column2"
+    " FROM (VALUES {rows}) AS v WHERE head.doc = v.column1"
 )
 _UPDATE_HEAD: Final = (
-    "UPDATE head SET next_floor = CASE revisions WHEN ?2 THEN ?4 ELSE next_floor END,"
-    " seq = ?1, revisions = revisions + 1, rev = ?4, value = ?5 WHERE doc = ?3"
+    "UPDATE head SET next_floor = CASE revisions WHEN ?2 THEN ?1 ELSE next_floor END,"
+    " seq = ?1, revisions = revisions + 1, value = ?4 WHERE doc = ?3"
 )
-_INSERT_REVISION: Final = (
-    "INSERT INTO revision (seq, session, local_seq, id, doc, prev, paths)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?)"
+_INSERT_LOG: Final = (
+    "INSERT INTO log (seq, session, local_seq, live, entries) VALUES (?, ?, ?, ?, ?)"
 )
 _PRUNED_HEADS: Final = (
-    "SELECT doc, seq, revisions, floor, next_floor, rev FROM head WHERE doc IN ({rows})"
+    "SELECT doc, seq, revisions, floor, next_floor FROM head WHERE doc IN ({rows})"
 )
-# Several documents' revisions from a start (an id) back to the oldest kept one, whose
-# predecessor is gone (or 0); each step checks the document and that the seq is above
-# the document's floor, the bound (a pruned revision's id never names another row, but
-# the walk does not rely on it).
-_WALK_MANY: Final = (
-    "WITH RECURSIVE chain (doc, id, bound) AS (VALUES {rows} UNION ALL"
-    " SELECT c.doc, r.prev, c.bound FROM chain c JOIN revision r"
-    " ON r.id = c.id AND r.doc = c.doc WHERE r.seq > c.bound AND r.prev > 0)"
-    " SELECT c.doc, r.id, r.seq FROM chain c JOIN revision r"
-    " ON r.id = c.id AND r.doc = c.doc AND r.seq > c.bound"
-)
-# (An IN over a subquery: SQLite searches the primary key for each id, where over a bare
-# VALUES list it may scan the table.)
-_DELETE_REVISIONS: Final = "DELETE FROM revision WHERE id IN (SELECT column1 FROM (VALUES {rows}))"
 # A pruned document's kept count and floor (each document's own values).
 _SET_FLOORS: Final = (
     "UPDATE head SET revisions = v.column2, floor = v.column3, next_floor = NULL"
     " FROM (VALUES {rows}) AS v WHERE head.doc = v.column1"
 )
-# Pruning a run of revisions by id range (`_prune_range`): the revisions of the given
-# documents (?3...) with ids from ?1 to ?2, each at or below its document's `next_floor`
-# (its (REVISIONS_KEPT + 1)-th oldest kept one): one scan of the range in id order, where
-# walking each document's chain and deleting by id cost a lookup per revision twice.
-_DELETE_RANGE: Final = (
-    "DELETE FROM revision WHERE id BETWEEN ?1 AND ?2 AND doc IN ({rows})"
-    " AND id <= (SELECT h.next_floor FROM head h WHERE h.doc = revision.doc)"
+# Log rows pruning left entries fewer (?2...: seq, how many fewer); the emptied ones go.
+_UNLIVE: Final = (
+    "UPDATE log SET live = live - v.column2 FROM (VALUES {rows}) AS v WHERE log.seq = v.column1"
 )
-_SEQS_OF: Final = "SELECT id, seq FROM revision WHERE id IN ({rows})"
+_DELETE_EMPTIED: Final = (
+    "DELETE FROM log WHERE seq IN (SELECT column1 FROM (VALUES {rows})) AND live = 0"
+)
 _k = key_params
 
 _KNOWN_KEPT: Final = 1024
 """Documents whose head row the writer keeps (`SQLiteStore._known`)."""
-
-_PATHS_TEXT: dict[Path, str] = {}
-_PATHS_TEXT_KEPT: Final = 256
-
-
-def _paths_text(paths: list[Path]) -> str:
-    """`encode_paths`, remembered for the few one-path lists most commits write (bounded)."""
-    if len(paths) != 1:
-        return encode_paths(paths)
-    # (A safe key: `check_path` admits no bool, so no part is a True equal to a 1.)
-    text = _PATHS_TEXT.get(paths[0])
-    if text is None:
-        text = encode_paths(paths)
-        if len(_PATHS_TEXT) < _PATHS_TEXT_KEPT:
-            _PATHS_TEXT[paths[0]] = text
-    return text
-
 
 _MAX_ROWS: Final = 128
 """Rows per multi-row statement (`_execute_rows`): at most 4 parameters a row and 3
@@ -697,6 +711,20 @@ def _execute_rows(
 
 _NULLS: Final = (None,) * (_MAX_ROWS * 4)
 """Padding for `_execute_rows` (a chunk pads fewer than `_MAX_ROWS` rows of at most 4)."""
+
+
+_decode_stubs = msgspec.json.Decoder(list[tuple[int, int, msgspec.Raw]]).decode
+"""A log row's entries with their paths left undecoded."""
+_decode_paths = msgspec.json.Decoder(list[list[str | int]]).decode
+_encode = msgspec.json.Encoder().encode
+
+_Logged = tuple[str, int, dict[int, tuple[int, msgspec.Raw]]]
+"""A log row as a conflict check reads it: (session key, local seq, each document's
+(previous revision's seq, undecoded paths))."""
+_LOGGED_KEPT: Final = 1 << 16
+"""Entries of large log rows a store keeps decoded (`SQLiteStore._logged`)."""
+_LOGGED_FROM: Final = 64
+"""Log rows of at least this many entries are kept decoded once read."""
 
 
 def _errorname(exc: sqlite3.Error) -> str:
@@ -913,19 +941,21 @@ class SQLiteStore(WriterStore):
         Entries are made only once COMMIT returned; values are never changed in place.
         Under `_write_lock`."""
         self._known_top = -1
-        self._known_next = 0
-        """The next revision id, true of the file while its max seq is `_known_top`."""
         self._known_version = -1
         """The writer connection's `PRAGMA data_version` when `_known_top` was last true:
         while it reads the same, no other connection has committed (this one's own
-        commits do not change it), so `_known`, `_known_top` and `_known_next` still hold."""
+        commits do not change it), so `_known` and `_known_top` still hold."""
         self._session_numbers: dict[str, int] = {}
         """Session key: its number in the `session` table (once a commit that made the
         row returned from COMMIT). Under `_write_lock`."""
-        self._committing: tuple[int, str, Verdict, int] | None = None
-        """(seq, session key, verdict, its first row's id) of the commit whose COMMIT is
-        being run, from just before it; for `_interrupted` to tell whether it was
-        applied. Under `_write_lock`."""
+        self._logged: dict[int, _Logged] = {}
+        """Large log rows, decoded (`_logged_row`; at most about `_LOGGED_KEPT` entries,
+        the oldest read first out). Under `_lock`."""
+        self._logged_entries = 0
+        self._committing: tuple[int, str, Verdict] | None = None
+        """(seq, session key, verdict) of the commit whose COMMIT is being run, from
+        just before it; for `_interrupted` to tell whether it was applied. Under
+        `_write_lock`."""
 
         _inspect(self._file)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -952,9 +982,9 @@ class SQLiteStore(WriterStore):
                 # data_version before max(seq): a commit landing in between is both
                 # counted as seen and noticed by the next poll(), never lost.
                 self._data_version = self._rconn.execute("PRAGMA data_version").fetchone()[0]
-                self._delivered, self._delivered_id = self._last_row(self._rconn)
-                """Every seq up to `_delivered`, every revision row up to id `_delivered_id`,
-                was fanned out to this store's sessions (or predates it)."""
+                self._delivered = self._max_seq(self._rconn)
+                """Every seq up to `_delivered` was fanned out to this store's sessions (or
+                predates it)."""
             except sqlite3.Error as exc:
                 raise self._wrap(exc, "cannot read the store") from exc
         except BaseException:
@@ -1034,7 +1064,7 @@ class SQLiteStore(WriterStore):
             raise self._wrap(exc, "cannot initialize the store") from exc
 
     def _upgrade(self, conn: sqlite3.Connection, version: int) -> None:
-        """Bring a version 1, 2 or 3 file to `VERSION`, inside the caller's transaction (so an
+        """Bring a version 1 to 5 file to `VERSION`, inside the caller's transaction (so an
         interrupted upgrade leaves the old file as it was). Every commit, document,
         revision, floor and claim is kept; only the layout changes."""
         steps = {
@@ -1042,6 +1072,7 @@ class SQLiteStore(WriterStore):
             2: _upgrade_2_to_3(REVISIONS_KEPT),
             3: _UPGRADE_3_TO_4,
             4: _UPGRADE_4_TO_5,
+            5: _UPGRADE_5_TO_6,
         }
         for step in range(version, VERSION):
             for stmt in steps[step]:
@@ -1066,13 +1097,9 @@ class SQLiteStore(WriterStore):
 
     @staticmethod
     def _max_seq(conn: sqlite3.Connection) -> int:
-        return SQLiteStore._last_row(conn)[0]
-
-    @staticmethod
-    def _last_row(conn: sqlite3.Connection) -> tuple[int, int]:
-        """(max seq, max revision id): the newest row's, which is never pruned. O(log n)."""
-        row = conn.execute("SELECT seq, id FROM revision ORDER BY id DESC LIMIT 1").fetchone()
-        return (0, 0) if row is None else (int(row[0]), int(row[1]))
+        """The newest log row's seq, which is never pruned. O(log n)."""
+        row = conn.execute("SELECT seq FROM log ORDER BY seq DESC LIMIT 1").fetchone()
+        return 0 if row is None else int(row[0])
 
     def _writer_conn(self) -> sqlite3.Connection:
         if self._wconn is None:
@@ -1239,27 +1266,63 @@ class SQLiteStore(WriterStore):
                 return False
         return True
 
-    @staticmethod
     def _revisions_since(
-        conn: sqlite3.Connection, session_id: str, session_key: str, key: DocKey, seq: int
+        self, conn: sqlite3.Connection, session_id: str, session_key: str, key: DocKey, seq: int
     ) -> list[Revision]:
-        head = conn.execute(
-            f"SELECT h.doc, h.seq, h.floor, h.rev FROM {_HEAD_OF_KEY}", _k(key)
-        ).fetchone()
+        head = conn.execute(f"SELECT h.doc, h.seq, h.floor FROM {_HEAD_OF_KEY}", _k(key)).fetchone()
         if head is None or head[1] <= seq:
             return []  # not written since the basis (the usual case): one index lookup
-        doc, _, floor, rev = head
+        doc, last, floor = head
         if floor is not None and seq < floor:
             return [pruned_revision(int(floor))]
-        # The revisions after the basis, walked back from the head (each names the one
-        # before): one primary-key lookup per revision, whatever else was committed.
-        rows = conn.execute(
-            f"{_CHAIN} SELECT r.seq, s.key, r.local_seq, r.paths FROM chain"
-            " JOIN revision r ON r.id = chain.id AND r.doc = ?2 AND r.seq > ?3"
-            " JOIN session s ON s.id = r.session ORDER BY r.seq",
-            (rev, doc, seq),
-        ).fetchall()
-        return revisions_from_rows(rows, session_id, session_key)
+        # The revisions after the basis, walked back from the head's: each log row's
+        # entry names the document's revision before it (one primary-key lookup per
+        # revision, whatever else was committed). All are above the floor: kept.
+        out: list[Revision] = []
+        at = int(last)
+        while at > seq:
+            logged = self._logged_row(conn, at)
+            entry = None if logged is None else logged[2].get(doc)
+            if logged is None or entry is None:
+                raise InternalError(
+                    f"document {doc}'s revision at seq {at} (above its floor {floor}) has no"
+                    " log entry (this is a bug)"
+                )
+            sess, local_seq, _ = logged
+            # Only the request's own session may match `request.session_id`.
+            own = session_id if sess == session_key else sess
+            paths = tuple(tuple(p) for p in _decode_paths(entry[1]))
+            out.append(Revision(at, own, local_seq, paths))
+            at = entry[0]
+        out.reverse()
+        return out
+
+    def _logged_row(self, conn: sqlite3.Connection, seq: int) -> _Logged | None:
+        """The log row at `seq` (None: there is none). A large one is kept decoded once
+        read (a conflict walk through a large commit's row, such as a setup's, would
+        decode all its entries at every step): a row never changes what it says (a seq
+        is never reused; pruning only counts its entries down or deletes it), so what is
+        kept stays true."""
+        logged = self._logged.get(seq)
+        if logged is not None:
+            return logged
+        row = conn.execute(
+            "SELECT s.key, l.local_seq, l.entries FROM log l JOIN session s ON s.id = l.session"
+            " WHERE l.seq = ?",
+            (seq,),
+        ).fetchone()
+        if row is None:
+            return None
+        entries = {doc: (prev, paths) for doc, prev, paths in _decode_stubs(row[2])}
+        logged = (str(row[0]), int(row[1]), entries)
+        if len(entries) >= _LOGGED_FROM:
+            with self._lock:
+                kept = self._logged
+                kept[seq] = logged
+                self._logged_entries += len(entries)
+                while self._logged_entries > _LOGGED_KEPT and len(kept) > 1:
+                    self._logged_entries -= len(kept.pop(next(iter(kept)))[2])
+        return logged
 
     def _resolution(self, session_key: str, local_seq: int) -> int | bool | None:
         # Only this store object evaluates commits of its session keys, so its memory
@@ -1318,20 +1381,17 @@ class SQLiteStore(WriterStore):
             try:
                 # The usual commit of the file's only writer: no other connection has
                 # committed since this one's last commit (its data_version is the same),
-                # so nothing it remembers has changed and the max seq and next id are
-                # known; else they (and the commits it has not delivered) are read.
+                # so nothing it remembers has changed and the max seq is known; else it
+                # (and the commits it has not delivered) is read.
                 version = conn.execute("PRAGMA data_version").fetchone()[0]
                 known_top = self._known_top
                 if known_top >= 0 and version == self._known_version:
-                    top, next_id, behind = known_top, self._known_next, list[_Change]()
+                    top, behind = known_top, list[_Change]()
                 else:
-                    top, next_id, behind = self._changes_after(
-                        conn, self._delivered, self._delivered_id
-                    )
+                    top, behind = self._changes_after(conn, self._delivered)
                     if top != known_top:  # another writer committed: it may have changed any
                         self._known.clear()
                         self._known_top = top
-                    self._known_next = next_id
                     self._known_version = version
                 error: CommitRejected | None = None
                 if not self._plainly_valid(request):
@@ -1339,7 +1399,7 @@ class SQLiteStore(WriterStore):
                 seq = top + 1
                 staged: _Staged | None = None
                 if error is None:
-                    staged = self._stage_known(request.writes, seq, next_id)
+                    staged = self._stage_known(request.writes, seq)
                     if staged is None:
                         try:
                             docs, paths, heads = self._stage(conn, request.writes)
@@ -1351,7 +1411,7 @@ class SQLiteStore(WriterStore):
                                 f" applies: {exc}"
                             )
                         else:
-                            staged = self._rows(conn, seq, next_id, docs, paths, heads)
+                            staged = self._rows(conn, seq, docs, paths, heads)
                 rows: dict[DocKey, _Known] = {}
                 number = self._session_numbers.get(session_key)
                 if staged is None:  # (rejected: nothing written)
@@ -1360,10 +1420,10 @@ class SQLiteStore(WriterStore):
                 else:
                     if number is None:  # (the session's first commit in this file)
                         number = self._session_number(conn, session_key)
-                    self._apply(conn, request, number, seq, next_id, staged)
+                    self._apply(conn, request, number, seq, staged)
                     docs, base_seqs, rows = staged[0], staged[1], staged[2]
                     verdict = Verdict(seq, docs, base_seqs=base_seqs)
-                    self._committing = (seq, session_key, verdict, next_id)
+                    self._committing = (seq, session_key, verdict)
                     conn.execute("COMMIT")
             except BaseException:
                 _rollback(conn)
@@ -1374,11 +1434,6 @@ class SQLiteStore(WriterStore):
             if verdict.seq is not None and number is not None:
                 self._session_numbers[session_key] = number
                 self._remember(verdict.seq, rows)
-                # (A revision per written document, or the row of a commit that wrote none.)
-                self._known_next = next_id + max(len(rows), 1)
-                self._delivered_id = self._known_next - 1
-            else:
-                self._delivered_id = max(self._delivered_id, next_id - 1)
             self._resolve(session_key, request.local_seq, rejected=verdict.seq is None)
             self._deliver(behind)
             self._delivered = max(self._delivered, top, verdict.seq or 0)
@@ -1396,9 +1451,9 @@ class SQLiteStore(WriterStore):
     def _interrupted(self, listener: SessionListener, request: CommitRequest) -> None:
         """`request`'s evaluation or answer was interrupted (`WriterStore._interrupted`):
         roll back what is still open, then answer it as it ended. It was applied exactly
-        when the row at the id its first row was given names its seq, session and local
-        seq (nothing else can have taken that id: this store's writers hold
-        `_write_lock`, and another process' commit would name another session). A
+        when the log row at its seq names its session and local seq (nothing else can
+        have taken that seq: this store's writers hold `_write_lock`, and another
+        process' commit would name another session). A
         second verdict or fan-out of the same commit, if the first got out before the
         interrupt, is ignored by the replica (`on_verdict` pops the commit once;
         `on_foreign` skips a seq it has)."""
@@ -1414,15 +1469,11 @@ class SQLiteStore(WriterStore):
             _rollback(conn)
             if committing is not None and committing[1] == session_key:
                 row = conn.execute(
-                    "SELECT r.seq, s.key, r.local_seq FROM revision r"
-                    " JOIN session s ON s.id = r.session WHERE r.id = ?",
-                    (committing[3],),
+                    "SELECT s.key, l.local_seq FROM log l JOIN session s ON s.id = l.session"
+                    " WHERE l.seq = ?",
+                    (committing[0],),
                 ).fetchone()
-                if row is not None and tuple(row) == (
-                    committing[0],
-                    session_key,
-                    request.local_seq,
-                ):
+                if row is not None and tuple(row) == (session_key, request.local_seq):
                     verdict = committing[2]
         except sqlite3.Error:
             return  # cannot tell whether it was applied: no verdict rather than a wrong one
@@ -1439,27 +1490,25 @@ class SQLiteStore(WriterStore):
         if verdict.seq is not None:
             self._broadcast(request.session_id, verdict.seq, verdict.docs)
 
-    def _stage_known(self, writes: tuple[Write, ...], seq: int, next_id: int) -> _Staged | None:
+    def _stage_known(self, writes: tuple[Write, ...], seq: int) -> _Staged | None:
         """`_stage` and `_rows` in one loop, for the usual commit of a store that is its
         file's only writer: every write sets one top-level field of a dict document whose
         head row this writer remembers, each document once. None (nothing read or
         changed) for any other commit, which `_stage` and `_rows` then take."""
         known = self._known
-        texts = _PATHS_TEXT
         over = 2 * REVISIONS_KEPT
         docs: dict[DocKey, Value] = {}
         base_seqs: dict[DocKey, int] = {}
         rows: dict[DocKey, _Known] = {}
-        revisions: list[object] = []
+        entries: list[_Entry] = []
         updates: list[object] = []
         due: list[int] = []
-        rev = next_id - 1
         for w in writes:
             key, path = w.key, w.path
             got = known.get(key)
             if got is None or len(path) != 1 or key in docs:
                 return None
-            doc, last, count, current, prev = got
+            doc, last, count, current = got
             field = path[0]
             if type(current) is not dict or type(field) is not str:
                 return None
@@ -1471,14 +1520,12 @@ class SQLiteStore(WriterStore):
                 new[field] = value
             docs[key] = new
             base_seqs[key] = last
-            rev += 1
-            rows[key] = (doc, seq, count + 1, new, rev)
-            text = texts.get(path)
-            revisions += (rev, doc, prev, text if text is not None else _paths_text([path]))
-            updates += (doc, rev, encode_value(new))
+            rows[key] = (doc, seq, count + 1, new)
+            entries.append((doc, last, (path,)))
+            updates += (doc, encode_value(new))
             if count >= over:
                 due.append(doc)
-        return docs, base_seqs, rows, revisions, updates, due
+        return docs, base_seqs, rows, entries, updates, due
 
     def _stage(
         self, conn: sqlite3.Connection, writes: tuple[Write, ...]
@@ -1536,7 +1583,7 @@ class SQLiteStore(WriterStore):
             key = w.key
             got = known.get(key)
             if got is not None:
-                heads[key] = (got[0], got[1], got[2], None, got[4])
+                heads[key] = (got[0], got[1], got[2], None)
             else:
                 missing.append(key)
         if missing:
@@ -1567,8 +1614,7 @@ class SQLiteStore(WriterStore):
             if len(chunk) == 1:
                 key = chunk[0]
                 row = conn.execute(
-                    f"SELECT h.doc, h.seq, h.revisions, h.value, h.rev FROM {_HEAD_OF_KEY}",
-                    _k(key),
+                    f"SELECT h.doc, h.seq, h.revisions, h.value FROM {_HEAD_OF_KEY}", _k(key)
                 ).fetchone()
                 if row is not None:
                     out[key] = row
@@ -1576,25 +1622,23 @@ class SQLiteStore(WriterStore):
             values = ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(chunk))
             rows = conn.execute(
                 f"WITH k (n, {_KEY_COLS}) AS (VALUES {values})"
-                f" SELECT k.n, h.doc, h.seq, h.revisions, h.value, h.rev FROM {_HEADS_OF_KEYS}",
+                f" SELECT k.n, h.doc, h.seq, h.revisions, h.value FROM {_HEADS_OF_KEYS}",
                 [p for n, key in enumerate(chunk) for p in (n, *_k(key))],
             ).fetchall()
-            for n, doc, seq, revisions, raw, rev in rows:
-                out[chunk[n]] = (doc, seq, revisions, raw, rev)
+            for n, doc, seq, revisions, raw in rows:
+                out[chunk[n]] = (doc, seq, revisions, raw)
         return out
 
     @staticmethod
     def _rows(
         conn: sqlite3.Connection,
         seq: int,
-        next_id: int,
         docs: dict[DocKey, Value],
         paths: dict[DocKey, list[Path]],
         heads: dict[DocKey, _Head],
     ) -> _Staged:
         """What `_stage`'s documents write (`_Staged`), after making a head row for each
-        document written for the first time (its number is what its revision names). The
-        revisions get ids from `next_id` on, in the order of `docs`."""
+        document written for the first time (its number is what its entry names)."""
         new = [key for key in docs if key not in heads]
         if new:  # first writes: a number, a key row and a head row each
             top = conn.execute("SELECT COALESCE(MAX(doc), 0) FROM document").fetchone()[0]
@@ -1609,23 +1653,23 @@ class SQLiteStore(WriterStore):
             )
             heads = {
                 **heads,
-                **{key: (doc, 0, 0, None, 0) for doc, key in zip(numbers, new, strict=True)},
+                **{key: (doc, 0, 0, None) for doc, key in zip(numbers, new, strict=True)},
             }
         base_seqs: dict[DocKey, int] = {}
         rows: dict[DocKey, _Known] = {}
-        revisions: list[object] = []
+        entries: list[_Entry] = []
         updates: list[object] = []
         due: list[int] = []
         over = 2 * REVISIONS_KEPT
-        for rev, (key, value) in enumerate(docs.items(), next_id):
-            doc, last, count, _, prev = heads[key]
+        for key, value in docs.items():
+            doc, last, count, _ = heads[key]
             base_seqs[key] = last
-            rows[key] = (doc, seq, count + 1, value, rev)
-            revisions += (rev, doc, prev, _paths_text(paths[key]))
-            updates += (doc, rev, encode_value(value))
+            rows[key] = (doc, seq, count + 1, value)
+            entries.append((doc, last, paths[key]))
+            updates += (doc, encode_value(value))
             if count >= over:
                 due.append(doc)
-        return docs, base_seqs, rows, revisions, updates, due
+        return docs, base_seqs, rows, entries, updates, due
 
     @staticmethod
     def _apply(
@@ -1633,35 +1677,22 @@ class SQLiteStore(WriterStore):
         request: CommitRequest,
         session: int,
         seq: int,
-        next_id: int,
         staged: _Staged,
     ) -> None:
-        """Write the commit: a `revision` row per document (ids from `next_id` on:
-        appended; each names the commit's seq, its `session` number and local seq), or one
-        row naming no document for a commit that wrote none, and each document's head,
-        updated in place: one statement per table (per power-of-two chunk of rows,
-        `_execute_rows`), then the pruning of the documents past 2 * REVISIONS_KEPT
+        """Write the commit: its `log` row (keyed by its seq: appended; naming its
+        `session` number and local seq, with an entry per document it wrote, or none),
+        each document's head, updated in place (one statement per power-of-two chunk of
+        rows, `_execute_rows`), then the pruning of the documents past 2 * REVISIONS_KEPT
         revisions (`_prune`), which corrects the kept revision counts in `staged`'s head
         rows."""
-        _, _, rows, revisions, updates, due = staged
-        local_seq = request.local_seq
-        if len(rows) == 1:  # (one document: the plain statements cost less)
+        _, _, rows, entries, updates, due = staged
+        if len(rows) == 1:  # (one document: the plain statement costs less)
             conn.execute(_UPDATE_HEAD, (seq, REVISIONS_KEPT, *updates))
-            conn.execute(_INSERT_REVISION, (seq, session, local_seq, *revisions))
         elif rows:
             _execute_rows(
-                conn, _UPDATE_HEADS, "(?, ?, ?)", updates, width=3, first=(seq, REVISIONS_KEPT)
+                conn, _UPDATE_HEADS, "(?, ?)", updates, width=2, first=(seq, REVISIONS_KEPT)
             )
-            _execute_rows(
-                conn,
-                _INSERT_REVISIONS,
-                "(?, ?, ?, ?)",
-                revisions,
-                width=4,
-                first=(seq, session, local_seq),
-            )
-        else:  # (its seq needs a row: the newest row holds the max seq)
-            conn.execute(_INSERT_REVISION, (seq, session, local_seq, next_id, None, 0, None))
+        conn.execute(_INSERT_LOG, (seq, session, request.local_seq, len(entries), _encode(entries)))
         if request.create_only:
             conn.executemany(
                 f"INSERT OR IGNORE INTO claimed ({_KEY_COLS}, seq) VALUES (?, ?, ?, ?, ?, ?)",
@@ -1669,147 +1700,158 @@ class SQLiteStore(WriterStore):
             )
         if due:
             gone = SQLiteStore._prune(conn, due)
-            for key, (doc, _, count, value, rev) in rows.items():
+            for key, (doc, _, count, value) in rows.items():
                 if doc in gone:
-                    rows[key] = (doc, seq, count - gone[doc], value, rev)
+                    rows[key] = (doc, seq, count - gone[doc], value)
 
     @staticmethod
     def _prune(conn: sqlite3.Connection, docs: list[int]) -> dict[int, int]:
         """Keep the newest `REVISIONS_KEPT` revisions of each of `docs` (document numbers)
         that has more than twice that many (as `MemoryStore` does); returns how many
-        revisions of each document were deleted. (A commit's other rows, and its seq,
-        session and local seq, are on each of its rows: nothing else goes with them.)
+        revisions of each document were deleted.
 
-        Runs after the commit's head update. The head row counts the document's kept
-        revisions, so a commit decides which of its documents to prune without a query,
-        and names the floor this pruning sets (`next_floor`): the revisions to delete are
-        that one and those before it down to the old floor. Usually (a document just past
-        2 * REVISIONS_KEPT, whose oldest kept revisions lie in a stretch of ids mostly
-        its and the other pruned documents') they are deleted by one scan of that stretch
-        (`_prune_range`); otherwise walked back one primary-key lookup each
-        (REVISIONS_KEPT + 1 of them), every document's in one statement, and deleted by
-        id. Deletes happen once per REVISIONS_KEPT commits of a document, so the
-        amortized cost per commit is O(1) rows. A head whose count or `next_floor` does
-        not fit (a file upgraded from version 1, which never pruned) is pruned by walking
-        all its revisions from the newest.
+        Runs after the commit's head update and log insert. The head row counts the
+        document's kept revisions, so a commit decides which of its documents to prune
+        without a query, and names the floor this pruning sets (`next_floor`): the
+        revisions to delete are that one and those before it down to the old floor,
+        REVISIONS_KEPT + 1 of them, walked back entry by entry. Each log row is read and
+        decoded once per pruning however many of its documents are pruned (documents
+        written by the same commits share their rows). A revision's deletion takes one
+        from its row's `live` count; a row left with none is deleted. Deletes happen
+        once per REVISIONS_KEPT commits of a document, so the amortized cost per commit is
+        O(1) entries. A head whose count or `next_floor` does not fit (a file upgraded
+        from version 1, which never pruned) is pruned by walking all its revisions from
+        the newest. A walk that misses a revision above the floor raises `InternalError`
+        (rolling the commit back).
         """
         kept = REVISIONS_KEPT
-        found: dict[int, tuple[int, int, int]] = {}  # doc: (last revision's id, count, floor)
-        usual: list[tuple[int, int]] = []  # (doc, next floor) of documents just past 2 * kept
-        starts: list[object] = []  # (doc, walk from, floor) per document, flat
-        for doc, _, count, floor, next_floor, rev in _execute_rows(
-            conn, _PRUNED_HEADS, "?", list(docs), width=1
-        ):
-            if count <= 2 * kept:
-                continue
-            bound = floor or 0
-            found[doc] = (rev, count, bound)
-            if next_floor is not None:
-                if count == 2 * kept + 1:
-                    usual.append((doc, next_floor))
-                else:
-                    starts += (doc, next_floor, bound)
+        fewer: dict[int, int] = {}  # log row's seq: entries it loses
         gone: dict[int, int] = {}
         floors: list[object] = []  # (doc, kept revisions, floor) per document, flat
-        ranged = SQLiteStore._prune_range(conn, usual) if usual else None
-        if ranged is None:
-            for doc, next_floor in usual:
-                starts += (doc, next_floor, found[doc][2])
-        else:
-            for doc, floor in ranged.items():
-                gone[doc] = kept + 1
-                floors += (doc, kept, floor)
-        walked: dict[int, list[tuple[int, int]]] = {doc: [] for doc in found if doc not in gone}
-        for doc, rev, seq in _execute_rows(conn, _WALK_MANY, "(?, ?, ?)", starts, width=3):
-            walked[doc].append((rev, seq))
-        ids: list[object] = []
-        for doc, revs in walked.items():
-            last, count, bound = found[doc]
-            if count - len(revs) != kept:  # (a file upgraded from version 1)
-                newest_first = conn.execute(
-                    f"{_CHAIN} SELECT r.id, r.seq FROM chain JOIN revision r"
-                    " ON r.id = chain.id AND r.doc = ?2 AND r.seq > ?3 ORDER BY r.id DESC",
-                    (last, doc, bound),
-                ).fetchall()
-                revs = newest_first[kept:]
-            ids += (rev for rev, _ in revs)
-            gone[doc] = len(revs)
-            floors += (doc, count - len(revs), max(seq for _, seq in revs))
-        _execute_rows(conn, _DELETE_REVISIONS, "(?)", ids, width=1)
+        heads = [
+            row
+            for row in _execute_rows(conn, _PRUNED_HEADS, "?", list(docs), width=1)
+            if row[2] > 2 * kept
+        ]
+        # The usual pruning: documents just past 2 * kept whose revisions to delete, from
+        # their floor to their next floor, lie in a stretch of rows at most about half
+        # others' (documents written by the same commits): one scan of that stretch.
+        usual = {
+            row[0]: (row[3] or 0, row[4])
+            for row in heads
+            if row[4] is not None and row[2] == 2 * kept + 1
+        }
+        if usual:
+            low = min(bound for bound, _ in usual.values())
+            high = max(next_floor for _, next_floor in usual.values())
+            if high - low > 2 * (kept + 1) * len(usual):
+                usual = {}
+            else:
+                deleted = dict.fromkeys(usual, 0)
+                for at, text in conn.execute(
+                    "SELECT seq, entries FROM log WHERE seq > ? AND seq <= ?", (low, high)
+                ):
+                    n = 0
+                    for doc, _, _ in _decode_stubs(text):
+                        window = usual.get(doc)
+                        if window is not None and window[0] < at <= window[1]:
+                            deleted[doc] += 1
+                            n += 1
+                    if n:
+                        fewer[at] = n
+                for doc, (_, next_floor) in usual.items():
+                    if deleted[doc] != kept + 1:
+                        raise InternalError(
+                            f"pruning document {doc} deleted {deleted[doc]} revisions, not"
+                            f" {kept + 1}: its next_floor is not its (REVISIONS_KEPT + 1)-th"
+                            " oldest kept revision (this is a bug)"
+                        )
+                    gone[doc] = kept + 1
+                    floors += (doc, kept, next_floor)
+        decoded: dict[int, dict[int, int]] = {}  # seq: {doc: previous revision's seq}
+
+        def prev_of(at: int, doc: int) -> int:
+            got = decoded.get(at)
+            if got is None:
+                row = conn.execute("SELECT entries FROM log WHERE seq = ?", (at,)).fetchone()
+                got = decoded[at] = (
+                    {} if row is None else {e[0]: e[1] for e in _decode_stubs(row[0])}
+                )
+            prev = got.get(doc)
+            if prev is None:
+                raise InternalError(
+                    f"pruning document {doc}: its revision at seq {at} has no log entry"
+                    " (this is a bug)"
+                )
+            return prev
+
+        # The others are walked back, entry by entry (each row read once).
+        for doc, last, count, floor, next_floor in heads:
+            if doc in usual:
+                continue
+            bound = floor or 0
+            start, steps = next_floor, count - kept
+            if next_floor is None or count != 2 * kept + 1:  # (a file upgraded from version 1)
+                start = last
+                for _ in range(kept):
+                    start = prev_of(start, doc)
+            dead = [start]
+            while len(dead) < steps and dead[-1] > bound:
+                dead.append(prev_of(dead[-1], doc))
+            if dead[-1] <= bound or prev_of(dead[-1], doc) > bound:
+                raise InternalError(
+                    f"pruning document {doc}: it does not keep the {count} revisions its"
+                    " head counts (this is a bug)"
+                )
+            for at in dead:
+                fewer[at] = fewer.get(at, 0) + 1
+            gone[doc] = steps
+            floors += (doc, kept, start)
+        _execute_rows(conn, _UNLIVE, "(?, ?)", [x for item in fewer.items() for x in item], width=2)
+        _execute_rows(conn, _DELETE_EMPTIED, "(?)", list(fewer), width=1)
         _execute_rows(conn, _SET_FLOORS, "(?, ?, ?)", floors, width=3)
         return gone
-
-    @staticmethod
-    def _prune_range(
-        conn: sqlite3.Connection, usual: list[tuple[int, int]]
-    ) -> dict[int, int] | None:
-        """`_prune` of documents that keep 2 * REVISIONS_KEPT + 1 revisions each, `usual`
-        (doc, next floor), by one scan of the ids from the oldest kept revision up to
-        the newest of their next floors, when at most half of that stretch belongs to
-        other documents (else None, having done nothing: walking costs less). Each
-        deletes its revisions up to its next floor, REVISIONS_KEPT + 1 of them (the
-        invariant `_check` asserts; a count that differs raises `InternalError`, rolling
-        the commit back). Returns each document's new floor (its next floor's seq).
-        (The stretch starts at the oldest revision: the rows of commits that wrote no
-        document, kept for their claims, are skipped.)"""
-        n = len(usual)
-        first = conn.execute(
-            "SELECT id FROM revision WHERE doc IS NOT NULL ORDER BY id LIMIT 1"
-        ).fetchone()
-        high = max(next_floor for _, next_floor in usual)
-        due = n * (REVISIONS_KEPT + 1)
-        if first is None or high - first[0] + 1 > 2 * due:
-            return None
-        seq_of = dict(_execute_rows(conn, _SEQS_OF, "?", [f for _, f in usual], width=1))
-        before = conn.total_changes
-        _execute_rows(
-            conn, _DELETE_RANGE, "?", [doc for doc, _ in usual], width=1, first=(first[0], high)
-        )
-        deleted = conn.total_changes - before
-        if deleted != due:
-            raise InternalError(
-                f"pruning {n} documents deleted {deleted} revisions, not {due}: a head's"
-                " next_floor is not its (REVISIONS_KEPT + 1)-th oldest kept revision"
-                " (this is a bug)"
-            )
-        return {doc: int(seq_of[next_floor]) for doc, next_floor in usual}
 
     def _record_rejection(self, request: CommitRequest) -> None:
         with self._write_lock:
             self._resolve(self._session_key(request.session_id), request.local_seq, rejected=True)
 
     # ------------------------------------------------------------------ foreign commits
-    def _changes_after(
-        self, conn: sqlite3.Connection, after: int, after_id: int
-    ) -> tuple[int, int, list[_Change]]:
-        """(max seq, the next revision id, commits after `after` with the documents whose
-        head they still are), for a store that delivered every row up to id `after_id`.
+    def _changes_after(self, conn: sqlite3.Connection, after: int) -> tuple[int, list[_Change]]:
+        """(max seq, commits after `after` with the documents whose head they still are).
 
         A document written again later is delivered only with its latest seq,
         so every (seq, value) delivered is the document's true state at seq.
         Run inside a transaction (one snapshot).  O(documents written since `after`):
-        the rows after `after_id` (ids follow commit order; a document written since
-        has its newest revision there, never pruned).
+        the log rows after `after` (a document written since has its newest revision
+        there, never pruned), then those documents' heads.
         """
-        top, last_id = self._last_row(conn)
-        next_id = last_id + 1
+        top = self._max_seq(conn)
         if top <= after:
-            return top, next_id, []
+            return top, []
         with self._lock:
             if not self._listeners:
-                return top, next_id, []  # nobody to tell; a later session loads fresh state
-        rows = conn.execute(
-            "SELECT r.seq, d.space, d.doc_id, d.scope, d.principal, d.session, h.value"
-            " FROM revision r JOIN head h ON h.doc = r.doc AND h.rev = r.id"
-            " JOIN document d ON d.doc = r.doc"
-            " WHERE r.id > ?2 AND r.seq > ?1 ORDER BY r.id",
-            (after, after_id),
-        ).fetchall()
+                return top, []  # nobody to tell; a later session loads fresh state
+        written: dict[int, None] = {}
+        for (entries,) in conn.execute("SELECT entries FROM log WHERE seq > ?", (after,)):
+            for entry in _decode_stubs(entries):
+                written[entry[0]] = None
         out: dict[int, dict[DocKey, Value]] = {}
-        for seq, space, doc_id, scope, principal, session, raw in rows:
+        heads = []
+        docs = list(written)
+        for start in range(0, len(docs), _CHUNK):
+            chunk = docs[start : start + _CHUNK]
+            heads += conn.execute(
+                "SELECT h.seq, d.space, d.doc_id, d.scope, d.principal, d.session, h.value"
+                " FROM head h JOIN document d ON d.doc = h.doc"
+                f" WHERE h.doc IN ({', '.join(['?'] * len(chunk))})",
+                chunk,
+            ).fetchall()
+        heads.sort(key=lambda row: int(row[0]))
+        for seq, space, doc_id, scope, principal, session, raw in heads:
             key = self._key_of(space, doc_id, scope, principal, session)
             out.setdefault(int(seq), {})[key] = self._decode(raw, key)
-        return top, next_id, list(out.items())
+        return top, list(out.items())
 
     def _deliver(self, changes: list[_Change]) -> None:
         for seq, docs in changes:
@@ -1842,9 +1884,7 @@ class SQLiteStore(WriterStore):
             try:
                 conn.execute("BEGIN")
                 try:
-                    top, next_id, changes = self._changes_after(
-                        conn, self._delivered, self._delivered_id
-                    )
+                    top, changes = self._changes_after(conn, self._delivered)
                 finally:
                     _rollback(conn)  # a read-only snapshot: nothing to commit
             except BaseException as exc:
@@ -1855,7 +1895,6 @@ class SQLiteStore(WriterStore):
                 raise
             self._deliver(changes)
             self._delivered = max(self._delivered, top)
-            self._delivered_id = max(self._delivered_id, next_id - 1)
         return len(changes)
 
     def _poll_loop(self) -> None:
@@ -1901,14 +1940,10 @@ class SQLiteStore(WriterStore):
             try:
                 for sql, what in self._checks():
                     assert not conn.execute(sql).fetchone()[0], f"{self._file}: {what}"
-                top, last_id = self._last_row(conn)
-                most, count = conn.execute(
-                    "SELECT COALESCE(MAX(seq), 0), COUNT(DISTINCT seq) FROM revision"
-                ).fetchone()
-                assert most == top, f"the newest row's seq {top} is not the max seq {most}"
-                assert count <= top, f"revisions name {count} seqs, more than the max seq {top}"
+                top = self._max_seq(conn)
+                most = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM head").fetchone()[0]
+                assert most <= top, f"a head's seq {most} is above the max seq {top}"
                 assert self._delivered <= top, (self._delivered, top)
-                assert self._delivered_id <= last_id, (self._delivered_id, last_id)
             finally:
                 conn.execute("COMMIT")
         with self._write_lock:
@@ -1924,46 +1959,71 @@ class SQLiteStore(WriterStore):
             try:
                 if self._known_top != self._max_seq(conn):
                     return
-                next_id = conn.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM revision").fetchone()
-                assert self._known_next == next_id[0], (self._known_next, next_id[0])
-                for key, (doc, seq, revisions, value, rev) in self._known.items():
+                for key, (doc, seq, revisions, value) in self._known.items():
                     row = conn.execute(
-                        f"SELECT h.doc, h.seq, h.revisions, h.rev, h.value FROM {_HEAD_OF_KEY}",
+                        f"SELECT h.doc, h.seq, h.revisions, h.value FROM {_HEAD_OF_KEY}",
                         _k(key),
                     ).fetchone()
                     assert row is not None, key
-                    assert (doc, seq, revisions, rev) == tuple(row[:4]), (key, row)
-                    assert value_equal(value, self._decode(row[4], key)), key
+                    assert (doc, seq, revisions) == tuple(row[:3]), (key, row)
+                    assert value_equal(value, self._decode(row[3], key)), key
             finally:
                 conn.execute("COMMIT")
 
     @staticmethod
     def _checks() -> Iterator[tuple[str, str]]:
-        per_doc = (
-            "(SELECT doc, COUNT(*) AS n, MAX(seq) AS last, MAX(id) AS last_id"
-            " FROM revision GROUP BY doc)"
+        entries = (
+            "(SELECT l.seq, json_extract(e.value, '$[0]') AS doc,"
+            " json_extract(e.value, '$[1]') AS prev, json_extract(e.value, '$[2]') AS paths"
+            " FROM log l, json_each(l.entries) e)"
         )
+        # The entries not pruned: above their document's floor.
+        kept = (
+            f"(SELECT x.seq, x.doc, x.prev FROM {entries} x JOIN head h ON h.doc = x.doc"
+            " WHERE x.seq > COALESCE(h.floor, 0))"
+        )
+        per_doc = f"(SELECT doc, COUNT(*) AS n, MAX(seq) AS last FROM {kept} GROUP BY doc)"
         yield (
             "SELECT COUNT(*) FROM rejection x JOIN session s ON s.key = x.session_id"
-            " JOIN revision r ON r.session = s.id AND r.local_seq = x.local_seq",
+            " JOIN log l ON l.session = s.id AND l.local_seq = x.local_seq",
             "a commit is recorded as both accepted and rejected",
         )
         yield (
-            "SELECT COUNT(*) FROM (SELECT seq FROM revision GROUP BY seq"
-            " HAVING COUNT(DISTINCT session) > 1 OR COUNT(DISTINCT local_seq) > 1)",
-            "the rows of one commit name different sessions or local seqs",
+            "SELECT COUNT(*) FROM log l WHERE NOT EXISTS"
+            " (SELECT 1 FROM session s WHERE s.id = l.session)",
+            "a log row names no session",
         )
         yield (
-            "SELECT COUNT(*) FROM revision r WHERE NOT EXISTS"
-            " (SELECT 1 FROM session s WHERE s.id = r.session)",
-            "a revision names no session",
+            "SELECT COUNT(*) FROM log l WHERE json_valid(l.entries) = 0"
+            " OR json_type(l.entries) != 'array'",
+            "a log row's entries are not a JSON array",
         )
         yield (
-            # A commit that wrote no document has one row, naming none, and a claim.
-            "SELECT COUNT(*) FROM revision r WHERE r.doc IS NULL AND (r.paths IS NOT NULL"
-            " OR r.prev != 0 OR (SELECT COUNT(*) FROM revision o WHERE o.seq = r.seq) != 1"
-            " OR NOT EXISTS (SELECT 1 FROM claimed c WHERE c.seq = r.seq))",
-            "a row naming no document is not its commit's only row, or names no claim",
+            # A commit that wrote no document has a row with no entry, and a claim.
+            "SELECT COUNT(*) FROM log l WHERE json_array_length(l.entries) = 0 AND (l.live != 0"
+            " OR NOT EXISTS (SELECT 1 FROM claimed c WHERE c.seq = l.seq))",
+            "a log row naming no document counts a live entry, or names no claim",
+        )
+        yield (
+            f"SELECT COUNT(*) FROM log l WHERE l.live != (SELECT COUNT(*) FROM {kept} k"
+            " WHERE k.seq = l.seq)",
+            "a log row's live count is not its number of entries above their floors",
+        )
+        yield (
+            "SELECT COUNT(*) FROM log l WHERE l.live = 0 AND json_array_length(l.entries) > 0"
+            " AND l.seq != (SELECT MAX(seq) FROM log)",
+            "a log row whose entries were all pruned was kept",
+        )
+        yield (
+            f"SELECT COUNT(*) FROM (SELECT seq, doc FROM {entries} GROUP BY seq, doc"
+            " HAVING COUNT(*) > 1)",
+            "a log row has two entries for one document",
+        )
+        yield (
+            f"SELECT COUNT(*) FROM {entries} x WHERE x.doc IS NULL OR x.prev IS NULL"
+            " OR x.paths IS NULL OR x.prev >= x.seq OR NOT EXISTS"
+            " (SELECT 1 FROM head h WHERE h.doc = x.doc)",
+            "an entry names no document, previous revision or paths",
         )
         yield (
             "SELECT (SELECT COUNT(*) FROM document d WHERE NOT EXISTS (SELECT 1 FROM head h"
@@ -1972,23 +2032,15 @@ class SQLiteStore(WriterStore):
             "a document has no head row, or a head row no document",
         )
         yield (
-            "SELECT COUNT(*) FROM revision WHERE (doc IS NULL) != (paths IS NULL)",
-            "a revision names a document but no paths, or paths but no document",
-        )
-        yield (
-            "SELECT COUNT(*) FROM revision r JOIN head h ON h.doc = r.doc WHERE r.seq <= h.floor",
-            "a revision at or below its document's floor was kept",
-        )
-        yield (
             f"SELECT COUNT(*) FROM head h LEFT JOIN {per_doc} c ON c.doc = h.doc"
             " WHERE h.revisions IS NOT COALESCE(c.n, 0)",
-            "a head's revision count is not its document's number of revisions",
+            "a head's revision count is not its document's number of kept revisions",
         )
         yield (
-            "SELECT COUNT(*) FROM head h LEFT JOIN (SELECT doc, id FROM (SELECT doc, id,"
-            " ROW_NUMBER() OVER (PARTITION BY doc ORDER BY seq) AS i FROM revision)"
+            "SELECT COUNT(*) FROM head h LEFT JOIN (SELECT doc, seq FROM (SELECT doc, seq,"
+            f" ROW_NUMBER() OVER (PARTITION BY doc ORDER BY seq) AS i FROM {kept})"
             f" WHERE i = {REVISIONS_KEPT + 1}) n ON n.doc = h.doc"
-            " WHERE h.next_floor IS NOT n.id",
+            " WHERE h.next_floor IS NOT n.seq",
             "a head's next floor is not its (REVISIONS_KEPT + 1)-th oldest kept revision",
         )
         yield (
@@ -2002,26 +2054,16 @@ class SQLiteStore(WriterStore):
         )
         yield (
             f"SELECT COUNT(*) FROM head h LEFT JOIN {per_doc} c ON c.doc = h.doc"
-            " WHERE h.seq IS NOT c.last OR h.rev IS NOT c.last_id",
-            "a head's seq or rev is not its document's last revision",
+            " WHERE c.n IS NOT NULL AND h.seq IS NOT c.last",
+            "a head's seq is not its document's last revision's",
         )
         yield (
-            "SELECT COUNT(*) FROM (SELECT seq, LAG(seq) OVER (ORDER BY id) AS before"
-            " FROM revision) WHERE seq < before",
-            "revision ids do not follow commit order",
-        )
-        yield (
-            "SELECT COUNT(*) FROM revision r WHERE r.doc IS NOT NULL AND NOT EXISTS"
-            " (SELECT 1 FROM head h WHERE h.doc = r.doc)",
-            "a revision names no document",
-        )
-        yield (
-            # Each revision names the document's one before it by id; the oldest kept
-            # one none (0) or, once pruned, an id below its own that names no row.
-            "SELECT COUNT(*) FROM (SELECT r.id, r.prev, LAG(r.id) OVER"
-            " (PARTITION BY r.doc ORDER BY r.seq) AS before, h.floor FROM revision r"
-            " JOIN head h ON h.doc = r.doc) WHERE CASE WHEN before IS NOT NULL"
+            # Each kept revision names the document's one before it by seq; the oldest
+            # kept one 0, or once pruned a seq at or below the floor.
+            "SELECT COUNT(*) FROM (SELECT k.seq, k.prev, LAG(k.seq) OVER"
+            f" (PARTITION BY k.doc ORDER BY k.seq) AS before, h.floor FROM {kept} k"
+            " JOIN head h ON h.doc = k.doc) WHERE CASE WHEN before IS NOT NULL"
             " THEN prev IS NOT before WHEN floor IS NULL THEN prev != 0"
-            " ELSE prev >= id OR prev IN (SELECT id FROM revision) END",
+            " ELSE prev > floor END",
             "a revision does not name its document's previous revision",
         )

@@ -33,7 +33,7 @@ from cells._codec import decode_json, encode_json
 from cells._values import value_equal
 from cells.stores._sql import encode_value, key_params
 from cells.stores.memory import REVISIONS_KEPT
-from cells.stores.sqlite import VERSION
+from cells.stores.sqlite import _SCHEMA_5, VERSION
 
 WAIT = 20.0
 
@@ -57,11 +57,16 @@ def rows(db: FsPath, table: str) -> int:
         conn.close()
 
 
-def seqs(db: FsPath) -> int:
-    """The commits whose rows the file keeps."""
+def kept(db: FsPath) -> int:
+    """The revisions the file keeps: log entries above their document's floor."""
     conn = sqlite3.connect(db)
     try:
-        return int(conn.execute("SELECT COUNT(DISTINCT seq) FROM revision").fetchone()[0])
+        return int(
+            conn.execute(
+                "SELECT COUNT(*) FROM log l, json_each(l.entries) e JOIN head h"
+                " ON h.doc = json_extract(e.value, '$[0]') WHERE l.seq > COALESCE(h.floor, 0)"
+            ).fetchone()[0]
+        )
     finally:
         conn.close()
 
@@ -78,8 +83,8 @@ def test_history_of_one_document_stays_bounded_under_churn(stores: Make, db: FsP
         assert tx.commit().wait(WAIT).ok
     assert cycles == cell.get()
     assert cycles == store.seq  # seqs still count every commit
-    assert REVISIONS_KEPT <= rows(db, "revision") <= 2 * REVISIONS_KEPT
-    assert REVISIONS_KEPT <= seqs(db) <= 2 * REVISIONS_KEPT
+    assert REVISIONS_KEPT <= kept(db) <= 2 * REVISIONS_KEPT
+    assert REVISIONS_KEPT <= rows(db, "log") <= 2 * REVISIONS_KEPT
     assert 0 == rows(db, "rejection")
     store._check()
 
@@ -99,7 +104,8 @@ def test_history_stays_bounded_when_each_commit_writes_many_documents(
             tx.write(cell.doc_key, ("value",), n)
         assert tx.commit().wait(WAIT).ok
     assert [cycles - 1] * len(docs) == [store.read_durable(c.doc_key)["value"] for c in docs]
-    assert rows(db, "revision") <= len(docs) * (REVISIONS_KEPT + 2)
+    assert kept(db) <= len(docs) * (REVISIONS_KEPT + 2)
+    assert rows(db, "log") <= REVISIONS_KEPT + 2  # (a row goes once its entries are pruned)
     assert rows(db, "head WHERE floor IS NOT NULL") == len(docs)
     store._check()
 
@@ -212,7 +218,7 @@ def test_commits_built_on_many_pending_layers_resolve_after_pruning(
     results = [p.wait(WAIT) for p in pendings]
     assert [r.outcome for r in results] == [Outcome.OK] * len(results)
     assert 3 * REVISIONS_KEPT - 8 == store.read_durable(cell.doc_key)["value"]
-    assert rows(db, "revision") <= 2 * REVISIONS_KEPT
+    assert kept(db) <= 2 * REVISIONS_KEPT
     assert 0 == rows(db, "rejection")
 
 
@@ -393,7 +399,7 @@ def test_an_older_format_file_is_upgraded_when_opened(
     assert Outcome.PERMANENT is tx.commit().wait(WAIT).outcome
     for i in range(3 * REVISIONS_KEPT):
         assert space.get_cell("churned").key("x").set(-i).wait(WAIT).ok
-    assert rows(db, "revision") <= 2 * REVISIONS_KEPT + 2
+    assert kept(db) <= 2 * REVISIONS_KEPT + 2
     store._check()
 
 
@@ -510,7 +516,7 @@ def goes_on_after_upgrade(
         if i in (0, REVISIONS_KEPT - 1, REVISIONS_KEPT, 2 * REVISIONS_KEPT - 1):
             store._check()
     if revision_rows is not None:
-        assert rows(db, "revision") <= revision_rows
+        assert kept(db) <= revision_rows
     assert space.get_cell("once").key("x").set(2).wait(WAIT).ok
     assert watcher.poll() > 0
     watching.replica.pump()
@@ -519,8 +525,8 @@ def goes_on_after_upgrade(
 
 
 def test_a_version_3_file_is_upgraded_when_opened(stores: Make, db: FsPath) -> None:
-    # Versions 4 and 5 give revisions ids in commit order and chain them by id: every
-    # document, revision, floor, next floor and claim of the version 3 file is kept.
+    # Versions 4 to 6 change how revisions are stored and chained: every document,
+    # revision, floor, next floor and claim of the version 3 file is kept.
     commits = old_commits()
     write_v3_file(db, commits)
     before = v3_history(db)
@@ -528,8 +534,8 @@ def test_a_version_3_file_is_upgraded_when_opened(stores: Make, db: FsPath) -> N
     assert before[churned][0] is not None  # pruned twice, and more than kept since
     assert REVISIONS_KEPT < len(before[churned][1]) <= 2 * REVISIONS_KEPT
     store = stores(db)
-    assert "5" == str(VERSION) == meta_version(db)
-    store._check()  # counts, floors, next floors (now ids), chains by id, commit rows
+    assert "6" == str(VERSION) == meta_version(db)
+    store._check()  # counts, floors, next floors, chains, log rows
     assert len(commits) == store.seq
     assert {"value": {"x": 1}} == store.read_durable(once)
     assert MISSING is store.read_durable(deleted)
@@ -639,9 +645,9 @@ def write_v4_file(db: FsPath, commits: list[OldCommit]) -> None:
 
 
 def test_a_version_4_file_is_upgraded_when_opened(stores: Make, db: FsPath) -> None:
-    # Version 5 moves each commit's seq, session and local seq onto its revision rows
-    # (a row of its own for a commit that wrote none) and drops commit_log: every
-    # document, revision, floor, next floor, claim and commit's session is kept.
+    # Version 5 moved each commit's seq, session and local seq onto its revision rows
+    # and dropped commit_log, version 6 gathers a commit's revisions into one log row:
+    # every document, revision, floor, next floor, claim and commit's session is kept.
     commits = old_commits()
     write_v4_file(db, commits)
     before = v3_history(db)  # (the same columns in version 4)
@@ -649,7 +655,7 @@ def test_a_version_4_file_is_upgraded_when_opened(stores: Make, db: FsPath) -> N
     assert before[churned][0] is not None  # pruned twice, and more than kept since
     assert REVISIONS_KEPT < len(before[churned][1]) <= 2 * REVISIONS_KEPT
     store = stores(db)
-    assert "5" == str(VERSION) == meta_version(db)
+    assert "6" == str(VERSION) == meta_version(db)
     store._check()  # counts, floors, next floors, chains, sessions, the claim's own row
     assert len(commits) == store.seq
     assert {"value": {"x": 1}} == store.read_durable(once)
@@ -669,8 +675,8 @@ def test_a_version_4_file_is_upgraded_when_opened(stores: Make, db: FsPath) -> N
                 assert [(before[key][0], ((),))] == [(r.seq, r.paths) for r in got]
     # The commit that only claimed keeps its seq, session and local seq.
     assert [(2, "old@1", 2)] == conn.execute(
-        "SELECT r.seq, s.key, r.local_seq FROM revision r JOIN session s ON s.id = r.session"
-        " WHERE r.doc IS NULL"
+        "SELECT l.seq, s.key, l.local_seq FROM log l JOIN session s ON s.id = l.session"
+        " WHERE l.entries = '[]'"
     ).fetchall()
     # The store goes on: create-only meets the old claim, the churned document is
     # pruned by its upgraded next floor, and another store's session that loaded the
@@ -680,18 +686,13 @@ def test_a_version_4_file_is_upgraded_when_opened(stores: Make, db: FsPath) -> N
     assert last == watching.get_cell("churned").get()["x"]
     goes_on_after_upgrade(store, watcher, watching, claimed, db, None)
     # A cellweave of format 4 still holding the file open cannot commit to it: the
-    # commit's row has no table, and a revision row without its session does not fit.
+    # commit's row has no table.
     conn = sqlite3.connect(db)
     try:
         with pytest.raises(sqlite3.OperationalError, match="no such table: commit_log"):
             conn.execute(
                 "INSERT INTO commit_log (seq, session_id, local_seq, first) VALUES (?, ?, ?, ?)",
                 (store.seq + 1, "old@1", 1, 10**6),
-            )
-        with pytest.raises(sqlite3.IntegrityError, match=r"revision\.session"):
-            conn.execute(
-                "INSERT INTO revision (seq, id, doc, prev, paths) VALUES (?, ?, ?, ?, ?)",
-                (store.seq + 1, 10**6, 1, 0, "[]"),
             )
     finally:
         conn.close()
@@ -758,3 +759,168 @@ def test_stored_text_is_the_codecs_for_every_value(value: Any) -> None:
     # encode_value writes a dict of plain fields without the codec's copy: the same text.
     assert encode_json(value).decode() == encode_value(value)
     assert value_equal(value, decode_json(encode_value(value) or ""))
+
+
+def write_v5_file(db: FsPath, commits: list[OldCommit]) -> None:
+    """A file as cellweave wrote it in format 5, holding `commits` (seq 1, 2, ...) of two
+    sessions in turn (`v4_session`, numbered in `session`): a `revision` row per document
+    written (ids in commit order, each naming its commit's seq, session and local seq and
+    its document's previous revision by id, the oldest kept one a pruned id), one row
+    naming no document for a commit that wrote none; keys in `document`, each head its
+    last revision's seq and id and its next floor by id; a document past 2 *
+    REVISIONS_KEPT revisions keeps its newest REVISIONS_KEPT and records its floor."""
+    kept = REVISIONS_KEPT
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("BEGIN")
+    for stmt in _SCHEMA_5:
+        conn.execute(stmt)
+    conn.executemany(
+        "INSERT INTO meta VALUES (?, ?)", [("format", "cellweave-store"), ("version", "5")]
+    )
+    next_id = 1
+    for seq, (writes, claims) in enumerate(commits, 1):
+        session_key, local_seq = v4_session(seq)
+        conn.execute("INSERT OR IGNORE INTO session (key) VALUES (?)", (session_key,))
+        (session,) = conn.execute("SELECT id FROM session WHERE key = ?", (session_key,)).fetchone()
+        if not writes:
+            conn.execute(
+                "INSERT INTO revision VALUES (?, ?, NULL, 0, NULL, ?, ?)",
+                (next_id, seq, session, local_seq),
+            )
+            next_id += 1
+        for key, (value, paths) in writes.items():
+            k = key_params(key)
+            conn.execute(
+                f"INSERT INTO document ({_PK}) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING", k
+            )
+            (doc,) = conn.execute(f"SELECT doc FROM document WHERE {_MATCH}", k).fetchone()
+            conn.execute(
+                "INSERT INTO head (doc, seq, revisions) VALUES (?, 0, 0) ON CONFLICT DO NOTHING",
+                (doc,),
+            )
+            (prev,) = conn.execute("SELECT rev FROM head WHERE doc = ?", (doc,)).fetchone()
+            conn.execute(
+                "INSERT INTO revision VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (next_id, seq, doc, prev, json.dumps(paths), session, local_seq),
+            )
+            conn.execute(
+                "UPDATE head SET next_floor = CASE revisions WHEN ? THEN ? ELSE next_floor END,"
+                " seq = ?, revisions = revisions + 1, rev = ?, value = ? WHERE doc = ?",
+                (kept, next_id, seq, next_id, encode_value(value), doc),
+            )
+            next_id += 1
+            count = conn.execute("SELECT revisions FROM head WHERE doc = ?", (doc,)).fetchone()[0]
+            if count > 2 * kept:
+                oldest = conn.execute(
+                    "SELECT id, seq FROM revision WHERE doc = ? ORDER BY id LIMIT ?",
+                    (doc, count - kept),
+                ).fetchall()
+                conn.execute("DELETE FROM revision WHERE doc = ? AND id <= ?", (doc, oldest[-1][0]))
+                conn.execute(
+                    "UPDATE head SET revisions = ?, floor = ?, next_floor = NULL WHERE doc = ?",
+                    (kept, oldest[-1][1], doc),
+                )
+        for key in claims:
+            conn.execute("INSERT INTO claimed VALUES (?, ?, ?, ?, ?, ?)", (*key_params(key), seq))
+    conn.execute("COMMIT")
+    conn.close()
+
+
+def v5_history(db: FsPath) -> History:
+    """Per document of a version 5 file: its floor, and its kept (seq, paths) revisions."""
+    conn = sqlite3.connect(db)
+    try:
+        out: History = {}
+        heads = conn.execute(
+            f"SELECT h.doc, h.floor, {_PK} FROM head h JOIN document USING (doc)"
+        ).fetchall()
+        for doc, floor, *key in heads:
+            revs = conn.execute(
+                "SELECT seq, paths FROM revision WHERE doc = ? ORDER BY seq", (doc,)
+            )
+            out[DocKey(*key)] = (
+                floor,
+                [(seq, tuple(tuple(p) for p in json.loads(paths))) for seq, paths in revs],
+            )
+        return out
+    finally:
+        conn.close()
+
+
+def test_a_version_5_file_is_upgraded_when_opened(stores: Make, db: FsPath) -> None:
+    # Version 6 gathers each commit's revision rows into one log row (an entry per
+    # document, naming its previous revision by seq; none for a commit that only
+    # claimed) and names next floors by seq: every document, revision, floor, next
+    # floor, claim and commit's session and local seq is kept, in one transaction.
+    commits = old_commits()
+    write_v5_file(db, commits)
+    before = v5_history(db)
+    churned, once, deleted, claimed = keys("churned", "once", "deleted", "claimed")
+    assert before[churned][0] is not None  # pruned twice, and more than kept since
+    assert REVISIONS_KEPT < len(before[churned][1]) <= 2 * REVISIONS_KEPT
+    store = stores(db)
+    assert "6" == str(VERSION) == meta_version(db)
+    store._check()  # counts, floors, next floors, chains, live counts, the claim's row
+    assert len(commits) == store.seq
+    assert {"value": {"x": 1}} == store.read_durable(once)
+    assert MISSING is store.read_durable(deleted)
+    last = 3 * REVISIONS_KEPT + 6
+    assert {"value": {"x": last, "y": last}} == store.read_durable(churned)
+    conn = store._reader_conn()
+    for key, (floor, revs) in before.items():
+        for basis in range(len(commits) + 1):
+            got = store._revisions_since(conn, "s", "s@1", key, basis)
+            if basis >= (floor or 0):
+                assert [(seq, p) for seq, p in revs if seq > basis] == [
+                    (r.seq, r.paths) for r in got
+                ], (key, basis)
+                assert all((r.session_id, r.local_seq) == v4_session(r.seq) for r in got)
+            else:
+                assert [(floor, ((),))] == [(r.seq, r.paths) for r in got]
+    # The commit that only claimed keeps its seq, session and local seq, in a row of
+    # its own; the version 5 tables are gone.
+    assert [(2, "old@1", 2, 0)] == conn.execute(
+        "SELECT l.seq, s.key, l.local_seq, l.live FROM log l JOIN session s"
+        " ON s.id = l.session WHERE l.entries = '[]'"
+    ).fetchall()
+    assert not conn.execute(
+        "SELECT name FROM sqlite_master WHERE name LIKE '%revision%'"
+    ).fetchall()
+    # The store goes on: create-only meets the old claim, the churned document is
+    # pruned by its upgraded next floor, and another store's session that loaded the
+    # documents before hears of every later commit.
+    watcher = stores(db)
+    watching = Space(watcher, "h")
+    assert last == watching.get_cell("churned").get()["x"]
+    goes_on_after_upgrade(store, watcher, watching, claimed, db, 2 * REVISIONS_KEPT + 2)
+    # A cellweave of format 5 still holding the file open cannot commit to it: its
+    # revision row has no table, so the commit writes nothing.
+    conn = sqlite3.connect(db)
+    try:
+        with pytest.raises(sqlite3.OperationalError, match="no such table: revision"):
+            conn.execute(
+                "INSERT INTO revision (seq, session, local_seq, id, doc, prev, paths)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (store.seq + 1, 1, 1, 10**6, 1, 0, "[]"),
+            )
+    finally:
+        conn.close()
+
+
+def test_a_failed_version_5_upgrade_leaves_the_file_as_it_was(db: FsPath) -> None:
+    write_v5_file(db, old_commits())
+    conn = sqlite3.connect(db)
+    # Damaged: the newest revision lost its paths.
+    conn.execute("UPDATE revision SET paths = 'not json' WHERE id = (SELECT MAX(id) FROM revision)")
+    conn.commit()
+    content = list(conn.iterdump())
+    conn.close()
+    with pytest.raises(StoreError, match="cannot initialize the store") as info:
+        SQLiteStore(db, poll_interval=0)
+    assert "JSON" in str(info.value)
+    assert "5" == meta_version(db)
+    conn = sqlite3.connect(db)
+    try:  # the upgrade rolled back: every table, row and index as it was
+        assert content == list(conn.iterdump())
+    finally:
+        conn.close()
