@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path as FsPath
 from typing import Any
 
@@ -322,10 +322,16 @@ def old_history(db: FsPath) -> History:
         conn.close()
 
 
-def assert_every_basis_meets(store: SQLiteStore, before: History, last_seq: int) -> None:
+def assert_every_basis_meets(
+    store: SQLiteStore,
+    before: History,
+    last_seq: int,
+    session: Callable[[int], tuple[str, int]] = lambda seq: ("old@1", seq),
+) -> None:
     """Every basis up to `last_seq` meets exactly the revisions the old file kept after it (or
-    its floor), with the session and local seq of the commit that wrote each; `before`
-    maps each document to the old file's floor and (seq, paths) revisions."""
+    its floor), with the session and local seq of the commit that wrote each (`session`
+    of its seq); `before` maps each document to the old file's floor and (seq, paths)
+    revisions."""
     conn = store._reader_conn()
     for key, (floor, revs) in before.items():
         for basis in range(last_seq + 1):
@@ -336,7 +342,7 @@ def assert_every_basis_meets(store: SQLiteStore, before: History, last_seq: int)
             assert [(seq, p) for seq, p in revs if seq > basis] == [
                 (r.seq, r.paths) for r in got
             ], (key, basis)
-            assert all(r.session_id == "old@1" and r.local_seq == r.seq for r in got)
+            assert all((r.session_id, r.local_seq) == session(r.seq) for r in got)
 
 
 def meta_version(db: FsPath) -> str:
@@ -476,12 +482,13 @@ def write_v3_file(db: FsPath, commits: list[OldCommit]) -> None:
     conn.close()
 
 
-def v3_history(db: FsPath) -> History:
-    """Per document of a version 3 file: its floor, and its kept (seq, paths) revisions."""
+def v3_history(db: FsPath, heads: str = f"SELECT doc, floor, {_PK} FROM head") -> History:
+    """Per document of a version 3 file: its floor, and its kept (seq, paths) revisions
+    (`heads`: each document's number, floor and key, for a later version's layout)."""
     conn = sqlite3.connect(db)
     try:
         out: History = {}
-        for doc, floor, *key in conn.execute(f"SELECT doc, floor, {_PK} FROM head").fetchall():
+        for doc, floor, *key in conn.execute(heads).fetchall():
             revs = conn.execute(
                 "SELECT seq, paths FROM revision WHERE doc = ? ORDER BY seq", (doc,)
             )
@@ -524,23 +531,32 @@ def goes_on_after_upgrade(
     assert {"x": 2} == watching.get_cell("once").get()
 
 
+def open_upgraded(stores: Make, db: FsPath, commits: int, before: History) -> SQLiteStore:
+    """Open the old file `db` (`old_commits()`, whose history is `before`), checking that it
+    was upgraded to `VERSION` with its invariants, seqs and values."""
+    churned, once, deleted = keys("churned", "once", "deleted")
+    assert before[churned][0] is not None  # pruned twice, and more than kept since
+    assert REVISIONS_KEPT < len(before[churned][1]) <= 2 * REVISIONS_KEPT
+    store = stores(db)
+    assert "6" == str(VERSION) == meta_version(db)
+    store._check()
+    assert commits == store.seq
+    assert {"value": {"x": 1}} == store.read_durable(once)
+    assert MISSING is store.read_durable(deleted)
+    last = 3 * REVISIONS_KEPT + 6
+    assert {"value": {"x": last, "y": last}} == store.read_durable(churned)
+    return store
+
+
 def test_a_version_3_file_is_upgraded_when_opened(stores: Make, db: FsPath) -> None:
     # Versions 4 to 6 change how revisions are stored and chained: every document,
     # revision, floor, next floor and claim of the version 3 file is kept.
     commits = old_commits()
     write_v3_file(db, commits)
     before = v3_history(db)
-    churned, once, deleted, claimed = keys("churned", "once", "deleted", "claimed")
-    assert before[churned][0] is not None  # pruned twice, and more than kept since
-    assert REVISIONS_KEPT < len(before[churned][1]) <= 2 * REVISIONS_KEPT
-    store = stores(db)
-    assert "6" == str(VERSION) == meta_version(db)
-    store._check()  # counts, floors, next floors, chains, log rows
-    assert len(commits) == store.seq
-    assert {"value": {"x": 1}} == store.read_durable(once)
-    assert MISSING is store.read_durable(deleted)
+    (claimed,) = keys("claimed")
+    store = open_upgraded(stores, db, len(commits), before)  # (and its invariants)
     last = 3 * REVISIONS_KEPT + 6
-    assert {"value": {"x": last, "y": last}} == store.read_durable(churned)
     assert_every_basis_meets(store, before, len(commits))
     # The store goes on: create-only meets the old claim, the churned document is
     # pruned by its upgraded next floor, and another store's session that loaded the
@@ -586,6 +602,32 @@ def v4_session(seq: int) -> tuple[str, int]:
     return f"old@{1 + seq % 2}", seq
 
 
+def update_and_prune_by_id(
+    conn: sqlite3.Connection, doc: int, seq: int, rev: int, value: Any
+) -> bool:
+    """Formats 4 and 5: `doc`'s head after its revision `rev` at `seq`, then its pruning
+    (a document past 2 * REVISIONS_KEPT revisions keeps its newest REVISIONS_KEPT and
+    records its floor). Whether it pruned."""
+    kept = REVISIONS_KEPT
+    conn.execute(
+        "UPDATE head SET next_floor = CASE revisions WHEN ? THEN ? ELSE next_floor END,"
+        " seq = ?, revisions = revisions + 1, rev = ?, value = ? WHERE doc = ?",
+        (kept, rev, seq, rev, encode_value(value), doc),
+    )
+    count = conn.execute("SELECT revisions FROM head WHERE doc = ?", (doc,)).fetchone()[0]
+    if count <= 2 * kept:
+        return False
+    oldest = conn.execute(
+        "SELECT id, seq FROM revision WHERE doc = ? ORDER BY id LIMIT ?", (doc, count - kept)
+    ).fetchall()
+    conn.execute("DELETE FROM revision WHERE doc = ? AND id <= ?", (doc, oldest[-1][0]))
+    conn.execute(
+        "UPDATE head SET revisions = ?, floor = ?, next_floor = NULL WHERE doc = ?",
+        (kept, oldest[-1][1], doc),
+    )
+    return True
+
+
 def write_v4_file(db: FsPath, commits: list[OldCommit]) -> None:
     """A file as cellweave wrote it in format 4, holding `commits` (seq 1, 2, ...) of two
     sessions in turn (`v4_session`): revision ids in commit order, each naming its
@@ -593,7 +635,6 @@ def write_v4_file(db: FsPath, commits: list[OldCommit]) -> None:
     one (`rev`) and its next floor by id, each commit_log row its first revision's id;
     a document past 2 * REVISIONS_KEPT revisions keeps its newest REVISIONS_KEPT and
     records its floor; commit_log keeps the newest row and the rows something names."""
-    kept = REVISIONS_KEPT
     conn = sqlite3.connect(db, isolation_level=None)
     conn.execute("BEGIN")
     for stmt in V4_DDL:
@@ -616,23 +657,9 @@ def write_v4_file(db: FsPath, commits: list[OldCommit]) -> None:
                 "INSERT INTO revision VALUES (?, ?, ?, ?, ?)",
                 (next_id, seq, doc, prev, json.dumps(paths)),
             )
-            conn.execute(
-                "UPDATE head SET next_floor = CASE revisions WHEN ? THEN ? ELSE next_floor END,"
-                " seq = ?, revisions = revisions + 1, rev = ?, value = ? WHERE doc = ?",
-                (kept, next_id, seq, next_id, encode_value(value), doc),
-            )
+            pruned = update_and_prune_by_id(conn, doc, seq, next_id, value)
             next_id += 1
-            count = conn.execute("SELECT revisions FROM head WHERE doc = ?", (doc,)).fetchone()[0]
-            if count > 2 * kept:
-                oldest = conn.execute(
-                    "SELECT id, seq FROM revision WHERE doc = ? ORDER BY id LIMIT ?",
-                    (doc, count - kept),
-                ).fetchall()
-                conn.execute("DELETE FROM revision WHERE doc = ? AND id <= ?", (doc, oldest[-1][0]))
-                conn.execute(
-                    "UPDATE head SET revisions = ?, floor = ?, next_floor = NULL WHERE doc = ?",
-                    (kept, oldest[-1][1], doc),
-                )
+            if pruned:
                 conn.execute(
                     "DELETE FROM commit_log WHERE seq < ? AND seq NOT IN (SELECT seq FROM"
                     " revision UNION SELECT seq FROM claimed)",
@@ -651,28 +678,12 @@ def test_a_version_4_file_is_upgraded_when_opened(stores: Make, db: FsPath) -> N
     commits = old_commits()
     write_v4_file(db, commits)
     before = v3_history(db)  # (the same columns in version 4)
-    churned, once, deleted, claimed = keys("churned", "once", "deleted", "claimed")
-    assert before[churned][0] is not None  # pruned twice, and more than kept since
-    assert REVISIONS_KEPT < len(before[churned][1]) <= 2 * REVISIONS_KEPT
-    store = stores(db)
-    assert "6" == str(VERSION) == meta_version(db)
-    store._check()  # counts, floors, next floors, chains, sessions, the claim's own row
-    assert len(commits) == store.seq
-    assert {"value": {"x": 1}} == store.read_durable(once)
-    assert MISSING is store.read_durable(deleted)
+    (claimed,) = keys("claimed")
+    # (Its invariants: counts, floors, next floors, chains, sessions, the claim's row.)
+    store = open_upgraded(stores, db, len(commits), before)
     last = 3 * REVISIONS_KEPT + 6
-    assert {"value": {"x": last, "y": last}} == store.read_durable(churned)
+    assert_every_basis_meets(store, before, len(commits), v4_session)
     conn = store._reader_conn()
-    for key, (_, revs) in before.items():
-        for basis in range(len(commits) + 1):
-            got = store._revisions_since(conn, "s", "s@1", key, basis)
-            if basis >= (before[key][0] or 0):
-                assert [(seq, p) for seq, p in revs if seq > basis] == [
-                    (r.seq, r.paths) for r in got
-                ], (key, basis)
-                assert all((r.session_id, r.local_seq) == v4_session(r.seq) for r in got)
-            else:
-                assert [(before[key][0], ((),))] == [(r.seq, r.paths) for r in got]
     # The commit that only claimed keeps its seq, session and local seq.
     assert [(2, "old@1", 2)] == conn.execute(
         "SELECT l.seq, s.key, l.local_seq FROM log l JOIN session s ON s.id = l.session"
@@ -769,7 +780,6 @@ def write_v5_file(db: FsPath, commits: list[OldCommit]) -> None:
     naming no document for a commit that wrote none; keys in `document`, each head its
     last revision's seq and id and its next floor by id; a document past 2 *
     REVISIONS_KEPT revisions keeps its newest REVISIONS_KEPT and records its floor."""
-    kept = REVISIONS_KEPT
     conn = sqlite3.connect(db, isolation_level=None)
     conn.execute("BEGIN")
     for stmt in _SCHEMA_5:
@@ -803,48 +813,12 @@ def write_v5_file(db: FsPath, commits: list[OldCommit]) -> None:
                 "INSERT INTO revision VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (next_id, seq, doc, prev, json.dumps(paths), session, local_seq),
             )
-            conn.execute(
-                "UPDATE head SET next_floor = CASE revisions WHEN ? THEN ? ELSE next_floor END,"
-                " seq = ?, revisions = revisions + 1, rev = ?, value = ? WHERE doc = ?",
-                (kept, next_id, seq, next_id, encode_value(value), doc),
-            )
+            update_and_prune_by_id(conn, doc, seq, next_id, value)
             next_id += 1
-            count = conn.execute("SELECT revisions FROM head WHERE doc = ?", (doc,)).fetchone()[0]
-            if count > 2 * kept:
-                oldest = conn.execute(
-                    "SELECT id, seq FROM revision WHERE doc = ? ORDER BY id LIMIT ?",
-                    (doc, count - kept),
-                ).fetchall()
-                conn.execute("DELETE FROM revision WHERE doc = ? AND id <= ?", (doc, oldest[-1][0]))
-                conn.execute(
-                    "UPDATE head SET revisions = ?, floor = ?, next_floor = NULL WHERE doc = ?",
-                    (kept, oldest[-1][1], doc),
-                )
         for key in claims:
             conn.execute("INSERT INTO claimed VALUES (?, ?, ?, ?, ?, ?)", (*key_params(key), seq))
     conn.execute("COMMIT")
     conn.close()
-
-
-def v5_history(db: FsPath) -> History:
-    """Per document of a version 5 file: its floor, and its kept (seq, paths) revisions."""
-    conn = sqlite3.connect(db)
-    try:
-        out: History = {}
-        heads = conn.execute(
-            f"SELECT h.doc, h.floor, {_PK} FROM head h JOIN document USING (doc)"
-        ).fetchall()
-        for doc, floor, *key in heads:
-            revs = conn.execute(
-                "SELECT seq, paths FROM revision WHERE doc = ? ORDER BY seq", (doc,)
-            )
-            out[DocKey(*key)] = (
-                floor,
-                [(seq, tuple(tuple(p) for p in json.loads(paths))) for seq, paths in revs],
-            )
-        return out
-    finally:
-        conn.close()
 
 
 def test_a_version_5_file_is_upgraded_when_opened(stores: Make, db: FsPath) -> None:
@@ -854,29 +828,13 @@ def test_a_version_5_file_is_upgraded_when_opened(stores: Make, db: FsPath) -> N
     # floor, claim and commit's session and local seq is kept, in one transaction.
     commits = old_commits()
     write_v5_file(db, commits)
-    before = v5_history(db)
-    churned, once, deleted, claimed = keys("churned", "once", "deleted", "claimed")
-    assert before[churned][0] is not None  # pruned twice, and more than kept since
-    assert REVISIONS_KEPT < len(before[churned][1]) <= 2 * REVISIONS_KEPT
-    store = stores(db)
-    assert "6" == str(VERSION) == meta_version(db)
-    store._check()  # counts, floors, next floors, chains, live counts, the claim's row
-    assert len(commits) == store.seq
-    assert {"value": {"x": 1}} == store.read_durable(once)
-    assert MISSING is store.read_durable(deleted)
+    before = v3_history(db, f"SELECT h.doc, h.floor, {_PK} FROM head h JOIN document USING (doc)")
+    (claimed,) = keys("claimed")
+    # (Its invariants: counts, floors, next floors, chains, live counts, the claim's row.)
+    store = open_upgraded(stores, db, len(commits), before)
     last = 3 * REVISIONS_KEPT + 6
-    assert {"value": {"x": last, "y": last}} == store.read_durable(churned)
+    assert_every_basis_meets(store, before, len(commits), v4_session)
     conn = store._reader_conn()
-    for key, (floor, revs) in before.items():
-        for basis in range(len(commits) + 1):
-            got = store._revisions_since(conn, "s", "s@1", key, basis)
-            if basis >= (floor or 0):
-                assert [(seq, p) for seq, p in revs if seq > basis] == [
-                    (r.seq, r.paths) for r in got
-                ], (key, basis)
-                assert all((r.session_id, r.local_seq) == v4_session(r.seq) for r in got)
-            else:
-                assert [(floor, ((),))] == [(r.seq, r.paths) for r in got]
     # The commit that only claimed keeps its seq, session and local seq, in a row of
     # its own; the version 5 tables are gone.
     assert [(2, "old@1", 2, 0)] == conn.execute(
