@@ -651,13 +651,12 @@ _SET_FLOORS: Final = (
     "UPDATE head SET revisions = v.column2, floor = v.column3, next_floor = NULL"
     " FROM (VALUES {rows}) AS v WHERE head.doc = v.column1"
 )
-# Log rows pruning left entries fewer (?2...: seq, how many fewer); the emptied ones go.
-_UNLIVE: Final = (
-    "UPDATE log SET live = live - v.column2 FROM (VALUES {rows}) AS v WHERE log.seq = v.column1"
+# Log rows pruning left some entries live (seq, entries still live), and those it left
+# none (seq).
+_SET_LIVE: Final = (
+    "UPDATE log SET live = v.column2 FROM (VALUES {rows}) AS v WHERE log.seq = v.column1"
 )
-_DELETE_EMPTIED: Final = (
-    "DELETE FROM log WHERE seq IN (SELECT column1 FROM (VALUES {rows})) AND live = 0"
-)
+_DELETE_LOG_ROWS: Final = "DELETE FROM log WHERE seq IN (SELECT column1 FROM (VALUES {rows}))"
 _k = key_params
 
 _KNOWN_KEPT: Final = 1024
@@ -1714,18 +1713,20 @@ class SQLiteStore(WriterStore):
         document's kept revisions, so a commit decides which of its documents to prune
         without a query, and names the floor this pruning sets (`next_floor`): the
         revisions to delete are that one and those before it down to the old floor,
-        REVISIONS_KEPT + 1 of them, walked back entry by entry. Each log row is read and
-        decoded once per pruning however many of its documents are pruned (documents
-        written by the same commits share their rows). A revision's deletion takes one
-        from its row's `live` count; a row left with none is deleted. Deletes happen
-        once per REVISIONS_KEPT commits of a document, so the amortized cost per commit is
-        O(1) entries. A head whose count or `next_floor` does not fit (a file upgraded
-        from version 1, which never pruned) is pruned by walking all its revisions from
-        the newest. A walk that misses a revision above the floor raises `InternalError`
-        (rolling the commit back).
+        REVISIONS_KEPT + 1 of them. Usually (documents written by the same commits, each
+        just past 2 * REVISIONS_KEPT) they lie in a stretch of log rows mostly theirs,
+        read in one statement; otherwise each document's are walked back entry by
+        entry. Each row is read and decoded once per pruning. A row left with no live
+        entry is deleted, the others get their new `live` count. Deletes happen once per
+        REVISIONS_KEPT commits of a document, so the amortized cost per commit is O(1)
+        entries. A head whose count or `next_floor` does not fit (a file upgraded from
+        version 1, which never pruned) is pruned by walking all its revisions from the
+        newest. A count that does not fit, or a walk that misses a revision above the
+        floor, raises `InternalError` (rolling the commit back).
         """
         kept = REVISIONS_KEPT
         fewer: dict[int, int] = {}  # log row's seq: entries it loses
+        live_of: dict[int, int] = {}  # log row's seq: its live entries before
         gone: dict[int, int] = {}
         floors: list[object] = []  # (doc, kept revisions, floor) per document, flat
         heads = [
@@ -1748,9 +1749,10 @@ class SQLiteStore(WriterStore):
                 usual = {}
             else:
                 deleted = dict.fromkeys(usual, 0)
-                for at, text in conn.execute(
-                    "SELECT seq, entries FROM log WHERE seq > ? AND seq <= ?", (low, high)
+                for at, live, text in conn.execute(
+                    "SELECT seq, live, entries FROM log WHERE seq > ? AND seq <= ?", (low, high)
                 ):
+                    live_of[at] = live
                     n = 0
                     for doc, _, _ in _decode_stubs(text):
                         window = usual.get(doc)
@@ -1773,10 +1775,12 @@ class SQLiteStore(WriterStore):
         def prev_of(at: int, doc: int) -> int:
             got = decoded.get(at)
             if got is None:
-                row = conn.execute("SELECT entries FROM log WHERE seq = ?", (at,)).fetchone()
+                row = conn.execute("SELECT live, entries FROM log WHERE seq = ?", (at,)).fetchone()
                 got = decoded[at] = (
-                    {} if row is None else {e[0]: e[1] for e in _decode_stubs(row[0])}
+                    {} if row is None else {e[0]: e[1] for e in _decode_stubs(row[1])}
                 )
+                if row is not None:
+                    live_of[at] = row[0]
             prev = got.get(doc)
             if prev is None:
                 raise InternalError(
@@ -1807,8 +1811,23 @@ class SQLiteStore(WriterStore):
                 fewer[at] = fewer.get(at, 0) + 1
             gone[doc] = steps
             floors += (doc, kept, start)
-        _execute_rows(conn, _UNLIVE, "(?, ?)", [x for item in fewer.items() for x in item], width=2)
-        _execute_rows(conn, _DELETE_EMPTIED, "(?)", list(fewer), width=1)
+        # A row left with no live entry is deleted (not updated first); the others are
+        # given their new counts.
+        emptied: list[object] = []
+        left: list[object] = []
+        for at, n in fewer.items():
+            live = live_of[at] - n
+            if live < 0:
+                raise InternalError(
+                    f"pruning deleted {n} entries of the log row at seq {at}, which counts"
+                    f" {live_of[at]} live (this is a bug)"
+                )
+            if live:
+                left += (at, live)
+            else:
+                emptied.append(at)
+        _execute_rows(conn, _SET_LIVE, "(?, ?)", left, width=2)
+        _execute_rows(conn, _DELETE_LOG_ROWS, "(?)", emptied, width=1)
         _execute_rows(conn, _SET_FLOORS, "(?, ?, ?)", floors, width=3)
         return gone
 

@@ -246,8 +246,8 @@ def test_pruning_scans_a_dense_stretch_of_rows_and_walks_a_sparse_one(
         assert tx.commit().wait(WAIT).ok
         store._check()  # counts, floors, next floors and chains after every commit
     store._wconn.set_trace_callback(None)
-    scans = [s for s in heard if s.startswith("SELECT seq, entries FROM log WHERE seq >")]
-    walks = [s for s in heard if s.startswith("SELECT entries FROM log WHERE seq =")]
+    scans = [s for s in heard if s.startswith("SELECT seq, live, entries FROM log WHERE")]
+    walks = [s for s in heard if s.startswith("SELECT live, entries FROM log WHERE seq =")]
     if layout == "together":
         assert (4, 0) == (len(scans), len(walks))  # (at commits 5, 8, 11 and 14: 2k+1 + i(k+1))
     else:
