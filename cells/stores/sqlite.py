@@ -14,9 +14,13 @@ Layout (format version 6): what one commit writes is close together
   entries as one JSON array (`entries`: [doc, previous revision's seq, paths] per
   document written; none for a commit that only claimed). A 100-document commit so
   writes one row of about 2 KB where version 5 wrote 100 rows, each repeating its
-  commit's seq, session and local seq and taking an id. A conflict check walks a
+  commit's seq, session and local seq and taking an id. A commit of more than `_PART`
+  (128) documents keeps its entries sorted by document number: the first 128 in its
+  row, the rest in `log_part` rows of at most 128, keyed by (seq, the part's first
+  document), so no row holds more than 128 entries. A conflict check walks a
   document's revisions back from its head's seq, entry by entry (one primary-key
-  lookup and one row decoded per revision newer than the read's basis; none when the
+  lookup and one row of at most 128 entries decoded per revision newer than the read's
+  basis, plus one index lookup and part when the entry is in a part; none when the
   document was not written since: the usual case).
 - `head` holds what a commit updates, in place: the value, the last revision's seq,
   and what a commit needs to decide about history without a query (the kept
@@ -35,8 +39,10 @@ Layout (format version 6): what one commit writes is close together
   steps five statements (BEGIN, data_version, its head, its log row, COMMIT), a
   100-document one as many. Documents due for pruning are pruned together: their
   revisions to delete are found by one read of the stretch of log rows they lie in
-  when it is mostly theirs (documents written by the same commits), else walked back
-  entry by entry; each log row loses that many from its `live` count, the rows left
+  when it is mostly theirs (documents written by the same commits) and holds no large
+  commit's parts, else walked back entry by entry (each row and part read once per
+  pruning: O(entries pruned), at most 2 * 128 entries decoded per one deleted); each
+  log row (and part) loses that many from its `live` count, the rows and parts left
   with none are deleted, and the documents are given their floors. The verdict names
   the state each document was applied on (`base_seqs`): the committing replica
   adopts its own layers instead of re-folding the documents.
@@ -47,7 +53,8 @@ sessions' low-water marks, which processes sharing a file do not report here)
   than twice that many, the older ones are deleted and its head's `floor` records
   the newest deleted seq. A read whose basis is older than its document's floor
   conflicts (re-run), which over-approximates as conflict checks may.
-- A log row goes once every entry in it was pruned (its `live` count reaches 0; an
+- A log row goes once every entry in it and its parts was pruned (its `live` count,
+  which counts its parts' entries too, reaches 0; a part goes when its own does; an
   entry of a row that stays is dead once at or below its document's floor); the row
   of a commit that wrote no document is kept (its claims name it), and the newest row
   (the seq counter) is never deleted: its entries are newest revisions. A `session` row
@@ -103,10 +110,14 @@ Threading
 
 Invariants (checked by `_check`)
 - every log row names a session that has a row, and its entries are a JSON array
-  with at most one entry per document, each naming a document, a previous seq below
-  its own and paths; a row with no entry counts none live and a claim names its seq;
-  a row's `live` is its number of entries above their documents' floors, and only
-  the newest row may have none left of the entries it had; no head's seq is above the
+  of at most `_PART`, with its parts' at most one entry per document, each naming a
+  document, a previous seq below its own and paths; a row with no entry counts none
+  live and a claim names its seq; a row's `live` is its and its parts' number of
+  entries above their documents' floors, and only the newest row may have none left
+  of the entries it had; every part has a log row, at most `_PART` entries, a `live`
+  that is its number of entries above their floors and not 0, and each of its
+  entries is in the part a walk looks in (the greatest `first` at or below its
+  document); no head's seq is above the
   max seq; no commit is both accepted and rejected;
 - every document has one head row and every head row a document;
 - a document keeps at most 2 * REVISIONS_KEPT revisions (entries above its floor),
@@ -128,6 +139,7 @@ import contextlib
 import functools
 import itertools
 import math
+import operator
 import os
 import pathlib
 import sqlite3
@@ -197,7 +209,8 @@ version 4 dirtied three.
 6: a commit's revisions are one `log` row keyed by its seq (an entry per document,
 naming its previous revision by seq), with a count of entries not yet pruned; heads name
 their next floor by seq. A 100-document commit writes one row where version 5 wrote 100
-(about 1.5 log pages where it wrote 3.6). Opening a version 1 to 5 file upgrades it in
+(about 1.5 log pages where it wrote 3.6). A commit of more than 128 documents keeps its
+entries past the first 128 (by document number) in `log_part` rows of at most 128 each. Opening a version 1 to 5 file upgrades it in
 one transaction (`_upgrade`)."""
 
 _SQLITE_HEADER: Final = b"SQLite format 3\x00"
@@ -446,8 +459,24 @@ _SCHEMA: Final = (
         live INTEGER NOT NULL,
         entries TEXT NOT NULL
     )""",
+    # The rest of a commit of more than `_PART` documents: its entries sorted by document
+    # number, the first `_PART` in its `log` row (whose `live` counts the commit's
+    # entries in every part, so it goes last), the others in parts of at most `_PART`,
+    # keyed by (seq, the part's first document): the part holding a document's entry is
+    # the one with the greatest `first` at or below it, one index lookup. A walk step
+    # so decodes at most `_PART` entries, however large the commit. `live` counts the
+    # part's entries not yet pruned; a part is deleted when pruning takes it to 0.
+    """CREATE TABLE log_part (
+        seq INTEGER NOT NULL,
+        first INTEGER NOT NULL,
+        live INTEGER NOT NULL,
+        entries TEXT NOT NULL,
+        PRIMARY KEY (seq, first)
+    )""",
 )
-_TABLES: Final = frozenset({"meta", "session", "rejection", "log", "document", "head", "claimed"})
+_TABLES: Final = frozenset(
+    {"meta", "session", "rejection", "log", "log_part", "document", "head", "claimed"}
+)
 _TABLES_5: Final = frozenset(
     {"meta", "session", "rejection", "revision", "document", "head", "claimed"}
 )
@@ -582,25 +611,42 @@ _UPGRADE_4_TO_5: Final = (
     "DROP INDEX claimed_by_seq",
 )
 
-_UPGRADE_5_TO_6: Final = (
+_PART: Final = 128
+"""Entries per log row at most (`log`, then `log_part`): what one walk step decodes."""
+
+
+def _upgrade_5_to_6(part: int) -> tuple[str, ...]:
     # A commit's revision rows become one log row: its seq, session and local seq, and an
     # entry [doc, the previous revision's seq, paths] per document (a `prev` naming a
     # pruned revision has no seq: 0, at or below the document's floor, as for the oldest
-    # kept one); a commit that wrote none (its claims) keeps its row, with no entry.
-    next(s for s in _SCHEMA if s.startswith("CREATE TABLE log")),
-    "INSERT INTO log (seq, session, local_seq, live, entries) SELECT r.seq, MIN(r.session),"
-    " MIN(r.local_seq), COUNT(r.doc), json_group_array(json_array(r.doc,"
-    " COALESCE(p.seq, 0), json(r.paths))) FILTER (WHERE r.doc IS NOT NULL)"
-    " FROM revision r LEFT JOIN revision p ON p.id = r.prev GROUP BY r.seq ORDER BY r.seq",
-    # Heads name their next floor by seq, and no longer their last revision's id.
-    "ALTER TABLE head RENAME TO head_5",
-    next(s for s in _SCHEMA if s.startswith("CREATE TABLE head")),
-    "INSERT INTO head (doc, seq, revisions, floor, next_floor, value)"
-    " SELECT h.doc, h.seq, h.revisions, h.floor,"
-    " (SELECT r.seq FROM revision r WHERE r.id = h.next_floor), h.value FROM head_5 h",
-    "DROP TABLE head_5",
-    "DROP TABLE revision",
-)
+    # kept one); a commit that wrote none (its claims) keeps its row, with no entry. A
+    # commit of more than `part` documents keeps its first `part` (by document number)
+    # there and the others in parts of `part` (`log_part`), as `_apply` writes them.
+    numbered = (
+        "(SELECT r.seq, r.session, r.local_seq, r.doc, json_array(r.doc, COALESCE(p.seq, 0),"
+        " json(r.paths)) AS entry, ROW_NUMBER() OVER (PARTITION BY r.seq ORDER BY r.doc) - 1"
+        " AS n FROM revision r LEFT JOIN revision p ON p.id = r.prev)"
+    )
+    return (
+        next(s for s in _SCHEMA if s.startswith("CREATE TABLE log (")),
+        next(s for s in _SCHEMA if s.startswith("CREATE TABLE log_part")),
+        "INSERT INTO log (seq, session, local_seq, live, entries) SELECT seq, MIN(session),"
+        " MIN(local_seq), COUNT(doc), json_group_array(json(entry))"
+        f" FILTER (WHERE doc IS NOT NULL AND n < {part}) FROM {numbered}"
+        " GROUP BY seq ORDER BY seq",
+        "INSERT INTO log_part (seq, first, live, entries) SELECT seq, MIN(doc), COUNT(*),"
+        f" json_group_array(json(entry)) FROM {numbered} WHERE doc IS NOT NULL"
+        f" AND n >= {part} GROUP BY seq, n / {part} ORDER BY seq, n / {part}",
+        # Heads name their next floor by seq, and no longer their last revision's id.
+        "ALTER TABLE head RENAME TO head_5",
+        next(s for s in _SCHEMA if s.startswith("CREATE TABLE head")),
+        "INSERT INTO head (doc, seq, revisions, floor, next_floor, value)"
+        " SELECT h.doc, h.seq, h.revisions, h.floor,"
+        " (SELECT r.seq FROM revision r WHERE r.id = h.next_floor), h.value FROM head_5 h",
+        "DROP TABLE head_5",
+        "DROP TABLE revision",
+    )
+
 
 _Change = tuple[int, dict[DocKey, Value]]
 _Head = tuple[int, int, int, "str | None"]
@@ -643,6 +689,13 @@ _UPDATE_HEAD: Final = (
 _INSERT_LOG: Final = (
     "INSERT INTO log (seq, session, local_seq, live, entries) VALUES (?, ?, ?, ?, ?)"
 )
+_INSERT_LOG_PART: Final = "INSERT INTO log_part (seq, first, live, entries) VALUES (?, ?, ?, ?)"
+_by_doc = operator.itemgetter(0)
+_PART_OF: Final = (
+    "SELECT first, live, entries FROM log_part WHERE seq = ? AND first <= ?"
+    " ORDER BY first DESC LIMIT 1"
+)
+"""The part of the commit at seq ?1 holding document ?2's entry, if not its `log` row."""
 _PRUNED_HEADS: Final = (
     "SELECT doc, seq, revisions, floor, next_floor FROM head WHERE doc IN ({rows})"
 )
@@ -656,6 +709,11 @@ _SET_FLOORS: Final = (
 _SET_LIVE: Final = (
     "UPDATE log SET live = v.column2 FROM (VALUES {rows}) AS v WHERE log.seq = v.column1"
 )
+_SET_PART_LIVE: Final = (
+    "UPDATE log_part SET live = v.column3 FROM (VALUES {rows}) AS v"
+    " WHERE log_part.seq = v.column1 AND log_part.first = v.column2"
+)
+_DELETE_PARTS: Final = "DELETE FROM log_part WHERE (seq, first) IN (VALUES {rows})"
 _DELETE_LOG_ROWS: Final = "DELETE FROM log WHERE seq IN (SELECT column1 FROM (VALUES {rows}))"
 _k = key_params
 
@@ -723,9 +781,9 @@ _Logged = tuple[str, int, dict[int, tuple[int, msgspec.Raw]]]
 _LOGGED_KEPT: Final = 1 << 14
 """Entries of large log rows a store keeps decoded (`SQLiteStore._logged`): about 210 bytes
 each (measured with `tracemalloc`), so at most about 3.4 MB; two setups of 8,000
-documents fit."""
+documents fit. Past it, a walk step decodes one row or part again: at most `_PART`."""
 _LOGGED_FROM: Final = 64
-"""Log rows of at least this many entries are kept decoded once read."""
+"""Log rows and parts of at least this many entries are kept decoded once read."""
 
 
 def _errorname(exc: sqlite3.Error) -> str:
@@ -949,9 +1007,10 @@ class SQLiteStore(WriterStore):
         self._session_numbers: dict[str, int] = {}
         """Session key: its number in the `session` table (once a commit that made the
         row returned from COMMIT). Under `_write_lock`."""
-        self._logged: dict[int, _Logged] = {}
-        """Large log rows, decoded (`_logged_row`; at most about `_LOGGED_KEPT` entries,
-        the oldest read first out). Under `_lock`."""
+        self._logged: dict[tuple[int, int], _Logged] = {}
+        """Large log rows and parts, decoded, by (seq, part's first document; 0 for the
+        `log` row) (`_logged_row`; at most about `_LOGGED_KEPT` entries, the oldest read
+        first out). Under `_lock`."""
         self._logged_entries = 0
         self._committing: tuple[int, str, Verdict] | None = None
         """(seq, session key, verdict) of the commit whose COMMIT is being run, from
@@ -1073,7 +1132,7 @@ class SQLiteStore(WriterStore):
             2: _upgrade_2_to_3(REVISIONS_KEPT),
             3: _UPGRADE_3_TO_4,
             4: _UPGRADE_4_TO_5,
-            5: _UPGRADE_5_TO_6,
+            5: _upgrade_5_to_6(_PART),
         }
         for step in range(version, VERSION):
             for stmt in steps[step]:
@@ -1282,7 +1341,7 @@ class SQLiteStore(WriterStore):
         out: list[Revision] = []
         at = int(last)
         while at > seq:
-            logged = self._logged_row(conn, at)
+            logged = self._logged_row(conn, at, doc)
             entry = None if logged is None else logged[2].get(doc)
             if logged is None or entry is None:
                 raise InternalError(
@@ -1298,28 +1357,42 @@ class SQLiteStore(WriterStore):
         out.reverse()
         return out
 
-    def _logged_row(self, conn: sqlite3.Connection, seq: int) -> _Logged | None:
-        """The log row at `seq` (None: there is none). A large one is kept decoded once
-        read (a conflict walk through a large commit's row, such as a setup's, would
-        decode all its entries at every step): a row never changes what it says (a seq
-        is never reused; pruning only counts its entries down or deletes it), so what is
-        kept stays true."""
-        logged = self._logged.get(seq)
-        if logged is not None:
+    def _logged_row(self, conn: sqlite3.Connection, seq: int, doc: int) -> _Logged | None:
+        """The log row at `seq`, with the entries of its part holding `doc`'s entry (the
+        row's own, or a `log_part` row's: at most `_PART`; None: there is no row at
+        `seq`). A large one is kept decoded once read (a conflict walk through a large
+        commit, such as a setup, would decode a part's entries at every step): a row
+        never changes what it says (a seq is never reused; pruning only counts its
+        entries down or deletes it), so what is kept stays true."""
+        logged = self._logged.get((seq, 0))
+        if logged is None:
+            row = conn.execute(
+                "SELECT s.key, l.local_seq, l.entries FROM log l"
+                " JOIN session s ON s.id = l.session WHERE l.seq = ?",
+                (seq,),
+            ).fetchone()
+            if row is None:
+                return None
+            logged = self._keep_logged((seq, 0), str(row[0]), int(row[1]), row[2])
+        if doc in logged[2]:
             return logged
-        row = conn.execute(
-            "SELECT s.key, l.local_seq, l.entries FROM log l JOIN session s ON s.id = l.session"
-            " WHERE l.seq = ?",
-            (seq,),
-        ).fetchone()
-        if row is None:
-            return None
-        entries = {doc: (prev, paths) for doc, prev, paths in _decode_stubs(row[2])}
-        logged = (str(row[0]), int(row[1]), entries)
+        part = conn.execute(_PART_OF, (seq, doc)).fetchone()
+        if part is None:
+            return logged  # (no entry: the caller says so)
+        key = (seq, int(part[0]))
+        return self._logged.get(key) or self._keep_logged(key, logged[0], logged[1], part[2])
+
+    def _keep_logged(
+        self, key: tuple[int, int], session: str, local_seq: int, text: str
+    ) -> _Logged:
+        """A log row's (or part's) decoded entries, kept when large (at most about
+        `_LOGGED_KEPT` entries, the oldest read first out)."""
+        entries = {doc: (prev, paths) for doc, prev, paths in _decode_stubs(text)}
+        logged = (session, local_seq, entries)
         if len(entries) >= _LOGGED_FROM:
             with self._lock:
                 kept = self._logged
-                kept[seq] = logged
+                kept[key] = logged
                 self._logged_entries += len(entries)
                 while self._logged_entries > _LOGGED_KEPT and len(kept) > 1:
                     self._logged_entries -= len(kept.pop(next(iter(kept)))[2])
@@ -1693,7 +1766,21 @@ class SQLiteStore(WriterStore):
             _execute_rows(
                 conn, _UPDATE_HEADS, "(?, ?)", updates, width=2, first=(seq, REVISIONS_KEPT)
             )
-        conn.execute(_INSERT_LOG, (seq, session, request.local_seq, len(entries), _encode(entries)))
+        first = entries
+        if len(entries) > _PART:  # (parts: sorted by document, `_PART` entries each)
+            entries = sorted(entries, key=_by_doc)
+            first = entries[:_PART]
+            conn.executemany(
+                _INSERT_LOG_PART,
+                [
+                    (seq, part[0][0], len(part), _encode(part))
+                    for part in (
+                        entries[start : start + _PART]
+                        for start in range(_PART, len(entries), _PART)
+                    )
+                ],
+            )
+        conn.execute(_INSERT_LOG, (seq, session, request.local_seq, len(entries), _encode(first)))
         if request.create_only:
             conn.executemany(
                 f"INSERT OR IGNORE INTO claimed ({_KEY_COLS}, seq) VALUES (?, ?, ?, ?, ?, ?)",
@@ -1747,8 +1834,13 @@ class SQLiteStore(WriterStore):
         if usual:
             low = min(bound for bound, _ in usual.values())
             high = max(next_floor for _, next_floor in usual.values())
-            if high - low > 2 * (kept + 1) * len(usual):
-                usual = {}
+            if (
+                high - low > 2 * (kept + 1) * len(usual)
+                or conn.execute(
+                    "SELECT 1 FROM log_part WHERE seq > ? AND seq <= ? LIMIT 1", (low, high)
+                ).fetchone()
+            ):
+                usual = {}  # (sparse, or holding a large commit's parts: walked)
             else:
                 deleted = dict.fromkeys(usual, 0)
                 for at, live, text in conn.execute(
@@ -1772,18 +1864,33 @@ class SQLiteStore(WriterStore):
                         )
                     gone[doc] = kept + 1
                     floors += (doc, kept, next_floor)
-        decoded: dict[int, dict[int, int]] = {}  # seq: {doc: previous revision's seq}
+        # (seq, part's first document; 0: the log row): {doc: previous revision's seq}
+        decoded: dict[tuple[int, int], dict[int, int]] = {}
+        part_live: dict[tuple[int, int], int] = {}  # a part's live entries before
+        holder: dict[tuple[int, int], int] = {}  # (seq, doc): the part holding its entry
 
         def prev_of(at: int, doc: int) -> int:
-            got = decoded.get(at)
+            got = decoded.get((at, 0))
             if got is None:
                 row = conn.execute("SELECT live, entries FROM log WHERE seq = ?", (at,)).fetchone()
-                got = decoded[at] = (
+                got = decoded[at, 0] = (
                     {} if row is None else {e[0]: e[1] for e in _decode_stubs(row[1])}
                 )
                 if row is not None:
                     live_of[at] = row[0]
             prev = got.get(doc)
+            if prev is None and at in live_of:
+                # In a part of a large commit: that part alone is read (at most `_PART`
+                # entries), so a walk costs O(entries walked), however large the commit.
+                part = conn.execute(_PART_OF, (at, doc)).fetchone()
+                if part is not None:
+                    key = (at, int(part[0]))
+                    got = decoded.get(key)
+                    if got is None:
+                        got = decoded[key] = {e[0]: e[1] for e in _decode_stubs(part[2])}
+                        part_live[key] = part[1]
+                    prev = got.get(doc)
+                    holder[at, doc] = key[1]
             if prev is None:
                 raise InternalError(
                     f"pruning document {doc}: its revision at seq {at} has no log entry"
@@ -1791,7 +1898,8 @@ class SQLiteStore(WriterStore):
                 )
             return prev
 
-        # The others are walked back, entry by entry (each row read once).
+        # The others are walked back, entry by entry (each row and part read once).
+        fewer_parts: dict[tuple[int, int], int] = {}
         for doc, last, count, floor, next_floor in heads:
             if doc in usual:
                 continue
@@ -1810,9 +1918,28 @@ class SQLiteStore(WriterStore):
                     " head counts (this is a bug)"
                 )
             for at in dead:
-                fewer[at] = fewer.get(at, 0) + 1
+                fewer[at] = fewer.get(at, 0) + 1  # (the log row counts every part's)
+                first = holder.get((at, doc))
+                if first is not None:
+                    fewer_parts[at, first] = fewer_parts.get((at, first), 0) + 1
             gone[doc] = steps
             floors += (doc, kept, start)
+        # A part left with no live entry is deleted, the others get their new counts.
+        parts_left: list[object] = []
+        parts_emptied: list[object] = []
+        for (at, first), n in fewer_parts.items():
+            live = part_live[at, first] - n
+            if live < 0:
+                raise InternalError(
+                    f"pruning deleted {n} entries of the log part at seq {at} from document"
+                    f" {first}, which counts {part_live[at, first]} live (this is a bug)"
+                )
+            if live:
+                parts_left += (at, first, live)
+            else:
+                parts_emptied += (at, first)
+        _execute_rows(conn, _SET_PART_LIVE, "(?, ?, ?)", parts_left, width=3)
+        _execute_rows(conn, _DELETE_PARTS, "(?, ?)", parts_emptied, width=2)
         # A row left with no live entry is deleted (not updated first); the others are
         # given their new counts.
         emptied: list[object] = []
@@ -1854,7 +1981,11 @@ class SQLiteStore(WriterStore):
             if not self._listeners:
                 return top, []  # nobody to tell; a later session loads fresh state
         written: dict[int, None] = {}
-        for (entries,) in conn.execute("SELECT entries FROM log WHERE seq > ?", (after,)):
+        for (entries,) in conn.execute(
+            "SELECT entries FROM log WHERE seq > ?1"
+            " UNION ALL SELECT entries FROM log_part WHERE seq > ?1",
+            (after,),
+        ):
             for entry in _decode_stubs(entries):
                 written[entry[0]] = None
         out: dict[int, dict[DocKey, Value]] = {}
@@ -1993,15 +2124,20 @@ class SQLiteStore(WriterStore):
 
     @staticmethod
     def _checks() -> Iterator[tuple[str, str]]:
+        fields = (
+            "json_extract(e.value, '$[0]') AS doc, json_extract(e.value, '$[1]') AS prev,"
+            " json_extract(e.value, '$[2]') AS paths"
+        )
+        # Every entry, with its part (0: the log row's own).
         entries = (
-            "(SELECT l.seq, json_extract(e.value, '$[0]') AS doc,"
-            " json_extract(e.value, '$[1]') AS prev, json_extract(e.value, '$[2]') AS paths"
-            " FROM log l, json_each(l.entries) e)"
+            f"(SELECT l.seq, 0 AS part, {fields} FROM log l, json_each(l.entries) e"
+            f" UNION ALL SELECT p.seq, p.first AS part, {fields}"
+            " FROM log_part p, json_each(p.entries) e)"
         )
         # The entries not pruned: above their document's floor.
         kept = (
-            f"(SELECT x.seq, x.doc, x.prev FROM {entries} x JOIN head h ON h.doc = x.doc"
-            " WHERE x.seq > COALESCE(h.floor, 0))"
+            f"(SELECT x.seq, x.part, x.doc, x.prev FROM {entries} x JOIN head h"
+            " ON h.doc = x.doc WHERE x.seq > COALESCE(h.floor, 0))"
         )
         per_doc = f"(SELECT doc, COUNT(*) AS n, MAX(seq) AS last FROM {kept} GROUP BY doc)"
         yield (
@@ -2029,6 +2165,29 @@ class SQLiteStore(WriterStore):
             f"SELECT COUNT(*) FROM log l WHERE l.live != (SELECT COUNT(*) FROM {kept} k"
             " WHERE k.seq = l.seq)",
             "a log row's live count is not its number of entries above their floors",
+        )
+        yield (
+            f"SELECT COUNT(*) FROM log_part p WHERE p.live != (SELECT COUNT(*) FROM {kept} k"
+            " WHERE k.seq = p.seq AND k.part = p.first) OR p.live = 0",
+            "a log part's live count is not its number of entries above their floors, or 0",
+        )
+        yield (
+            "SELECT COUNT(*) FROM log_part p WHERE NOT EXISTS"
+            " (SELECT 1 FROM log l WHERE l.seq = p.seq)",
+            "a log part has no log row",
+        )
+        yield (
+            f"SELECT (SELECT COUNT(*) FROM log WHERE json_array_length(entries) > {_PART})"
+            " + (SELECT COUNT(*) FROM log_part WHERE json_valid(entries) = 0"
+            f" OR json_type(entries) != 'array' OR json_array_length(entries) > {_PART})",
+            f"a log row or part holds more than {_PART} entries, or not a JSON array",
+        )
+        yield (
+            # Each entry of a part is where a walk looks for it: the part with the
+            # greatest first document at or below it.
+            f"SELECT COUNT(*) FROM {entries} x WHERE x.part != 0 AND x.part IS NOT"
+            " (SELECT MAX(p.first) FROM log_part p WHERE p.seq = x.seq AND p.first <= x.doc)",
+            "a log part's entry is not in the part a walk looks in",
         )
         yield (
             "SELECT COUNT(*) FROM log l WHERE l.live = 0 AND json_array_length(l.entries) > 0"

@@ -175,17 +175,26 @@ def test_a_commit_of_any_size_writes_every_document_and_its_history(
         per_seq = conn.execute(
             "SELECT l.seq, l.live, COUNT(*), COUNT(DISTINCT json_extract(e.value, '$[0]')),"
             " MIN(json_extract(e.value, '$[1]')), MAX(json_extract(e.value, '$[1]'))"
-            " FROM log l, json_each(l.entries) e GROUP BY l.seq ORDER BY l.seq"
+            " FROM log l, (SELECT seq, entries FROM log UNION ALL SELECT seq, entries"
+            " FROM log_part) x, json_each(x.entries) e WHERE x.seq = l.seq"
+            " GROUP BY l.seq ORDER BY l.seq"
+        ).fetchall()
+        sizes = conn.execute(
+            "SELECT seq, json_array_length(entries) FROM log UNION ALL SELECT seq,"
+            " json_array_length(entries) FROM log_part ORDER BY 1, 2 DESC"
         ).fetchall()
     finally:
         conn.close()
     # One log row per commit, with an entry per document (each naming the commit
-    # before it: the document's previous revision).
+    # before it: the document's previous revision); past 128 documents, the rest in
+    # parts of at most 128 (the log row counting every part's entries live).
     assert [
         (1, size, size, size, 0, 0),
         (2, size, size, size, 1, 1),
         (3, size, size, size, 2, 2),
     ] == per_seq
+    split = [min(128, size - start) for start in range(0, size, 128)]
+    assert [(seq, n) for seq in (1, 2, 3) for n in split] == sizes
     store._check()
 
 
@@ -293,6 +302,97 @@ def test_a_read_of_a_document_the_writer_committed_is_checked_without_a_query(
     listener.mailbox.drain()
     assert 2 == listener.got[-1].seq
     assert [] == [s for s in heard if "h.floor" in s]  # (`_revisions_since`'s head read)
+
+
+def count_decoded(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the log entries the store decodes from now on (one element: the total)."""
+    decode = cells.stores.sqlite._decode_stubs
+    total = [0]
+
+    def counted(text: str) -> Any:
+        got = decode(text)
+        total[0] += len(got)
+        return got
+
+    monkeypatch.setattr(cells.stores.sqlite, "_decode_stubs", counted)
+    return total
+
+
+def test_a_conflict_walk_into_a_large_commit_decodes_one_part(
+    monkeypatch: pytest.MonkeyPatch, stores: Make, db: FsPath
+) -> None:
+    # A commit of 1,000 documents keeps its entries in parts of 128 (by document
+    # number): a conflict check that walks into it for one document decodes the log
+    # row's 128 and that document's part, not the 1,000 (one walk used to decode them
+    # all, then keep them; two such commits walked in turn past the cache cap
+    # decoded them all at every step). Documents in the first, a middle and the last
+    # part are each found, with what the commit wrote.
+    monkeypatch.setattr(cells.stores.sqlite, "_LOGGED_FROM", 10**9)  # (no row is kept)
+    store = stores(db)
+    listener = Verdicts()
+    sid = store.connect(listener)
+    docs = [key(f"d{i:04}") for i in range(1000)]
+    assert 1 == commit(store, listener, sid, 1, *docs).seq
+    decoded = count_decoded(monkeypatch)
+    for n, doc in enumerate([docs[0], docs[500], docs[-1]], 2):
+        before = decoded[0]
+        store.submit(listener, reading(sid, n, doc, 0, key("out")))  # (basis 0: before seq 1)
+        assert store.flush(WAIT)
+        listener.mailbox.drain()
+        error = listener.got[-1].error
+        assert isinstance(error, ConflictError)
+        assert "seq 1 has since written []" in str(error)  # (its first write: the root)
+        assert decoded[0] - before <= 2 * 128, decoded
+    store._check()
+
+
+def test_pruning_after_a_large_setup_costs_what_it_prunes(
+    monkeypatch: pytest.MonkeyPatch, stores: Make, db: FsPath
+) -> None:
+    # One commit sets up N documents, then every document is written alone, round
+    # after round, so each document's first pruning walks back into the setup commit
+    # at its own time. Each such walk decodes the setup's log row and the part
+    # holding that document (at most 2 * 128 entries), not the N entries of the
+    # setup: the entries decoded across all pruning grow as N (about twice as many
+    # for twice the documents), where decoding the whole setup per document grew as
+    # N^2 (4x).
+    kept = 2
+    monkeypatch.setattr(cells.stores.sqlite, "REVISIONS_KEPT", kept)
+
+    def decoded_for(n: int, path: FsPath) -> tuple[int, int]:
+        store = stores(path)
+        listener = Verdicts()
+        sid = store.connect(listener)
+        docs = [key(f"d{i:05}") for i in range(n)]
+        assert 1 == commit(store, listener, sid, 1, *docs).seq
+        decoded = count_decoded(monkeypatch)
+        local = 2
+        for _ in range(2 * kept):  # (the last round takes each to 2k+1 revisions: pruned)
+            for doc in docs:
+                store.submit(
+                    listener,
+                    CommitRequest(
+                        sid, local, (), (), (Write(doc, ("value",), local),), frozenset()
+                    ),
+                )
+                local += 1
+        assert store.flush(WAIT)
+        listener.mailbox.drain()
+        assert all(v.seq is not None for v in listener.got)
+        conn = sqlite3.connect(path)
+        try:
+            floors = conn.execute("SELECT COUNT(*) FROM head WHERE floor IS NOT NULL").fetchone()
+            parts = conn.execute("SELECT COUNT(*) FROM log_part").fetchone()
+        finally:
+            conn.close()
+        assert (n, 0) == (floors[0], parts[0])  # (every document pruned; the setup's parts gone)
+        store._check()
+        return decoded[0], n
+
+    small, n = decoded_for(600, db)
+    large, _ = decoded_for(1200, db.with_name("large.db"))
+    assert small <= n * (2 * 128 + 4 * kept), small
+    assert large <= 2.3 * small, (small, large)
 
 
 def test_a_read_of_a_remembered_document_another_writer_replaced_conflicts(

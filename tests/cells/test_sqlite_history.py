@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from sqlite_support import Make, open_stores
 
+import cells.stores.sqlite
 from cells import (
     MISSING,
     ConflictError,
@@ -863,6 +864,43 @@ def test_a_version_5_file_is_upgraded_when_opened(stores: Make, db: FsPath) -> N
             )
     finally:
         conn.close()
+
+
+def test_a_version_5_file_with_a_large_commit_is_upgraded_into_parts(
+    monkeypatch: pytest.MonkeyPatch, stores: Make, db: FsPath
+) -> None:
+    # (`monkeypatch` first: its undoing comes after the stores' closing checks.)
+    # Parts of 4 entries: the last commit, of 10 documents, keeps its 4 lowest-numbered
+    # documents' entries in its log row (which counts all 10 live) and the others in
+    # parts of 4 and 2 keyed by their first document, as a commit of format 6 writes
+    # them: every basis meets what it met before, and the store goes on.
+    monkeypatch.setattr(cells.stores.sqlite, "_PART", 4)
+    wide = keys(*(f"wide-{i}" for i in range(10)))
+    commits = old_commits()
+    commits.append(({k: ({"value": i}, [["value"]]) for i, k in enumerate(wide)}, []))
+    write_v5_file(db, commits)
+    before = v3_history(db, f"SELECT h.doc, h.floor, {_PK} FROM head h JOIN document USING (doc)")
+    store = open_upgraded(stores, db, len(commits), before)  # (and its invariants)
+    assert_every_basis_meets(store, before, len(commits), v4_session)
+    conn = store._reader_conn()
+    numbers = sorted(
+        conn.execute(f"SELECT doc FROM document WHERE {_MATCH}", key_params(k)).fetchone()[0]
+        for k in wide
+    )
+    last = len(commits)
+    assert [(10, 4)] == conn.execute(
+        "SELECT live, json_array_length(entries) FROM log WHERE seq = ?", (last,)
+    ).fetchall()
+    assert [(last, numbers[4], 4, 4), (last, numbers[8], 2, 2)] == conn.execute(
+        "SELECT seq, first, live, json_array_length(entries) FROM log_part ORDER BY first"
+    ).fetchall()
+    space = Space(store, "h")
+    tx = space.edit()
+    for i, k in enumerate(wide):
+        tx.write(k, ("value",), -i)
+    assert tx.commit().wait(WAIT).ok
+    store._check()
+    assert [-i for i in range(10)] == [store.read_durable(k)["value"] for k in wide]
 
 
 def test_a_failed_version_5_upgrade_leaves_the_file_as_it_was(db: FsPath) -> None:
