@@ -117,8 +117,8 @@ Invariants (checked by `_check`)
   of the entries it had; every part has a log row, at most `_PART` entries, a `live`
   that is its number of entries above their floors and not 0, and each of its
   entries is in the part a walk looks in (the greatest `first` at or below its
-  document); no head's seq is above the
-  max seq; no commit is both accepted and rejected;
+  document); no head's seq is above the max seq; no commit is both accepted and
+  rejected;
 - every document has one head row and every head row a document;
 - a document keeps at most 2 * REVISIONS_KEPT revisions (entries above its floor),
   and at least REVISIONS_KEPT once it has a floor; its head counts them, and its
@@ -210,8 +210,8 @@ version 4 dirtied three.
 naming its previous revision by seq), with a count of entries not yet pruned; heads name
 their next floor by seq. A 100-document commit writes one row where version 5 wrote 100
 (about 1.5 log pages where it wrote 3.6). A commit of more than 128 documents keeps its
-entries past the first 128 (by document number) in `log_part` rows of at most 128 each. Opening a version 1 to 5 file upgrades it in
-one transaction (`_upgrade`)."""
+entries past the first 128 (by document number) in `log_part` rows of at most 128 each.
+Opening a version 1 to 5 file upgrades it in one transaction (`_upgrade`)."""
 
 _SQLITE_HEADER: Final = b"SQLite format 3\x00"
 _BUSY_TIMEOUT_S: Final = 5.0

@@ -194,6 +194,27 @@ def test_a_poller_behind_the_pruned_window_catches_up_on_every_document(
     assert watching.get_cell("churned").set("from the watcher").wait(WAIT).ok
 
 
+def test_a_poller_hears_of_every_document_of_a_commit_kept_in_parts(
+    stores: Make, db: FsPath
+) -> None:
+    # 300 documents: 128 in the log row, 128 and 44 in parts. Another store's session
+    # that loaded them hears of each (its changes are read from the row and the parts).
+    watcher, writer = stores(db), stores(db)
+    watching = Space(watcher, "h")
+    names = [f"doc-{i}" for i in range(300)]
+    for name in names:
+        assert MISSING is watching.get_cell(name).get()  # loaded: foreign commits reach it
+    space = Space(writer, "h")
+    tx = space.edit()
+    for i, name in enumerate(names):
+        tx.write(space.get_cell(name).doc_key, ("value",), i)
+    assert tx.commit().wait(WAIT).ok
+    assert 2 == rows(db, "log_part")
+    assert 1 == watcher.poll()
+    watching.replica.pump()
+    assert list(range(300)) == [watching.get_cell(name).get() for name in names]
+
+
 def test_commits_built_on_many_pending_layers_resolve_after_pruning(
     stores: Make, db: FsPath
 ) -> None:
