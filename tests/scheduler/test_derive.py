@@ -2,27 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 import cells
 from cells import CellweaveError, Space
-from scheduler import ManualClock, NodeError, Scheduler
-
-
-@pytest.fixture
-def sp() -> Space:
-    return Space(cells.MemoryStore(), "d")
-
-
-@pytest.fixture
-def sch(sp: Space) -> Iterator[Scheduler]:
-    s = Scheduler(sp.replica, clock=ManualClock())
-    yield s
-    s._check()
-    sp.replica._check()
+from scheduler import NodeError, Scheduler
 
 
 def test_derive_computes_from_its_inputs_and_follows_them(sp: Space, sch: Scheduler) -> None:

@@ -8,22 +8,8 @@ from typing import Any
 
 import pytest
 
-import cells
 from cells import MISSING, Space, Transaction, read_value
-from scheduler import CallbackError, ManualClock, NodeError, Scheduler
-
-
-@pytest.fixture
-def sp() -> Space:
-    return Space(cells.MemoryStore(), "d")
-
-
-@pytest.fixture
-def sch(sp: Space) -> Iterator[Scheduler]:
-    s = Scheduler(sp.replica, clock=ManualClock())
-    yield s
-    s._check()
-    sp.replica._check()
+from scheduler import CallbackError, NodeError, Scheduler
 
 
 @pytest.fixture(autouse=True)

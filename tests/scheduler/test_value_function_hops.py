@@ -6,27 +6,11 @@ one guarantee of that path: checked to fail with that part of it wrong."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
 
 import cells
 from cells import RUN_NONE, Link, Space
-from scheduler import ManualClock, Scheduler
-
-
-@pytest.fixture
-def sp() -> Space:
-    return Space(cells.MemoryStore(), "d")
-
-
-@pytest.fixture
-def sch(sp: Space) -> Iterator[Scheduler]:
-    s = Scheduler(sp.replica, clock=ManualClock())
-    yield s
-    s._check()
-    sp.replica._check()
+from scheduler import Scheduler
 
 
 def _title(v: Any) -> Any:

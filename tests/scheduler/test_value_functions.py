@@ -5,27 +5,13 @@ checked to fail with that part of the path wrong."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 import cells
 from cells import RUN_NONE, DocKey, Link, OwnershipError, Space, Transaction, read_value
-from scheduler import ManualClock, NodeError, Scheduler, ValueFunction
-
-
-@pytest.fixture
-def sp() -> Space:
-    return Space(cells.MemoryStore(), "d")
-
-
-@pytest.fixture
-def sch(sp: Space) -> Iterator[Scheduler]:
-    s = Scheduler(sp.replica, clock=ManualClock())
-    yield s
-    s._check()
-    sp.replica._check()
+from scheduler import NodeError, Scheduler, ValueFunction
 
 
 def _sum(*vs: Any) -> Any:
