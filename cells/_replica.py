@@ -1058,22 +1058,11 @@ class Replica:
                 tx, seq, None, tuple(bases), paths[0], paths[1], deps, wkey, wpath, new,
                 wvisible, working,
             )  # fmt: skip
-        elif not hops:
-            # More than two reads: the k-read entry, each read deep at its place (see
-            # RUN_WIDTH): no claim objects.
-            entry = (
-                tx, seq, None, tuple(bases), tuple([p for _, p in places]), True, deps, wkey,
-                wpath, new, wvisible, working,
-            )  # fmt: skip
         else:
-            # More than two reads, some shallow (link hops, which the k-read entry does
-            # not carry): their read claims, as `read_claims` makes them (deps ascending
-            # and unique, as a request's).
-            claims = tuple(
-                [ReadClaim(bases[2 * j], *paths[j], bases[2 * j + 1]) for j in range(len(paths))]
-            )
+            # More than two reads: the k-read entry, each read (deep at its place, shallow
+            # at a hop) with its basis (see RUN_WIDTH): no claim objects.
             entry = (
-                tx, seq, None, claims, None, None, tuple(sorted(set(deps))), wkey, wpath, new,
+                tx, seq, None, tuple(bases), tuple(paths), True, deps, wkey, wpath, new,
                 wvisible, working,
             )  # fmt: skip
         self._send_run(tx, seq, change, entry)

@@ -147,9 +147,10 @@ the read claims in `basis` (a tuple of `ReadClaim`, `rpath` and `shallow` None);
 with `rkey` None, two reads of one place each (a node with two inputs): `basis` is
 (document, basis seq, document, basis seq) and `rpath` and `shallow` are the first
 and the second read's (path, shallow) pairs; or, with `rkey` None and `shallow` True,
-k > 2 deep reads of one place each (a value function of k inputs,
-`Replica.run_field`): `basis` is (document, basis seq, ...) for each read in order
-(a document may repeat) and `rpath` the tuple of their paths. Then the local commits
+k > 2 reads of one place each (a value function of k inputs, `Replica.run_field`,
+deep at its inputs' places and shallow at the link hops on the way to them): `basis`
+is (document, basis seq, ...) for each read in order (a document may repeat) and
+`rpath` the tuple of their (path, shallow) pairs. Then the local commits
 `deps` it builds on (of two or k reads: every document's deps, in no particular
 order, maybe repeated); one
 write of `new` at `path` (one top-level field) of `wkey`, made on the visible value
@@ -172,9 +173,12 @@ def run_request(session_id: str, runs: Sequence[Any], i: int) -> CommitRequest:
     if rkey is None:
         if shallow is None:
             reads = basis
-        elif shallow is True:  # k deep reads (see RUN_WIDTH)
+        elif shallow is True:  # k reads (see RUN_WIDTH)
             reads = tuple(
-                [ReadClaim(basis[2 * j], p, False, basis[2 * j + 1]) for j, p in enumerate(rpath)]
+                [
+                    ReadClaim(basis[2 * j], p, s, basis[2 * j + 1])
+                    for j, (p, s) in enumerate(rpath)
+                ]
             )
             deps = tuple(sorted(set(deps)))  # (a request's deps are ascending and unique)
         else:  # two reads (see RUN_WIDTH)

@@ -373,19 +373,9 @@ class MemoryStore(StoreBase):
                 elif rkey is None:
                     if shallow is None:  # several documents read: their claims
                         ok = self._reads_clear(session_id, basis, built_on)
-                    elif shallow is True:  # k deep reads, (document, basis) each
-                        clear = self._read_clear
-                        for j in range(0, len(basis), 2):
-                            if not clear(session_id, basis[j], basis[j + 1], built_on):
-                                ok = False
-                                break
-                    else:  # two documents read (see RUN_WIDTH)
-                        k1, b1, k2, b2 = basis
-                        clear = self._read_clear
-                        ok = clear(session_id, k1, b1, built_on) and clear(
-                            session_id, k2, b2, built_on
-                        )
-                else:  # one read (`_read_clear`, inlined)
+                    else:  # two or k reads, (document, basis) each (see RUN_WIDTH)
+                        ok = self._bases_clear(session_id, basis, built_on)
+                else:  # one read (`_bases_clear` of one, inlined)
                     revs = revisions.get(rkey)
                     if revs is None:
                         head = heads.get(rkey)
@@ -564,7 +554,7 @@ class MemoryStore(StoreBase):
         revisions = self._revisions
         floors = self._floors
         for claim in reads:
-            # `_read_clear` of each, inlined: a join of five inputs checks five per update.
+            # Each checked inline: a join of five inputs checks five per update.
             rkey, basis = claim.key, claim.basis_seq
             revs = revisions.get(rkey)
             if revs is None:
@@ -588,27 +578,39 @@ class MemoryStore(StoreBase):
                 return False
         return True
 
-    def _read_clear(
-        self, session_id: str, rkey: DocKey, basis: int, built_on: Collection[int]
+    def _bases_clear(
+        self, session_id: str, bases: tuple[Any, ...], built_on: Collection[int]
     ) -> bool:
-        """`_reads_clear` of one read of `rkey` on basis seq `basis` (a run log entry of
-        two reads carries each so, with no claim object)."""
-        revs = self._revisions.get(rkey)
-        if revs is None:
-            # No revision left: the head's seq is the floor (see `_revisions_since`).
-            head = self._heads.get(rkey)
-            return head is None or basis >= head.seq
-        if isinstance(revs, list):
-            j = len(revs) - 1
-            while j >= 0 and revs[j].seq > basis:
-                rev = revs[j]
-                if rev.session_id != session_id or rev.local_seq not in built_on:
-                    return False
-                j -= 1
-        elif revs.seq > basis and (revs.session_id != session_id or revs.local_seq not in built_on):
-            return False
+        """`_reads_clear` of the reads of a two- or k-read run log entry: `bases` is
+        (document, basis seq, ...), one pair per read, with no claim object (see
+        RUN_WIDTH). A read's path and shallowness do not matter here (as there): a
+        revision of its document after its basis by another commit fails it, and the
+        general path decides, from the entry's claims (`run_request`)."""
+        revisions = self._revisions
         floors = self._floors
-        return not (floors and basis < floors.get(rkey, 0))
+        for i in range(0, len(bases), 2):
+            rkey, basis = bases[i], bases[i + 1]
+            revs = revisions.get(rkey)
+            if revs is None:
+                # No revision left: the head's seq is the floor (see `_revisions_since`).
+                head = self._heads.get(rkey)
+                if head is not None and basis < head.seq:
+                    return False
+                continue
+            if isinstance(revs, list):
+                j = len(revs) - 1
+                while j >= 0 and revs[j].seq > basis:
+                    rev = revs[j]
+                    if rev.session_id != session_id or rev.local_seq not in built_on:
+                        return False
+                    j -= 1
+            elif revs.seq > basis and (
+                revs.session_id != session_id or revs.local_seq not in built_on
+            ):
+                return False
+            if floors and basis < floors.get(rkey, 0):
+                return False
+        return True
 
     def _broadcast_runs(self, session_id: str, runs: list[Any], results: list[Any]) -> None:
         """`_broadcast` of each accepted commit of a run log, in order."""
