@@ -175,10 +175,7 @@ def run_request(session_id: str, runs: Sequence[Any], i: int) -> CommitRequest:
             reads = basis
         elif shallow is True:  # k reads (see RUN_WIDTH)
             reads = tuple(
-                [
-                    ReadClaim(basis[2 * j], p, s, basis[2 * j + 1])
-                    for j, (p, s) in enumerate(rpath)
-                ]
+                [ReadClaim(basis[2 * j], p, s, basis[2 * j + 1]) for j, (p, s) in enumerate(rpath)]
             )
             deps = tuple(sorted(set(deps)))  # (a request's deps are ascending and unique)
         else:  # two reads (see RUN_WIDTH)
