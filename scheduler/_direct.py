@@ -16,10 +16,15 @@ Invariants
   read (a link followed), the walk a transaction makes now (`Replica.plain_chain`:
   a shallow read of each hop's place, a deep read at the end, element-id steps
   resolved as the transaction resolves them) read by read (`chained_places`).
-  A link or a container at the end is the transaction's; `Replica.run_field` takes
-  the values that walk reached (nothing runs between the walk and the reads' bases).
-  So the read set, the reader index and the graph stay as the last run left them, and
-  a re-pointed link makes a transaction run.
+  A link or a container at the end of a walk through links is the transaction's;
+  `Replica.run_field` takes the values that walk reached (nothing runs between the
+  walk and the reads' bases). So the read set, the reader index and the graph stay as
+  the last run left them, and a re-pointed link makes a transaction run.
+- With no link on the way, an input whose value is a container with no link anywhere
+  inside it runs directly too: a transaction's `read_value` logs the same one deep
+  read for it, and `compute` gets its own copy (what `thaw` gives the transaction
+  run: `DeriveNode`'s `_plain`, the lift's `materialize`). A link inside it is the
+  transaction's (`read_value` follows it, logging more reads).
 - The output is one top-level field of one document (`Node.outputs`, one pair of
   path length 1); anything else runs in a transaction.
 - `compute` is called once per run: a result the direct commit cannot write goes to

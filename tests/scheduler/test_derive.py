@@ -354,3 +354,95 @@ def test_a_direct_derive_s_write_equal_to_a_pending_value_survives_its_failure(
     sch.settle()
     assert 2 == out.get()
     assert {"value": 2} == store.read_durable(out.doc_key)
+
+
+def test_a_direct_derive_of_a_container_gets_its_own_copy(sp: Space, sch: Scheduler) -> None:
+    mux, flag, out = sp.cell("mux"), sp.cell("flag"), sp.cell("out")
+    mux.set({"a": 1, "b": [1, 2]})
+    flag.set(0)
+
+    def f(m: dict[str, Any], k: int) -> int:
+        total = m["a"] + sum(m["b"]) + k
+        m["a"] = 100  # the function's own copy: nothing stored changes
+        m["b"].append(7)
+        return total
+
+    node = sch.derive(out, [mux, flag], f)
+    one = sch.derive(sp.cell("one"), [mux], lambda m: m.pop("a"))
+    seen: list[Any] = []
+    sch.sink(out, seen.append)
+    sch.sink(sp.cell("one"), seen.append)
+    direct = sch.stats.direct_commits
+    mux.set({"a": 2, "b": [1, 2]})
+    sch.settle()
+    flag.set(1)
+    sch.settle()
+    # Three runs (`out` twice, `one` once), each with no transaction.
+    assert 3 == sch.stats.direct_commits - direct
+    assert [4, 1, 5, 2, 6] == seen and (3, 2) == (node.runs, one.runs)
+    assert {"a": 2, "b": [1, 2]} == mux.get()
+    sp.replica.pump()
+    assert {"value": {"a": 2, "b": [1, 2]}} == sp.replica.store.read_durable(mux.doc_key)
+
+
+def test_a_direct_derive_of_a_container_that_gains_a_link_follows_it(
+    sp: Space, sch: Scheduler
+) -> None:
+    mux, target, out = sp.cell("mux"), sp.cell("t"), sp.cell("out")
+    mux.set({"a": 1, "in": [2]})
+    target.set(40)
+    sch.derive(out, [mux], lambda m: m["a"] + sum(m["in"]))
+    seen: list[Any] = []
+    sch.sink(out, seen.append)
+    direct = sch.stats.direct_commits
+    mux.set({"a": 1, "in": [target.link()]})  # a link deep inside: the transaction's
+    sch.settle()
+    assert 0 == sch.stats.direct_commits - direct
+    target.set(50)  # read through the link now: the node must hear it
+    sch.settle()
+    assert 0 == sch.stats.direct_commits - direct
+    mux.set({"a": 1, "in": [3]})  # plain again
+    sch.settle()
+    direct = sch.stats.direct_commits
+    target.set(60)  # no longer read
+    mux.set({"a": 2, "in": [3]})
+    sch.settle()
+    assert 1 == sch.stats.direct_commits - direct
+    assert [3, 41, 51, 4, 5] == seen
+
+
+def test_a_direct_derive_of_a_container_overtaken_by_a_foreign_commit_reruns(
+    sp: Space, sch: Scheduler
+) -> None:
+    # As for a plain input: another runtime changes the container `y` read after `y`
+    # ran directly, before the drain's commits reach the store: the store rejects `y`'s
+    # commit and `y` runs again on the foreign value.
+    x, a = sp.cell("x"), sp.cell("a")
+    x.set({"k": 1})
+    a.set(1)
+    y, b = sp.cell("y"), sp.cell("b")
+    other = Space(cells.Replica(sp.replica.store), "d")
+
+    def b_fn(v: int) -> int:
+        if v == 2:
+            tx = other.edit()
+            tx.write(x.doc_key, ("value", "k"), 7)
+            tx.commit()
+        return v * 10
+
+    ny = sch.derive(y, [x], lambda m: m["k"] + 100)  # runs first: registered first
+    nb = sch.derive(b, [a], b_fn)
+    seen: list[Any] = []
+    sch.sink(y, seen.append)
+    sch.sink(b, seen.append)
+    direct = sch.stats.direct_commits
+    x.set({"k": 3})
+    a.set(2)
+    sch.settle()
+    assert sch.stats.direct_commits - direct >= 2  # `y`, `b` ran with no transaction
+    assert 1 == sch.stats.stale_reruns  # `y` overtaken
+    assert (107, 20) == (y.get(), b.get())
+    assert (3, 2) == (ny.runs, nb.runs)
+    sp.replica.pump()
+    assert 0 == sp.replica.in_flight()
+    assert {"value": 107} == sp.replica.store.read_durable(y.doc_key)
