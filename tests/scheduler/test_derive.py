@@ -323,7 +323,9 @@ def test_a_direct_derive_keeps_its_replica_busy_while_it_computes(
     direct = sch.stats.direct_commits
     a.set(2)
     sp.replica.pump()  # its verdict in: nothing in flight when the node runs
-    seq = sp.replica.store.seq
+    store = sp.replica.store
+    assert isinstance(store, cells.MemoryStore)  # (the fixture's: `seq` is its newest seq)
+    seq = store.seq
     sch.settle()
     assert 1 == sch.stats.direct_commits - direct
     assert (seq, 0) == marks[-1]
@@ -362,7 +364,7 @@ def test_a_direct_derive_of_a_container_gets_its_own_copy(sp: Space, sch: Schedu
     flag.set(0)
 
     def f(m: dict[str, Any], k: int) -> int:
-        total = m["a"] + sum(m["b"]) + k
+        total: int = m["a"] + sum(m["b"]) + k
         m["a"] = 100  # the function's own copy: nothing stored changes
         m["b"].append(7)
         return total

@@ -73,7 +73,8 @@ def test_send_without_handler_names_the_stream(env: Env) -> None:
 
 
 def test_send_after_remove_handler_is_dropped_like_the_events_already_queued(env: Env) -> None:
-    items, stream, log = env.sp.cell("items"), env.sp.cell("s"), []
+    items, stream = env.sp.cell("items"), env.sp.cell("s")
+    log: list[Any] = []
     items.set([])
     handler = env.sch.add_handler(stream, _append_handler(items, log))
     queued = env.sch.send(stream, {"item": 1})
@@ -196,7 +197,8 @@ def test_stale_basis_is_retried_with_backoff_then_succeeds(env: Env) -> None:
         assert ev.status == "dispatched"
         gate.reject(0, Outcome.STALE_BASIS)
         env.sch.settle()
-        assert ev.status == "queued" and ev.attempts == 1
+        # (mypy keeps `ev.status` narrowed to "dispatched" across settle())
+        assert ev.status == "queued" and ev.attempts == 1  # type: ignore[comparison-overlap]
         assert retry_delay(1) == pytest.approx(ev.not_before - env.clock.now())
         env.sch.settle()  # not yet eligible
         assert ev.status == "queued"

@@ -198,7 +198,9 @@ def test_a_trie_level_keeps_a_lone_reader_bare_and_no_empty_dicts() -> None:
     assert level.children is readers_module._NO_CHILDREN
     second = _reader(index, "title 0 too", (("value", 0, "title"), False))
     shallow = _reader(index, "title 0 shallow", (("value", 0, "title"), True))
-    assert level.deep == {elements[0]: None, second: None} and level.shallow is shallow
+    # (mypy keeps `level.deep` narrowed to the lone reader across _reader())
+    assert level.deep == {elements[0]: None, second: None}  # type: ignore[comparison-overlap]
+    assert level.shallow is shallow
     before = {"value": [{"title": f"t{i}"} for i in range(n)]}
     path = ("value", 0, "title")
     after = set_path(before, path, "edited")

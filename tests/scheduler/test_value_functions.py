@@ -216,7 +216,9 @@ def test_a_k_input_run_keeps_its_replica_busy_while_it_computes(
     direct = sch.stats.direct_commits
     ins[-1].set(2)
     sp.replica.pump()  # its verdict in: nothing in flight when the node runs
-    seq = sp.replica.store.seq
+    store = sp.replica.store
+    assert isinstance(store, cells.MemoryStore)  # (the fixture's: `seq` is its newest seq)
+    seq = store.seq
     sch.settle()
     assert 1 == sch.stats.direct_commits - direct
     assert (seq, 0) == marks[-1]
@@ -358,6 +360,8 @@ class _Plus(ValueFunction):
     results for the direct commit (as a lift refuses a pattern instance)."""
 
     __slots__ = ("calls", "inputs", "out", "written")
+
+    inputs: Link  # (one input: a writable attribute for the protocol's read-only property)
 
     def __init__(self, link: Link, out: DocKey, calls: list[Any]) -> None:
         self.inputs = link
