@@ -304,9 +304,9 @@ def test_acknowledged_commits_survive_kill_9_of_the_writer_and_a_server_crash() 
         try:
             lines = sqlite_store.Lines(proc)
             while len(acked) < 20:
-                word, seq, i = lines.next().split()
+                word, seq_text, i_text = lines.next().split()
                 assert word == "ACK"
-                acked[int(i)] = int(seq)
+                acked[int(i_text)] = int(seq_text)
             os.kill(proc.pid, signal.SIGKILL)  # in the middle of the next commit
             server.restart(crash=True)  # and the server dies too, without a checkpoint
         finally:

@@ -58,6 +58,12 @@ class Verdicts:
     def on_loaded(self, key: DocKey, state: DocState | None, error: BaseException | None) -> None:
         raise AssertionError("not used")
 
+    def accept_runs(self, runs: list[Any], results: list[Any], start: int) -> None:
+        raise AssertionError("not used: these tests submit no run log")
+
+    def accept_entry(self, entry: tuple[Any, ...], seq: int, base_seq: int, value: Value) -> None:
+        raise AssertionError("not used: these tests submit no run log entry")
+
 
 def commit(store: SQLiteStore, listener: Verdicts, sid: str, n: int, *keys: DocKey) -> Verdict:
     writes = tuple(Write(key, ("value",), n) for key in keys)
