@@ -18,7 +18,7 @@ def arun(fn: Callable[[], Awaitable[Any]], *, timeout: float = 30) -> Any:
     The timeout is a watchdog only (a held gate left behind by a failed assertion
     would otherwise hang the run); no test relies on time passing.
     """
-    return asyncio.run(asyncio.wait_for(fn(), timeout=timeout))  # type: ignore[arg-type]
+    return asyncio.run(asyncio.wait_for(fn(), timeout=timeout))
 
 
 async def turns(n: int = 5) -> None:

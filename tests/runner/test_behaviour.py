@@ -13,7 +13,7 @@ import pytest
 from pattern_defs import Child, Counter, Double, Filtered, Mapped
 from support import arun, run_list, turns
 
-from cells import CellweaveError, MemoryStore
+from cells import Cell, CellweaveError, MemoryStore
 from runner import Runtime, handler, lift, navigate_to, pattern
 from runner import _docs as docs
 
@@ -149,7 +149,7 @@ def test_open_page_through_a_list_slot_pins_the_element_it_holds_also_after_a_re
         async with Runtime(SQLiteStore(path)) as rt:
             items, res, cells = await _linked_map(rt)
             slot = res.key("out").resolve().key(1)  # the container's slot 1: B's element
-            element = slot.resolve()
+            element: Cell = slot.resolve()
             assert await rt.open_page(slot) is True
             assert [element] == rt.pages()
             await items.set([cells[0].link(), cells[2].link()])  # B leaves the list

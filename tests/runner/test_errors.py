@@ -22,7 +22,7 @@ from support import arun, turns
 
 from cells import MISSING, MemoryStore
 from runner import Runtime, Sent, handler, lift, navigate_to, pattern
-from scheduler import MAX_ERRORS, CallbackError, HandlerError, NodeError
+from scheduler import MAX_ERRORS, CallbackError, HandlerError, Node, NodeError
 
 
 @pytest.fixture(autouse=True)
@@ -108,6 +108,7 @@ def test_a_failing_lift_is_absent_and_its_pull_raises_naming_pattern_and_cell() 
                 await res.pull()  # a value holding the failing one is not whole either
             # It stays failed (no re-run, no second record) until an input changes.
             node = info.value.node
+            assert isinstance(node, Node)
             runs = node.runs
             await rt.idle()
             with pytest.raises(NodeError):

@@ -7,6 +7,7 @@ verdicts and loads with the store's test controls.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -47,8 +48,8 @@ def test_S46_linked_elements_keep_their_child_when_they_move() -> None:
         async with Runtime() as rt:
             cells = [rt.get_cell(n) for n in "ABCX"]
             tx = rt.edit()
-            for c, v in zip(cells, (1, 2, 3, 99), strict=True):
-                c.with_tx(tx).set(v)
+            for cell, v in zip(cells, (1, 2, 3, 99), strict=True):
+                cell.with_tx(tx).set(v)
             await tx.commit()
             a, b, c, x = (cell.link() for cell in cells)
             items, res = await run_list(rt, Mapped, [a, b, c])
@@ -153,10 +154,11 @@ def test_a_new_value_of_an_inline_scalar_runs_only_its_element_in_map_and_flat_m
     # a new value re-runs that element's child, never the coordinator's walk.
     async def main() -> None:
         async with Runtime() as rt:
-            for pat, fn, expect in (
+            cases: list[tuple[Any, str, Callable[[list[int]], list[int]]]] = [
                 (Mapped, "double", lambda xs: [2 * x for x in xs]),
                 (Flattened, "repeat", lambda xs: [y for x in xs for y in [x] * x]),
-            ):
+            ]
+            for pat, fn, expect in cases:
                 values = list(range(1, 41))
                 items, res = await run_list(rt, pat, values, name=fn)
                 assert expect(values) == await res.key("out").pull()
@@ -376,8 +378,8 @@ def test_an_op_that_reads_index_reruns_when_its_index_changes() -> None:
         async with Runtime() as rt:
             cells = [rt.get_cell(("e", i)) for i in range(3)]
             tx = rt.edit()
-            for i, c in enumerate(cells):
-                c.with_tx(tx).set(i * 10)
+            for i, cell in enumerate(cells):
+                cell.with_tx(tx).set(i * 10)
             await tx.commit()
             a, b, c = (x.link() for x in cells)
             items, res = await run_list(rt, Indexed, [a, b, c])
@@ -613,8 +615,8 @@ def test_S56_a_definitive_failure_undoes_only_its_own_bookkeeping() -> None:
         async with Runtime(store) as rt:
             cells = [rt.get_cell(("e", i)) for i in range(3)]
             tx = rt.edit()
-            for i, c in enumerate(cells):
-                c.with_tx(tx).set(i)
+            for i, cell in enumerate(cells):
+                cell.with_tx(tx).set(i)
             await tx.commit()
             a, b, c = (x.link() for x in cells)
             items, res = await run_list(rt, Indexed, [a, b])

@@ -68,7 +68,7 @@ def test_a_page_stop_resolves_only_once_its_record_is_durable(
                 await asyncio.sleep(0)
                 assert not stopped.done()  # not acknowledged while its verdict is held
                 gate.accept(0)
-            assert await stopped is None
+            assert await stopped is None  # type: ignore[func-returns-value]
             assert {} == _records(store, rt)
 
     async def restart() -> None:
@@ -110,7 +110,7 @@ def test_a_page_stop_that_fails_for_good_raises_and_the_page_says_so(
             # The stop was never acknowledged: a new runtime sees the page open.
             page = rt.get_cell("page")
             assert [page.id] == [c.id for c in await rt.resume()]
-            assert None is await rt.stop(page)
+            assert None is await rt.stop(page)  # type: ignore[func-returns-value]
 
     async def restart_after_the_retry() -> None:
         async with Runtime(store) as rt:
@@ -134,7 +134,7 @@ def test_stopping_a_stop_failed_page_again_retries_its_record() -> None:
             with pytest.raises(CommitRejected):
                 await first
             assert 1 == len(rt.inspect()["pages_stop_failed"])
-            assert None is await rt.stop(page)
+            assert None is await rt.stop(page)  # type: ignore[func-returns-value]
             assert [] == rt.inspect()["pages_stop_failed"]
             assert {} == _records(store, rt)
             rt._check()
@@ -167,7 +167,7 @@ def test_an_open_record_retried_after_a_conflict_never_undoes_an_acknowledged_st
                 gate.reject(0, Outcome.STALE_BASIS)  # the open's: retryable
                 await asyncio.sleep(0)
             assert await opened is False
-            assert None is await stopped  # acknowledged
+            assert None is await stopped  # type: ignore[func-returns-value]  # acknowledged
             await rt.idle()
             assert {} == _records(store, rt)
 
@@ -265,9 +265,9 @@ def test_a_stop_closes_a_page_that_another_runtime_opened() -> None:
             one, two = rt.get_cell("one"), rt.get_cell("two")
             stopped = rt.stop(one)  # the pages document is not loaded here yet
             assert not stopped.done()
-            assert None is await stopped
+            assert None is await stopped  # type: ignore[func-returns-value]
             assert [two.id] == [c.id for c in rt.pages()]  # loaded by now
-            assert None is await rt.stop(two)
+            assert None is await rt.stop(two)  # type: ignore[func-returns-value]
             assert {} == _records(store, rt)
 
     async def restart() -> None:

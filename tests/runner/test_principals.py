@@ -125,7 +125,7 @@ RAW_OPS: dict[str, Callable[[Transaction, DocKey], Any]] = {
 def _targets(w: World) -> dict[str, tuple[DocKey, list[Callable[[], Transaction]]]]:
     """Alice's documents, each with the transactions that must not reach it."""
     rt = w.rt
-    outsiders = [w.bob.edit, rt.edit]
+    outsiders: list[Callable[[], Transaction]] = [w.bob.edit, rt.edit]
     pages_doc = docs.pages_link(rt.space).key(w.alice.identity)
     return {
         "alice's user doc": (w.notes.doc_key, outsiders),

@@ -60,7 +60,11 @@ def test_S39_one_failing_cleanup_does_not_skip_its_siblings() -> None:
 def test_several_failing_cleanups_are_raised_together() -> None:
     g = CancelGroup("g")
     for i in range(2):
-        g.add(lambda i=i: (_ for _ in ()).throw(ValueError(f"cleanup {i}")))
+
+        def fail(i: int = i) -> None:
+            raise ValueError(f"cleanup {i}")
+
+        g.add(fail)
     with pytest.raises(ExceptionGroup) as info:
         g.cancel()
     assert 2 == len(info.value.exceptions)

@@ -46,7 +46,7 @@ async def reopen_board(store: Any, *, reuse: bool = True) -> Any:
         return await board.pull()
 
 
-async def edit_items(store: Any, changes: dict[int, int]) -> None:
+async def edit_items(store: Any, changes: dict[int, Any]) -> None:
     """Another runtime changes elements of the list (no pattern runs there)."""
     async with Runtime(store, space="t") as rt:
         items = rt.get_cell("items")

@@ -471,7 +471,7 @@ def test_owners_fail_closed_on_pages() -> None:
             tx = alice.edit()
             alice.run(tx, Child, {"value": 1}, res)
             await tx.commit()
-            await rt.runner.open_page(res.link(), alice.identity, via="test")  # type: ignore[misc]
+            await rt.runner.open_page(res.link(), alice.identity, via="test")
             assert [res.id] == [c.id for c in alice.pages()]
             assert [] == bob.pages()
             with pytest.raises(OwnershipError, match="alice"):
@@ -564,7 +564,7 @@ def test_start_needs_a_running_loop_and_bad_input_is_named() -> None:
     with pytest.raises(PatternError, match="whole cell"):
         rt.run(tx, Child, {"value": 1}, res.key("x"))
     with pytest.raises(PatternError, match="dict of values or cells"):
-        rt.run(tx, Child, [1], res)  # type: ignore[arg-type]
+        rt.run(tx, Child, [1], res)
     tx.abort("test")
     assert frozenset() == rt.registrations()
     rt.close()

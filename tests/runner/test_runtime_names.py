@@ -32,7 +32,9 @@ def test_inspect_names_each_registration_and_page_by_its_cause() -> None:
     assert "{'board': 'kitchen'}" == reg["cause"]
     causes = snapshot["causes"]
     assert isinstance(causes, dict)
-    (page,) = snapshot["pages"]  # type: ignore[misc]
+    pages = snapshot["pages"]
+    assert isinstance(pages, list)
+    (page,) = pages
     assert "{'board': 'kitchen'}" == causes[page.split("/")[-1].rstrip(">")]
 
 
