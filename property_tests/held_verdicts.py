@@ -15,15 +15,16 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import invariant, precondition, rule
 
-from cells import Outcome, VerdictGate
+from cells import MemoryStore, Outcome, VerdictGate
+from runner import Runtime
 from scheduler import BACKOFF_CAP, ManualClock
 
 OUTCOMES = (Outcome.STALE_BASIS, Outcome.PERMANENT, Outcome.ABORTED)
 
 
 class HeldVerdicts:
-    store: Any
-    rt: Any
+    store: MemoryStore
+    rt: Runtime
     gate: VerdictGate | None
     loop: asyncio.AbstractEventLoop
     clock: ManualClock

@@ -63,7 +63,7 @@ from ownership_model import MAttempt, MGate, MPage, MTx, RunnerModel, StoreModel
 from ownership_patterns import OChild, OElem, OLeaf, OList, OParent
 
 from cells import Cell, Link, MemoryStore, Outcome, Transaction
-from runner import Runtime
+from runner import Runtime, Session
 from runner._registrations import Registration
 from runner._runner import Runner
 from scheduler import BACKOFF_CAP, ManualClock
@@ -224,9 +224,7 @@ class OwnershipMachine(RuleBasedStateMachine):
             model.list_elements = lambda _doc, r=runner: self._list_names(r)  # type: ignore[misc]
             self._watch_releases(runner)
             self._watch_installs(runner)
-            model.on_runner_tx = lambda stx, doc, r=runner, m=model: self._runner_tx(  # type: ignore[misc]
-                r, m, stx, doc
-            )
+            model.on_runner_tx = lambda stx, doc, r=runner, m=model: self._runner_tx(r, m, stx, doc)
 
     # ------------------------------------------------------------ setup
     def _view(self, view: str) -> Any:
@@ -251,11 +249,16 @@ class OwnershipMachine(RuleBasedStateMachine):
             "UA": self.sessions["alice"].get_cell("U", scope="user"),
             "UB": self.sessions["bob"].get_cell("U", scope="user"),
         }
-        owners = {"P0": rt, "S0": rt, "UA": self.sessions["alice"], "UB": self.sessions["bob"]}
+        owners: dict[str, Runtime | Session] = {
+            "P0": rt,
+            "S0": rt,
+            "UA": self.sessions["alice"],
+            "UB": self.sessions["bob"],
+        }
         for name, cell in tops.items():
-            view = owners[name]
-            tx = view.edit()
-            view.run(tx, PATTERNS[WORLD.patterns[name]], {"value": 0}, cell)
+            owner = owners[name]
+            tx = owner.edit()
+            owner.run(tx, PATTERNS[WORLD.patterns[name]], {"value": 0}, cell)
             self._wait(tx.commit())
         # The list: cells E0..E2 and `items`, mapped by M0 (observed, so it reconciles).
         elements = {f"E{i}": rt.get_cell(("element", i)) for i in range(N_ELEMENT_CELLS)}
@@ -291,9 +294,9 @@ class OwnershipMachine(RuleBasedStateMachine):
         self.element_links = {e: c.link() for e, c in elements.items()}
         for e, link in self.element_links.items():
             for n in range(MAX_LIST):
-                child = child_link("map", container, ("link", link, n))
+                element = child_link("map", container, ("link", link, n))
                 self.cells["rt"][f"M0[{e}#{n}]"] = Cell(
-                    rt.replica, rt.identity, child, host=rt._host
+                    rt.replica, rt.identity, element, host=rt._host
                 )
         self.cells["rt"]["M0.els"] = Cell(rt.replica, rt.identity, container, host=rt._host)
         assert {rt.key(self.cells["rt"][el]) for el in SET_UP} | {rt.key(m0)} <= rt.registrations()
@@ -922,7 +925,8 @@ class OwnershipMachine(RuleBasedStateMachine):
                 assert page.result == fut.result(), what
             STATS[f"page open: {page.result}"] += 1
         self.page_opens = [p for p in self.page_opens if not p[0].done()]
-        unpaired = {r.rt.space: len(v) for r, v in self.runner_txs.items() if v}
+        names = {self.rt.runner: "rt", self.rt2.runner: "rt2"}
+        unpaired = {names[r]: len(v) for r, v in self.runner_txs.items() if v}
         assert not unpaired, f"runner transactions the model did not make: {unpaired}"
         self._compare(self.m1, self.rt.runner, "rt")
         self._compare(self.m2, self.rt2.runner, "rt2")

@@ -142,7 +142,10 @@ class SchedulerMachine(RuleBasedStateMachine):
                 self.ever_live.add(node)
             else:
                 self.dormant_runs.append(name)
-            get = lambda n: norm(read_value(tx, self.cell(n).link()))  # noqa: E731
+
+            def get(n: str) -> int:
+                return norm(read_value(tx, self.cell(n).link()))
+
             if op == "ptr":
                 # A link whose target moves with `a`: a pull through it may find, after
                 # its settle, a place whose writer it did not hold.
