@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import sqlite_durable
+from bench import bench_cells, sqlite_durable
 
 
 @pytest.mark.parametrize("documents", [1, 3])
@@ -41,4 +41,4 @@ def test_one_side_alone_commits_what_it_is_asked(tmp_path: Path) -> None:
         ).fetchall()
     finally:
         con.close()
-    sqlite_durable._clean_up()
+    bench_cells._clean_up()  # (the leftovers sqlite_durable registers there)
