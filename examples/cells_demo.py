@@ -125,8 +125,8 @@ def main() -> None:
         increment(runs.with_tx(tx))
 
     # With retries, two demos running at once on one file still count both runs.
-    result = asyncio.run(edit_with_retry(space.replica, space.identity, count_this_run))
-    assert result.ok, result
+    counted = asyncio.run(edit_with_retry(space.replica, space.identity, count_this_run))
+    assert counted.ok, counted
     other.replica.close()
     space.replica.close()
     store.close()

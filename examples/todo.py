@@ -145,6 +145,6 @@ def board(rt: Any, tx: Any) -> Cell:
     store.set({})
     tasks = rt.get_cell("todo-tasks", tx=tx)
     tasks.set([])
-    result = rt.get_cell("todo-board", tx=tx)
+    result: Cell = rt.get_cell("todo-board", tx=tx)
     rt.run(tx, Board, {"name": "Todo", "tasks": tasks, "store": store}, result)
     return result
