@@ -16,7 +16,7 @@ BENCH_ARGS ?=
 # Extra arguments for `make crash-trials`, e.g. CRASH_ARGS="--trials 20 --seed 7".
 CRASH_ARGS ?=
 
-.PHONY: venv system test docs demo bench soak crash-trials crash-trials-pg clean
+.PHONY: venv system test typecheck docs demo bench soak crash-trials crash-trials-pg clean
 
 venv: $(STAMP)
 
@@ -46,10 +46,29 @@ test: venv system
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
 	$(BIN)/mypy --strict cellweave cells scheduler runner bench
+	$(MAKE) --no-print-directory typecheck
 	$(BIN)/lint-imports
 	$(BIN)/pytest tests
 	$(BIN)/pytest property_tests
 	$(MAKE) --no-print-directory docs
+
+# mypy --strict over the tests, the property tests and the examples, one run per
+# directory. pytest puts each test file's directory on sys.path, so tests import
+# their siblings as top-level modules (`support`, `pattern_defs`, `held_verdicts`),
+# and several directories have a conftest.py: one run over all of them would see
+# the same module name twice. MYPYPATH gives each run the directories its files
+# import from (the property tests also import from tests/runner and
+# tests/scheduler, which they put on sys.path); the runs share .mypy_cache.
+TYPECHECK := $(BIN)/mypy --strict --explicit-package-bases
+
+typecheck: venv
+	MYPYPATH=tests $(TYPECHECK) $(wildcard tests/*.py)
+	MYPYPATH=tests/cells $(TYPECHECK) tests/cells
+	MYPYPATH=tests/cellweave $(TYPECHECK) tests/cellweave
+	MYPYPATH=tests/runner $(TYPECHECK) tests/runner
+	MYPYPATH=tests/scheduler $(TYPECHECK) tests/scheduler
+	MYPYPATH=property_tests:tests/runner:tests/scheduler $(TYPECHECK) property_tests
+	$(TYPECHECK) examples
 
 # The documentation site (mkdocs.yml), into build/site. --strict fails the build
 # on any warning: a broken link or anchor, a page left out of the nav, or a
