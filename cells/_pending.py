@@ -68,6 +68,13 @@ class Mailbox:
     _draining: bool = attrs.field(init=False, default=False)
     _from_loop: bool = attrs.field(init=False, default=False)
     _waiters: int = attrs.field(init=False, default=0)
+    quiet: bool = attrs.field(init=False, default=False)
+    """While True, a post schedules no drain on the loop: whoever set it pumps the mailbox
+    (`Replica.pump`) before it hands the thread back to the loop, and then calls `wake()`
+    (a scheduler's settle: the store's verdicts for the runs it sends arrive while it
+    runs, and a drain queued on the loop for them found nothing left, at the cost of an
+    asyncio handle and a loop turn per settle that sent anything). A synchronous waiter
+    is still notified."""
     _listeners: list[Callable[[], None]] = attrs.field(init=False, factory=list)
     before_drain: Callable[[], None] | None = attrs.field(init=False, default=None)
     """Called at the start of every `drain()` (a replica sends its open commit batch)."""
@@ -106,9 +113,18 @@ class Mailbox:
             if self._items:
                 self._schedule_locked()
 
+    def wake(self) -> None:
+        """End `quiet`: a drain is scheduled on the loop for what is still queued (a post
+        made while quiet, from another thread too, is seen here: it was queued before
+        its poster read `quiet`)."""
+        self.quiet = False
+        if self._items and self._loop is not None and not self._scheduled:
+            with self._cond:
+                self._schedule_locked()
+
     def post(self, fn: Callable[[], None]) -> None:
         self._items.append(fn)
-        if (self._loop is not None and not self._scheduled) or self._waiters:
+        if (self._loop is not None and not self._scheduled and not self.quiet) or self._waiters:
             with self._cond:
                 self._schedule_locked()
                 if self._waiters:

@@ -395,18 +395,18 @@ class Passes:
                 self._on_held(graph.hold(hold, region))
 
     def _on_held(self, nodes: list[Node]) -> None:
-        """A pull newly holds `nodes`: those not clean run in this settle (or the next)."""
+        """A pull newly holds `nodes`: those not clean run in this settle (or the next).
+
+        No pass is requested on the loop (`_request_pass`): the pull holding them settles
+        at once (`_sinks.pull` / `pull_now`), and a pass queued on the loop would find
+        nothing left (it cost an asyncio handle per pull)."""
         candidates = self._candidates
         draining = self._draining
-        queued = False
         for n in nodes:
             if n.status != "clean" and n.registered:
                 candidates[n] = None
-                queued = True
                 if draining:
                     self._push(n)
-        if queued and not draining and not self._settling:
-            self._request_pass()
 
     def _on_live(self, node: Node) -> None:
         if node.registered and node.status != "clean":
@@ -469,6 +469,10 @@ class Passes:
         collecting = PAUSE_COLLECTOR and gc.isenabled()
         if collecting:
             gc.disable()
+        # What the store answers while it runs is pumped here (a pass ends with a pump):
+        # no drain queued on the loop for it (`Mailbox.quiet`), unless some is left.
+        mailbox = self.replica.mailbox
+        mailbox.quiet = True
         try:
             pumped = False
             for _ in range(MAX_PASSES_PER_SETTLE):
@@ -487,6 +491,7 @@ class Passes:
             self._settling = False
             if collecting:
                 gc.enable()
+            mailbox.wake()
         self._timers.arm()
         failures = self._failures
         if failures.raised or failures.observations.suspect:  # (`pending_report`, inlined)

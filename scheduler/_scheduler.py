@@ -385,7 +385,11 @@ class Scheduler(Passes):
         import asyncio  # loaded: this coroutine runs on a loop
 
         loop = asyncio.get_running_loop()
-        self.replica.mailbox.attach(loop)
+        mailbox = self.replica.mailbox
+        if mailbox.loop is not loop:
+            # (Attached already: a post schedules its drain there. Attaching again took
+            # the mailbox's lock on every pull; the settle below pumps what is queued.)
+            mailbox.attach(loop)
         while True:
             self.settle()
             if not self.busy():

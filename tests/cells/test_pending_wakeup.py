@@ -27,3 +27,44 @@ def test_a_drain_that_runs_before_the_flag_is_set_does_not_lose_later_posts() ->
     box.post(lambda: ran.append(2))  # lost before the fix: the flag claimed a queued drain
     assert [1, 2] == ran
     assert 0 == len(box)
+
+
+class _CountingLoop(_EagerLoop):
+    """`_EagerLoop` that queues instead: the drains scheduled, run when the test says."""
+
+    def __init__(self) -> None:
+        self.queued: list[Callable[[], Any]] = []
+
+    def call_soon_threadsafe(self, fn: Callable[[], Any]) -> None:
+        self.queued.append(fn)
+
+
+def test_a_quiet_mailbox_queues_no_drain_until_it_is_woken() -> None:
+    # While quiet (a settle that pumps before it returns), posts queue no drain on the
+    # loop; `wake` queues one for what is left, posted from any thread meanwhile.
+    import threading
+
+    box = Mailbox()
+    loop = _CountingLoop()
+    box.attach(loop)  # type: ignore[arg-type]
+    ran: list[str] = []
+    box.quiet = True
+    box.post(lambda: ran.append("here"))
+    elsewhere = threading.Thread(target=box.post, args=(lambda: ran.append("there"),))
+    elsewhere.start()
+    elsewhere.join()
+    assert [] == loop.queued
+    box.wake()
+    assert not box.quiet
+    assert 1 == len(loop.queued)
+    loop.queued.pop()()
+    assert ["here", "there"] == ran
+    # Pumped before the wake (what a settle does): nothing is left, no drain is queued.
+    box.quiet = True
+    box.post(lambda: ran.append("pumped"))
+    assert 1 == box.drain()
+    box.wake()
+    assert [] == loop.queued
+    # Not quiet: a post queues its drain at once, as before.
+    box.post(lambda: ran.append("loud"))
+    assert 1 == len(loop.queued)

@@ -496,3 +496,42 @@ def test_the_writers_a_pull_holds_are_those_of_its_read_log_compacted() -> None:
             assert expected == sch.graph.writers_along(log, identity), (log, identity)
     sch._check()
     sch.close()
+
+
+def test_a_pull_on_a_running_loop_queues_nothing_on_the_loop() -> None:
+    # The pull settles at once: it asks the loop for no pass for the nodes it holds, and
+    # the store's verdicts for the runs its settle sends are pumped by that settle, with
+    # no drain queued on the loop for them (each cost an asyncio handle and a loop turn,
+    # found nothing to do). Through links (the walk's own read) and at a plain cell.
+    space, sch = _world()
+    _, y, pulled = _chooser(space, sch)
+    plain = space.cell("plain")
+    sch.derive(plain, [y], lambda v: v + 1, label="plain")
+
+    async def main() -> list[tuple[Any, int, int]]:
+        loop = asyncio.get_running_loop()
+        call_soon = loop.call_soon
+        queued: list[object] = []
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            queued.append(args)
+            return call_soon(*args, **kwargs)
+
+        seen: list[tuple[Any, int, int]] = []
+        assert 10 == await sch.pull(pulled)  # (the mailbox is on this loop from now on)
+        for value in (2, 3):
+            y.set(value)
+            await asyncio.sleep(0)  # (the edit's own verdict, drained on the loop)
+            queued.clear()
+            loop.call_soon = counted  # type: ignore[method-assign,assignment]
+            try:
+                runs = sch.stats.runs
+                got = await sch.pull(pulled), await sch.pull(plain)
+            finally:
+                del loop.call_soon
+            seen.append((got, len(queued), sch.stats.runs - runs))
+        return seen
+
+    assert [((20, 3), 0, 2), ((30, 4), 0, 2)] == asyncio.run(main())
+    sch._check()
+    sch.close()
