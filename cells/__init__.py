@@ -48,6 +48,7 @@ from ._links import Materializer as Materializer
 from ._links import first_link as first_link
 from ._links import read_value as read_value
 from ._links import resolve as resolve
+from ._links import walk_path as walk_path
 from ._outcome import RETRYABLE as RETRYABLE
 from ._outcome import CommitResult as CommitResult
 from ._outcome import Outcome as Outcome
@@ -196,6 +197,7 @@ __all__ = [
     "splice_ends",
     "thaw",
     "value_equal",
+    "walk_path",
 ]
 
 

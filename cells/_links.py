@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import operator
 import weakref
+from collections.abc import Callable
 from typing import Any, Final
 
 from ._address import DocKey, Link, Path
@@ -82,6 +83,16 @@ def _first_link(root: Value, path: Path, doc: Value) -> tuple[int, Link] | _IdSt
     if type(node) is Link:
         return len(path), node
     return node
+
+
+walk_path: Final[Callable[[Value, Path, Value], tuple[int, Link] | Value]] = _first_link
+"""`walk_path(root, path, doc)`: the first link met walking `path` down `root` (a
+document's value) as `(how many path elements lead to it, the link)`, or else the value
+the walk reaches (`get_path(doc, (VALUE, *path))`: MISSING when the path leaves the
+value). `doc` is the whole document (an element-id step is followed by its ids). One
+call for both answers: `first_link` and then `get_path` walk the path twice (a pull's
+walk through a list element's links, `scheduler._sinks._ahead`). A stored value is
+never a tuple, so `type(found) is tuple` tells a link. O(len(path))."""
 
 
 def resolve(tx: Transaction, link: Link, *, follow_last: bool = True) -> Link:

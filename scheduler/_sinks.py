@@ -33,14 +33,13 @@ from cells import (
     Materializer,
     Path,
     Transaction,
-    first_link,
-    get_path,
     patch_ops,
     patch_ops_at,
     reaches,
     read_value,
     same_value,
     thaw,
+    walk_path,
 )
 
 from ._direct import ValueFunction
@@ -128,10 +127,11 @@ PULL_HOPS: Final = 8
 """How many links `_ahead` follows (a longer chain: the pull's read finds the rest)."""
 
 
-_Walk = tuple[tuple[tuple[DocKey, Any], ...], DocKey, Path]
+_Walk = tuple[list[tuple[DocKey, Any]], DocKey, Path, Any, Any]
 """What `_ahead` walked when its walk ended at a place: each document a followed link
-sat in, with the visible value it had then, and the place the walk ended at (its
-document and value-relative path)."""
+sat in, with the visible value it had then; the place the walk ended at (its document
+and value-relative path); that document as it was then, and the value the walk found
+at the place in it (`walk_path`)."""
 
 
 def _ahead(host: Host, cell: Cell) -> tuple[list[tuple[DocKey, Path, bool]], _Walk | None]:
@@ -149,6 +149,7 @@ def _ahead(host: Host, cell: Cell) -> tuple[list[tuple[DocKey, Path, bool]], _Wa
     is `declared(cell)`; with one, exactly what the read logs (so the pull compares
     the log with it and finds nothing new to hold)."""
     replica = host.replica
+    peek = replica.peek
     identity = cell.identity
     path = cell.path
     key = cell.doc_key
@@ -159,11 +160,12 @@ def _ahead(host: Host, cell: Cell) -> tuple[list[tuple[DocKey, Path, bool]], _Wa
             # A document the pull's reads may be refused (or need authority): its run
             # decides; the walk makes no writer of it run first.
             return [declared(cell)[0], *reads], None
-        doc = replica.peek(key)  # (held: no argument check, no record made)
+        doc = peek(key)  # (held: no argument check, no record made)
         if doc is None:
             doc = replica.visible(key)
-        found = first_link(doc.get("value", MISSING) if type(doc) is dict else MISSING, path, doc)
-        if found is None:
+        # (`first_link`'s own walk, one call: a tuple only for a link found.)
+        found = walk_path(doc.get("value", MISSING) if type(doc) is dict else MISSING, path, doc)
+        if type(found) is not tuple:
             break
         at, target = found
         hops.append((key, doc))
@@ -175,14 +177,14 @@ def _ahead(host: Host, cell: Cell) -> tuple[list[tuple[DocKey, Path, bool]], _Wa
     else:
         # Still links after PULL_HOPS of them: the run finds the rest (or the cycle).
         return [declared(cell)[0], *reads], None
-    walk = (tuple(hops), key, path)
+    walk = (hops, key, path, doc, found)
     if not reads:
         return [declared(cell)[0]], walk
     reads.append((key, ("value", *path) if path else _VALUE_PATH, False))
     return reads, walk
 
 
-class _Pull:
+class _Pull(Hold):
     """One pull in progress: it holds the stale dormant nodes feeding what it reads, and
     reads the value itself once the graph settled (no node of its own).
 
@@ -209,8 +211,8 @@ class _Pull:
     __slots__ = (
         "added",
         "ahead",
+        "direct",
         "graph",
-        "hold",
         "host",
         "identity",
         "link",
@@ -229,7 +231,9 @@ class _Pull:
         self.added = graph.added
         self.writers = graph.writers_along(self.ahead, self.identity)
         """The writers of what the next read is expected to log."""
-        self.hold = Hold()
+        self.nodes = {}  # (it is its own `Hold`: no object of its own per pull)
+        self.direct = False
+        """The last `read` read the place without a transaction (nothing started)."""
         self._hold()
 
     def _hold(self) -> bool:
@@ -239,7 +243,7 @@ class _Pull:
         region = graph.stale_region(self.writers)
         if not region:
             return False
-        new = graph.hold(self.hold, region)
+        new = graph.hold(self, region)
         if not new:
             return False  # (held, still not clean: gated, failing or deferred)
         on_held = graph.on_held  # (queues each that is not clean, as for a live node)
@@ -267,19 +271,29 @@ class _Pull:
         walk = self.walk
         if walk is not None and graph.added == self.added:
             peek = self.host.replica.peek
-            hops, key, path = walk
-            for hop_key, doc in hops:
-                if peek(hop_key) is not doc:
+            hops, key, path, doc, value = walk
+            for hop_key, hop_doc in hops:
+                if peek(hop_key) is not hop_doc:
                     break
             else:
-                doc = peek(key)
-                if type(doc) is dict:
-                    root = doc.get("value", MISSING)
-                    if type(root) is not Link and (not path or first_link(root, path, doc) is None):
-                        value = get_path(doc, ("value", *path)) if path else root
-                        t = type(value)
-                        if t is not dict and t is not list and t is not Link:
-                            return value
+                now = peek(key)
+                if now is not doc:
+                    # (Changed by the settle: walked again, one walk for link and value.)
+                    doc = now
+                    if type(doc) is dict:
+                        value = doc.get("value", MISSING)
+                        if path:
+                            value = walk_path(value, path, doc)
+                t = type(value)
+                if (
+                    type(doc) is dict
+                    and t is not tuple  # (a link on the way: `walk_path`)
+                    and t is not Link
+                    and t is not dict
+                    and t is not list
+                ):
+                    self.direct = True
+                    return value
         # A reader, dropped open: counted open, as a plain transaction is until it
         # commits or aborts, every pull kept the replica busy for good (its store never
         # pruned the history it no longer needed).
@@ -298,7 +312,7 @@ class _Pull:
     def _stale_writer(self, suspect: dict[Node, Any]) -> bool:
         """Whether a writer of what it reads, not held, is filed stale now. (Anything else
         that went stale upstream of them reached a held node: `Graph.reached`.)"""
-        held = self.hold.nodes
+        held = self.nodes
         for w in self.writers:  # noqa: SIM110 (a loop: no generator per call)
             if w in suspect and w not in held:
                 return True
@@ -306,7 +320,7 @@ class _Pull:
 
     def release(self) -> None:
         """Give back what it held (idempotent): those nodes are dormant again."""
-        self.graph.let_go(self.hold)
+        self.graph.let_go(self)
 
 
 class _Again:
@@ -341,8 +355,9 @@ async def pull(host: Host, cell: Cell) -> Any:
         while True:
             await host.idle()
             value = puller.read()
-            # (A read that started work, a load that answered at once: wait for it too.)
-            if value is not _AGAIN and not host.busy():
+            # (A read that started work, a load that answered at once: wait for it too.
+            # A direct read starts nothing: `idle` just found nothing to wait for.)
+            if value is not _AGAIN and (puller.direct or not host.busy()):
                 break
     finally:
         puller.release()
