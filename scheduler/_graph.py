@@ -67,7 +67,16 @@ from typing import Final, TypeAlias, TypeVar
 
 from cells import DocKey, Identity, Path
 
-from ._node import Node, OneRead, ReadEntry, ReadSet, TwoReads, held_key, lean_reads
+from ._node import (
+    VALUE_PATH,
+    Node,
+    OneRead,
+    ReadEntry,
+    ReadSet,
+    TwoReads,
+    held_key,
+    lean_reads,
+)
 from ._readers import ReaderIndex, compact_reads
 
 _K = TypeVar("_K", Node, DocKey)
@@ -502,13 +511,22 @@ class Graph:
             if key in keys or (spots and key in spots):
                 return self.writers_feeding(compact_reads(log), identity)
             keys.append(key)
-            for w in _each(by_doc.get(key)):
-                visits += 1
-                for k, p in w.outputs:
-                    # (`overlaps`, inlined: either path a prefix of the other)
-                    if k == key and p[: len(path)] == path[: len(p)]:
-                        out.add(w)
-                        break
+            w = by_doc.get(key)
+            if w is None:
+                continue
+            if isinstance(w, set):  # (not in `spots`: one writer, the node itself)
+                return self.writers_feeding(compact_reads(log), identity)
+            visits += 1
+            outs = w._outs  # (`Node.outputs`, inlined: most nodes write one whole value)
+            if type(outs) is DocKey:
+                if VALUE_PATH[: len(path)] == path[:1]:  # (`overlaps` with ("value",))
+                    out.add(w)
+                continue
+            for k, p in w.outputs:
+                # (`overlaps`, inlined: either path a prefix of the other)
+                if k == key and p[: len(path)] == path[: len(p)]:
+                    out.add(w)
+                    break
         self.edge_visits += visits
         return out
 

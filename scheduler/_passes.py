@@ -429,17 +429,19 @@ class Passes:
         now = self.clock.now()
         out: list[Node] = []
         stale: list[Node] = []
+        pulled = self.graph.pulled
         for n in self._candidates:
             # Runnable: registered, not clean, live (`is_live`, inlined: a wave's every
+            # node passes here) or held by a pull (asked second: a pull's every held
             # node passes here), past its time gate and under its pass budget.
             if n.status == "clean" or not (
                 n.registered
                 and (
                     n.live_refs > 0
+                    or n in pulled
                     or n.kind == "effect"
                     or n.provisional
                     or n.demand > 0
-                    or n in self.graph.pulled
                 )
             ):
                 stale.append(n)  # ran, or went dormant: it comes back via _on_live
