@@ -29,6 +29,7 @@ from cells import (
     Cell,
     CellweaveError,
     DocKey,
+    Identity,
     Link,
     Materializer,
     Path,
@@ -134,12 +135,14 @@ and value-relative path); that document as it was then, and the value the walk f
 at the place in it (`walk_path`)."""
 
 
-def _ahead(host: Host, cell: Cell) -> tuple[list[tuple[DocKey, Path, bool]], _Walk | None]:
+def _ahead(
+    host: Host, cell: Cell, link: Link, identity: Identity
+) -> tuple[list[tuple[DocKey, Path, bool]], _Walk | None]:
     """What a pull's read logs if no link on the way moves before it reads: the place
     of each link it follows (shallow, as `read_value` logs it) and the place they
     lead to (deep), found by walking the visible documents (nothing logged); and the
     walk itself (`_Walk`), or None when it stopped early (a document the pull may not
-    read, or more than PULL_HOPS links).
+    read, or more than PULL_HOPS links). `link` and `identity` are the cell's.
 
     The pull holds demand on the writers of these places, so they run before it
     reads: holding only the cell's own document's writers, it would follow the links
@@ -150,9 +153,9 @@ def _ahead(host: Host, cell: Cell) -> tuple[list[tuple[DocKey, Path, bool]], _Wa
     the log with it and finds nothing new to hold)."""
     replica = host.replica
     peek = replica.peek
-    identity = cell.identity
-    path = cell.path
-    key = cell.doc_key
+    path = link.path
+    # (`cell.doc_key`, as each hop's key is made below: no call for a shared document)
+    key = DocKey(link.space, link.id) if link.scope == "space" else link.key(identity)
     reads: list[tuple[DocKey, Path, bool]] = []
     hops: list[tuple[DocKey, Any]] = []
     for _hop in range(PULL_HOPS):
@@ -178,8 +181,7 @@ def _ahead(host: Host, cell: Cell) -> tuple[list[tuple[DocKey, Path, bool]], _Wa
         # Still links after PULL_HOPS of them: the run finds the rest (or the cycle).
         return [declared(cell)[0], *reads], None
     walk = (hops, key, path, doc, found)
-    if not reads:
-        return [declared(cell)[0]], walk
+    # (No link on the way: the cell's own place, `declared(cell)`.)
     reads.append((key, ("value", *path) if path else _VALUE_PATH, False))
     return reads, walk
 
@@ -223,9 +225,9 @@ class _Pull(Hold):
     def __init__(self, host: Host, cell: Cell) -> None:
         self.host = host
         self.graph = graph = host.graph
-        self.identity = cell.identity
-        self.link = cell.link()
-        self.ahead, self.walk = _ahead(host, cell)
+        self.identity = identity = cell.identity
+        self.link = link = cell.link()
+        self.ahead, self.walk = _ahead(host, cell, link, identity)
         """What the next read is expected to log: the writers of these places are held;
         and the walk that found it (see `read`)."""
         self.added = graph.added
@@ -364,7 +366,8 @@ async def pull(host: Host, cell: Cell) -> Any:
     failure = host.failure(cell)  # the pull of a failing value raises its error
     if failure is not None:
         raise failure
-    return thaw(value)
+    t = type(value)
+    return thaw(value) if t is dict or t is list else value  # (`thaw` copies containers only)
 
 
 def declared(cell: Cell) -> tuple[tuple[DocKey, Path, bool]]:
