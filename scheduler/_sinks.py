@@ -231,18 +231,30 @@ class _Pull(Hold):
         """What the next read is expected to log: the writers of these places are held;
         and the walk that found it (see `read`)."""
         self.added = graph.added
-        self.writers = graph.writers_along(self.ahead, self.identity)
-        """The writers of what the next read is expected to log."""
+        self.writers: set[Node] | None = None
+        """The writers of what the next read is expected to log, found when first asked
+        (`_writers`): while nothing is filed stale (`Graph.suspect` empty, as in a graph
+        whose every change was pulled or observed) a pull has nothing to hold and never
+        asks."""
         self.nodes = {}  # (it is its own `Hold`: no object of its own per pull)
         self.direct = False
         """The last `read` read the place without a transaction (nothing started)."""
-        self._hold()
+        if graph.suspect:
+            self.writers = graph.writers_along(self.ahead, identity)
+            self._hold()
+
+    def _writers(self) -> set[Node]:
+        """`writers`, found now if not yet."""
+        writers = self.writers
+        if writers is None:
+            writers = self.writers = self.graph.writers_along(self.ahead, self.identity)
+        return writers
 
     def _hold(self) -> bool:
         """Hold the stale dormant nodes feeding `writers` (they run in the next settle);
         True if there was one not held yet."""
         graph = self.graph
-        region = graph.stale_region(self.writers)
+        region = graph.stale_region(self.writers or self._writers())
         if not region:
             return False
         new = graph.hold(self, region)
@@ -315,7 +327,7 @@ class _Pull(Hold):
         """Whether a writer of what it reads, not held, is filed stale now. (Anything else
         that went stale upstream of them reached a held node: `Graph.reached`.)"""
         held = self.nodes
-        for w in self.writers:  # noqa: SIM110 (a loop: no generator per call)
+        for w in self.writers or self._writers():  # noqa: SIM110 (no generator per call)
             if w in suspect and w not in held:
                 return True
         return False

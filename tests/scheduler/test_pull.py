@@ -535,3 +535,33 @@ def test_a_pull_on_a_running_loop_queues_nothing_on_the_loop() -> None:
     assert [((20, 3), 0, 2), ((30, 4), 0, 2)] == asyncio.run(main())
     sch._check()
     sch.close()
+
+
+def test_a_pull_that_starts_with_nothing_stale_holds_a_writer_its_settle_makes_stale() -> None:
+    # Nothing is filed stale when the pull starts, so it looks for no writers then; a
+    # live sink's delivery in its settle writes the input of the pulled value's dormant
+    # writer. The pull must find that writer then, hold it and settle again: read at
+    # once, it would return the old value 10.
+    space, sch = _world()
+    s, a, b = space.cell("s"), space.cell("a"), space.cell("b")
+    s.set(0)
+    a.set(1)
+    b_node = sch.derive(b, [a], lambda v: 10 * v, label="b")
+    assert 10 == sch.pull_now(b)
+
+    def on_s(value: Any) -> None:
+        if value:
+            a.set(value)
+
+    cancel = sch.sink(s, on_s)
+    s.set(3)  # (no settle: the sink is stale and live, `b` clean and dormant)
+    assert {} == sch.graph.suspect
+    runs = b_node.runs
+    assert 30 == sch.pull_now(b)
+    assert runs + 1 == b_node.runs
+    s.set(4)
+    assert 40 == asyncio.run(sch.pull(b))
+    assert not sch.graph.pulled
+    sch._check()
+    cancel()
+    sch.close()
