@@ -60,6 +60,7 @@ from ._pending import running_loop as running_loop
 from ._replica import RUN_DONE as RUN_DONE
 from ._replica import RUN_NONE as RUN_NONE
 from ._replica import Change as Change
+from ._replica import FieldPlan as FieldPlan
 from ._replica import Notification as Notification
 from ._replica import Replica as Replica
 from ._replica import RunComputed as RunComputed
@@ -133,6 +134,7 @@ __all__ = [
     "DocKey",
     "Fence",
     "FencedError",
+    "FieldPlan",
     "Identity",
     "InternalError",
     "InvalidArgumentError",

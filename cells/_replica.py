@@ -262,6 +262,36 @@ class RunComputed:
         return f"RunComputed({self.value!r})"
 
 
+class FieldPlan:
+    """`Replica.field_plan`: the places of a value function's direct run with the checks
+    that depend on nothing but the keys, the written field and the identity already made
+    (each document read or written reachable by `identity`, no place in the written
+    document), so that a run through it (`Replica.run_field`) makes only the checks that
+    depend on the documents' state. Kept by its caller for as long as its read set is the
+    one `tag` names (for a node: its read set object). Immutable."""
+
+    __slots__ = ("identity", "paths", "places", "tag", "wkey", "wpath")
+
+    def __init__(
+        self,
+        places: tuple[tuple[DocKey, Path], ...],
+        wkey: DocKey,
+        wpath: Path,
+        identity: Identity,
+        tag: object,
+    ) -> None:
+        self.places = places
+        self.paths = tuple([(path, False) for _, path in places])
+        """Per place its (path, shallow) pair, as the run log entry carries it."""
+        self.wkey = wkey
+        self.wpath = wpath
+        self.identity = identity
+        self.tag = tag
+
+    def __repr__(self) -> str:
+        return f"FieldPlan({self.places!r} -> {self.wkey!r} {self.wpath!r})"
+
+
 class Replica:
     """A runtime's replica of a store. Create one per runtime (session)."""
 
@@ -888,9 +918,32 @@ class Replica:
             )
         return None
 
-    def run_field(
+    def field_plan(
         self,
         places: tuple[tuple[DocKey, Path], ...],
+        wkey: DocKey,
+        wpath: Path,
+        identity: Identity,
+        tag: object,
+    ) -> FieldPlan | None:
+        """A `FieldPlan` of `places` for a run of `identity` writing the top-level field
+        `wpath` of `wkey` (`run_field`, without link hops), after the checks `run_field`
+        makes of the keys alone: `wpath` one str step, every document read or written
+        reachable by `identity` (`reaches`, as `Transaction._guard` allows a node's
+        transaction), no place in `wkey`. None if one fails (a transaction run decides).
+        `tag`: what its caller keeps it for (see `FieldPlan`). O(k)."""
+        if len(wpath) != 1 or type(wpath[0]) is not str or not places:
+            return None
+        for key in (wkey, *[key for key, _ in places]):
+            if (key.scope != "space" or "cw:" <= key.id < "cw;") and not reaches(identity, key):
+                return None
+        if any(key == wkey for key, _ in places):
+            return None
+        return FieldPlan(places, wkey, wpath, identity, tag)
+
+    def run_field(
+        self,
+        places: tuple[tuple[DocKey, Path], ...] | FieldPlan,
         wkey: DocKey,
         wpath: Path,
         compute: Callable[..., Any],
@@ -948,20 +1001,34 @@ class Replica:
             return RUN_NONE
         records = self._docs
         wrec = records.get(wkey)
-        if (
-            wrec is None
-            or type(wrec.visible) is not dict
-            or ((wkey.scope != "space" or "cw:" <= wkey.id < "cw;") and not reaches(identity, wkey))
-        ):
+        if wrec is None or type(wrec.visible) is not dict:
             return RUN_NONE
-        if len(places) == 1 and not hops:
-            # One input (the usual node): the loop below without its lists.
-            ((rkey, path),) = places
-            rec = records.get(rkey)
-            if rec is None or rkey == wkey:
+        # A plan (`field_plan`) made the checks that depend only on the keys, the
+        # written field and the identity, for this output and identity.
+        planned = isinstance(places, FieldPlan)
+        if planned:
+            plan: FieldPlan = places  # type: ignore[assignment]
+            if plan.wkey is not wkey or plan.wpath is not wpath or plan.identity is not identity:
+                return RUN_NONE  # (not the plan of this run)
+            at = plan.places
+        else:
+            at = places  # type: ignore[assignment]
+            if (wkey.scope != "space" or "cw:" <= wkey.id < "cw;") and not reaches(identity, wkey):
                 return RUN_NONE
-            if (rkey.scope != "space" or "cw:" <= rkey.id < "cw;") and not reaches(identity, rkey):
-                return RUN_NONE  # the transaction refuses it (`_guard`)
+        if len(at) == 1 and not hops:
+            # One input (the usual node): the loop below without its lists.
+            ((rkey, path),) = at
+            rec = records.get(rkey)
+            if rec is None:
+                return RUN_NONE
+            if not planned and (
+                rkey == wkey
+                or (
+                    (rkey.scope != "space" or "cw:" <= rkey.id < "cw;")
+                    and not reaches(identity, rkey)
+                )
+            ):
+                return RUN_NONE  # (the transaction refuses it: `_guard`)
             visible = rec.visible
             if type(visible) is not dict:
                 return RUN_NONE  # (packed, or not a dict: the transaction decides)
@@ -1004,54 +1071,71 @@ class Replica:
         else:
             values: list[Any] = []
             bases = []  # per read: its document and basis seq (the entry's `basis`)
-            held: list[Any] = []  # per read: its record and version (the stale check)
-            paths: list[tuple[Path, bool]] = []  # per read: its path, whether shallow
+            held: list[Any] = []  # per document read: its record, version, key (stale check)
+            # Per read: its path, whether shallow (a plan's are made already).
+            paths: Any = plan.paths if planned else []
             deps = ()
-            every: tuple[tuple[Any, ...], ...] = (*hops, *places)
+            every: tuple[tuple[Any, ...], ...] = at if planned else (*hops, *at)
+            last: DocKey | None = None
+            seq = 0
+            rec = wrec  # (set by the first read: `last` is None then)
             for each in every:
-                rkey, path = each[0], each[1]
-                rec = records.get(rkey)
-                if rec is None or rkey == wkey:
-                    return RUN_NONE
-                if (rkey.scope != "space" or "cw:" <= rkey.id < "cw;") and not reaches(
-                    identity, rkey
-                ):
-                    return RUN_NONE
-                visible = rec.visible
+                rkey = each[0]
+                if rkey != last:
+                    # (A document read again, next to its last read: the same record,
+                    # checks, basis and deps; a walk reads a hop's document, then the
+                    # places in the one it leads to.)
+                    rec = records.get(rkey)
+                    if rec is None:
+                        return RUN_NONE
+                    if not planned and (
+                        rkey == wkey
+                        or (
+                            (rkey.scope != "space" or "cw:" <= rkey.id < "cw;")
+                            and not reaches(identity, rkey)
+                        )
+                    ):
+                        return RUN_NONE
+                    seq = rec.confirmed_seq
+                    held += (rec, rec.version, rkey)
+                    layers = rec.layers
+                    if layers:
+                        # Only concatenated: the store asks whether a revision's commit is
+                        # among them, so neither order nor a repeat matters (`run_request`
+                        # sorts them for a request), as for a two-read entry.
+                        deps += (layers[0].seq,) if len(layers) == 1 else _deps(layers)
+                    last = rkey
+                bases += (rkey, seq)
+                path = each[1]
                 if walked is not None:
                     paths.append((path, len(each) == 3))  # (walked just now)
-                elif len(each) == 3:  # a hop: the link that must sit at `path`
-                    found = _reach(visible, path)
-                    if found is not each[2] and found != each[2]:
-                        return RUN_NONE  # re-pointed, or gone: the transaction follows it
-                    paths.append((path, True))
-                else:
-                    if len(path) == 1 and type(visible) is dict:
-                        value = visible.get(path[0], MISSING)
-                        t = type(value)
-                        if not (t is int or t is str or t is float or t is bool or value is None):
-                            if t is dict or t is list:
-                                value = _copied(value)
-                                if value is _NOT_PLAIN:
-                                    return RUN_NONE
-                            elif value is not MISSING:
-                                return RUN_NONE
-                            else:
-                                value = None
-                    else:
-                        value = _plain_at(visible, path)
-                        if value is _NOT_PLAIN:
-                            return RUN_NONE
-                    values.append(value)
+                    continue
+                visible = rec.visible
+                if not planned:
+                    if len(each) == 3:  # a hop: the link that must sit at `path`
+                        found = _reach(visible, path)
+                        if found is not each[2] and found != each[2]:
+                            return RUN_NONE  # re-pointed, or gone: the transaction follows it
+                        paths.append((path, True))
+                        continue
                     paths.append((path, False))
-                bases += (rkey, rec.confirmed_seq)
-                held += (rec, rec.version)
-                layers = rec.layers
-                if layers:
-                    # Only concatenated: the store asks whether a revision's commit is
-                    # among them, so neither order nor a repeat matters (`run_request`
-                    # sorts them for a request), as for a two-read entry.
-                    deps += (layers[0].seq,) if len(layers) == 1 else _deps(layers)
+                if len(path) == 1 and type(visible) is dict:
+                    value = visible.get(path[0], MISSING)
+                    t = type(value)
+                    if not (t is int or t is str or t is float or t is bool or value is None):
+                        if t is dict or t is list:
+                            value = _copied(value)
+                            if value is _NOT_PLAIN:
+                                return RUN_NONE
+                        elif value is not MISSING:
+                            return RUN_NONE
+                        else:
+                            value = None
+                else:
+                    value = _plain_at(visible, path)
+                    if value is _NOT_PLAIN:
+                        return RUN_NONE
+                values.append(value)
             opened = self._open_txs
             if not opened and not self._in_flight:
                 self._busy_since = self._mark()
@@ -1060,11 +1144,13 @@ class Replica:
                 new = compute(*(values if walked is None else walked))
             finally:
                 self._open_txs -= 1
-            for i in range(0, len(held), 2):
-                read: DocRecord = held[i]
-                if records.get(bases[i]) is not read or read.version != held[i + 1]:
+            # (A key's record is never replaced: `_docs` only gains records. So, as
+            # `Transaction`'s `basis_moved`, a read's version alone says it moved.)
+            triples = iter(held)
+            for read, version, moved in zip(triples, triples, triples, strict=True):
+                if read.version != version:
                     self.stats.local_stale += 1
-                    stale = InconsistentBasisError(stale_message(bases[i]))
+                    stale = InconsistentBasisError(stale_message(moved))
                     return CommitResult(Outcome.STALE_BASIS, stale)
         if accept is not None and not accept(new):
             return RunComputed(new)  # its writer's general path decides

@@ -35,13 +35,15 @@ Not here: when a node runs (`_passes`), or what a derive is (`_sinks`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar, Final
+from itertools import chain as _chain
+from typing import Any, ClassVar, Final, cast
 
 from cells import (
     MISSING,
     RUN_NONE,
     CommitResult,
     DocKey,
+    FieldPlan,
     Link,
     Path,
     Replica,
@@ -84,6 +86,14 @@ class ValueFunction:
     hooked: ClassVar[bool] = False
     """Whether the class overrides `accepts` or `wrote` (set by `__init_subclass__`):
     without hooks a direct run calls neither (no call per update)."""
+
+    keeps_plan: ClassVar[bool] = False
+    """Whether the class has a writable `plan` slot (`DeriveNode`): `run_direct` then
+    keeps there the `FieldPlan` of its node's read set (no read set check per run)."""
+
+    plan: FieldPlan | None = None
+    """The `FieldPlan` of its node's read set when `keeps_plan` (its `tag` is the read
+    set object it was checked against), else None."""
 
     compute: Callable[..., Any]
 
@@ -242,7 +252,8 @@ def chained_places(
         places.append((key, path))
     # Each distinct read is in `reads`; as many as `reads` holds: exactly `reads` (what
     # `compact_reads` of the log would make, or a mismatch: the transaction decides).
-    if not hops or logged != sum([len(deep) + len(shallow) for deep, shallow in reads.values()]):
+    # (Counted in C: each entry's deep and shallow tuples' lengths, no loop in Python.)
+    if not hops or logged != sum(map(len, _chain.from_iterable(reads.values()))):
         return None
     return tuple(places), tuple(hops), values
 
@@ -253,9 +264,21 @@ def run_direct(
     """Run `node` (whose function is `fn`) with no transaction if its last run allows
     it (see the module docstring): `Replica.run_field` decides the rest, and what it
     returns. `RUN_NONE` with nothing done otherwise."""
+    plan = fn.plan
+    if plan is not None and plan.tag is node.reads:
+        # Its read set is the one its plan was made for: the places, the output and
+        # the checks of the keys hold (`keeps_plan`).
+        if fn.hooked:
+            return replica.run_field(
+                plan, plan.wkey, plan.wpath, fn.compute, node.identity, node, on_failure,
+                fn.accepts, fn.wrote,
+            )  # fmt: skip
+        return replica.run_field(
+            plan, plan.wkey, plan.wpath, fn.compute, node.identity, node, on_failure
+        )
     outs = node._outs
     wpath: Path
-    places: tuple[tuple[DocKey, Path], ...] | None
+    places: tuple[tuple[DocKey, Path], ...] | FieldPlan | None
     if type(outs) is DocKey:
         wkey, wpath = outs, VALUE_PATH
     elif type(outs) is tuple and len(outs) == 2 and type(outs[0]) is DocKey:
@@ -299,6 +322,13 @@ def run_direct(
         if places is None:
             return RUN_NONE
     identity = node.identity
+    if fn.keeps_plan:
+        # Checked once per read set from now on (the read set object is the tag: a new
+        # one, or `Graph.replace_reads` changing it in place, drops the plan).
+        places = replica.field_plan(places, wkey, wpath, identity, node.reads)
+        cast(Any, fn).plan = places  # (its slot: `keeps_plan`)
+        if places is None:
+            return RUN_NONE
     if fn.hooked:
         return replica.run_field(
             places, wkey, wpath, fn.compute, identity, node, on_failure, fn.accepts, fn.wrote

@@ -67,6 +67,7 @@ from typing import Final, TypeAlias, TypeVar
 
 from cells import DocKey, Identity, Path
 
+from ._direct import ValueFunction
 from ._node import (
     VALUE_PATH,
     Node,
@@ -340,6 +341,9 @@ class Graph:
         # `declared` may be the same object: copied then).
         before = {key: old.get(key) for key in replace}
         new = old if old is not node.declared else dict(old)
+        fn = node.fn
+        if new is old and isinstance(fn, ValueFunction) and fn.keeps_plan:
+            fn.plan = None  # (checked against this read set object: it changes in place)
         for key, entry in replace.items():
             if entry is None:
                 new.pop(key, None)

@@ -29,6 +29,7 @@ from cells import (
     Cell,
     CellweaveError,
     DocKey,
+    FieldPlan,
     Identity,
     Link,
     Materializer,
@@ -412,6 +413,9 @@ class DeriveNode(Node, ValueFunction):
 
     compute: Callable[..., Any] = attrs.field(kw_only=True)
     inputs: Link | tuple[Link, ...] = attrs.field(kw_only=True)
+    keeps_plan: ClassVar[bool] = True
+    plan: FieldPlan | None = attrs.field(default=None, init=False)
+    """`ValueFunction.plan`: its direct run's places, checked once per read set."""
 
     def __attrs_post_init__(self) -> None:
         self.fn = self

@@ -448,3 +448,62 @@ def test_a_direct_derive_of_a_container_overtaken_by_a_foreign_commit_reruns(
     sp.replica.pump()
     assert 0 == sp.replica.in_flight()
     assert {"value": 107} == sp.replica.store.read_durable(y.doc_key)
+
+
+def test_a_direct_derive_s_kept_plan_goes_with_its_read_set(sp: Space, sch: Scheduler) -> None:
+    # A direct derive keeps its checked places (`FieldPlan`) for its read set object; a
+    # new read set that is not exactly its inputs' places runs it in a transaction.
+    a, b, extra, total = sp.cell("a"), sp.cell("b"), sp.cell("extra"), sp.cell("total")
+    a.set(1)
+    b.set(2)
+    extra.set(0)
+    node = sch.derive(total, [a, b], lambda x, y: x + y)
+    seen: list[Any] = []
+    sch.sink(total, seen.append)
+    a.set(10)
+    sch.settle()
+    direct = sch.stats.direct_commits
+    a.set(20)  # through the kept plan
+    sch.settle()
+    assert (seen[-1], sch.stats.direct_commits - direct) == (22, 1)
+    reads = dict(node.reads)
+    reads[extra.doc_key] = ((("value",),), ())
+    sch.graph.set_reads(node, reads)  # (as a run that read `extra` too would leave it)
+    a.set(30)
+    sch.settle()
+    assert (seen[-1], sch.stats.direct_commits - direct) == (32, 1)  # a transaction run
+    a.set(40)  # it read its inputs alone again: direct from then on
+    sch.settle()
+    assert (seen[-1], sch.stats.direct_commits - direct) == (42, 2)
+
+
+def test_a_direct_derive_s_plan_goes_when_its_read_set_changes_in_place(
+    sp: Space, sch: Scheduler
+) -> None:
+    # A read set of three or more documents changes in place (`Graph.replace_reads`): the
+    # same object, so the kept plan must be dropped with it.
+    a, b, c, extra, total = (sp.cell(n) for n in ("a", "b", "c", "extra", "total"))
+    for cell in (a, b, c, extra):
+        cell.set(1)
+    node = sch.derive(total, [a, b, c], lambda x, y, z: x + y + z)
+    seen: list[Any] = []
+    sch.sink(total, seen.append)
+    # A read set object of its own (not `declared`, which is copied instead): one that
+    # also reads `extra`, then the transaction run's own.
+    sch.graph.set_reads(node, {**node.reads, extra.doc_key: ((("value",),), ())})
+    a.set(10)
+    sch.settle()
+    assert node.reads is not node.declared
+    direct = sch.stats.direct_commits
+    a.set(15)  # through the plan kept for that object
+    sch.settle()
+    assert (seen[-1], sch.stats.direct_commits - direct) == (17, 1)
+    before = node.reads
+    sch.graph.replace_reads(node, {extra.doc_key: ((("value",),), ())})
+    assert node.reads is before  # (changed in place)
+    a.set(20)
+    sch.settle()
+    assert (seen[-1], sch.stats.direct_commits - direct) == (22, 1)  # a transaction run
+    a.set(30)
+    sch.settle()
+    assert (seen[-1], sch.stats.direct_commits - direct) == (32, 2)

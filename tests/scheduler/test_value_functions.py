@@ -347,6 +347,12 @@ def test_run_field_refuses_what_a_node_s_transaction_may_not_touch(sp: Space) ->
             assert RUN_NONE == replica.run_field(
                 (fine,), key, ("value",), called.append, sp.identity, None, None
             )
+            # A plan is made only after the same checks (`run_direct` keeps it).
+            for places in (((key, ("value",)),), (fine, (key, ("value",)))):
+                assert replica.field_plan(places, out.doc_key, ("value",), sp.identity, 0) is None
+            assert replica.field_plan((fine,), key, ("value",), sp.identity, 0) is None
+        assert replica.field_plan((fine,), mine.doc_key, ("value",), sp.identity, 0) is None
+        assert replica.field_plan((fine,), out.doc_key, ("value",), sp.identity, 0) is not None
     finally:
         replica.end_batch()
     assert [] == called
