@@ -166,6 +166,14 @@ RUN_DONE = 1
 """`Replica.run_field`: the run committed (sent or elided)."""
 
 
+Chain = tuple[tuple[tuple[DocKey, Path, Link], ...], DocKey, Path, Value]
+"""`Replica.plain_chain`'s walk: its hops (document, place, link), its final document and
+place, and the value there."""
+
+_CHAINS_KEPT = 256
+"""`Replica.plain_chain` keeps at most this many walks (then starts again): the walks of
+the nodes of one drain, not of every link a replica has walked."""
+
 _NOT_PLAIN: Any = object()
 """`_reach`, `_plain_at`: not a place reached by dicts and lists alone."""
 
@@ -307,6 +315,9 @@ class Replica:
         self.store = store
         self.mailbox = Mailbox()
         self._docs: dict[DocKey, DocRecord] = {}
+        self._chains: dict[tuple[Link, Identity], tuple[tuple[Any, ...], Chain]] = {}
+        """`plain_chain`'s walks kept: per (link, identity) the records walked with their
+        versions, and the walk's result (at most `_CHAINS_KEPT`)."""
         # A tuple, replaced on (un)subscribe: a notification iterates it without a copy,
         # and a subscriber that unsubscribes during one does not disturb the loop.
         self._subscribers: tuple[Callable[[Notification], None], ...] = ()
@@ -884,9 +895,7 @@ class Replica:
         self._send(tx, seq, request, (change,))
         return True
 
-    def plain_chain(
-        self, link: Link, identity: Identity
-    ) -> tuple[tuple[tuple[DocKey, Path, Link], ...], DocKey, Path, Value] | None:
+    def plain_chain(self, link: Link, identity: Identity) -> Chain | None:
         """The walk a transaction of `identity` makes to read `link` in this replica as it
         is now (`_walk`, reading nothing): the hops it follows (per hop: its document, the
         full-document path of the link's place, the link there), the final place (its
@@ -895,21 +904,43 @@ class Replica:
         (MISSING: absent, also past an element id that names no element now; a container
         is not materialized). None when a document on the way is absent or not a dict in
         hand, or the walk takes more than `MAX_HOPS` hops (a cycle): the transaction
-        decides. O(hops · path length)."""
+        decides. O(hops · path length).
+
+        Kept: the walk of a link for an identity, with the versions of the documents it
+        walked (a document's version changes exactly when its visible value does, and a
+        key's record is never replaced), is the walk again while none moved: the lifts
+        of one element read its fields through one link, each of them walked as many
+        times as lifts read it. O(documents walked) then."""
+        chains = self._chains
+        kept = chains.get((link, identity))
+        if kept is not None:
+            walked, result = kept
+            pairs = iter(walked)
+            for rec, version in zip(pairs, pairs, strict=True):
+                if rec.version != version:
+                    break
+            else:
+                return result  # (no document on the way moved: the same walk)
         docs = self._docs
         key = DocKey(link.space, link.id) if link.scope == "space" else link.key(identity)
         path = link.path
         hops: list[tuple[DocKey, Path, Link]] = []
+        seen: tuple[Any, ...] = ()  # per document walked: its record and version
         for _ in range(MAX_HOPS + 1):
             rec = docs.get(key)
             doc = rec.visible if rec is not None else None
             if type(doc) is not dict:
                 return None
+            seen += (rec, rec.version)  # type: ignore[union-attr]
             found = _first_link(doc.get(VALUE, MISSING), path, doc)
             if type(found) is not tuple:
                 if found is _ID_STEP:
                     return None
-                return tuple(hops), key, (VALUE, *path) if path else _VALUE_PATH, found
+                chain: Chain = (tuple(hops), key, (VALUE, *path) if path else _VALUE_PATH, found)
+                if len(chains) >= _CHAINS_KEPT:
+                    chains.clear()
+                chains[link, identity] = (seen, chain)
+                return chain
             at, target = found
             hops.append((key, (VALUE, *path[:at]), target))
             path = target.path + path[at:] if at < len(path) else target.path
