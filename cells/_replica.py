@@ -906,11 +906,11 @@ class Replica:
         hand, or the walk takes more than `MAX_HOPS` hops (a cycle): the transaction
         decides. O(hops · path length).
 
-        Kept: the walk of a link for an identity, with the versions of the documents it
-        walked (a document's version changes exactly when its visible value does, and a
-        key's record is never replaced), is the walk again while none moved: the lifts
-        of one element read its fields through one link, each of them walked as many
-        times as lifts read it. O(documents walked) then."""
+        Kept: the walk of a link for an identity through at least one hop, with the
+        versions of the documents it walked (a document's version changes exactly when
+        its visible value does, and a key's record is never replaced), is the walk again
+        while none moved: the lifts of one element read its fields through one link,
+        each of them walked as many times as lifts read it. O(documents walked) then."""
         chains = self._chains
         kept = chains.get((link, identity))
         if kept is not None:
@@ -937,9 +937,10 @@ class Replica:
                 if found is _ID_STEP:
                     return None
                 chain: Chain = (tuple(hops), key, (VALUE, *path) if path else _VALUE_PATH, found)
-                if len(chains) >= _CHAINS_KEPT:
-                    chains.clear()
-                chains[link, identity] = (seen, chain)
+                if hops:  # (a walk in one document is about as cheap as its check)
+                    if len(chains) >= _CHAINS_KEPT:
+                        chains.clear()
+                    chains[link, identity] = (seen, chain)
                 return chain
             at, target = found
             hops.append((key, (VALUE, *path[:at]), target))
