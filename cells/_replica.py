@@ -35,7 +35,7 @@ import sys
 from collections.abc import Callable, Collection, Iterable
 from functools import partial
 from types import FrameType
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -270,6 +270,11 @@ class RunComputed:
         return f"RunComputed({self.value!r})"
 
 
+_WHOLE_DEEP: Final = (_VALUE_PATH, False)
+"""A deep read of a document's whole value, as a run log entry's (path, shallow) pair
+(one shared object for the plans)."""
+
+
 class FieldPlan:
     """`Replica.field_plan`: the places of a value function's direct run with the checks
     that depend on nothing but the keys, the written field and the identity already made
@@ -289,7 +294,9 @@ class FieldPlan:
         tag: object,
     ) -> None:
         self.places = places
-        self.paths = tuple([(path, False) for _, path in places])
+        self.paths = tuple(
+            [_WHOLE_DEEP if path == _VALUE_PATH else (path, False) for _, path in places]
+        )
         """Per place its (path, shallow) pair, as the run log entry carries it."""
         self.wkey = wkey
         self.wpath = wpath
@@ -975,7 +982,7 @@ class Replica:
 
     def run_field(
         self,
-        places: tuple[tuple[DocKey, Path], ...] | FieldPlan,
+        places: tuple[tuple[DocKey, Path], ...],
         wkey: DocKey,
         wpath: Path,
         compute: Callable[..., Any],
@@ -986,6 +993,7 @@ class Replica:
         wrote: Callable[[Any], None] | None = None,
         hops: tuple[tuple[DocKey, Path, Link], ...] = (),
         walked: list[Any] | None = None,
+        plan: FieldPlan | None = None,
     ) -> int | CommitResult | RunComputed:
         """Run a node of k plain inputs with no transaction, in a drain: read the plain
         value at each of `places` (a document and a path in it, ``("value", ...)``),
@@ -1033,33 +1041,19 @@ class Replica:
             return RUN_NONE
         records = self._docs
         wrec = records.get(wkey)
-        if wrec is None or type(wrec.visible) is not dict:
+        if (
+            wrec is None
+            or type(wrec.visible) is not dict
+            or ((wkey.scope != "space" or "cw:" <= wkey.id < "cw;") and not reaches(identity, wkey))
+        ):
             return RUN_NONE
-        # A plan (`field_plan`) made the checks that depend only on the keys, the
-        # written field and the identity, for this output and identity.
-        planned = isinstance(places, FieldPlan)
-        if planned:
-            plan: FieldPlan = places  # type: ignore[assignment]
-            if plan.wkey is not wkey or plan.wpath is not wpath or plan.identity is not identity:
-                return RUN_NONE  # (not the plan of this run)
-            at = plan.places
-        else:
-            at = places  # type: ignore[assignment]
-            if (wkey.scope != "space" or "cw:" <= wkey.id < "cw;") and not reaches(identity, wkey):
-                return RUN_NONE
-        if len(at) == 1 and not hops:
+        if len(places) == 1 and not hops:
             # One input (the usual node): the loop below without its lists.
-            ((rkey, path),) = at
+            ((rkey, path),) = places
             rec = records.get(rkey)
-            if rec is None:
+            if rec is None or rkey == wkey:
                 return RUN_NONE
-            if not planned and (
-                rkey == wkey
-                or (
-                    (rkey.scope != "space" or "cw:" <= rkey.id < "cw;")
-                    and not reaches(identity, rkey)
-                )
-            ):
+            if (rkey.scope != "space" or "cw:" <= rkey.id < "cw;") and not reaches(identity, rkey):
                 return RUN_NONE  # (the transaction refuses it: `_guard`)
             visible = rec.visible
             if type(visible) is not dict:
@@ -1104,10 +1098,19 @@ class Replica:
             values: list[Any] = []
             bases = []  # per read: its document and basis seq (the entry's `basis`)
             held: list[Any] = []  # per document read: its record, version, key (stale check)
+            # A plan (`field_plan`) of these places, this output and this identity made
+            # the checks of the keys alone (each read's `reaches`, not the output).
+            planned = (
+                plan is not None
+                and not hops
+                and plan.places is places
+                and plan.wkey is wkey
+                and plan.identity is identity
+            )
             # Per read: its path, whether shallow (a plan's are made already).
-            paths: Any = plan.paths if planned else []
+            paths: Any = plan.paths if planned else []  # type: ignore[union-attr]
             deps = ()
-            every: tuple[tuple[Any, ...], ...] = at if planned else (*hops, *at)
+            every: tuple[tuple[Any, ...], ...] = places if planned else (*hops, *places)
             last: DocKey | None = None
             seq = 0
             rec = wrec  # (set by the first read: `last` is None then)

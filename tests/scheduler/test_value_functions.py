@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import cells
-from cells import RUN_NONE, DocKey, Link, OwnershipError, Space, Transaction, read_value
+from cells import RUN_DONE, RUN_NONE, DocKey, Link, OwnershipError, Space, Transaction, read_value
 from scheduler import NodeError, Scheduler, ValueFunction
 
 
@@ -352,7 +352,18 @@ def test_run_field_refuses_what_a_node_s_transaction_may_not_touch(sp: Space) ->
                 assert replica.field_plan(places, out.doc_key, ("value",), sp.identity, 0) is None
             assert replica.field_plan((fine,), key, ("value",), sp.identity, 0) is None
         assert replica.field_plan((fine,), mine.doc_key, ("value",), sp.identity, 0) is None
-        assert replica.field_plan((fine,), out.doc_key, ("value",), sp.identity, 0) is not None
+        wkey, wpath = out.doc_key, ("value",)
+        plan = replica.field_plan((fine, fine), wkey, wpath, sp.identity, 0)
+        assert plan is not None
+        # A plan vouches for its own places, output and identity only.
+        for key in (theirs.doc_key, internal):
+            assert RUN_NONE == replica.run_field(
+                (fine, (key, ("value",))), wkey, wpath, lambda *vs: 7, sp.identity, None,
+                None, plan=plan,
+            )  # fmt: skip
+        assert RUN_DONE == replica.run_field(
+            plan.places, wkey, wpath, lambda *vs: 7, sp.identity, None, None, plan=plan
+        )
     finally:
         replica.end_batch()
     assert [] == called
