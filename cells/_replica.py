@@ -1023,7 +1023,10 @@ class Replica:
         re-pointed link, a link gone, is the transaction's). Each is a shallow read,
         with its document's basis, in the entry, as `_links._walk` logs it. `walked`:
         the plain values at `places` that `plain_chain` found with `hops` just now (in
-        this synchronous step: nothing ran since), which are not walked again.
+        this synchronous step: nothing ran since), which are not walked again. `plan`:
+        a `FieldPlan` of exactly these `places` (the same object), this output and
+        this `identity` (`field_plan`, no hops): its checks of the keys are not made
+        again; any other plan is ignored (the checks are made).
 
         The same commit as the transaction run's: one read takes the basis and deps of
         its document as `Transaction.read` does, and the entry carries them (one read:

@@ -29,6 +29,9 @@ Invariants
   path length 1); anything else runs in a transaction.
 - `compute` is called once per run: a result the direct commit cannot write goes to
   a transaction with the value already computed (`given`).
+- A join that keeps a plan (`DeriveNode`: `ValueFunction.keeps_plan`) has its places
+  checked once per read set object (`Replica.field_plan`); a new read set, or one
+  `Graph.replace_reads` changes in place, drops the plan.
 Not here: when a node runs (`_passes`), or what a derive is (`_sinks`).
 """
 
