@@ -78,6 +78,7 @@ from ._store import (
 from ._transaction import (
     LIBRARY_DIRS,
     OpenedTransaction,
+    SentRun,
     SettleCallback,
     Transaction,
     TxDoc,
@@ -329,7 +330,9 @@ class Replica:
         # and a subscriber that unsubscribes during one does not disturb the loop.
         self._subscribers: tuple[Callable[[Notification], None], ...] = ()
         self._next_seq = 1
-        self._in_flight: dict[int, Transaction] = {}
+        self._in_flight: dict[int, Transaction | SentRun] = {}
+        """Commits in flight by local seq: a transaction, or a direct run (`run_field`)
+        whose transaction is made only if its verdict needs one (`SentRun`)."""
         # Low-water mark bookkeeping (`low_water`): how much store history this replica's
         # commits may still need. Kept by `Transaction` (open count, busy start) and the
         # verdict and foreign-commit handlers (`_heard`).
@@ -1220,7 +1223,7 @@ class Replica:
         change = Change(wkey, wvisible, working, (wpath,))
         wrec.visible = working
         wrec.version += 1
-        tx = Transaction._sent_run(self, identity, source, on_failure)
+        tx = SentRun(identity, source, on_failure)
         if not bases:
             entry: tuple[Any, ...] = (
                 tx, seq, rkey, basis_seq, path, False, deps, wkey, wpath, new, wvisible, working,
@@ -1237,7 +1240,25 @@ class Replica:
                 tx, seq, None, tuple(bases), tuple(paths), True, deps, wkey, wpath, new,
                 wvisible, working,
             )  # fmt: skip
-        self._send_run(tx, seq, change, entry)
+        # `_send_run`, inlined, with no transaction to empty: in flight, notified, logged.
+        self._in_flight[seq] = tx
+        stats = self.stats
+        stats.commits_sent += 1
+        try:
+            subscribers = self._subscribers
+            if not subscribers:
+                stats.notifications += 1
+            elif len(subscribers) == 1:  # `_notify` for one subscriber (a scheduler)
+                stats.notifications += 1
+                subscribers[0](Notification("commit", (change,), tx))
+            else:
+                self._notify(Notification("commit", (change,), tx))
+        finally:
+            runs = self._runs
+            if runs is not None:
+                runs += entry
+            else:  # (the batch ended meanwhile)
+                self._submit_runs(list(entry))
         if wrote is not None:
             wrote(new)
         return RUN_DONE
@@ -1690,9 +1711,10 @@ class Replica:
     def on_accepted(self, request: CommitRequest, seq: int, base_seq: int, value: Value) -> None:
         """`on_verdict` for an accepted one-write commit, without a `Verdict`."""
         local_seq = request.local_seq
-        tx = self._in_flight.pop(local_seq, None)
-        if tx is None:
+        sent = self._in_flight.pop(local_seq, None)
+        if sent is None:
             return  # replica was closed meanwhile; nothing to settle
+        tx = Transaction._of_run(self, sent) if isinstance(sent, SentRun) else sent
         if seq > self._heard:
             self._heard = seq
         key = request.writes[0].key
@@ -1796,6 +1818,40 @@ class Replica:
                 base_seq = results[j + 1]
                 value = results[j + 2]
                 j += 3
+                sent = runs[i]
+                if type(sent) is SentRun and seq is not None:
+                    # A direct run accepted (`run_field`): nothing to call back or record,
+                    # so only its layer to adopt, when it is its document's oldest and on
+                    # the state the store applied it to.
+                    local_seq = runs[i + 1]
+                    key = runs[i + 7]
+                    i += RUN_WIDTH
+                    rec = docs[key]
+                    layers = rec.layers
+                    if (
+                        layers
+                        and layers[0].seq == local_seq
+                        and base_seq == rec.confirmed_seq
+                        and in_flight.pop(local_seq, None) is sent
+                    ):
+                        if type(layers) is tuple and len(layers) == 1:
+                            # `adopt_oldest_layer` of the document's only layer, inlined.
+                            rec.layers = ()
+                            rec.confirmed = rec.visible = value
+                            rec.confirmed_seq = seq
+                            if rec.key is None:
+                                rec.key = key
+                        else:
+                            adopt_oldest_layer(rec, key, layers, value, seq)
+                        stats.accepted += 1
+                        if seq > heard:
+                            heard = seq
+                        continue
+                    self._heard = max(heard, self._heard)
+                    self.on_accepted(
+                        run_request(self.session_id, runs, i - RUN_WIDTH), seq, base_seq, value
+                    )
+                    continue
                 if seq is None:  # decided by the general path: (None, verdict, request)
                     i += RUN_WIDTH
                     self._heard = max(heard, self._heard)
@@ -1807,7 +1863,8 @@ class Replica:
                     assert request is not None
                     local_seq = request.local_seq
                     key = request.writes[0].key
-                    tx = in_flight.get(local_seq)
+                    got = in_flight.get(local_seq)
+                    tx: Transaction | None = got if type(got) is Transaction else None
                 else:
                     request = None
                     tx = runs[i]
@@ -1860,9 +1917,11 @@ class Replica:
             self.store.quiesced(self)  # (nothing open, nothing in flight: it may prune)
 
     def on_verdict(self, request: CommitRequest, verdict: Verdict) -> None:
-        tx = self._in_flight.pop(request.local_seq, None)
-        if tx is None:
+        sent = self._in_flight.pop(request.local_seq, None)
+        if sent is None:
             return  # replica was closed meanwhile; nothing to settle
+        # (A direct run's transaction is made here: rejected, or not the usual acceptance.)
+        tx = Transaction._of_run(self, sent) if isinstance(sent, SentRun) else sent
         seq = verdict.seq
         if seq is not None and verdict.error is None and seq > self._heard:
             self._heard = seq
@@ -1974,6 +2033,6 @@ class Replica:
             for s in seqs:
                 assert s in self._in_flight, f"layer {s} of {key} has no commit in flight"
         for seq, tx in self._in_flight.items():
-            assert tx.status == "committing", (seq, tx)
+            assert isinstance(tx, SentRun) or tx.status == "committing", (seq, tx)
         assert self._open_txs >= 0, f"open transaction count {self._open_txs}"
         assert self._busy_since <= max(self._heard, self.store._seq)

@@ -86,7 +86,7 @@ class TxReplica(Protocol):
     store: StoreBase
     mailbox: Mailbox
     _docs: dict[DocKey, DocRecord]
-    _in_flight: dict[int, Transaction]
+    _in_flight: dict[int, Transaction | SentRun]
     _open_txs: int
     _busy_since: int
 
@@ -190,6 +190,21 @@ def _deps(layers: Sequence[Layer]) -> tuple[int, ...]:
     if len(layers) == 1:  # the usual case when any: one commit of it in flight
         return (layers[0].seq,)
     return tuple([lay.seq for lay in layers])
+
+
+class SentRun(msgspec.Struct):
+    """A node run the replica committed with no transaction (`Replica.run_field`), in
+    flight: who ran it (`source`, which its commit's notification names, as a
+    transaction's `source`), its identity and its `on_failure` callback. It stands in
+    the in-flight table and its run log entry where a `Transaction` would: the usual
+    verdict (accepted, its layer its document's oldest) settles it with nothing to
+    call or record (`Replica.accept_runs`); any other makes its transaction first
+    (`Transaction._of_run`), which settles as a transaction run's would. A Struct
+    (built in C, three fields) where the transaction was sixteen slots per commit."""
+
+    identity: Identity
+    source: object
+    on_failure: SettleCallback | None
 
 
 class Transaction:
@@ -301,6 +316,12 @@ class Transaction:
         tx._values = None
         tx._site = None
         return tx
+
+    @classmethod
+    def _of_run(cls, replica: TxReplica, run: SentRun) -> Transaction:
+        """The in-flight transaction of direct run `run` (`_sent_run` of what it keeps):
+        made only when its verdict is not the usual acceptance, which needs no object."""
+        return cls._sent_run(replica, run.identity, run.source, run.on_failure)
 
     def __repr__(self) -> str:
         return (
