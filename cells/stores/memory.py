@@ -337,35 +337,45 @@ class MemoryStore(StoreBase):
         results: list[Any] = []
         heads = self._heads
         general = self._evaluate_general
-        n = len(runs)
-        fast = 0
+        slow = 0  # entries the general path (or `_apply_one`) decided: they count their own
         with self._lock:
             floors = self._floors  # (under the lock: a prune replaces both tables)
             revisions = self._revisions
             resolutions = self._resolutions.get(session_id)
             if resolutions is None:
                 resolutions = self._resolutions[session_id] = _Resolved()
-            for i in range(0, n, RUN_WIDTH):
-                _, local_seq, rkey, basis, _, shallow, deps, key, path, new, baseline, working = (
-                    runs[i : i + RUN_WIDTH]
-                )
+            # Kept in locals for the loop, and put back before anything else reads them
+            # (a request's evaluation, the end): the store's seq and the session's
+            # resolution watermark (`above` and `rejected` are sets changed in place).
+            seq = self._seq
+            low, above, rejected = resolutions.low, resolutions.above, resolutions.rejected
+            it = iter(runs)
+            # (One entry per step, unpacked from the tuple `zip` reuses: no slice per entry.)
+            for (
+                sent, local_seq, rkey, basis, rpath, shallow, deps, key, path, new, baseline,
+                working,
+            ) in zip(*(it,) * RUN_WIDTH, strict=True):  # fmt: skip
                 if local_seq is None:  # a request of its own
-                    request = runs[i]
-                    accepted = self._apply_one(request)
+                    self._seq = seq
+                    resolutions.low = low
+                    accepted = self._apply_one(sent)
                     if accepted is None:
-                        results += (None, general(request), request)
+                        results += (None, general(sent), sent)
                     else:
                         results += accepted
+                    slow += 1
+                    seq = self._seq
+                    low = resolutions.low
                     continue
                 # `_apply_one`'s checks, inlined (see there); `ok` False: ask the general path.
                 ok = True
                 built_on = deps
                 if deps:
-                    low, above, rejected = resolutions.low, resolutions.above, resolutions.rejected
-                    for dep in deps:
-                        if (dep > low and dep not in above) or dep in rejected:
-                            ok = False
-                            break
+                    if max(deps) > low or rejected:  # (else every one resolved, none rejected)
+                        for dep in deps:
+                            if (dep > low and dep not in above) or dep in rejected:
+                                ok = False
+                                break
                     if len(deps) > 8:
                         built_on = frozenset(deps)
                 if not ok:
@@ -382,18 +392,23 @@ class MemoryStore(StoreBase):
                         ok = head is None or basis >= head.seq
                     elif isinstance(revs, list):
                         j = len(revs) - 1
-                        while j >= 0 and revs[j].seq > basis:
-                            rev = revs[j]
-                            if rev.session_id != session_id or rev.local_seq not in built_on:
+                        if revs[j].seq > basis:
+                            while j >= 0 and revs[j].seq > basis:
+                                rev = revs[j]
+                                if rev.session_id != session_id or rev.local_seq not in built_on:
+                                    ok = False
+                                    break
+                                j -= 1
+                            if ok and floors and basis < floors.get(rkey, 0):
                                 ok = False
-                                break
-                            j -= 1
-                    elif revs.seq > basis and (
-                        revs.session_id != session_id or revs.local_seq not in built_on
-                    ):
-                        ok = False
-                    if ok and floors and basis < floors.get(rkey, 0):
-                        ok = False
+                    elif revs.seq > basis:
+                        ok = (
+                            revs.session_id == session_id
+                            and revs.local_seq in built_on
+                            and not (floors and basis < floors.get(rkey, 0))
+                        )
+                    # (Else no revision after the basis: a floor is below the oldest kept
+                    # revision, so no floor to check.)
                 head = heads.get(key, NO_STATE)
                 current = head.value
                 if ok:
@@ -408,10 +423,16 @@ class MemoryStore(StoreBase):
                     else:
                         ok = False  # (not a dict: `set_path` decides, on the general path)
                 if not ok:
-                    request = run_request(session_id, runs, i)
+                    self._seq = seq
+                    resolutions.low = low
+                    entry = (sent, local_seq, rkey, basis, rpath, shallow, deps, key, path, new)
+                    request = run_request(session_id, entry, 0)
                     results += (None, general(request), request)
+                    slow += 1
+                    seq = self._seq
+                    low = resolutions.low
                     continue
-                self._seq = seq = self._seq + 1
+                seq += 1
                 heads[key] = DocState(seq, value)
                 paths = _ONE_PATH.get(path)
                 if paths is None:
@@ -428,14 +449,17 @@ class MemoryStore(StoreBase):
                     revs.append(revision)
                 else:
                     self._add_revision(key, revision, head.seq)
-                if local_seq == resolutions.low + 1 and not resolutions.above:
-                    resolutions.low = local_seq  # `_Resolved.add` for the usual next commit
+                if local_seq == low + 1 and not above:
+                    low = local_seq  # `_Resolved.add` for the usual next commit
                 else:
+                    resolutions.low = low
                     resolutions.add(local_seq, rejected=False)
+                    low = resolutions.low
                 results += (seq, head.seq, value)
-                fast += 1
-            self._prune_in -= fast  # (the general path counts its own)
-        self.commits_evaluated += n // RUN_WIDTH
+            self._seq = seq
+            resolutions.low = low
+            self._prune_in -= len(runs) // RUN_WIDTH - slow  # (the general path counts its own)
+        self.commits_evaluated += len(runs) // RUN_WIDTH
         listener.mailbox.post(partial(listener.accept_runs, runs, results, 0))
         if len(self._listeners) > 1:
             self._broadcast_runs(session_id, runs, results)
@@ -588,28 +612,32 @@ class MemoryStore(StoreBase):
         general path decides, from the entry's claims (`run_request`)."""
         revisions = self._revisions
         floors = self._floors
-        for i in range(0, len(bases), 2):
-            rkey, basis = bases[i], bases[i + 1]
+        it = iter(bases)
+        for rkey, basis in zip(it, it, strict=True):  # (the pairs, with no index)
             revs = revisions.get(rkey)
             if revs is None:
                 # No revision left: the head's seq is the floor (see `_revisions_since`).
                 head = self._heads.get(rkey)
                 if head is not None and basis < head.seq:
                     return False
-                continue
-            if isinstance(revs, list):
+            elif isinstance(revs, list):
                 j = len(revs) - 1
-                while j >= 0 and revs[j].seq > basis:
-                    rev = revs[j]
-                    if rev.session_id != session_id or rev.local_seq not in built_on:
+                if revs[j].seq > basis:
+                    while j >= 0 and revs[j].seq > basis:
+                        rev = revs[j]
+                        if rev.session_id != session_id or rev.local_seq not in built_on:
+                            return False
+                        j -= 1
+                    if floors and basis < floors.get(rkey, 0):
                         return False
-                    j -= 1
             elif revs.seq > basis and (
-                revs.session_id != session_id or revs.local_seq not in built_on
+                revs.session_id != session_id
+                or revs.local_seq not in built_on
+                or (floors and basis < floors.get(rkey, 0))
             ):
                 return False
-            if floors and basis < floors.get(rkey, 0):
-                return False
+            # (Else every revision kept is at or below the basis, and a floor is below
+            # the oldest kept one: no floor to check.)
         return True
 
     def _broadcast_runs(self, session_id: str, runs: list[Any], results: list[Any]) -> None:
