@@ -34,6 +34,7 @@ import collections
 import sys
 from collections.abc import Callable, Collection, Iterable
 from functools import partial
+from itertools import islice
 from types import FrameType
 from typing import Any, Final
 
@@ -1809,23 +1810,25 @@ class Replica:
         docs = self._docs
         stats = self.stats
         heard = self._heard
+        accepted = 0  # (counted into `stats` once, at the end)
         n = len(runs)
-        i = start
-        j = start // RUN_WIDTH * 3
+        i = start  # (the next entry's index, for what is left if a call out raises)
+        it = islice(runs, start, None)
+        got = islice(results, start // RUN_WIDTH * 3, None)
         try:
-            while i < n:
-                seq = results[j]  # (indexed, not sliced: no list per commit)
-                base_seq = results[j + 1]
-                value = results[j + 2]
-                j += 3
-                sent = runs[i]
+            # One entry and its verdict per step, unpacked from the tuples `zip` reuses:
+            # no index arithmetic per item.
+            for (
+                (sent, local_seq, _, _, _, _, _, key, _, _, _, _),
+                (seq, base_seq, value),
+            ) in zip(
+                zip(*(it,) * RUN_WIDTH, strict=True), zip(got, got, got, strict=True), strict=True
+            ):
+                i += RUN_WIDTH
                 if type(sent) is SentRun and seq is not None:
                     # A direct run accepted (`run_field`): nothing to call back or record,
                     # so only its layer to adopt, when it is its document's oldest and on
                     # the state the store applied it to.
-                    local_seq = runs[i + 1]
-                    key = runs[i + 7]
-                    i += RUN_WIDTH
                     rec = docs[key]
                     layers = rec.layers
                     if (
@@ -1834,8 +1837,9 @@ class Replica:
                         and base_seq == rec.confirmed_seq
                         and in_flight.pop(local_seq, None) is sent
                     ):
-                        if type(layers) is tuple and len(layers) == 1:
-                            # `adopt_oldest_layer` of the document's only layer, inlined.
+                        if len(layers) == 1:
+                            # `adopt_oldest_layer` of the document's only layer (a tuple, or
+                            # a deque of one), inlined.
                             rec.layers = ()
                             rec.confirmed = rec.visible = value
                             rec.confirmed_seq = seq
@@ -1843,9 +1847,8 @@ class Replica:
                                 rec.key = key
                         else:
                             adopt_oldest_layer(rec, key, layers, value, seq)
-                        stats.accepted += 1
-                        if seq > heard:
-                            heard = seq
+                        accepted += 1
+                        heard = seq  # (a run log's seqs ascend; the largest is kept below)
                         continue
                     self._heard = max(heard, self._heard)
                     self.on_accepted(
@@ -1853,23 +1856,19 @@ class Replica:
                     )
                     continue
                 if seq is None:  # decided by the general path: (None, verdict, request)
-                    i += RUN_WIDTH
                     self._heard = max(heard, self._heard)
                     self.on_verdict(value, base_seq)
                     continue
-                local_seq = runs[i + 1]
                 if local_seq is None:  # a request of its own (accepted: it wrote one document)
-                    request: CommitRequest | None = runs[i]
+                    request: CommitRequest | None = sent
                     assert request is not None
                     local_seq = request.local_seq
                     key = request.writes[0].key
-                    got = in_flight.get(local_seq)
-                    tx: Transaction | None = got if type(got) is Transaction else None
+                    held = in_flight.get(local_seq)
+                    tx: Transaction | None = held if type(held) is Transaction else None
                 else:
                     request = None
-                    tx = runs[i]
-                    key = runs[i + 7]
-                i += RUN_WIDTH
+                    tx = sent
                 rec = docs[key]
                 layers = rec.layers
                 pending = None if tx is None else tx._pending
@@ -1888,7 +1887,7 @@ class Replica:
                     self.on_accepted(request, seq, base_seq, value)
                     continue
                 del in_flight[local_seq]
-                if type(layers) is tuple and len(layers) == 1:
+                if len(layers) == 1:
                     # `adopt_oldest_layer` of the document's only layer (the usual case),
                     # inlined as in `_apply_verdict`.
                     rec.layers = ()
@@ -1898,7 +1897,7 @@ class Replica:
                         rec.key = key
                 else:
                     adopt_oldest_layer(rec, key, layers, value, seq)
-                stats.accepted += 1
+                accepted += 1
                 result = tx.result = CommitResult(_OK_OUTCOME, None, seq)
                 tx.status = "committed"
                 tx._values = None
@@ -1909,6 +1908,7 @@ class Replica:
                     # awaited): resolving it runs nothing.
                     pending._resolve(result)
         finally:
+            stats.accepted += accepted
             if heard > self._heard:
                 self._heard = heard
             if i < n:
