@@ -349,6 +349,8 @@ class MemoryStore(StoreBase):
             # resolution watermark (`above` and `rejected` are sets changed in place).
             seq = self._seq
             low, above, rejected = resolutions.low, resolutions.above, resolutions.rejected
+            last_path: Path | None = None  # the path `paths` was made for
+            paths: tuple[Path, ...] = ()
             it = iter(runs)
             # (One entry per step, unpacked from the tuple `zip` reuses: no slice per entry.)
             for (
@@ -368,19 +370,21 @@ class MemoryStore(StoreBase):
                     low = resolutions.low
                     continue
                 # `_apply_one`'s checks, inlined (see there); `ok` False: ask the general path.
-                ok = True
-                built_on = deps
-                if deps:
-                    if max(deps) > low or rejected:  # (else every one resolved, none rejected)
-                        for dep in deps:
-                            if (dep > low and dep not in above) or dep in rejected:
-                                ok = False
-                                break
-                    if len(deps) > 8:
-                        built_on = frozenset(deps)
+                # Every dep resolved and none rejected (one `max` when none is pending):
+                if deps and (max(deps) > low or rejected):
+                    ok = True
+                    for dep in deps:
+                        if (dep > low and dep not in above) or dep in rejected:
+                            ok = False
+                            break
+                else:
+                    ok = True
+                # (Deps are looked up in a set when many, and only where a revision after
+                # a basis is: `_apply_one`'s `built_on`.)
                 if not ok:
                     pass
                 elif rkey is None:
+                    built_on = deps if len(deps) <= 8 else frozenset(deps)
                     if shallow is None:  # several documents read: their claims
                         ok = self._reads_clear(session_id, basis, built_on)
                     else:  # two or k reads, (document, basis) each (see RUN_WIDTH)
@@ -393,6 +397,7 @@ class MemoryStore(StoreBase):
                     elif isinstance(revs, list):
                         j = len(revs) - 1
                         if revs[j].seq > basis:
+                            built_on = deps if len(deps) <= 8 else frozenset(deps)
                             while j >= 0 and revs[j].seq > basis:
                                 rev = revs[j]
                                 if rev.session_id != session_id or rev.local_seq not in built_on:
@@ -404,7 +409,7 @@ class MemoryStore(StoreBase):
                     elif revs.seq > basis:
                         ok = (
                             revs.session_id == session_id
-                            and revs.local_seq in built_on
+                            and revs.local_seq in deps
                             and not (floors and basis < floors.get(rkey, 0))
                         )
                     # (Else no revision after the basis: a floor is below the oldest kept
@@ -434,11 +439,14 @@ class MemoryStore(StoreBase):
                     continue
                 seq += 1
                 heads[key] = DocState(seq, value)
-                paths = _ONE_PATH.get(path)
-                if paths is None:
-                    paths = (path,)
-                    if len(_ONE_PATH) < _ONE_PATH_KEPT:
-                        _ONE_PATH[path] = paths
+                if path is not last_path:  # (a drain's entries mostly write one path)
+                    last_path = path
+                    shared = _ONE_PATH.get(path)
+                    if shared is None:
+                        shared = (path,)
+                        if len(_ONE_PATH) < _ONE_PATH_KEPT:
+                            _ONE_PATH[path] = shared
+                    paths = shared
                 revision = Revision(seq, session_id, local_seq, paths)
                 revs = revisions.get(key)
                 if revs is None:  # (`_add_revision`'s first case, inlined)
