@@ -11,6 +11,7 @@ import pytest
 
 from cells import (
     MISSING,
+    RUN_DONE,
     CommitResult,
     ConflictError,
     DocKey,
@@ -1049,6 +1050,88 @@ def test_a_failing_callback_in_a_run_log_delivery_leaves_the_rest_for_the_next_p
     assert len(w.a.mailbox) == 1
     w.a.pump()
     assert all(tx.status == "committed" for tx in txs)
+
+
+def _direct_run(
+    r: Replica,
+    reads: tuple[DocKey, ...],
+    write: DocKey,
+    field: str,
+    failed: list[tuple[Transaction, CommitResult]],
+) -> int | CommitResult | object:
+    """A direct run (`Replica.run_field`, no transaction): one field of `write` from the
+    sum of field "n" of each of `reads`; its failure is appended to `failed`. Its source
+    is the field's name."""
+
+    def on_failure(tx: Transaction, result: CommitResult) -> None:
+        failed.append((tx, result))
+
+    places = tuple([(key, ("n",)) for key in reads])
+    return r.run_field(
+        places, write, (field,), lambda *vs: sum([v or 0 for v in vs]), ME, field, on_failure
+    )  # fmt: skip
+
+
+def test_direct_runs_of_a_run_log_settle_by_index_around_a_rejected_one(w: World) -> None:
+    # A direct run is in flight with no transaction (a `SentRun`): an accepted one is
+    # settled in place, a rejected one gets its transaction then, which settles as a
+    # transaction run's would (its layer reverted, `on_failure` told, with its source).
+    # The one after it, on another document, is still accepted; one built on it is not.
+    w.put(DOC, {"n": 1})
+    w.put(OTHER, {"n": 1})
+    w.put(THIRD, {"n": 1})
+    out, late = DocKey("sp", "out"), DocKey("sp", "late")
+    for key in (FOURTH, out, late):
+        w.put(key, {})
+    b = w.replica()
+    failed: list[tuple[Transaction, CommitResult]] = []
+    accepted = w.a.stats.accepted
+    w.a.begin_batch()
+    done = [
+        _direct_run(w.a, (DOC,), FOURTH, "first", failed),  # accepted
+        _direct_run(w.a, (DOC, THIRD), out, "stale", failed),  # THIRD overtaken below
+        _direct_run(w.a, (OTHER, DOC, FOURTH), late, "after", failed),  # another document
+        _direct_run(w.a, (out,), late, "built_on", failed),  # on `stale`'s rejected write
+    ]
+    assert 4 == w.a.in_flight()
+    foreign = b.edit(ME)
+    foreign.write(THIRD, ("n",), 5)
+    foreign.commit()
+    w.a.end_batch()
+    w.pump()
+    assert [RUN_DONE] * 4 == done
+    assert ["stale", "built_on"] == [tx.source for tx, _ in failed]
+    assert all(isinstance(tx, Transaction) and tx.status == "rejected" for tx, _ in failed)
+    assert Outcome.STALE_BASIS is failed[0][1].outcome
+    assert isinstance(failed[1][1].error, DependencyRejectedError)
+    assert {"first": 1} == w.store.read_durable(FOURTH) == w.a.visible(FOURTH)
+    assert {"after": 2} == w.store.read_durable(late) == w.a.visible(late)
+    assert {} == w.store.read_durable(out) == w.a.visible(out)
+    assert 0 == w.a.in_flight()
+    assert (2, 2) == (w.a.stats.accepted - accepted, w.a.stats.rejected)
+
+
+def test_direct_runs_held_at_a_verdict_gate_settle_through_their_requests(w: World) -> None:
+    # A held gate keeps a drain's commits as requests: a direct run's verdict then comes
+    # through `on_verdict`, which makes its transaction (accepted or rejected alike).
+    w.put(DOC, {"n": 1})
+    outs = [DocKey("sp", f"out{i}") for i in range(3)]
+    for key in outs:
+        w.put(key, {})
+    failed: list[tuple[Transaction, CommitResult]] = []
+    with w.store.testing.hold_verdicts() as gate:
+        w.a.begin_batch()
+        for i, key in enumerate(outs):
+            _direct_run(w.a, (DOC,), key, f"v{i}", failed)
+        w.a.end_batch()
+        assert 3 == gate.waiting()
+        gate.reject(1, Outcome.TERMINAL)
+        gate.release()
+        w.pump()
+    assert [("v1", Outcome.TERMINAL)] == [(tx.source, r.outcome) for tx, r in failed]
+    assert [{"v0": 1}, {}, {"v2": 1}] == [w.a.visible(key) for key in outs]
+    assert [{"v0": 1}, {}, {"v2": 1}] == [w.store.read_durable(key) for key in outs]
+    assert 0 == w.a.in_flight()
 
 
 def test_peek_starts_no_load_and_reads_what_visible_reads(w: World) -> None:
