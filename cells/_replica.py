@@ -1241,25 +1241,7 @@ class Replica:
                 tx, seq, None, tuple(bases), tuple(paths), True, deps, wkey, wpath, new,
                 wvisible, working,
             )  # fmt: skip
-        # `_send_run`, inlined, with no transaction to empty: in flight, notified, logged.
-        self._in_flight[seq] = tx
-        stats = self.stats
-        stats.commits_sent += 1
-        try:
-            subscribers = self._subscribers
-            if not subscribers:
-                stats.notifications += 1
-            elif len(subscribers) == 1:  # `_notify` for one subscriber (a scheduler)
-                stats.notifications += 1
-                subscribers[0](Notification("commit", (change,), tx))
-            else:
-                self._notify(Notification("commit", (change,), tx))
-        finally:
-            runs = self._runs
-            if runs is not None:
-                runs += entry
-            else:  # (the batch ended meanwhile)
-                self._submit_runs(list(entry))
+        self._send_run(tx, seq, change, entry)
         if wrote is not None:
             wrote(new)
         return RUN_DONE
@@ -1644,13 +1626,17 @@ class Replica:
             else:
                 self.store.submit(self, request)
 
-    def _send_run(self, tx: Transaction, seq: int, change: Change, entry: tuple[Any, ...]) -> None:
+    def _send_run(
+        self, tx: Transaction | SentRun, seq: int, change: Change, entry: tuple[Any, ...]
+    ) -> None:
         """`_send` of a usual commit made in a batch on a store that takes run logs: in
         flight and notified the same way, but kept as run log `entry` (see RUN_WIDTH)
         instead of a request, for the store to evaluate with the drain's other commits
-        (`StoreBase.submit_runs`) and answer in one delivery (`accept_runs`)."""
-        tx._docs = {}  # (as in `_send`)
-        tx.reads = _SENT_LOG
+        (`StoreBase.submit_runs`) and answer in one delivery (`accept_runs`). A direct
+        run's (`SentRun`) has no transaction to empty."""
+        if isinstance(tx, Transaction):
+            tx._docs = {}  # (as in `_send`)
+            tx.reads = _SENT_LOG
         self._in_flight[seq] = tx
         stats = self.stats
         stats.commits_sent += 1
@@ -1825,71 +1811,61 @@ class Replica:
                 zip(*(it,) * RUN_WIDTH, strict=True), zip(got, got, got, strict=True), strict=True
             ):
                 i += RUN_WIDTH
+                tx: Transaction | None
                 if type(sent) is SentRun and seq is not None:
                     # A direct run accepted (`run_field`): nothing to call back or record,
                     # so only its layer to adopt, when it is its document's oldest and on
                     # the state the store applied it to.
+                    tx = None
                     rec = docs[key]
                     layers = rec.layers
-                    if (
+                    if not (
                         layers
                         and layers[0].seq == local_seq
                         and base_seq == rec.confirmed_seq
                         and in_flight.pop(local_seq, None) is sent
                     ):
-                        if len(layers) == 1:
-                            # `adopt_oldest_layer` of the document's only layer (a tuple, or
-                            # a deque of one), inlined.
-                            rec.layers = ()
-                            rec.confirmed = rec.visible = value
-                            rec.confirmed_seq = seq
-                            if rec.key is None:
-                                rec.key = key
-                        else:
-                            adopt_oldest_layer(rec, key, layers, value, seq)
-                        accepted += 1
-                        heard = seq  # (a run log's seqs ascend; the largest is kept below)
-                        continue
-                    self._heard = max(heard, self._heard)
-                    self.on_accepted(
-                        run_request(self.session_id, runs, i - RUN_WIDTH), seq, base_seq, value
-                    )
-                    continue
-                if seq is None:  # decided by the general path: (None, verdict, request)
-                    self._heard = max(heard, self._heard)
-                    self.on_verdict(value, base_seq)
-                    continue
-                if local_seq is None:  # a request of its own (accepted: it wrote one document)
-                    request: CommitRequest | None = sent
-                    assert request is not None
-                    local_seq = request.local_seq
-                    key = request.writes[0].key
-                    held = in_flight.get(local_seq)
-                    tx: Transaction | None = held if type(held) is Transaction else None
-                else:
-                    request = None
-                    tx = sent
-                rec = docs[key]
-                layers = rec.layers
-                pending = None if tx is None else tx._pending
-                if (
-                    tx is None
-                    or in_flight.get(local_seq) is not tx
-                    or tx._settle_callbacks is not None
-                    or tx._post_commit is not None
-                    or (pending is not None and pending._callbacks is not None)
-                    or tx.result is not None
-                    or not (layers and layers[0].seq == local_seq and base_seq == rec.confirmed_seq)
-                ):
-                    self._heard = max(heard, self._heard)
-                    if request is None:
+                        self._heard = max(heard, self._heard)
                         request = run_request(self.session_id, runs, i - RUN_WIDTH)
-                    self.on_accepted(request, seq, base_seq, value)
-                    continue
-                del in_flight[local_seq]
+                        self.on_accepted(request, seq, base_seq, value)
+                        continue
+                else:
+                    if seq is None:  # decided by the general path: (None, verdict, request)
+                        self._heard = max(heard, self._heard)
+                        self.on_verdict(value, base_seq)
+                        continue
+                    if local_seq is None:  # a request of its own (accepted: one document)
+                        request = sent
+                        local_seq = request.local_seq
+                        key = request.writes[0].key
+                        held = in_flight.get(local_seq)
+                        tx = held if type(held) is Transaction else None
+                    else:
+                        request = None
+                        tx = sent
+                    rec = docs[key]
+                    layers = rec.layers
+                    pending = None if tx is None else tx._pending
+                    if (
+                        tx is None
+                        or in_flight.get(local_seq) is not tx
+                        or tx._settle_callbacks is not None
+                        or tx._post_commit is not None
+                        or (pending is not None and pending._callbacks is not None)
+                        or tx.result is not None
+                        or not (
+                            layers and layers[0].seq == local_seq and base_seq == rec.confirmed_seq
+                        )
+                    ):
+                        self._heard = max(heard, self._heard)
+                        if request is None:
+                            request = run_request(self.session_id, runs, i - RUN_WIDTH)
+                        self.on_accepted(request, seq, base_seq, value)
+                        continue
+                    del in_flight[local_seq]
                 if len(layers) == 1:
-                    # `adopt_oldest_layer` of the document's only layer (the usual case),
-                    # inlined as in `_apply_verdict`.
+                    # `adopt_oldest_layer` of the document's only layer (a tuple, or a deque
+                    # of one: the usual case), inlined as in `_apply_verdict`.
                     rec.layers = ()
                     rec.confirmed = rec.visible = value
                     rec.confirmed_seq = seq
@@ -1898,6 +1874,9 @@ class Replica:
                 else:
                     adopt_oldest_layer(rec, key, layers, value, seq)
                 accepted += 1
+                if tx is None:  # (a direct run: nothing to settle)
+                    heard = seq  # (a run log's seqs ascend; the largest is kept below)
+                    continue
                 result = tx.result = CommitResult(_OK_OUTCOME, None, seq)
                 tx.status = "committed"
                 tx._values = None
