@@ -620,8 +620,9 @@ class MemoryStore(StoreBase):
         general path decides, from the entry's claims (`run_request`)."""
         revisions = self._revisions
         floors = self._floors
-        it = iter(bases)
-        for rkey, basis in zip(it, it, strict=True):  # (the pairs, with no index)
+        for i in range(0, len(bases), 2):
+            # (Indexed: `zip` over the pairs is fewer bytecodes but more time, measured.)
+            rkey, basis = bases[i], bases[i + 1]
             revs = revisions.get(rkey)
             if revs is None:
                 # No revision left: the head's seq is the floor (see `_revisions_since`).
