@@ -16,8 +16,8 @@ commit stages (`cells._staging`).
 from __future__ import annotations
 
 import collections
-from collections.abc import Sequence
-from typing import Literal, Protocol
+from collections.abc import Callable, Sequence
+from typing import Literal, Protocol, TypeAlias
 
 import attrs
 import msgspec
@@ -62,6 +62,12 @@ class Notification(msgspec.Struct, frozen=True):
     changes: tuple[Change, ...]
     source: Source | None = None
     reason: BaseException | None = None
+
+
+CommitHook: TypeAlias = Callable[[Change, object], None]
+"""A subscriber's entry for one change of a local commit (`Replica.subscribe`'s
+`on_commit`): the change and who made it (its transaction's `source`), no
+`Notification` around them."""
 
 
 class Layer(msgspec.Struct, gc=False):

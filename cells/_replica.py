@@ -49,6 +49,7 @@ from ._outcome import CommitResult, Outcome
 from ._pending import Mailbox, Pending
 from ._records import (
     Change,
+    CommitHook,
     DocRecord,
     Layer,
     Notification,
@@ -329,6 +330,12 @@ class Replica:
         # A tuple, replaced on (un)subscribe: a notification iterates it without a copy,
         # and a subscriber that unsubscribes during one does not disturb the loop.
         self._subscribers: tuple[Callable[[Notification], None], ...] = ()
+        self._commit_hooks: tuple[CommitHook | None, ...] = ()
+        """Each subscriber's `on_commit` (`subscribe`), in the same order."""
+        self._commit_hook: CommitHook | None = None
+        """The `on_commit` of the only subscriber, when there is one and it gave one: a
+        local commit's changes go to it with no `Notification` made (`_send`,
+        `_send_run`, `_send_entry`)."""
         self._next_seq = 1
         self._in_flight: dict[int, Transaction | SentRun] = {}
         """Commits in flight by local seq: a transaction, or a direct run (`run_field`)
@@ -436,16 +443,33 @@ class Replica:
             )
         return True
 
-    def subscribe(self, fn: Callable[[Notification], None]) -> Callable[[], None]:
-        """Receive every notification; returns a function that unsubscribes."""
+    def subscribe(
+        self, fn: Callable[[Notification], None], *, on_commit: CommitHook | None = None
+    ) -> Callable[[], None]:
+        """Receive every notification; returns a function that unsubscribes.
+
+        `on_commit(change, by)`, when given, is the same subscriber's entry for each
+        change of a local commit (a "commit" notification, its changes one by one, `by`
+        being its transaction's `source`): while `fn` is the only subscriber the replica
+        calls it instead of `fn`, with no `Notification` made (a node's commit in a
+        drain and a `Cell.set` each made one); it must do what `fn` does for them."""
         check_callable(fn, where="Replica.subscribe()", name="fn")
+        if on_commit is not None:
+            check_callable(on_commit, where="Replica.subscribe()", name="on_commit")
         self._subscribers = (*self._subscribers, fn)
+        self._commit_hooks = (*self._commit_hooks, on_commit)
+        self._commit_hook = self._commit_hooks[0] if len(self._commit_hooks) == 1 else None
 
         def cancel() -> None:
             subscribers = list(self._subscribers)
             if fn in subscribers:
-                subscribers.remove(fn)
+                at = subscribers.index(fn)
+                del subscribers[at]
+                hooks = list(self._commit_hooks)
+                del hooks[at]
                 self._subscribers = tuple(subscribers)
+                self._commit_hooks = tuple(hooks)
+                self._commit_hook = hooks[0] if len(hooks) == 1 else None
 
         return cancel
 
@@ -1608,12 +1632,12 @@ class Replica:
         self.stats.commits_sent += 1
         try:
             if changes:
-                subscribers = self._subscribers
-                if not subscribers:  # (a replica alone: counted, with nobody to hand it to)
+                hook = self._commit_hook
+                if hook is not None:  # (the one subscriber, a scheduler: no Notification)
                     self.stats.notifications += 1
-                elif len(subscribers) == 1:  # `_notify` for one subscriber (a scheduler)
-                    self.stats.notifications += 1
-                    subscribers[0](Notification("commit", changes, tx))
+                    by = tx.source
+                    for change in changes:
+                        hook(change, by)
                 else:
                     self._notify(Notification("commit", changes, tx))
         finally:
@@ -1640,12 +1664,10 @@ class Replica:
         stats = self.stats
         stats.commits_sent += 1
         try:
-            subscribers = self._subscribers
-            if not subscribers:
+            hook = self._commit_hook
+            if hook is not None:  # (the one subscriber, a scheduler: no Notification)
                 stats.notifications += 1
-            elif len(subscribers) == 1:  # `_notify` for one subscriber (a scheduler)
-                stats.notifications += 1
-                subscribers[0](Notification("commit", (change,), tx))
+                hook(change, tx.source)
             else:
                 self._notify(Notification("commit", (change,), tx))
         finally:
@@ -1668,12 +1690,10 @@ class Replica:
         stats = self.stats
         stats.commits_sent += 1
         try:
-            subscribers = self._subscribers
-            if not subscribers:
+            hook = self._commit_hook
+            if hook is not None:  # (the one subscriber, a scheduler: no Notification)
                 stats.notifications += 1
-            elif len(subscribers) == 1:  # `_notify` for one subscriber (a scheduler)
-                stats.notifications += 1
-                subscribers[0](Notification("commit", (change,), tx))
+                hook(change, tx.source)
             else:
                 self._notify(Notification("commit", (change,), tx))
         finally:

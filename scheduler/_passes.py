@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Final
 
 from cells import (
     RUN_DONE,
+    Change,
     CommitResult,
     DocKey,
     Identity,
@@ -284,12 +285,20 @@ class Passes:
         suppress = (
             source.source if source is not None and nf.kind in ("commit", "integrate") else None
         )
-        match = self.index.match
-        invalidate = self._invalidate
-        draining = self._draining
-        tracked = self._tracked
+        on_change = self._on_change
         for change in nf.changes:
-            for node in match(change):
+            on_change(change, suppress)
+
+    def _on_change(self, change: Change, suppress: object) -> None:
+        """Invalidate the readers of one document `change` whose read value changed (but
+        `suppress`, the node whose own commit it is). The replica's `on_commit` for a local
+        commit's change (no `Notification` made: a node's commit in a drain, a
+        `Cell.set`), and each change of every other notification."""
+        hits = self.index.match(change)
+        if hits:
+            draining = self._draining
+            tracked = self._tracked
+            for node in hits:
                 if node is suppress:
                     continue
                 if tracked and node in tracked:
@@ -297,7 +306,7 @@ class Passes:
                     if seen is not None:
                         seen.add(change.key)
                 if not (draining and node._gates is None and node.registered):
-                    invalidate(node)
+                    self._invalidate(node)
                     continue
                 # `_invalidate` for a gate-free node during a drain (a wave's every
                 # update), inlined: no debounce to push out, no pass to request.

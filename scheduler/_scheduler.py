@@ -98,7 +98,7 @@ class Scheduler(Passes):
         self._failures = Failures(self, self._observations)
         self._dispatch = Dispatch(self)
         self._async_runs = AsyncRuns(self)
-        self._unsubscribe = replica.subscribe(self._on_notification)
+        self._unsubscribe = replica.subscribe(self._on_notification, on_commit=self._on_change)
         # Bound once: every run's commit registers one of them.
         self._settled = self._on_node_settled
         self._failed = self._on_node_failed

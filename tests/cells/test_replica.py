@@ -12,6 +12,7 @@ import pytest
 from cells import (
     MISSING,
     RUN_DONE,
+    CellweaveError,
     CommitResult,
     ConflictError,
     DocKey,
@@ -278,6 +279,51 @@ def test_every_subscriber_hears_a_change_even_if_one_fails(w: World) -> None:
     w.pump()
     assert tx.done().result().ok  # the commit still went to the store
     assert w.store.read_durable(DOC) == 1
+
+
+def test_a_lone_subscribers_commit_hook_hears_local_commits_with_no_notification() -> None:
+    """`subscribe(fn, on_commit=hook)`: while `fn` is the only subscriber, each change of a
+    local commit goes to `hook(change, source)` and `fn` hears no "commit" for it; with a
+    second subscriber both hear the `Notification`, and the hook is used again once the
+    other unsubscribes. Other kinds (a revert, an integrated commit) always go to `fn`."""
+    store = MemoryStore()
+    r = Replica(store)
+    heard: list[str] = []
+    hooked: list[tuple[DocKey, Any, Any, object]] = []
+    r.subscribe(
+        lambda nf: heard.append(nf.kind),
+        on_commit=lambda change, by: hooked.append((change.key, change.before, change.after, by)),
+    )
+
+    def commit(value: int) -> None:
+        tx = r.edit(ME)
+        tx.write(DOC, (), value)
+        tx.commit()
+        while r.pump():
+            pass
+
+    commit(1)
+    assert heard == [] and hooked == [(DOC, MISSING, 1, None)]
+    others: list[str] = []
+    cancel = r.subscribe(lambda nf: others.append(nf.kind))
+    commit(2)
+    assert heard == ["commit"] and others == ["commit"] and len(hooked) == 1
+    cancel()
+    commit(3)
+    assert heard == ["commit"] and hooked[-1] == (DOC, 2, 3, None)
+    foreign = Replica(store)
+    tx = foreign.edit(ME)
+    tx.write(DOC, (), 4)
+    tx.commit()
+    while foreign.pump() + r.pump():
+        pass
+    r.sync([DOC])
+    while r.pump():
+        pass
+    assert heard[-1] == "integrate" and len(hooked) == 2
+    assert r.stats.notifications == 4
+    with pytest.raises(CellweaveError, match="on_commit"):
+        r.subscribe(heard.append, on_commit=1)  # type: ignore[arg-type]
 
 
 def test_unsubscribe_stops_notifications(w: World) -> None:
