@@ -305,11 +305,11 @@ class Passes:
                     seen = tracked[node]
                     if seen is not None:
                         seen.add(change.key)
-                if not (draining and node._gates is None and node.registered):
+                if node._gates is not None or not node.registered:
                     self._invalidate(node)
                     continue
-                # `_invalidate` for a gate-free node during a drain (a wave's every
-                # update), inlined: no debounce to push out, no pass to request.
+                # `_invalidate` for a gate-free node (a wave's every update, an edit's
+                # readers), inlined: no debounce to push out.
                 self.stats.invalidations += 1
                 if node.status == "clean":
                     node.status = "invalid"
@@ -318,7 +318,7 @@ class Passes:
                 elif node.kind != "effect":
                     self._stale(node)  # dormant: filed for pulls; it comes back via `_on_live`
                     continue
-                elif type(node) in _DIRECT_SINKS and node.direct:  # type: ignore[attr-defined]
+                elif draining and type(node) in _DIRECT_SINKS and node.direct:  # type: ignore[attr-defined]
                     # A sink that reads its cell's value directly: run once the drain's
                     # heap is empty (`_read_sinks`), with no heap entry, no turn of the
                     # drain loop and no `_run`.
@@ -329,11 +329,12 @@ class Passes:
                         self._sinks_due.append(node)
                     continue
                 self._candidates[node] = None
-                in_heap = self._in_heap
-                if node not in in_heap:
-                    in_heap.add(node)
-                    heapq.heappush(self._heap, (node.height, node.ordinal, node))
-                    self.stats.heap_pushes += 1
+                if draining:
+                    in_heap = self._in_heap
+                    if node not in in_heap:
+                        in_heap.add(node)
+                        heapq.heappush(self._heap, (node.height, node.ordinal, node))
+                        self.stats.heap_pushes += 1
         if not self._settling and self._candidates:
             # (Inside a settle, that settle propagates it; with no candidate, nothing
             # live read what changed.)

@@ -78,7 +78,9 @@ def kind_changed(b: object, a: object) -> bool:
     if b is a or b is MISSING:
         return False
     t = type(b)
-    return t is not dict and t is not list and not shallow_equal(b, a)
+    if t is dict or t is list or (t is type(a) and t is not Link):
+        return False  # (two scalars of one type: `shallow_equal` without the call)
+    return not shallow_equal(b, a)
 
 
 def kinds_changed(b: object, a: object) -> bool:
@@ -767,8 +769,7 @@ class ReaderIndex:
         before, after = change.before, change.after
         deep = self.deep.get(key)
         shallow = self.shallow.get(key)
-        trie = self.tries.get(key)
-        if trie is None and shallow is None and deep is not None:
+        if shallow is None and deep is not None:  # (no trie then: the invariants)
             if type(deep) is not dict:
                 # One reader (a chain's every link): `_matching` for it, inlined.
                 node: Node = deep  # type: ignore[assignment]
@@ -795,6 +796,7 @@ class ReaderIndex:
                 return self._matching(((node, paths),), before, after, False)
             if len(deep) < TRIE_READERS:
                 return self._matching(deep.items(), before, after, False)  # the usual document
+        trie = self.tries.get(key) if deep is None and shallow is None else None
         if trie is not None:
             written = change.paths
             if written is not None:
@@ -822,7 +824,8 @@ class ReaderIndex:
         at and below `[..., i]`, with no scan of the list."""
         hits: dict[Node, None] = {}
         comparisons = 0
-        done: set[int] = set()  # ancestor levels already compared (several paths)
+        # Ancestor levels already compared: only when several paths may share them.
+        done: set[int] | None = set() if len(paths) > 1 else None
         below: list[tuple[_Trie, object, object, Path]] = []
         roots = (before, after)
         for written in paths:
@@ -834,16 +837,20 @@ class ReaderIndex:
                 if b is a:
                     t = None  # nothing at or below here changed after all
                     break
-                if id(t) not in done:
-                    done.add(id(t))
-                    comparisons += self._compare_level(t, b, a, hits)
-                kinds = t.children.get(ELEMENT_KINDS)
+                if t.deep is not None or t.shallow is not None:  # (a level read here)
+                    if done is None:
+                        comparisons += self._compare_level(t, b, a, hits)
+                    elif id(t) not in done:
+                        done.add(id(t))
+                        comparisons += self._compare_level(t, b, a, hits)
+                children = t.children
+                kinds = children.get(ELEMENT_KINDS)
                 if kinds is not None:
                     # A read of the element kinds: only the written element's kind (the
                     # lists differ only there), unless the length (or more) changed.
                     comparisons += _size(kinds.shallow)
                     if (
-                        kind_changed(_step(b, elem), _step(a, elem))
+                        (0 <= elem < len(b) and kind_changed(b[elem], a[elem]))
                         if type(b) is list
                         and type(a) is list
                         and len(b) == len(a)
@@ -858,7 +865,7 @@ class ReaderIndex:
                         and type(a) is list
                         and elem < len(b)
                         and elem < len(a)
-                        and elem not in t.children
+                        and elem not in children
                     ):
                         x = element_id_at(before, at, b, elem)
                         if x == element_id_at(after, at, a, elem):
@@ -868,7 +875,7 @@ class ReaderIndex:
                             # are compared, not every reader of the element (a card's
                             # other inputs). The rest of the path is what the write
                             # changed, exactly as below a field.
-                            named = t.children.get(x)
+                            named = children.get(x)
                             if named is None:
                                 t = None
                                 break
@@ -886,23 +893,27 @@ class ReaderIndex:
                                 # usual case): its readers are compared once, not twice.
                                 continue
                             seen = x
-                            named = t.children.get(x)
+                            named = children.get(x)
                             if named is not None:
                                 nb = _id_step(before, at, b, x)
                                 na = _id_step(after, at, a, x)
                                 if nb is not na:
                                     below.append((named, nb, na, (*at, x)))
-                child = t.children.get(elem)
+                child = children.get(elem)
                 if child is None:
                     t = None
                     break
-                nb = _step(b, elem)
-                na = _step(a, elem)
-                if nb is _UNREACHABLE or na is _UNREACHABLE:
-                    if nb is not na:  # the path breaks on one side only: changed
-                        comparisons += child.everyone(hits)
-                    t = None
-                    break
+                if type(b) is dict and type(a) is dict and type(elem) is str:
+                    nb = b.get(elem, MISSING)  # (`_step` of a field, inlined)
+                    na = a.get(elem, MISSING)
+                else:
+                    nb = _step(b, elem)
+                    na = _step(a, elem)
+                    if nb is _UNREACHABLE or na is _UNREACHABLE:
+                        if nb is not na:  # the path breaks on one side only: changed
+                            comparisons += child.everyone(hits)
+                        t = None
+                        break
                 if (nb is MISSING) is not (na is MISSING):
                     # The write made (or removed) this level: every path below it, not
                     # only the written one, turns reachable (or not), so the whole
@@ -912,8 +923,11 @@ class ReaderIndex:
                     t = None
                     break
                 t, b, a = child, nb, na
-            if t is not None:
-                below.append((t, b, a, path))
+            if t is not None and b is not a:
+                if t.children:
+                    below.append((t, b, a, path))
+                else:  # (a level with no reader below it: `_match_trie_from`'s first step)
+                    comparisons += self._compare_level(t, b, a, hits)
         self.comparisons += comparisons
         if below:
             return self._match_trie_from(below, hits, roots)
@@ -1054,23 +1068,37 @@ class ReaderIndex:
                 last, hit, tried = paths, False, 0
                 for p in paths:
                     tried += 1
-                    if dicts and len(p) == 1 and type(p[0]) is str:
-                        # `changed_at` for one field of two documents, inlined: step
-                        # in, and compare two ints or two strs directly.
-                        b = before.get(p[0], MISSING)  # type: ignore[attr-defined]
-                        a = after.get(p[0], MISSING)  # type: ignore[attr-defined]
+                    if dicts:
+                        # `changed_at` for fields of two documents (("value",), ("value",
+                        # "title")), inlined: step in while both sides are dicts, then
+                        # compare two ints or two strs directly.
+                        if len(p) == 1 and type(p[0]) is str:
+                            b = before.get(p[0], MISSING)  # type: ignore[attr-defined]
+                            a = after.get(p[0], MISSING)  # type: ignore[attr-defined]
+                        else:
+                            b, a = before, after
+                            for e in p:
+                                if b is a:
+                                    break
+                                if type(e) is not str or type(b) is not dict or type(a) is not dict:
+                                    b = _UNREACHABLE  # (not fields all the way: below)
+                                    break
+                                b = b.get(e, MISSING)
+                                a = a.get(e, MISSING)
                         if b is a:
                             continue
-                        t = type(b)
-                        if not shallow and t is type(a) and (t is int or t is str):
-                            if b != a:
+                        if b is not _UNREACHABLE:
+                            t = type(b)
+                            if not shallow and t is type(a) and (t is int or t is str):
+                                if b != a:
+                                    hit = True
+                                    break
+                                continue
+                            if changed_at(b, a, (), shallow=shallow):
                                 hit = True
                                 break
                             continue
-                        if changed_at(b, a, (), shallow=shallow):
-                            hit = True
-                            break
-                    elif changed_at(before, after, p, shallow=shallow):
+                    if changed_at(before, after, p, shallow=shallow):
                         hit = True
                         break
             comparisons += tried  # what comparing this reader's paths alone would count
