@@ -143,12 +143,16 @@ class Cell:
 
     def key(self, *path: PathElem) -> Cell:
         """The cell at a nested path (`cell.key("items", 0)`)."""
-        for elem in path:
-            if type(elem) is not str and (type(elem) is not int or elem < 0):
-                # Only here is the message (and so the cell's repr) made: a UI makes a
-                # cell per edit and per pull, and formatting it was half of `key`.
-                check_path(path, where=f"{self!r}.key()")
-        return self._derive(self._link.child(*path))
+        try:
+            # The link checks every element of its path (`Link.__post_init__`): checked
+            # once, not a second time here first (a UI makes a cell per edit and per pull).
+            link = self._link.child(*path)
+        except CellweaveError:
+            # Only here is the message (and so the cell's repr) made: formatting it was
+            # half of `key`.
+            check_path(path, where=f"{self!r}.key()")
+            raise
+        return Cell(self._replica, self._identity, link, tx=self._tx, host=self._host)
 
     def __getitem__(self, elem: PathElem) -> Cell:
         return self.key(elem)
