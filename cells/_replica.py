@@ -1423,9 +1423,21 @@ class Replica:
             working = set_path(visible, full, value, where="write")
         except CellweaveError:
             return None  # an element-id step to resolve, or a bad value: the transaction's
-        new = _moved_leaf(visible, working, full)
-        if new is _DECLINED:
-            return None
+        if found is MISSING or type(found) is tuple:
+            new = _moved_leaf(visible, working, full)
+            if new is _DECLINED:
+                return None
+        else:
+            # The walk reached the place's value (`found`): every level above it is there
+            # and `set_path` replaced it, so `_moved_leaf` is the comparison alone.
+            t = type(value)
+            if (
+                (value == found)
+                if t is type(found) and (t is int or t is str)
+                else same_value(value, found)
+            ):
+                return None  # an equal value: the transaction elides it
+            new = value
         reads: tuple[ReadClaim, ...] = ()
         deps: tuple[int, ...] = ()
         if hops is not None:
@@ -1638,6 +1650,8 @@ class Replica:
                     by = tx.source
                     for change in changes:
                         hook(change, by)
+                elif not self._subscribers:  # (a replica alone: counted, nobody to hear it)
+                    self.stats.notifications += 1
                 else:
                     self._notify(Notification("commit", changes, tx))
         finally:
@@ -1668,6 +1682,8 @@ class Replica:
             if hook is not None:  # (the one subscriber, a scheduler: no Notification)
                 stats.notifications += 1
                 hook(change, tx.source)
+            elif not self._subscribers:  # (a replica alone: counted, with nobody to hand it to)
+                stats.notifications += 1
             else:
                 self._notify(Notification("commit", (change,), tx))
         finally:
@@ -1694,6 +1710,8 @@ class Replica:
             if hook is not None:  # (the one subscriber, a scheduler: no Notification)
                 stats.notifications += 1
                 hook(change, tx.source)
+            elif not self._subscribers:  # (a replica alone: counted, with nobody to hand it to)
+                stats.notifications += 1
             else:
                 self._notify(Notification("commit", (change,), tx))
         finally:

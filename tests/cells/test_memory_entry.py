@@ -385,6 +385,36 @@ def test_a_cell_set_of_another_shape_goes_through_a_transaction_as_before(w: Wor
     w.pump()
 
 
+def test_a_cell_set_compares_with_the_value_its_walk_reached(
+    w: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `write_at` compares the new value with the one its walk to the place reached (no
+    # second walk of both documents): an equal scalar or container is elided by the
+    # transaction, a moved one commits with none; a new field of a dict that is there
+    # is a plain write too.
+    _put(w, L, {"value": [{"a": 1, "d": {"x": [1]}}, "s"]})
+    sent = w.a.stats.commits_sent
+    equal = [
+        _cell(w, L, 0, "a").set(1),
+        _cell(w, L, 0, "d").set({"x": [1]}),
+        _cell(w, L, 1).set("s"),
+    ]
+    assert all(p.result().ok for p in equal)
+    assert w.a.stats.commits_sent == sent and w.taken == []
+    _no_transaction(monkeypatch)
+    moved = [
+        _cell(w, L, 0, "a").set(True),
+        _cell(w, L, 0, "d").set({"x": [2]}),
+        _cell(w, L, 1).set("t"),
+    ]
+    added = _cell(w, L, 0, "b").set(2)
+    assert w.taken == [True, True, True, True]
+    w.pump()
+    assert all(p.result().ok for p in (*moved, added))
+    want = {"value": [{"a": True, "d": {"x": [2]}, "b": 2}, "t"]}
+    assert w.store.read_durable(L) == want == w.b.visible(L)
+
+
 def test_a_cell_set_of_a_document_not_loaded_waits_for_it_as_before(w: World) -> None:
     # `b` never read L: its write opens a transaction, which loads it.
     _put(w, L, {"value": [1, 2]})
