@@ -35,6 +35,7 @@ from typing import Any
 import attrs
 
 from cells import (
+    ELEMENT_IDS,
     ELEMENT_KINDS,
     MISSING,
     Change,
@@ -125,6 +126,17 @@ def _id_step(root: object, prefix: Path, v: object, eid: str) -> object:
         return _step(v, eid)
     pos = element_position(root, prefix, v, eid)
     return MISSING if pos is None else v[pos]
+
+
+def ids_kept(before: object, after: object) -> bool:
+    """Whether two values of a document hold the same element id tables (`ELEMENT_IDS`):
+    only then does a list that is the same object on both sides name the same element by
+    each id. (A rejected splice reverted under a whole-list write built on it leaves the
+    list object as it was and its id table changed: a reader by id then reads another
+    element.)"""
+    tb = before.get(ELEMENT_IDS, MISSING) if type(before) is dict else MISSING
+    ta = after.get(ELEMENT_IDS, MISSING) if type(after) is dict else MISSING
+    return tb is ta or bool(tb == ta)
 
 
 def _same_run(a: list[object], b: list[object], start_a: int, start_b: int, limit: int) -> int:
@@ -230,8 +242,8 @@ def changed_at(before: object, after: object, path: Path, *, shallow: bool) -> b
     """
     b, a = before, after
     for i, elem in enumerate(path):
-        if b is a:
-            return False
+        if b is a and (i == 0 or ids_kept(before, after)):
+            return False  # (else an element id below may name another element: walk on)
         if type(b) is dict and type(a) is dict and type(elem) is str:
             # The usual step (a field of two documents), without two calls to _step.
             b = b.get(elem, MISSING)
@@ -826,6 +838,7 @@ class ReaderIndex:
         comparisons = 0
         # Ancestor levels already compared: only when several paths may share them.
         done: set[int] | None = set() if len(paths) > 1 else None
+        kept: bool | None = None  # `ids_kept`, asked when a level is the same object
         below: list[tuple[_Trie, object, object, Path]] = []
         roots = (before, after)
         for written in paths:
@@ -835,7 +848,13 @@ class ReaderIndex:
             for depth, elem in enumerate(written):
                 assert t is not None
                 if b is a:
-                    t = None  # nothing at or below here changed after all
+                    # Nothing at or below here changed after all, unless the id tables
+                    # did: then its readers by id are compared, unpruned (below).
+                    if kept is None:
+                        kept = ids_kept(before, after)
+                    if not kept:
+                        below.append((t, b, a, path[:depth]))
+                    t = None
                     break
                 if t.deep is not None or t.shallow is not None:  # (a level read here)
                     if done is None:
@@ -923,7 +942,12 @@ class ReaderIndex:
                     t = None
                     break
                 t, b, a = child, nb, na
-            if t is not None and b is not a:
+            if t is not None and b is a:
+                if kept is None:
+                    kept = ids_kept(before, after)
+                if not kept:
+                    below.append((t, b, a, path))  # (as above)
+            elif t is not None:
                 if t.children:
                     below.append((t, b, a, path))
                 else:  # (a level with no reader below it: `_match_trie_from`'s first step)
@@ -974,10 +998,15 @@ class ReaderIndex:
         roots: tuple[object, object],
     ) -> list[Node]:
         comparisons = 0
+        kept: bool | None = None  # `ids_kept`, asked when a level is the same object
         while stack:
             t, b, a, at = stack.pop()
             if b is a:
-                continue  # nothing at or below this path changed
+                if kept is None:
+                    kept = ids_kept(roots[0], roots[1])
+                if kept:
+                    continue  # nothing at or below this path changed
+                # (The id tables changed: a reader by id below may read another element.)
             deep, shallow = t.deep, t.shallow  # (`_size` and `_hit` inlined, as above)
             if deep is not None:
                 if type(deep) is dict:
@@ -1063,6 +1092,7 @@ class ReaderIndex:
         tried = 0
         comparisons = 0
         dicts = type(before) is dict and type(after) is dict
+        kept: bool | None = None  # `ids_kept`, asked when a read place is the same object
         for node, paths in readers:
             if paths is not last:
                 last, hit, tried = paths, False, 0
@@ -1086,7 +1116,13 @@ class ReaderIndex:
                                 b = b.get(e, MISSING)
                                 a = a.get(e, MISSING)
                         if b is a:
-                            continue
+                            if kept is None:  # (`ids_kept`, its usual answer inlined)
+                                kept = before.get(ELEMENT_IDS, MISSING) is after.get(  # type: ignore[attr-defined]
+                                    ELEMENT_IDS, MISSING
+                                ) or ids_kept(before, after)
+                            if kept:
+                                continue
+                            b = _UNREACHABLE  # (an element id below may name another element)
                         if b is not _UNREACHABLE:
                             t = type(b)
                             if not shallow and t is type(a) and (t is int or t is str):

@@ -6,7 +6,7 @@ from typing import Any
 
 from cells import ELEMENT_IDS, Change, DocKey, Identity, element_ids, ids_key, set_path
 from scheduler._node import Node
-from scheduler._readers import TRIE_READERS, ReaderIndex, compact_reads
+from scheduler._readers import TRIE_READERS, ReaderIndex, changed_at, compact_reads
 
 KEY = DocKey("sp", "doc", "space", "p", "s")
 
@@ -337,3 +337,36 @@ def test_a_read_of_element_kinds_sees_a_change_of_kind_only() -> None:
         assert kinds in index.match(Change(KEY, before, front, paths))
         assert kinds in index.match(Change(KEY, before, front))
         index._check([*elements, kinds])
+
+
+def test_a_reader_by_element_id_is_triggered_when_only_the_id_table_changed() -> None:
+    # A rejected splice reverted under a whole-list write built on it: the list is the
+    # same object before and after, but the document's id table is not, so the id
+    # "#1" names another element now (found by `property_tests/test_list_element_edits_props`:
+    # a filter kept an element whose value had changed). Every way of matching
+    # (`changed_at`, the readers' tables, the trie with or without the written paths)
+    # triggers the readers whose element moved, and only them.
+    items = [{"v": 0}, {"v": 1}, {"v": 2}]
+    before = {"value": items, ELEMENT_IDS: {ids_key(("value",)): [3, ["~9", "#0", "#1"]]}}
+    after = {"value": items, ELEMENT_IDS: {ids_key(("value",)): [2, ["#0", "#1", "#2"]]}}
+    assert element_ids(before, ("value",), items)[2] == element_ids(after, ("value",), items)[1]
+    assert changed_at(before, after, ("value", "#1"), shallow=False)
+    assert changed_at(before, after, ("value", "#0", "v"), shallow=False)
+    assert not changed_at(before, after, ("value", 1), shallow=False)  # (by position)
+    for many in (False, True):
+        index = ReaderIndex()
+        moved = [_reader(index, f"by id {x}", (("value", x), False)) for x in ("#0", "#1")]
+        field = _reader(index, "field of #1", (("value", "#1", "v"), False))
+        by_position = _reader(index, "at 1", (("value", 1), False))
+        others = [
+            _reader(index, f"other {i}", (("other", i), False))
+            for i in range(TRIE_READERS if many else 0)
+        ]
+        assert (KEY in index.tries) is many
+        want = {*moved, field}
+        assert want == set(index.match(Change(KEY, before, after)))
+        # The revert's written paths are unknown; a local commit's are known.
+        written = (("value",), (ELEMENT_IDS, ids_key(("value",))))
+        assert want == set(index.match(Change(KEY, before, after, written)))
+        assert by_position not in index.match(Change(KEY, before, after))
+        index._check([*moved, field, by_position, *others])
