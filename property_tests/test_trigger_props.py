@@ -6,7 +6,9 @@ Deep reads compare values by their canonical JSON text; shallow reads compare a
 value's *shape* (a dict's key set, a list's length, a scalar's type), as the
 trigger rule says (docs/explanation: a shallow read sees keys, length, kind); a read
 of a list's element kinds (a path ending in `ELEMENT_KINDS`) sees the list's length
-and the shape of each element that is no container.
+and the shape of each element that is no container. A read by element id resolves the
+id in the document's own id table (`ELEMENT_IDS`; without one, `#k` is position k), so a
+change of the table alone, the list the same object, moves what such a read sees.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 import scheduler._readers as readers_module
-from cells import ELEMENT_KINDS, MISSING, Change, DocKey, Identity, set_path
+from cells import ELEMENT_IDS, ELEMENT_KINDS, MISSING, Change, DocKey, Identity, ids_key, set_path
 from scheduler._node import Node
 from scheduler._readers import ReaderIndex, changed_at, compact_reads
 
@@ -267,5 +269,92 @@ def test_the_reader_trie_matches_exactly_the_readers_the_rule_triggers(
             index._check([n for n in nodes if n.reads])
             for node, reads in zip(nodes[1::3], readers[1::3], strict=False):
                 index.apply(node, compact_reads((key, p, s) for p, s in reads))
+    finally:
+        readers_module.TRIE_READERS = saved
+
+
+# ------------------------------------------------------------------- reads by element id
+
+_ID_POOL = ("#0", "#1", "#2", "#3", "~5", "~6", "~7")
+_ID_READS = st.one_of(
+    st.tuples(st.sampled_from((*_ID_POOL, "#9")).map(lambda x: ("value", x)), st.booleans()),
+    st.tuples(st.sampled_from(_ID_POOL).map(lambda x: ("value", x, "v")), st.booleans()),
+    st.tuples(st.integers(0, 3).map(lambda i: ("value", i)), st.booleans()),
+)
+
+
+@st.composite
+def _id_tables(draw: st.DrawFn, n: int) -> list[str] | None:
+    """The stored ids of an n-element list (distinct, drawn from `_ID_POOL`), or None:
+    no table (ids by position)."""
+    if draw(st.booleans()):
+        return None
+    return draw(st.permutations(_ID_POOL).map(lambda ids: list(ids[:n])))
+
+
+def _by_id(items: list[Any], ids: list[str] | None, read: tuple[Any, ...]) -> Any:
+    """What a read below "value" finds in `items` under `ids` (this test's own
+    resolution: the position of the id in the table, or `#k` at k without one)."""
+    step, rest = read[1], read[2:]
+    if type(step) is int:
+        pos: int | None = step if step < len(items) else None
+    elif ids is None:
+        k = int(step[1:]) if step.startswith("#") else len(items)
+        pos = k if k < len(items) else None
+    else:
+        pos = ids.index(step) if step in ids else None
+    if pos is None:
+        return _ABSENT
+    found = items[pos]
+    return found[rest[0]] if rest else found
+
+
+@given(
+    st.lists(st.integers(0, 2).map(lambda v: {"v": v}), min_size=1, max_size=4).flatmap(
+        lambda items: st.tuples(st.just(items), _id_tables(len(items)), _id_tables(len(items)))
+    ),
+    st.lists(st.lists(_ID_READS, min_size=1, max_size=2), min_size=1, max_size=24),
+    st.integers(0, 30),
+)
+def test_readers_by_element_id_see_a_change_of_the_id_table_alone(
+    drawn: tuple[list[Any], list[str] | None, list[str] | None],
+    readers: list[list[tuple[Any, bool]]],
+    threshold: int,
+) -> None:
+    """The list is the same object before and after (a rejected splice reverted under a
+    whole-list write built on it: only the id table moved). A reader is triggered
+    exactly when what one of its reads sees changed: an id now naming an element of
+    another value, or none; a field of it; never a read by position."""
+    items, ids_before, ids_after = drawn
+    key = DocKey("sp", "doc", "space", "p", "s")
+    table = ids_key(("value",))
+
+    def doc(ids: list[str] | None) -> dict[str, Any]:
+        return {"value": items} if ids is None else {"value": items, ELEMENT_IDS: {table: [8, ids]}}
+
+    before, after = doc(ids_before), doc(ids_after)
+
+    def changed(read: tuple[Any, ...], shallow: bool) -> bool:
+        b, a = _by_id(items, ids_before, read), _by_id(items, ids_after, read)
+        if b is _ABSENT or a is _ABSENT:
+            return b is not a
+        return _shape(b) != _shape(a) if shallow else _deep(b) != _deep(a)
+
+    for reads in readers:
+        for read, shallow in reads:
+            assert changed(read, shallow) == changed_at(before, after, read, shallow=shallow)
+    saved = readers_module.TRIE_READERS
+    readers_module.TRIE_READERS = threshold
+    try:
+        index, nodes = _index_with(readers, key)
+        want = {
+            node
+            for node, reads in zip(nodes, readers, strict=True)
+            if any(changed(p, s) for p, s in reads)
+        }
+        assert want == set(index.match(Change(key, before, after)))
+        written = (("value",), (ELEMENT_IDS, table))
+        assert want == set(index.match(Change(key, before, after, written)))
+        index._check(nodes)
     finally:
         readers_module.TRIE_READERS = saved
