@@ -269,7 +269,7 @@ def run_direct(
     returns. `RUN_NONE` with nothing done otherwise."""
     outs = node._outs
     wpath: Path
-    places: tuple[tuple[DocKey, Path], ...] | None
+    places: tuple[tuple[DocKey, Path], ...]
     if type(outs) is DocKey:
         wkey, wpath = outs, VALUE_PATH
     elif type(outs) is tuple and len(outs) == 2 and type(outs[0]) is DocKey:
@@ -310,28 +310,25 @@ def run_direct(
             places = ((key, path),)
     else:
         plan = fn.plan
-        if plan is not None and plan.tag is reads:
-            # Its read set is the one its plan was made for: the places and the checks
+        if plan is None or plan.tag is not reads:
+            found = direct_places(node, inputs)
+            if found is None:
+                return RUN_NONE
+            places, plan = found, None
+            if fn.keeps_plan and len(places) > 1:
+                # Checked once per read set from now on (the read set object is the tag:
+                # a new one, or `Graph.replace_reads` changing it in place, drops the
+                # plan). A join's only: one input's checks above cost about what a plan
+                # saves, and a plan would cost every one-input node about 170 bytes.
+                plan = replica.field_plan(places, wkey, wpath, node.identity, reads)
+                cast(Any, fn).plan = plan  # (its slot: `keeps_plan`)
+                if plan is None:
+                    return RUN_NONE
+        if plan is not None:
+            # A plan of this read set (kept, or made just now): its places and the checks
             # of the keys hold (`keeps_plan`).
             return replica.run_field(
                 plan.places, wkey, wpath, fn.compute, node.identity, node, on_failure,
-                fn.accepts if fn.hooked else None, fn.wrote if fn.hooked else None, (), None,
-                plan,
-            )  # fmt: skip
-        places = direct_places(node, inputs)
-        if places is None:
-            return RUN_NONE
-        if fn.keeps_plan and len(places) > 1:
-            # Checked once per read set from now on (the read set object is the tag: a
-            # new one, or `Graph.replace_reads` changing it in place, drops the plan).
-            # A join's only: one input's checks above cost about what a plan saves, and
-            # a plan would cost every one-input node about 170 bytes.
-            plan = replica.field_plan(places, wkey, wpath, node.identity, reads)
-            cast(Any, fn).plan = plan  # (its slot: `keeps_plan`)
-            if plan is None:
-                return RUN_NONE
-            return replica.run_field(
-                places, wkey, wpath, fn.compute, node.identity, node, on_failure,
                 fn.accepts if fn.hooked else None, fn.wrote if fn.hooked else None, (), None,
                 plan,
             )  # fmt: skip
