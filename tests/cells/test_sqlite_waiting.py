@@ -40,11 +40,17 @@ class Recording(SQLiteStore):
         finally:
             self.evaluated.set()
 
-    def _apply(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+    def _apply(self, *args: Any, **kwargs: Any) -> bool:  # type: ignore[override]
         if self.interrupt_before:
             self.interrupt_before = False
             raise KeyboardInterrupt
-        super()._apply(*args, **kwargs)
+        return super()._apply(*args, **kwargs)
+
+    def _commit_one(self, *args: Any) -> Any:  # (the usual one-write commit's `_apply`)
+        if self.interrupt_before:
+            self.interrupt_before = False
+            raise KeyboardInterrupt
+        return super()._commit_one(*args)
 
     def _remember(self, seq: int, rows: Any) -> None:
         if self.interrupt_after:
