@@ -528,6 +528,28 @@ def test_a_commit_after_another_writers_whose_first_row_was_pruned_takes_the_nex
     other._check()
 
 
+def test_a_commit_of_documents_the_writer_remembers_after_another_writers_takes_the_next_seq(
+    stores: Make, db: FsPath
+) -> None:
+    # Both documents' heads are remembered from this writer's commit; another writer
+    # then writes one and a third. The next commit of both updates no head (a log row
+    # is newer than the seq it would take), and goes the general way: the next seq, on
+    # the other writer's values.
+    store, other = stores(db), stores(db)
+    listener = Verdicts()
+    sid = store.connect(listener)
+    x, y = key("x"), key("y")
+    assert 1 == commit(store, listener, sid, 1, x, y).seq
+    tx = Space(other, "c").edit()
+    tx.write(x, ("other",), "o")
+    tx.write(key("z"), ("value",), 0)
+    assert tx.commit().wait(WAIT).ok  # seq 2
+    assert 3 == commit(store, listener, sid, 2, x, y).seq
+    assert {"value": 2, "other": "o"} == store.read_durable(x)
+    assert {"value": 2} == store.read_durable(y)
+    store._check()
+
+
 def test_a_read_the_writer_remembers_is_checked_again_after_another_writers_commit(
     stores: Make, db: FsPath
 ) -> None:
