@@ -37,28 +37,34 @@ from cells import Space, SQLiteStore, Transaction
 
 
 class _TimedConnection:
-    """The writer connection, each statement's thread CPU added up."""
+    """The writer connection (or a cursor of it), each statement's thread CPU added up."""
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Any, counts: _TimedConnection | None = None) -> None:
         self._conn = conn
+        self._counts = self if counts is None else counts
         self.ns = 0
         self.statements = 0
 
     def execute(self, *args: Any) -> Any:
         start = time.thread_time_ns()
         try:
-            return self._conn.execute(*args)
+            out = self._conn.execute(*args)
+            return self if out is self._conn else out  # (a cursor returns itself)
         finally:
-            self.ns += time.thread_time_ns() - start
-            self.statements += 1
+            self._counts.ns += time.thread_time_ns() - start
+            self._counts.statements += 1
 
     def executemany(self, *args: Any) -> Any:
         start = time.thread_time_ns()
         try:
-            return self._conn.executemany(*args)
+            out = self._conn.executemany(*args)
+            return self if out is self._conn else out
         finally:
-            self.ns += time.thread_time_ns() - start
-            self.statements += 1
+            self._counts.ns += time.thread_time_ns() - start
+            self._counts.statements += 1
+
+    def cursor(self) -> _TimedConnection:
+        return _TimedConnection(self._conn.cursor(), self)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._conn, name)
@@ -70,6 +76,7 @@ def measure(directory: str, commits: int, documents: int) -> str:
     store = SQLiteStore(path, synchronous="FULL", poll_interval=0)
     timed = _TimedConnection(store._wconn)
     store._wconn = timed  # type: ignore[assignment]
+    store._wcur = timed.cursor()  # type: ignore[assignment]
     evaluated = [0]
     evaluate = store._evaluate
 

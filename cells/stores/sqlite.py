@@ -1047,6 +1047,10 @@ class SQLiteStore(WriterStore):
         self._rconn: sqlite3.Connection | None = None
         try:
             self._wconn = self._open_connection()
+            self._wcur = self._wconn.cursor()
+            """The writer connection's cursor for a commit's own statements (`_evaluate`,
+            `_commit_one`): one `execute` on it costs about 0.15 us less than on the
+            connection, which makes a cursor each time."""
             try:
                 journal = self._wconn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             except sqlite3.Error as exc:
@@ -1340,7 +1344,9 @@ class SQLiteStore(WriterStore):
         whose head row this writer remembers at a seq no newer than the read's basis
         (`_known_revisions_since` would answer no revision for each). The usual commit of
         a file's only writer; any other goes through `validate_commit`. Only inside
-        `_evaluate`, after it checked that `_known` still holds."""
+        `_evaluate`, after it checked that `_known` still holds, or before the commit's
+        head update checks it (`_NO_NEWER`: if it no longer holds, nothing is written
+        and the commit is validated again the general way)."""
         if request.deps or request.create_only or request.fence is not None:
             return False
         known = self._known
@@ -1484,13 +1490,14 @@ class SQLiteStore(WriterStore):
         """
         with self._write_lock:
             conn = self._writer_conn()
+            cur = self._wcur
             session_key = self._sessions.key(request.session_id)
             self._committing = None
-            conn.execute("BEGIN IMMEDIATE")
+            cur.execute("BEGIN IMMEDIATE")
             try:
                 top = self._known_top
                 if len(request.writes) == 1 and top >= 0:
-                    one = self._commit_one(conn, request, session_key)
+                    one = self._commit_one(conn, cur, request, session_key)
                     if one is not None:
                         self._sessions.resolve(session_key, request.local_seq, rejected=False)
                         self._delivered = top + 1
@@ -1515,12 +1522,12 @@ class SQLiteStore(WriterStore):
                 rows: dict[DocKey, _Known] = {}
                 if staged is None:  # (rejected: nothing written)
                     verdict = Verdict(None, error=error)
-                    conn.execute("ROLLBACK")
+                    cur.execute("ROLLBACK")
                 else:
                     docs, base_seqs, rows = staged[0], staged[1], staged[2]
                     verdict = Verdict(seq, docs, base_seqs=base_seqs)
                     self._committing = (seq, session_key, verdict)
-                    conn.execute("COMMIT")
+                    cur.execute("COMMIT")
             except BaseException:
                 _rollback(conn)
                 self._known.clear()
@@ -1538,7 +1545,11 @@ class SQLiteStore(WriterStore):
             return verdict
 
     def _commit_one(
-        self, conn: sqlite3.Connection, request: CommitRequest, session_key: str
+        self,
+        conn: sqlite3.Connection,
+        cur: sqlite3.Cursor,
+        request: CommitRequest,
+        session_key: str,
     ) -> Verdict | None:
         """`_evaluate`'s usual commit when it writes one document (`_stage_known` and
         `_apply` for it, inlined: about 300 bytecodes fewer), committed and remembered,
@@ -1565,17 +1576,17 @@ class SQLiteStore(WriterStore):
             plain = plain and type(value) in PLAIN_FIELDS and field != "/"
         seq = self._known_top + 1
         text = _encode(new).decode() if plain else encode_value(new)
-        if not conn.execute(_UPDATE_HEAD, (seq, REVISIONS_KEPT, doc, text)).rowcount:
+        if not cur.execute(_UPDATE_HEAD, (seq, REVISIONS_KEPT, doc, text)).rowcount:
             self._known_version = -1
             return None  # (another writer committed since `_known_top`: nothing was written)
         entries = _encode([(doc, last, (path,))])
-        conn.execute(_INSERT_LOG, (seq, number, request.local_seq, 1, entries))
+        cur.execute(_INSERT_LOG, (seq, number, request.local_seq, 1, entries))
         count += 1
         if count > 2 * REVISIONS_KEPT:
             count -= self._prune(conn, [doc])[doc]
         verdict = Verdict(seq, {key: new}, base_seqs={key: last})
         self._committing = (seq, session_key, verdict)
-        conn.execute("COMMIT")
+        cur.execute("COMMIT")
         self._remember(seq, {key: (doc, seq, count, new, plain)})
         return verdict
 
