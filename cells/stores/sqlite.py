@@ -1551,43 +1551,32 @@ class SQLiteStore(WriterStore):
         request: CommitRequest,
         session_key: str,
     ) -> Verdict | None:
-        """`_evaluate`'s usual commit when it writes one document (`_stage_known` and
-        `_apply` for it, inlined: about 300 bytecodes fewer), committed and remembered,
-        inside `_evaluate`'s transaction; None, with nothing written, for any other (the
-        general way then decides it)."""
+        """`_evaluate`'s usual commit when it writes one document, staged by
+        `_stage_known` and written by its two statements (`_apply`'s general steps and
+        `_evaluate`'s bookkeeping left out: bench.opcodes --row "SQLiteStore commit",
+        2,566 bytecodes a commit at 29260fd, 2,414 with this path), committed and
+        remembered inside `_evaluate`'s transaction; None, with nothing written, for any
+        other (the general way then decides it)."""
         number = self._session_numbers.get(session_key)
         if number is None or not self._plainly_valid(request):
             return None
-        w = request.writes[0]
-        key, path = w.key, w.path
-        got = self._known.get(key)
-        if got is None or len(path) != 1:
-            return None
-        doc, last, count, current, plain = got
-        field = path[0]
-        if type(current) is not dict or type(field) is not str:
-            return None
-        value = w.value
-        if value is MISSING:
-            new = dict(current)
-            new.pop(field, None)
-        else:
-            new = {**current, field: value}
-            plain = plain and type(value) in PLAIN_FIELDS and field != "/"
         seq = self._known_top + 1
-        text = _encode(new).decode() if plain else encode_value(new)
-        if not cur.execute(_UPDATE_HEAD, (seq, REVISIONS_KEPT, doc, text)).rowcount:
+        staged = self._stage_known(request.writes, seq)
+        if staged is None:
+            return None
+        docs, base_seqs, rows, entries, updates, due = staged
+        if not cur.execute(_UPDATE_HEAD, (seq, REVISIONS_KEPT, *updates)).rowcount:
             self._known_version = -1
             return None  # (another writer committed since `_known_top`: nothing was written)
-        entries = _encode([(doc, last, (path,))])
-        cur.execute(_INSERT_LOG, (seq, number, request.local_seq, 1, entries))
-        count += 1
-        if count > 2 * REVISIONS_KEPT:
-            count -= self._prune(conn, [doc])[doc]
-        verdict = Verdict(seq, {key: new}, base_seqs={key: last})
+        cur.execute(_INSERT_LOG, (seq, number, request.local_seq, 1, _encode(entries)))
+        if due:
+            gone = self._prune(conn, due)
+            ((key, (doc, _, count, value, plain)),) = rows.items()
+            rows[key] = (doc, seq, count - gone[doc], value, plain)
+        verdict = Verdict(seq, docs, base_seqs=base_seqs)
         self._committing = (seq, session_key, verdict)
         cur.execute("COMMIT")
-        self._remember(seq, {key: (doc, seq, count, new, plain)})
+        self._remember(seq, rows)
         return verdict
 
     def _evaluate_read(

@@ -528,6 +528,18 @@ def test_a_commit_after_another_writers_whose_first_row_was_pruned_takes_the_nex
     other._check()
 
 
+def remembered_then_written_by_another(
+    stores: Make, db: FsPath
+) -> tuple[SQLiteStore, Verdicts, str, Space]:
+    """A store that committed x and y at seq 1 (its writer remembers both heads), its
+    listener and session, and a space on another store object of the same file."""
+    store, other = stores(db), stores(db)
+    listener = Verdicts()
+    sid = store.connect(listener)
+    assert 1 == commit(store, listener, sid, 1, key("x"), key("y")).seq
+    return store, listener, sid, Space(other, "c")
+
+
 def test_a_commit_of_documents_the_writer_remembers_after_another_writers_takes_the_next_seq(
     stores: Make, db: FsPath
 ) -> None:
@@ -535,12 +547,9 @@ def test_a_commit_of_documents_the_writer_remembers_after_another_writers_takes_
     # then writes one and a third. The next commit of both updates no head (a log row
     # is newer than the seq it would take), and goes the general way: the next seq, on
     # the other writer's values.
-    store, other = stores(db), stores(db)
-    listener = Verdicts()
-    sid = store.connect(listener)
+    store, listener, sid, other = remembered_then_written_by_another(stores, db)
     x, y = key("x"), key("y")
-    assert 1 == commit(store, listener, sid, 1, x, y).seq
-    tx = Space(other, "c").edit()
+    tx = other.edit()
     tx.write(x, ("other",), "o")
     tx.write(key("z"), ("value",), 0)
     assert tx.commit().wait(WAIT).ok  # seq 2
@@ -557,12 +566,9 @@ def test_a_read_the_writer_remembers_is_checked_again_after_another_writers_comm
     # x. A read of x at basis 1 writing y looks plainly valid by what the writer
     # remembers, but its head update finds a newer log row: nothing is written, and the
     # commit is validated against the file, and conflicts.
-    store, other = stores(db), stores(db)
-    listener = Verdicts()
-    sid = store.connect(listener)
+    store, listener, sid, other = remembered_then_written_by_another(stores, db)
     x, y = key("x"), key("y")
-    assert 1 == commit(store, listener, sid, 1, x, y).seq
-    assert Space(other, "c").cell("x").set(7).wait(WAIT).ok  # seq 2
+    assert other.cell("x").set(7).wait(WAIT).ok  # seq 2
     store.submit(listener, reading(sid, 2, x, 1, y))
     assert store.flush(WAIT)
     listener.mailbox.drain()
