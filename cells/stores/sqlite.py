@@ -1496,22 +1496,23 @@ class SQLiteStore(WriterStore):
             cur.execute("BEGIN IMMEDIATE")
             try:
                 top = self._known_top
-                if len(request.writes) == 1 and top >= 0:
-                    one = self._commit_one(conn, cur, request, session_key)
-                    if one is not None:
-                        self._sessions.resolve(session_key, request.local_seq, rejected=False)
-                        self._delivered = top + 1
-                        return one
                 behind: list[_Change] = []  # (not `list[_Change]()`: that call costs 10 times more)
                 number = self._session_numbers.get(session_key)
                 staged: _Staged | None = None
                 if top >= 0 and number is not None and self._plainly_valid(request):
-                    staged = self._stage_known(request.writes, top + 1)
-                    if staged is not None and not self._apply(
-                        conn, request, number, top + 1, staged, checked=False
-                    ):
-                        staged = None  # (another writer committed: nothing was written)
-                        self._known_version = -1
+                    if len(request.writes) == 1:
+                        one = self._commit_one(conn, cur, request, session_key, number)
+                        if one is not None:
+                            self._sessions.resolve(session_key, request.local_seq, rejected=False)
+                            self._delivered = top + 1
+                            return one
+                    else:
+                        staged = self._stage_known(request.writes, top + 1)
+                        if staged is not None and not self._apply(
+                            conn, request, number, top + 1, staged, checked=False
+                        ):
+                            staged = None  # (another writer committed: nothing was written)
+                            self._known_version = -1
                 if staged is None:
                     top, behind, staged, error = self._evaluate_read(conn, request, session_key)
                     if staged is not None:
@@ -1550,16 +1551,15 @@ class SQLiteStore(WriterStore):
         cur: sqlite3.Cursor,
         request: CommitRequest,
         session_key: str,
+        number: int,
     ) -> Verdict | None:
-        """`_evaluate`'s usual commit when it writes one document, staged by
-        `_stage_known` and written by its two statements (`_apply`'s general steps and
-        `_evaluate`'s bookkeeping left out: bench.opcodes --row "SQLiteStore commit",
-        2,566 bytecodes a commit at 29260fd, 2,414 with this path), committed and
-        remembered inside `_evaluate`'s transaction; None, with nothing written, for any
-        other (the general way then decides it)."""
-        number = self._session_numbers.get(session_key)
-        if number is None or not self._plainly_valid(request):
-            return None
+        """`_evaluate`'s usual commit (`_plainly_valid`, its session `number`ed) when it
+        writes one document, staged by `_stage_known` and written by its two statements
+        (`_apply`'s general steps and `_evaluate`'s bookkeeping left out: bench.opcodes
+        --row "SQLiteStore commit", 2,566 bytecodes a commit at 29260fd, about 2,400
+        with this path), committed and remembered inside `_evaluate`'s transaction;
+        None, with nothing written, if `_known` cannot stage it or another writer
+        committed since `_known_top` (the general way then decides it)."""
         seq = self._known_top + 1
         staged = self._stage_known(request.writes, seq)
         if staged is None:
