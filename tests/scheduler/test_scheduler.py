@@ -1306,3 +1306,38 @@ def test_readers_of_one_document_hold_one_key_object(env: Env) -> None:
     assert all(key_of(n, shared.doc_key) is first for n in nodes)
     assert before == [key_of(n, m.doc_key) for n, m in zip(nodes, own, strict=True)]
     assert [outs[i].get() for i in range(3)] == [2, 3, 4]
+
+
+def test_graph_nodes_are_the_registered_nodes_once_each_in_registration_order(
+    env: Env,
+) -> None:
+    # The graph keeps no table of every node: a node with outputs is found through the
+    # writer table (once, though it writes two documents or shares one), an effect in
+    # a table of its own; `nodes` puts them back in registration order.
+    src = env.source("src", 1)
+    a_out, b_out = env.sp.cell("a"), env.sp.cell("b")
+    a = env.compute(a_out, [src], lambda v: v + 1)
+    env.sch.sink(a_out, lambda _v: None)
+    (sink,) = [n for n in env.sch.graph.nodes if n.kind == "effect"]
+
+    def both(tx: Transaction) -> None:
+        tx.write(b_out.doc_key, ("value",), 1)
+        tx.write(a_out.doc_key, ("other",), 2)
+
+    b = env.sch.register(
+        both,
+        identity=env.sp.identity,
+        outputs=[(b_out.doc_key, ("value",)), (a_out.doc_key, ("other",))],
+    )
+    d = env.sch.derive(env.sp.cell("d"), [b_out], lambda v: v)
+    nodes = env.sch.graph.nodes
+    assert [a, sink, b, d] == list(nodes)
+    assert 4 == len(nodes)
+    assert all(n in nodes for n in (a, sink, b, d))
+    assert object() not in nodes
+    env.check()
+    env.sch.remove(b)
+    env.sch.remove(sink)
+    assert [a, d] == list(env.sch.graph.nodes)
+    assert b not in env.sch.graph.nodes and sink not in env.sch.graph.nodes
+    assert 2 == len(env.sch.graph.nodes)
