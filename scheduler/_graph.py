@@ -264,11 +264,13 @@ class Graph:
         """The registered nodes, in registration order (a view: see `Nodes`)."""
         return Nodes(self)
 
-    def add(self, node: Node) -> None:
+    def add(self, node: Node, parent: Node | None = None) -> None:
+        """Register `node`; with `parent` (the node whose run registered it), ordered
+        after it from the start."""
         self.count += 1
         self.added += 1
-        if node.parent is not None and node.parent.registered:
-            node.height = node.parent.height + 1
+        if parent is not None and parent.registered:
+            node.height = parent.height + 1
         if not node.outputs:
             self.effects[node] = None
         by_doc = self.writers_by_doc

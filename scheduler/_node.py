@@ -245,7 +245,6 @@ class Node:
     attrs converter: that makes attrs hook every attribute write of the node.)"""
     _label: str | None
     """The label given at registration; None: `str(fn)` says it when asked (`label`)."""
-    parent: Node | None = None
     status: Status = "never-ran"
     reads: ReadSet = NO_READS
     declared: ReadSet | None = None

@@ -190,7 +190,8 @@ class Passes:
         """Add a node. A computation does nothing until demand reaches it; an effect is live now.
 
         A computation registered while a live node runs gets provisional demand
-        (and that node as parent unless given), so it runs in the same pass.
+        (and is ordered after that node, its parent, unless `parent` names another),
+        so it runs in the same pass.
         `reads` declares what the node may read (document, full path, shallow):
         its read set until its first run replaces it, so demand and order reach
         a never-ran node's inputs before it runs. It stays a promise after that:
@@ -218,7 +219,6 @@ class Passes:
             one_output(tuple([(held(key), path) for key, path in outputs])),
             label
             or (None if isinstance(fn, SelfLabelled) else str(getattr(fn, "__qualname__", "node"))),
-            parent,
         )
         if (
             kind == "computation"
@@ -226,7 +226,7 @@ class Passes:
             and (running.is_live or running in self.graph.pulled)
         ):
             node.provisional = True
-        self.graph.add(node)
+        self.graph.add(node, parent)  # (kept by no slot: it only orders the node now)
         declared = tuple(reads)
         if declared:
             reads_now = lean_reads(compact_reads(declared))

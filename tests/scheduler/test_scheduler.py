@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -795,7 +796,8 @@ def test_child_registered_by_a_live_run_runs_provisionally_then_only_on_demand(e
     env.sch.sink(parent_out, lambda v: None)
     assert pnode.runs == 1
     (cnode,) = children
-    assert cnode.parent is pnode
+    assert cnode.height > pnode.height  # ordered after the node that registered it
+    assert not any(r is pnode for r in gc.get_referents(cnode))  # (and holds no reference)
     assert cnode.runs == 1  # in the same settle()
     assert child_out.get() == 35
     assert not cnode.provisional
