@@ -807,7 +807,31 @@ class ReaderIndex:
                     return [node] if changed_at(before, after, p, shallow=False) else []
                 return self._matching(((node, paths),), before, after, False)
             if len(deep) < TRIE_READERS:
-                return self._matching(deep.items(), before, after, False)  # the usual document
+                # The usual document. Its readers all read it the same way (a node's
+                # output, read whole by the nodes and the sink that read it: they share
+                # one paths tuple, `compact_reads`), asked in C: one verdict for all.
+                ways = list(deep.values())
+                paths = ways[0]
+                if (
+                    ways.count(paths) == len(ways)
+                    and type(before) is dict
+                    and type(after) is dict
+                    and len(paths) == 1
+                ):
+                    # `_matching` of one reader of one path, for every reader.
+                    p = paths[0]
+                    self.comparisons += len(ways)
+                    if len(p) == 1 and type(p[0]) is str:
+                        b = before.get(p[0], MISSING)
+                        a = after.get(p[0], MISSING)
+                        if b is a:
+                            return []  # (one step: the same object is the same value)
+                        t = type(b)
+                        if t is type(a) and (t is int or t is str):
+                            return list(deep) if b != a else []
+                        return list(deep) if not same_value(b, a) else []
+                    return list(deep) if changed_at(before, after, p, shallow=False) else []
+                return self._matching(deep.items(), before, after, False)
         trie = self.tries.get(key) if deep is None and shallow is None else None
         if trie is not None:
             written = change.paths

@@ -370,3 +370,52 @@ def test_a_reader_by_element_id_is_triggered_when_only_the_id_table_changed() ->
         assert want == set(index.match(Change(KEY, before, after, written)))
         assert by_position not in index.match(Change(KEY, before, after))
         index._check([*moved, field, by_position, *others])
+
+
+def test_readers_that_all_read_a_document_the_same_way_get_the_general_verdict() -> None:
+    # `match`'s shortcut for a document whose few readers share one way of reading it
+    # (a node's output, read whole by the nodes and the sink that read it): one
+    # verdict for all of them, the one `_matching` gives each reader, with the same
+    # comparison count, for every kind of change at the read place.
+    big = 10**18
+    cases: list[tuple[Any, Any]] = [
+        ({"value": 1}, {"value": 2}),  # an int changed
+        ({"value": 1}, {"value": 1}),  # the same object
+        ({"value": big}, {"value": int(str(big))}),  # equal ints, two objects
+        ({"value": "a"}, {"value": "b"}),
+        ({"value": "a"}, {"value": "".join(["a"])}),  # equal strs, two objects
+        ({"value": {"x": [1]}}, {"value": {"x": [1]}}),  # equal containers
+        ({"value": {"x": [1]}}, {"value": {"x": [2]}}),
+        ({"value": 1}, {"value": 1.0}),  # equal numbers of two types
+        ({"value": None}, {}),  # None, then absent
+        ({}, {"value": 0}),  # absent, then present
+        ({"value": 1}, None),  # the document gone
+    ]
+    for ways in ([(("value",), False)], [(("value", "x"), False)], [(("value",), True)]):
+        index = ReaderIndex()
+        readers = [_reader(index, f"r{i}", *ways) for i in range(3)]
+        table = index.shallow if ways[0][1] else index.deep
+        held = table[KEY]
+        assert isinstance(held, dict)
+        for before, after in cases:
+            expected = index._matching(held.items(), before, after, ways[0][1])
+            start = index.comparisons
+            got = index.match(Change(KEY, before, after, None))
+            counted = index.comparisons - start
+            start = index.comparisons
+            index._matching(held.items(), before, after, ways[0][1])
+            assert (got, counted) == (expected, index.comparisons - start), (ways, before, after)
+        # (Not vacuous: every reader is hit by some case, and none by another.)
+        hit = [index.match(Change(KEY, before, after)) for before, after in cases]
+        assert readers in hit and [] in hit
+    # Readers that read it in two ways are matched one by one, as before.
+    index = ReaderIndex()
+    whole = _reader(index, "whole", (("value",), False))
+    field = _reader(index, "field", (("value", "x"), False))
+    other = _reader(index, "other", (("value",), False))
+    assert [whole, other] == index.match(
+        Change(KEY, {"value": {"x": 1, "y": 1}}, {"value": {"x": 1, "y": 2}})
+    )
+    assert [whole, field, other] == index.match(
+        Change(KEY, {"value": {"x": 1}}, {"value": {"x": 2}})
+    )
