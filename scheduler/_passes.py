@@ -296,21 +296,27 @@ class Passes:
         `Cell.set`), and each change of every other notification."""
         hits = self.index.match(change)
         if hits:
-            draining = self._draining
             tracked = self._tracked
+            if tracked:
+                key = change.key
+                for node in hits:
+                    if node is not suppress and node in tracked:
+                        seen = tracked[node]
+                        if seen is not None:
+                            seen.add(key)
+            draining = self._draining
+            stats = self.stats
+            candidates = self._candidates
+            in_heap = self._in_heap
             for node in hits:
                 if node is suppress:
                     continue
-                if tracked and node in tracked:
-                    seen = tracked[node]
-                    if seen is not None:
-                        seen.add(change.key)
                 if node._gates is not None or not node.registered:
                     self._invalidate(node)
                     continue
                 # `_invalidate` for a gate-free node (a wave's every update, an edit's
                 # readers), inlined: no debounce to push out.
-                self.stats.invalidations += 1
+                stats.invalidations += 1
                 if node.status == "clean":
                     node.status = "invalid"
                 if node.live_refs > 0 or node.provisional or node.demand > 0:
@@ -322,19 +328,16 @@ class Passes:
                     # A sink that reads its cell's value directly: run once the drain's
                     # heap is empty (`_read_sinks`), with no heap entry, no turn of the
                     # drain loop and no `_run`.
-                    self._candidates[node] = None
-                    in_heap = self._in_heap
+                    candidates[node] = None
                     if node not in in_heap:
                         in_heap.add(node)
                         self._sinks_due.append(node)
                     continue
-                self._candidates[node] = None
-                if draining:
-                    in_heap = self._in_heap
-                    if node not in in_heap:
-                        in_heap.add(node)
-                        heapq.heappush(self._heap, (node.height, node.ordinal, node))
-                        self.stats.heap_pushes += 1
+                candidates[node] = None
+                if draining and node not in in_heap:
+                    in_heap.add(node)
+                    heapq.heappush(self._heap, (node.height, node.ordinal, node))
+                    stats.heap_pushes += 1
         if not self._settling and self._candidates:
             # (Inside a settle, that settle propagates it; with no candidate, nothing
             # live read what changed.)
