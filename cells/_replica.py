@@ -118,6 +118,8 @@ _SENT_LOG: list[tuple[DocKey, Path, bool]] = []
 """`Transaction.reads` of every transaction handed to the store (see `_send`): empty."""
 _NO_KEYS: frozenset[DocKey] = frozenset()
 _VALUE_PATH: Path = ("value",)
+_MIN_INT = -MAX_INT - 1
+"""The least int a document holds (int64), kept: `run_field` asks it per update."""
 WRITE_AT_HOPS = 8
 """How many documents `Replica.write_at` walks through (more: a transaction does)."""
 
@@ -1220,7 +1222,7 @@ class Replica:
         if accept is not None and not accept(new):
             return RunComputed(new)  # its writer's general path decides
         t = type(new)
-        if not ((t is int and -MAX_INT - 1 <= new <= MAX_INT) or (t is str and new.isascii())) and (
+        if not ((t is int and _MIN_INT <= new <= MAX_INT) or (t is str and new.isascii())) and (
             new is not None
         ):
             return RunComputed(new)  # `normalize` decides (floats, containers, bad values)

@@ -71,6 +71,9 @@ walks the documents, so pruning after each commit would cost more than it frees.
 REVISIONS_KEPT = 64
 """The cap on revisions kept per document (at most twice this many, pruned to this
 many) when the sessions' low-water marks keep more; older bases conflict conservatively."""
+_HISTORY_CAP = 2 * REVISIONS_KEPT
+"""Revisions a document's list takes before `_add_revision` prunes it (one global per
+commit instead of a product, in `submit_runs` and `commit_entry`)."""
 
 _ONE_PATH: dict[Path, tuple[Path]] = {}
 """Shared `paths` of one-path revisions (`(("value",),)` above all): a document keeps up
@@ -453,7 +456,7 @@ class MemoryStore(StoreBase):
                     if head.seq:
                         floors[key] = head.seq  # its history was pruned: keep that floor
                     revisions[key] = revision
-                elif isinstance(revs, list) and len(revs) < 2 * REVISIONS_KEPT:
+                elif isinstance(revs, list) and len(revs) < _HISTORY_CAP:
                     revs.append(revision)
                 else:
                     self._add_revision(key, revision, head.seq)
@@ -561,7 +564,7 @@ class MemoryStore(StoreBase):
                 if head.seq:
                     floors[key] = head.seq  # its history was pruned: keep that floor
                 revisions[key] = revision
-            elif isinstance(revs, list) and len(revs) < 2 * REVISIONS_KEPT:
+            elif isinstance(revs, list) and len(revs) < _HISTORY_CAP:
                 revs.append(revision)
             else:
                 self._add_revision(key, revision, head.seq)
