@@ -413,6 +413,41 @@ def test_a_direct_derive_of_a_container_that_gains_a_link_follows_it(
     assert [3, 41, 51, 4, 5] == seen
 
 
+def test_a_direct_derive_of_a_long_flat_container_gets_its_own_copy_and_sees_a_link(
+    sp: Space, sch: Scheduler
+) -> None:
+    # A container of many scalars (`kairo mux`: a dict of 100 ints) is copied for the
+    # function in one step; the copy is still its own, and a link among the items (last,
+    # after every scalar) still makes the run the transaction's, which follows it.
+    wide, items, target = sp.cell("wide"), sp.cell("items"), sp.cell("t")
+    flat = {str(k): k for k in range(20)}
+    wide.set(flat)
+    items.set(list(range(20)))
+    target.set(1000)
+
+    def total(m: dict[str, int], xs: list[int]) -> int:
+        m["0"] = 500  # the function's own copies: nothing stored changes
+        xs.append(7)
+        return sum(m.values()) + sum(xs)
+
+    out = sp.cell("out")
+    sch.derive(out, [wide, items], total)
+    seen: list[Any] = []
+    sch.sink(out, seen.append)
+    direct = sch.stats.direct_commits
+    wide.set({**flat, "19": 20})
+    sch.settle()
+    assert 1 == sch.stats.direct_commits - direct
+    assert [887, 888] == seen  # 500 + 190 + 190 + 7, then "19" is 20
+    assert {**flat, "19": 20} == wide.get() and list(range(20)) == items.get()
+    items.set([*range(19), target.link()])  # a link after 19 ints: the transaction's
+    sch.settle()
+    assert 1 == sch.stats.direct_commits - direct
+    assert 1869 == seen[-1]  # the dict's 691, and 171 + 1000 (followed) + 7
+    sp.replica.pump()
+    assert {"value": {**flat, "19": 20}} == sp.replica.store.read_durable(wide.doc_key)
+
+
 def test_a_direct_derive_of_a_container_overtaken_by_a_foreign_commit_reruns(
     sp: Space, sch: Scheduler
 ) -> None:
