@@ -32,6 +32,9 @@ if TYPE_CHECKING:
     from ._address import Scope
 
 
+_new_cell = object.__new__
+
+
 class CellHost(Protocol):
     """What a scheduler provides to cells: demand-driven reads and effects."""
 
@@ -172,7 +175,14 @@ class Cell:
                 f"{self!r} belongs to identity {self._identity!r}; the transaction acts for"
                 f" {tx.identity!r}"
             )
-        return Cell(self._replica, self._identity, self._link, tx=tx, host=self._host)
+        # `Cell(...)` without `__init__`'s frame: a batch of writes binds a cell per write.
+        cell = _new_cell(Cell)
+        cell._replica = self._replica
+        cell._identity = self._identity
+        cell._link = self._link
+        cell._tx = tx
+        cell._host = self._host
+        return cell
 
     # -- reads
     def _reader(self) -> Transaction:

@@ -793,15 +793,21 @@ class Replica:
         if tx._create_only is None:
             n = len(docs)
             if n == 2:
-                if self._commit_usual(tx, records, docs) or self._commit_write(tx, records, docs):
+                if (
+                    self._commit_usual(tx, records, docs)
+                    or self._commit_write(tx, records, docs)
+                    or self._commit_fields(tx, records, docs)
+                ):
                     return
             elif n > 2:
-                if self._commit_reads(tx, records, docs):
+                if self._commit_reads(tx, records, docs) or self._commit_fields(tx, records, docs):
                     return
             elif n == 1:
                 ((key, td),) = docs.items()
                 if td.written and not td.read:
-                    if self._commit_write(tx, records, docs):
+                    if self._commit_write(tx, records, docs) or self._commit_fields(
+                        tx, records, docs
+                    ):
                         return
                 elif not td.written:
                     # A run that read one document and wrote nothing (most effect runs:
@@ -942,6 +948,72 @@ class Replica:
             _NO_KEYS,
         )
         self._send(tx, seq, request, (change,))
+        return True
+
+    def _commit_fields(
+        self, tx: Transaction, records: dict[DocKey, DocRecord], docs: dict[DocKey, TxDoc]
+    ) -> bool:
+        """`_commit` of a transaction that only wrote, if `tx` is one; False if not
+        (nothing changed then: the general path decides).
+
+        The shape: every document written once, at one top-level field of its dict
+        value, and not read, on the state the transaction started from (a batch of
+        `Cell.set`s of whole cells in one transaction, or one on a store that takes no
+        entries). What `basis_moved` (nothing read: nothing to check), `stage_writes`,
+        `read_claims` (none), `_apply_local` and the request decide for it, in one pass
+        that only looks and one that applies: on the general path a 100-document
+        commit's staging and local apply cost about 270 Python bytecodes per document
+        (the staged tuples, `changed_field`, `Layer.of`, `push_layer`), here about 90.
+        A write equal to the value there is elided, or kept as a shadow write when the
+        document has a pending layer (`ops_for`), as the general path does.
+        """
+        # (key, record, path, value, the document after it; None for a shadow write)
+        staged: list[tuple[DocKey, DocRecord, Path, Value, dict[str, Value] | None]] = []
+        for key, td in docs.items():
+            written = td.written
+            if written is None or td.read or len(written) != 1:
+                return False
+            path = written[0]
+            if path != _VALUE_PATH and (len(path) != 1 or type(path[0]) is not str):
+                return False  # (a cell's whole value, the usual write, in one comparison)
+            working = td.working
+            rec = records[key]
+            visible = rec.visible
+            if visible is not td.baseline or type(working) is not dict or type(visible) is not dict:
+                return False
+            field = path[0]
+            # (`changed_field`, inlined.)
+            new = working.get(field, MISSING)
+            old = visible.get(field, MISSING)
+            t = type(new)
+            if (new == old) if t is type(old) and (t is int or t is str) else same_value(new, old):
+                if rec.layers:
+                    # A shadow write: it changes nothing now, but must survive a pending
+                    # layer's failure and land after it in the durable order.
+                    staged.append((key, rec, path, new, None))
+                continue  # (else: equal, nothing pending under it: nothing to stage)
+            staged.append((key, rec, path, new, working))
+        if not staged:
+            self.stats.commits_elided += 1
+            tx._settle(_OK)
+            return True
+        seq = self._next_seq
+        self._next_seq = seq + 1
+        changes: list[Change] = []
+        writes: list[Write] = []
+        for key, rec, path, new, after in staged:
+            layer = Layer(seq, path, new)
+            if not rec.layers:
+                rec.layers = (layer,)
+            else:
+                push_layer(rec, layer)
+            if after is not None:
+                changes.append(Change(key, rec.visible, after, (path,)))
+                rec.visible = after
+                rec.version += 1
+            writes.append(Write(key, path, new))
+        request = CommitRequest(self.session_id, seq, (), (), tuple(writes), _NO_KEYS)
+        self._send(tx, seq, request, tuple(changes))
         return True
 
     def plain_chain(self, link: Link, identity: Identity) -> Chain | None:
@@ -1966,7 +2038,8 @@ class Replica:
         seq = verdict.seq if verdict.error is None else None
         writes = request.writes
         local_seq = request.local_seq
-        base_seqs = verdict.base_seqs
+        base_seq = verdict.base_seqs.get
+        values = verdict.docs
         records = self._docs
         for key in (writes[0].key,) if len(writes) == 1 else request.keys_in_order():
             rec = records[key]
@@ -1975,18 +2048,18 @@ class Replica:
                 seq is not None
                 and layers
                 and layers[0].seq == local_seq
-                and base_seqs.get(key, -1) == rec.confirmed_seq
+                and base_seq(key, -1) == rec.confirmed_seq
             ):
-                if type(layers) is tuple and len(layers) == 1:
+                if type(layers) is tuple:  # (one layer: a tuple holds at most one)
                     # `adopt_oldest_layer` of a document's only layer (a batch's usual
                     # case: one layer per written document), inlined.
                     rec.layers = ()
-                    rec.confirmed = rec.visible = verdict.docs[key]
+                    rec.confirmed = rec.visible = values[key]
                     rec.confirmed_seq = seq
                     if rec.key is None:
                         rec.key = key
                 else:
-                    adopt_oldest_layer(rec, key, layers, verdict.docs[key], seq)
+                    adopt_oldest_layer(rec, key, layers, values[key], seq)
                 continue
             kept = [lay for lay in layers if lay.seq != local_seq]
             rec.layers = collections.deque(kept) if kept else ()

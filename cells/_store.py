@@ -26,6 +26,7 @@ from __future__ import annotations
 import abc
 import functools
 import itertools
+import operator
 import threading
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
@@ -80,6 +81,9 @@ class Write(msgspec.Struct, frozen=True, gc=False):
     value: Value
 
 
+_WRITE_KEY: Callable[[Write], DocKey] = operator.attrgetter("key")
+
+
 class CommitRequest(msgspec.Struct, frozen=True, gc=False):
     session_id: str
     local_seq: int
@@ -105,7 +109,9 @@ class CommitRequest(msgspec.Struct, frozen=True, gc=False):
         writes = self.writes
         if len(writes) == 1:
             return [writes[0].key]
-        return list(dict.fromkeys(w.key for w in writes))
+        # (`map` with an attrgetter: no Python frame or bytecode per write, where a
+        # generator cost about ten per write of a 100-document commit's verdict.)
+        return list(dict.fromkeys(map(_WRITE_KEY, writes)))
 
 
 class Verdict(msgspec.Struct, frozen=True):

@@ -38,6 +38,7 @@ from ._values import (
     ELEMENT_KINDS,
     MAX_DEPTH,
     MAX_INT,
+    MIN_INT,
     MISSING,
     Value,
     element_types,
@@ -131,6 +132,11 @@ class TxDoc(msgspec.Struct, gc=False):
     """(path, shallow) of every distinct read, in first-read order."""
     written: list[Path] | tuple[Path, ...] | None = None
     """Every written path, in order."""
+
+
+_WHOLE_VALUE: Final[Path] = ("value",)
+"""The path of a cell's whole value in its document (`_links.VALUE`): `write` knows it
+is a good one."""
 
 
 def _links_only(items: list[Any]) -> bool:
@@ -547,15 +553,21 @@ class Transaction:
             td = TxDoc(visible, rec.version, rec.confirmed_seq, (), visible)
             self._docs[key] = td
         try:
-            for elem in path:
-                if type(elem) is not str and (type(elem) is not int or elem < 0):
-                    check_path(path, where="write")  # anything unusual: the full check
-                    break
-            if len(path) > MAX_DEPTH + 1:
-                _check_depth(path, where="write")
+            if path == _WHOLE_VALUE:
+                # A cell's whole value (`Cell.set`, a node's output): a checked path of
+                # one field, so no check of its elements or its depth (a C comparison).
+                field: str | None = "value"
+            else:
+                for elem in path:
+                    if type(elem) is not str and (type(elem) is not int or elem < 0):
+                        check_path(path, where="write")  # anything unusual: the full check
+                        break
+                if len(path) > MAX_DEPTH + 1:
+                    _check_depth(path, where="write")
+                field = path[0] if len(path) == 1 and type(path[0]) is str else None
             t = type(value)
             if (
-                (t is int and -MAX_INT - 1 <= value <= MAX_INT)
+                (t is int and MIN_INT <= value <= MAX_INT)
                 or (t is str and value.isascii())
                 or value is None
             ):
@@ -563,13 +575,13 @@ class Transaction:
             else:
                 v = value if value is MISSING else normalize(value, where="write", depth=len(path))
             working = td.working
-            if len(path) == 1 and type(working) is dict and type(path[0]) is str:
+            if field is not None and type(working) is dict:
                 # One field of a dict (the usual write): `set_path`'s own shortcut.
                 working = dict(working)
                 if v is MISSING:
-                    working.pop(path[0], None)
+                    working.pop(field, None)
                 else:
-                    working[path[0]] = v
+                    working[field] = v
             else:
                 working = set_path(working, path, v, where="write")
         except InvalidValueError:

@@ -61,6 +61,9 @@ Value: TypeAlias = Any
 """A JSON-like value (see the module docstring). `Any` because Python cannot spell it usefully."""
 
 MAX_INT: Final = 2**63 - 1
+MIN_INT: Final = -(2**63)
+"""The int64 range a stored int must fall in (`MIN_INT` spelled out: a check on the write
+path loads one name, not `-MAX_INT - 1`'s four steps)."""
 _EXACT_FLOAT_INT: Final = 2**53
 
 MAX_DEPTH: Final = 100
