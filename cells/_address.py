@@ -16,6 +16,7 @@ Invariants
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final, Literal, Protocol, TypeAlias, runtime_checkable
 
 import msgspec
@@ -115,6 +116,9 @@ def check_path(path: tuple[Any, ...], *, where: str) -> Path:
     return path
 
 
+_force_setattr = msgspec.structs.force_setattr
+
+
 class Link(msgspec.Struct, frozen=True, gc=False):
     """A reference to a place: a document (canonical address) and a value-relative path.
 
@@ -165,11 +169,25 @@ class Link(msgspec.Struct, frozen=True, gc=False):
         return instance_key(self.space, self.id, self.scope, identity)
 
     def child(self, *path: PathElem) -> Link:
-        return Link(self.space, self.id, self.scope, self.path + path)
+        """This place with `path` appended. Checks only `path`: the rest was checked when
+        this link was made, so the child is this link's copy with its new path, without
+        a second `__post_init__` (a UI makes one per edit and per pull; the full check
+        was most of `Cell.key`). A bad element raises what `Link(...)` raises.
+        O(len(self.path) + len(path))."""
+        for e in path:
+            if type(e) is not str and (type(e) is not int or e < 0):
+                return Link(self.space, self.id, self.scope, self.path + path)  # (raises)
+        link = _copy_link(self)
+        _force_setattr(link, "path", self.path + path)
+        return link
 
     def __str__(self) -> str:
         tail = "".join(f"[{p!r}]" for p in self.path)
         return f"<{self.space}/{self.scope}/{self.id}{tail}>"
+
+
+_copy_link: Callable[[Link], Link] = Link.__copy__  # type: ignore[attr-defined]
+"""A link's copy (msgspec's, in C: no `__post_init__`), for `Link.child`."""
 
 
 @runtime_checkable

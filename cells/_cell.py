@@ -155,7 +155,13 @@ class Cell:
             # half of `key`.
             check_path(path, where=f"{self!r}.key()")
             raise
-        return Cell(self._replica, self._identity, link, tx=self._tx, host=self._host)
+        cell = _new_cell(Cell)  # (`Cell(...)` without `__init__`'s frame, as in `with_tx`)
+        cell._replica = self._replica
+        cell._identity = self._identity
+        cell._link = link
+        cell._tx = self._tx
+        cell._host = self._host
+        return cell
 
     def __getitem__(self, elem: PathElem) -> Cell:
         return self.key(elem)
