@@ -88,6 +88,7 @@ from ._transaction import (
 from ._values import (
     MAX_DEPTH,
     MAX_INT,
+    MIN_INT,
     MISSING,
     Value,
     element_position,
@@ -1501,7 +1502,7 @@ class Replica:
         t = type(value)
         try:
             if not (
-                (t is int and -MAX_INT - 1 <= value <= MAX_INT)
+                (t is int and MIN_INT <= value <= MAX_INT)
                 or (t is str and value.isascii())
                 or value is None
             ):
