@@ -31,6 +31,7 @@ Invariants (checked by `_check`)
 from __future__ import annotations
 
 import collections
+import operator
 import sys
 from collections.abc import Callable, Collection, Iterable
 from functools import partial
@@ -44,7 +45,7 @@ from ._address import DocKey, Identity, Link, Path
 from ._args import bad_arg, check_arg, check_callable
 from ._claims import Fence
 from ._codec import pack_value, unpack_value
-from ._links import _ID_STEP, MAX_HOPS, VALUE, _first_link
+from ._links import MAX_HOPS, VALUE, _first_link
 from ._outcome import CommitResult, Outcome
 from ._pending import Mailbox, Pending
 from ._records import (
@@ -171,9 +172,24 @@ RUN_DONE = 1
 """`Replica.run_field`: the run committed (sent or elided)."""
 
 
-Chain = tuple[tuple[tuple[DocKey, Path, Link], ...], DocKey, Path, Value]
-"""`Replica.plain_chain`'s walk: its hops (document, place, link), its final document and
-place, and the value there."""
+Walk = tuple[
+    dict[tuple[DocKey, Path, bool], DocRecord],
+    tuple[DocRecord, ...],
+    tuple[int, ...],
+    tuple[DocKey, ...],
+    tuple[Any, ...],
+]
+"""`Replica.plain_chain`'s walk of one link, as a transaction's walk makes it now: its
+reads, in the order a transaction logs them (per read its document, full-document path
+and whether shallow: each hop's place shallow, then the final place deep), each with its
+document's record; the records walked, in order, with their versions then and their
+keys; and the plain value at the end (None for absent), in a 1-tuple.
+`Replica.walk_inputs`: several walks in one, the reads of all (each once, in first-read
+order), the records, versions, keys and values of each in turn. Never changed once made (a kept
+walk is handed to every caller)."""
+
+_VERSION: Final = operator.attrgetter("version")
+"""A record's version (mapped over a walk's records in C: one check of them all)."""
 
 _CHAINS_KEPT = 256
 """`Replica.plain_chain` keeps at most this many walks (then starts again): the walks of
@@ -340,9 +356,9 @@ class Replica:
         self.store = store
         self.mailbox = Mailbox()
         self._docs: dict[DocKey, DocRecord] = {}
-        self._chains: dict[tuple[Link, Identity], tuple[tuple[Any, ...], Chain]] = {}
-        """`plain_chain`'s walks kept: per (link, identity) the records walked with their
-        versions, and the walk's result (at most `_CHAINS_KEPT`)."""
+        self._chains: dict[tuple[Link, Identity], Walk] = {}
+        """`plain_chain`'s walks kept: per (link, identity) its walk through at least one
+        hop, with the records walked and their versions (at most `_CHAINS_KEPT`)."""
         # A tuple, replaced on (un)subscribe: a notification iterates it without a copy,
         # and a subscriber that unsubscribes during one does not disturb the loop.
         self._subscribers: tuple[Callable[[Notification], None], ...] = ()
@@ -1017,60 +1033,91 @@ class Replica:
         self._send(tx, seq, request, tuple(changes))
         return True
 
-    def plain_chain(self, link: Link, identity: Identity) -> Chain | None:
+    def plain_chain(self, link: Link, identity: Identity) -> Walk | None:
         """The walk a transaction of `identity` makes to read `link` in this replica as it
-        is now (`_walk`, reading nothing): the hops it follows (per hop: its document, the
-        full-document path of the link's place, the link there), the final place (its
-        document and full-document path), which a value function's direct run reads
-        (`Replica.run_field`), and the value the walk reached there, as `_walk` gives it
-        (MISSING: absent, also past an element id that names no element now; a container
-        is not materialized). None when a document on the way is absent or not a dict in
-        hand, or the walk takes more than `MAX_HOPS` hops (a cycle): the transaction
-        decides. O(hops · path length).
+        is now (`_links._walk`, reading nothing), as a `Walk`: the reads it logs (a
+        shallow read of each hop's place, the full-document path of the link there; a
+        deep read of the final place, which a value function's direct run reads,
+        `Replica.run_field`), the records walked and the value reached (None: absent,
+        also past an element id that names no element now; id steps resolved by
+        `element_position`, as `_first_link` does). None when a document on the way is
+        absent, not a dict in hand or not one `identity` reaches (`reaches`: the
+        transaction refuses it), the walk ends at a container (the transaction copies
+        it) or takes more than `MAX_HOPS` hops (a cycle): the transaction decides.
+        O(hops · path length).
 
         Kept: the walk of a link for an identity through at least one hop, with the
         versions of the documents it walked (a document's version changes exactly when
         its visible value does, and a key's record is never replaced), is the walk again
         while none moved: the lifts of one element read its fields through one link,
-        each of them walked as many times as lifts read it. O(documents walked) then."""
+        each of them walked as many times as lifts read it. Its check is one C-level
+        comparison of the versions."""
         chains = self._chains
         kept = chains.get((link, identity))
-        if kept is not None:
-            walked, result = kept
-            pairs = iter(walked)
-            for rec, version in zip(pairs, pairs, strict=True):
-                if rec.version != version:
-                    break
-            else:
-                return result  # (no document on the way moved: the same walk)
+        if kept is not None and tuple(map(_VERSION, kept[1])) == kept[2]:
+            return kept  # (no document on the way moved: the same walk)
         docs = self._docs
         key = DocKey(link.space, link.id) if link.scope == "space" else link.key(identity)
         path = link.path
-        hops: list[tuple[DocKey, Path, Link]] = []
-        seen: tuple[Any, ...] = ()  # per document walked: its record and version
+        reads: dict[tuple[DocKey, Path, bool], DocRecord] = {}
+        recs: tuple[DocRecord, ...] = ()
+        keys: tuple[DocKey, ...] = ()
         for _ in range(MAX_HOPS + 1):
             rec = docs.get(key)
-            doc = rec.visible if rec is not None else None
-            if type(doc) is not dict:
+            if rec is None or type(rec.visible) is not dict:
                 return None
-            seen += (rec, rec.version)  # type: ignore[union-attr]
-            found = _first_link(doc.get(VALUE, MISSING), path, doc)
+            if (key.scope != "space" or "cw:" <= key.id < "cw;") and not reaches(identity, key):
+                return None  # (the transaction refuses it: `_guard`)
+            doc = rec.visible
+            recs += (rec,)
+            keys += (key,)
+            if path:
+                found = _first_link(doc.get(VALUE, MISSING), path, doc)
+            else:
+                found = doc.get(VALUE, MISSING)  # (a whole value: `_first_link` of no step)
+                if type(found) is Link:
+                    found = (0, found)
             if type(found) is not tuple:
-                if found is _ID_STEP:
-                    return None
-                chain: Chain = (tuple(hops), key, (VALUE, *path) if path else _VALUE_PATH, found)
-                if hops:  # (a walk in one document is about as cheap as its check)
+                t = type(found)
+                if not (t is int or t is str or t is float or t is bool or found is None):
+                    if found is not MISSING:
+                        return None  # a container: the transaction copies it
+                    found = None
+                reads[key, (VALUE, *path) if path else _VALUE_PATH, False] = rec
+                walk: Walk = (reads, recs, tuple(map(_VERSION, recs)), keys, (found,))
+                if len(recs) > 1:  # (a walk in one document is about as cheap as its check)
                     if len(chains) >= _CHAINS_KEPT:
                         chains.clear()
-                    chains[link, identity] = (seen, chain)
-                return chain
+                    chains[link, identity] = walk
+                return walk
             at, target = found
-            hops.append((key, (VALUE, *path[:at]), target))
+            reads[key, (VALUE, *path[:at]), True] = rec
             path = target.path + path[at:] if at < len(path) else target.path
             key = (
                 DocKey(target.space, target.id) if target.scope == "space" else target.key(identity)
             )
         return None
+
+    def walk_inputs(self, links: tuple[Link, ...], identity: Identity) -> Walk | None:
+        """The walks of `links` (`plain_chain`) in one: the reads of all, each once in the
+        order a transaction reading the links in turn logs them (a read it made already
+        is not logged again), the records, versions, keys and values of each walk in
+        turn (the values in the links' order). None if one is. O(walks)."""
+        reads: dict[tuple[DocKey, Path, bool], DocRecord] = {}
+        recs: tuple[DocRecord, ...] = ()
+        versions: tuple[int, ...] = ()
+        keys: tuple[DocKey, ...] = ()
+        values: tuple[Any, ...] = ()
+        for link in links:
+            walk = self.plain_chain(link, identity)
+            if walk is None:
+                return None
+            reads.update(walk[0])  # (a read again keeps its first place)
+            recs += walk[1]
+            versions += walk[2]
+            keys += walk[3]
+            values += walk[4]
+        return reads, recs, versions, keys, values
 
     def field_plan(
         self,
@@ -1106,8 +1153,7 @@ class Replica:
         on_failure: SettleCallback | None,
         accept: Callable[[Any], bool] | None = None,
         wrote: Callable[[Any], None] | None = None,
-        hops: tuple[tuple[DocKey, Path, Link], ...] = (),
-        walked: list[Any] | None = None,
+        walked: Walk | None = None,
         plan: FieldPlan | None = None,
     ) -> int | CommitResult | RunComputed:
         """Run a node of k plain inputs with no transaction, in a drain: read the plain
@@ -1129,19 +1175,19 @@ class Replica:
         its own copy, as `thaw` makes it: `_copied`): a link on the way, at the end or
         inside the container, an element id naming nothing or a scalar in the way are
         the transaction's (its read would log more than one deep read there, or walk
-        what this does not). No place in the written document. (`walked` values come
-        from `plain_chain`, whose caller takes only scalars.)
+        what this does not). No place in the written document.
 
-        `hops` are the links a transaction's walk to `places` follows (`plain_chain`):
-        per hop its document, the full-document path of the link's place, and the link
-        that must sit there now, reached by the same plain walk (else `RUN_NONE`: a
-        re-pointed link, a link gone, is the transaction's). Each is a shallow read,
-        with its document's basis, in the entry, as `_links._walk` logs it. `walked`:
-        the plain values at `places` that `plain_chain` found with `hops` just now (in
-        this synchronous step: nothing ran since), which are not walked again. `plan`:
-        a `FieldPlan` of exactly these `places` (the same object), this output and
-        this `identity` (`field_plan`, no hops): its checks of the keys are not made
-        again; any other plan is ignored (the checks are made).
+        `walked`: instead of `places` (then ignored), the walks through links of the
+        inputs (`plain_chain`, `walk_inputs`) made just now, in this synchronous step
+        (nothing ran since): its reads, each a shallow read of a hop's place or a deep
+        read of an input's place, go in the entry with their documents' bases, as
+        `_links._walk` logs them, and its plain values are `compute`'s arguments, not
+        read again; its records' versions, taken by the walk, are the stale check's.
+        The walk refused what the transaction decides (an unreachable document, a
+        container at the end). `plan`: a `FieldPlan` of exactly these `places` (the
+        same object), this output and this `identity` (`field_plan`, no walk): its
+        checks of the keys are not made again; any other plan is ignored (the checks
+        are made).
 
         The same commit as the transaction run's: one read takes the basis and deps of
         its document as `Transaction.read` does, and the entry carries them (one read:
@@ -1165,7 +1211,7 @@ class Replica:
             or ((wkey.scope != "space" or "cw:" <= wkey.id < "cw;") and not reaches(identity, wkey))
         ):
             return RUN_NONE
-        if len(places) == 1 and not hops:
+        if walked is None and len(places) == 1:
             # One input (the usual node): the loop below without its lists.
             ((rkey, path),) = places
             rec = records.get(rkey)
@@ -1213,98 +1259,119 @@ class Replica:
                 return CommitResult(Outcome.STALE_BASIS, stale)
             bases: Any = ()  # (none: the one-read entry)
         else:
-            values: list[Any] = []
-            bases = []  # per read: its document and basis seq (the entry's `basis`)
-            held: list[Any] = []  # per document read: its record, version, key (stale check)
-            # A plan (`field_plan`) of these places, this output and this identity made
-            # the checks of the keys alone (each read's `reaches`, not the output).
-            planned = (
-                plan is not None
-                and not hops
-                and plan.places is places
-                and plan.wkey is wkey
-                and plan.identity is identity
-            )
-            # Per read: its path, whether shallow (a plan's are made already).
-            paths: Any = plan.paths if planned else []  # type: ignore[union-attr]
-            deps = ()
-            every: tuple[tuple[Any, ...], ...] = places if planned else (*hops, *places)
-            last: DocKey | None = None
-            seq = 0
-            rec = wrec  # (set by the first read: `last` is None then)
-            for each in every:
-                rkey = each[0]
-                if rkey != last:
-                    # (A document read again, next to its last read: the same record,
-                    # checks, basis and deps; a walk reads a hop's document, then the
-                    # places in the one it leads to.)
-                    rec = records.get(rkey)
-                    if rec is None:
-                        return RUN_NONE
-                    if not planned and (
-                        rkey == wkey
-                        or (
-                            (rkey.scope != "space" or "cw:" <= rkey.id < "cw;")
-                            and not reaches(identity, rkey)
-                        )
-                    ):
-                        return RUN_NONE
-                    seq = rec.confirmed_seq
-                    held += (rec, rec.version, rkey)
-                    layers = rec.layers
-                    if layers:
-                        # Only concatenated: the store asks whether a revision's commit is
-                        # among them, so neither order nor a repeat matters (`run_request`
-                        # sorts them for a request), as for a two-read entry.
-                        deps += (layers[0].seq,) if len(layers) == 1 else _deps(layers)
-                    last = rkey
-                bases += (rkey, seq)
-                path = each[1]
-                if walked is not None:
-                    paths.append((path, len(each) == 3))  # (walked just now)
-                    continue
-                visible = rec.visible
-                if not planned:
-                    if len(each) == 3:  # a hop: the link that must sit at `path`
-                        found = _reach(visible, path)
-                        if found is not each[2] and found != each[2]:
-                            return RUN_NONE  # re-pointed, or gone: the transaction follows it
-                        paths.append((path, True))
-                        continue
-                    paths.append((path, False))
-                if len(path) == 1 and type(visible) is dict:
-                    value = visible.get(path[0], MISSING)
-                    t = type(value)
-                    if not (t is int or t is str or t is float or t is bool or value is None):
-                        if t is dict or t is list:
-                            value = _copied(value)
-                            if value is _NOT_PLAIN:
-                                return RUN_NONE
-                        elif value is not MISSING:
+            values: Any  # (the function's arguments)
+            if walked is not None:
+                # Through links (`plain_chain`): the walk's reads and values, taken just now.
+                reads, recs, versions, keys, values = walked
+                if wkey in keys:
+                    return RUN_NONE  # (a place in the written document: the transaction's)
+                bases = []  # per read: its document and basis seq (the entry's `basis`)
+                paths: Any = []  # per read: its path, whether shallow
+                deps = ()
+                last: Any = None
+                seq = 0
+                for (rkey, path, shallow), rec in reads.items():
+                    if rec is not last:
+                        # (A document read again, next to its last read: the same basis and
+                        # deps; a walk reads a hop's document, then the one it leads to.)
+                        seq = rec.confirmed_seq
+                        layers = rec.layers
+                        if layers:
+                            # (Only concatenated, as below: `run_request` sorts them.)
+                            deps += (layers[0].seq,) if len(layers) == 1 else _deps(layers)
+                        last = rec
+                    bases += (rkey, seq)
+                    paths.append((path, shallow))
+            else:
+                values = []
+                bases = []  # per read: its document and basis seq (the entry's `basis`)
+                held: list[Any] = []  # per document read: its record, version, key (stale check)
+                # A plan (`field_plan`) of these places, this output and this identity made
+                # the checks of the keys alone (each read's `reaches`, not the output).
+                planned = (
+                    plan is not None
+                    and plan.places is places
+                    and plan.wkey is wkey
+                    and plan.identity is identity
+                )
+                # Per read: its path, whether shallow (a plan's are made already).
+                paths = plan.paths if planned else []  # type: ignore[union-attr]
+                deps = ()
+                last = None
+                seq = 0
+                rec = wrec  # (set by the first read: `last` is None then)
+                for each in places:
+                    rkey = each[0]
+                    if rkey != last:
+                        # (A document read again, next to its last read: the same record,
+                        # checks, basis and deps.)
+                        rec = records.get(rkey)
+                        if rec is None:
                             return RUN_NONE
-                        else:
-                            value = None
-                else:
-                    value = _plain_at(visible, path)
-                    if value is _NOT_PLAIN:
-                        return RUN_NONE
-                values.append(value)
+                        if not planned and (
+                            rkey == wkey
+                            or (
+                                (rkey.scope != "space" or "cw:" <= rkey.id < "cw;")
+                                and not reaches(identity, rkey)
+                            )
+                        ):
+                            return RUN_NONE
+                        seq = rec.confirmed_seq
+                        held += (rec, rec.version, rkey)
+                        layers = rec.layers
+                        if layers:
+                            # Only concatenated: the store asks whether a revision's commit is
+                            # among them, so neither order nor a repeat matters (`run_request`
+                            # sorts them for a request), as for a two-read entry.
+                            deps += (layers[0].seq,) if len(layers) == 1 else _deps(layers)
+                        last = rkey
+                    bases += (rkey, seq)
+                    path = each[1]
+                    visible = rec.visible
+                    if not planned:
+                        paths.append((path, False))
+                    if len(path) == 1 and type(visible) is dict:
+                        value = visible.get(path[0], MISSING)
+                        t = type(value)
+                        if not (t is int or t is str or t is float or t is bool or value is None):
+                            if t is dict or t is list:
+                                value = _copied(value)
+                                if value is _NOT_PLAIN:
+                                    return RUN_NONE
+                            elif value is not MISSING:
+                                return RUN_NONE
+                            else:
+                                value = None
+                    else:
+                        value = _plain_at(visible, path)
+                        if value is _NOT_PLAIN:
+                            return RUN_NONE
+                    values.append(value)
             opened = self._open_txs
             if not opened and not self._in_flight:
                 self._busy_since = self._mark()
             self._open_txs = opened + 1
             try:
-                new = compute(*(values if walked is None else walked))
+                new = compute(*values)
             finally:
                 self._open_txs -= 1
-            # (A key's record is never replaced: `_docs` only gains records. So, as
-            # `Transaction`'s `basis_moved`, a read's version alone says it moved.)
-            triples = iter(held)
-            for read, version, moved in zip(triples, triples, triples, strict=True):
-                if read.version != version:
+            if walked is not None:
+                if tuple(map(_VERSION, recs)) != versions:  # (in C: records are never replaced)
+                    moved = next(
+                        k for r, v, k in zip(recs, versions, keys, strict=True) if r.version != v
+                    )
                     self.stats.local_stale += 1
                     stale = InconsistentBasisError(stale_message(moved))
                     return CommitResult(Outcome.STALE_BASIS, stale)
+            else:
+                # (A key's record is never replaced: `_docs` only gains records. So, as
+                # `Transaction`'s `basis_moved`, a read's version alone says it moved.)
+                triples = iter(held)
+                for read, version, moved in zip(triples, triples, triples, strict=True):
+                    if read.version != version:
+                        self.stats.local_stale += 1
+                        stale = InconsistentBasisError(stale_message(moved))
+                        return CommitResult(Outcome.STALE_BASIS, stale)
         if accept is not None and not accept(new):
             return RunComputed(new)  # its writer's general path decides
         t = type(new)

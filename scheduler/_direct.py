@@ -13,13 +13,14 @@ Invariants
   run of the same function would log now: one deep read per input at the input's
   place (``("value", *link.path)`` of the document the link names for the node's
   identity) when no link sits on the way; else, when the read set holds a shallow
-  read (a link followed), the walk a transaction makes now (`Replica.plain_chain`:
-  a shallow read of each hop's place, a deep read at the end, element-id steps
-  resolved as the transaction resolves them) read by read (`chained_places`).
-  A link or a container at the end of a walk through links is the transaction's;
-  `Replica.run_field` takes the values that walk reached (nothing runs between the
-  walk and the reads' bases). So the read set, the reader index and the graph stay as
-  the last run left them, and a re-pointed link makes a transaction run.
+  read (a link followed), the walk a transaction makes now (`Replica.plain_chain`,
+  `Replica.walk_inputs`: a shallow read of each hop's place, a deep read at the end,
+  element-id steps resolved as the transaction resolves them), each distinct read
+  found in the read set and as many as it holds (`walk_matches`). A container at the
+  end of a walk through links is the transaction's; `Replica.run_field` takes the
+  walk's records and values (nothing runs between the walk and the reads' bases).
+  So the read set, the reader index and the graph stay as the last run left them, and
+  a re-pointed link makes a transaction run.
 - With no link on the way, an input whose value is a container with no link anywhere
   inside it runs directly too: a transaction's `read_value` logs the same one deep
   read for it, and `compute` gets its own copy (what `thaw` gives the transaction
@@ -37,12 +38,11 @@ Not here: when a node runs (`_passes`), or what a derive is (`_sinks`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from itertools import chain as _chain
 from typing import Any, ClassVar, Final, cast
 
 from cells import (
-    MISSING,
     RUN_NONE,
     CommitResult,
     DocKey,
@@ -55,7 +55,7 @@ from cells import (
     read_value,
 )
 
-from ._node import VALUE_PATH, Node, OneRead, TwoReads
+from ._node import VALUE_PATH, Node, OneRead, ReadSet, TwoReads
 
 _WHOLE_READ: Final = ((VALUE_PATH,), ())
 """The read set entry of one deep read of a cell's whole value (shared)."""
@@ -90,6 +90,10 @@ class ValueFunction:
     """Whether the class overrides `accepts` or `wrote` (set by `__init_subclass__`):
     without hooks a direct run calls neither (no call per update)."""
 
+    accepts_hooked: ClassVar[bool] = False
+    """Whether the class overrides `accepts` (set by `__init_subclass__`): a lift that
+    only hears what it wrote is asked nothing before the write (no call per run)."""
+
     keeps_plan: ClassVar[bool] = False
     """Whether the class has a writable `plan` slot (`DeriveNode`): `run_direct` then
     keeps there the `FieldPlan` of its node's read set (no read set check per run)."""
@@ -109,7 +113,8 @@ class ValueFunction:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         base = ValueFunction
-        cls.hooked = cls.accepts is not base.accepts or cls.wrote is not base.wrote
+        cls.accepts_hooked = cls.accepts is not base.accepts
+        cls.hooked = cls.accepts_hooked or cls.wrote is not base.wrote
 
     def accepts(self, value: Any) -> bool:
         """Whether the direct commit may write `value` (else `put` does, in a transaction)."""
@@ -210,55 +215,29 @@ def direct_places(
     return tuple(out)
 
 
-def chained_places(
-    node: Node, inputs: Link | tuple[Link, ...], replica: Replica
-) -> (
-    tuple[tuple[tuple[DocKey, Path], ...], tuple[tuple[DocKey, Path, Link], ...], list[Any]] | None
-):
-    """The places of `inputs` (as `direct_places`), the link hops a transaction's walk
-    to them follows now (`Replica.plain_chain`: each hop's document, place and link, each
-    once) and the plain values it reached (absent: None), when each is a scalar or
-    absent (a container is the transaction's) and what that walk logs (a shallow read
-    per hop, a deep read per place) is exactly `node`'s read set: a transaction run now
-    would leave the read set, the reader index and the graph as they are. Else None (a
-    link re-pointed since the last run: the transaction decides). O(k · hops · path)."""
-    identity = node.identity
-    reads = node.reads
-    places: list[tuple[DocKey, Path]] = []
-    hops: list[tuple[DocKey, Path, Link]] = []
-    values: list[Any] = []
-    logged = 0  # distinct reads, each found in `reads`
-    for link in (inputs,) if isinstance(inputs, Link) else inputs:
-        chain = replica.plain_chain(link, identity)
-        if chain is None:
-            return None
-        steps, key, path, value = chain
-        t = type(value)
-        if t is int or t is str or t is float or t is bool or value is None:
-            values.append(value)
-        elif value is MISSING:
-            values.append(None)
-        else:
-            return None  # a container to copy: the transaction reads it
-        for hop in steps:
-            if hop not in hops:  # (two inputs through one link: one read of its place)
-                entry = reads.get(hop[0])
-                if entry is None or hop[1] not in entry[1]:
-                    return None
-                hops.append(hop)
-                logged += 1
-        entry = reads.get(key)
-        if entry is None or path not in entry[0]:
-            return None
-        if (key, path) not in places:
-            logged += 1
-        places.append((key, path))
-    # Each distinct read is in `reads`; as many as `reads` holds: exactly `reads` (what
-    # `compact_reads` of the log would make, or a mismatch: the transaction decides).
+def walk_matches(reads: ReadSet, log: Collection[tuple[DocKey, Path, bool]]) -> bool:
+    """Whether `log`, the distinct reads a transaction's walk to a node's inputs would log
+    now (`Replica.plain_chain`, `Replica.walk_inputs`: each hop's place shallow, each
+    input's place deep), is exactly the node's read set `reads`: each read in it, and as
+    many as it holds (what `compact_reads` of the log would make). O(reads)."""
+    if type(reads) is TwoReads:
+        # (The usual lift over its element: its argument's link, then the element's
+        # document. No `get` call per read; the count without `values()`.)
+        key, entry, key2, entry2 = reads.key, reads.entry, reads.key2, reads.entry2
+        for rkey, path, shallow in log:
+            if rkey == key:
+                if path not in entry[shallow]:  # (entry[True]: its shallow paths)
+                    return False
+            elif rkey != key2 or path not in entry2[shallow]:
+                return False
+        return len(log) == sum(map(len, entry + entry2))  # (its four tuples of paths)
+    get = reads.get
+    for rkey, path, shallow in log:
+        found = get(rkey)
+        if found is None or path not in found[shallow]:
+            return False
     # (Counted in C: each entry's deep and shallow tuples' lengths, no loop in Python.)
-    if not hops or logged != sum(map(len, _chain.from_iterable(reads.values()))):
-        return None
-    return tuple(places), tuple(hops), values
+    return len(log) == sum(map(len, _chain.from_iterable(reads.values())))
 
 
 def run_direct(
@@ -285,14 +264,21 @@ def run_direct(
         if isinstance(reads, TwoReads)
         else type(reads) is not OneRead and any(entry[1] for entry in reads.values())
     ):
-        # A link on the way (a shallow read of its place): the walk decides.
-        chained = chained_places(node, inputs, replica)
-        if chained is None:
-            return RUN_NONE
-        places, hops, values = chained
+        # A link on the way (a shallow read of its place): the walk a transaction would
+        # make now decides (kept while nothing on it moves: the lifts of one element
+        # walk its link once between them).
+        if isinstance(inputs, Link):
+            walked = replica.plain_chain(inputs, node.identity)
+        elif inputs:
+            walked = replica.walk_inputs(inputs, node.identity)
+        else:
+            return RUN_NONE  # (a run that keeps itself off this path)
+        if walked is None or not walk_matches(reads, walked[0]):
+            return RUN_NONE  # a link re-pointed since the last run: the transaction's
         return replica.run_field(
-            places, wkey, wpath, fn.compute, node.identity, node, on_failure,
-            fn.accepts if fn.hooked else None, fn.wrote if fn.hooked else None, hops, values,
+            (), wkey, wpath, fn.compute, node.identity, node, on_failure,
+            fn.accepts if fn.accepts_hooked else None, fn.wrote if fn.hooked else None,
+            walked,
         )  # fmt: skip
     elif type(inputs) is Link and type(reads) is OneRead:
         # One input (the usual node): `direct_places` without its calls.
@@ -329,14 +315,15 @@ def run_direct(
             # of the keys hold (`keeps_plan`).
             return replica.run_field(
                 plan.places, wkey, wpath, fn.compute, node.identity, node, on_failure,
-                fn.accepts if fn.hooked else None, fn.wrote if fn.hooked else None, (), None,
-                plan,
+                fn.accepts if fn.accepts_hooked else None, fn.wrote if fn.hooked else None,
+                None, plan,
             )  # fmt: skip
     identity = node.identity
     if fn.hooked:
         return replica.run_field(
-            places, wkey, wpath, fn.compute, identity, node, on_failure, fn.accepts, fn.wrote
-        )
+            places, wkey, wpath, fn.compute, identity, node, on_failure,
+            fn.accepts if fn.accepts_hooked else None, fn.wrote,
+        )  # fmt: skip
     return replica.run_field(places, wkey, wpath, fn.compute, identity, node, on_failure)
 
 
