@@ -62,23 +62,32 @@ def _first_link(root: Value, path: Path, doc: Value) -> tuple[int, Link] | _IdSt
     the value). A tuple only for a link found (a stored value is never a tuple)."""
     node = root
     for i, elem in enumerate(path):
-        if type(node) is Link:
-            return i, node
+        # (Per step one type test of the container; a link is the rare case, tested
+        # last: it ends the walk.)
         t = type(node)
-        if t is dict and type(elem) is str:
-            node = node.get(elem, MISSING)
-        elif t is list and type(elem) is int and elem < len(node):
-            node = node[elem]
-        elif t is list and type(elem) is str:
-            if doc is None:
-                return _ID_STEP
-            at = element_position(doc, (VALUE, *path[:i]), node, elem)
-            if at is None:
+        if t is dict:
+            if type(elem) is not str:
                 return MISSING
-            node = node[at]
+            node = node.get(elem, MISSING)
+            if node is MISSING:
+                return MISSING
+        elif t is list:
+            if type(elem) is int:
+                if elem >= len(node):
+                    return MISSING
+                node = node[elem]
+            elif type(elem) is str:
+                if doc is None:
+                    return _ID_STEP
+                at = element_position(doc, (VALUE, *path[:i]), node, elem)
+                if at is None:
+                    return MISSING
+                node = node[at]
+            else:
+                return MISSING
+        elif t is Link:
+            return i, node
         else:
-            return MISSING
-        if node is MISSING:
             return MISSING
     if type(node) is Link:
         return len(path), node

@@ -516,8 +516,11 @@ class _DirectLift(_Lift, ValueFunction):
         at = shape.links
         if at is not None:  # the constants in their places, the values in the links'
             args = list(self.args)
-            for i, value in zip(at, values, strict=True):
-                args[i] = value
+            if len(at) == 1:
+                (args[at[0]],) = values  # (one link among constants: no loop)
+            else:
+                for i, value in zip(at, values, strict=True):
+                    args[i] = value
             return shape.fn(*args)
         return shape.fn(*values)
 

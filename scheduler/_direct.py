@@ -38,6 +38,7 @@ Not here: when a node runs (`_passes`), or what a derive is (`_sinks`).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Collection
 from itertools import chain as _chain
 from typing import Any, ClassVar, Final, cast
@@ -56,6 +57,9 @@ from cells import (
 )
 
 from ._node import VALUE_PATH, Node, OneRead, ReadSet, TwoReads
+
+_SHALLOW: Final = operator.itemgetter(1)
+"""A read set entry's shallow paths (mapped over its entries in C)."""
 
 _WHOLE_READ: Final = ((VALUE_PATH,), ())
 """The read set entry of one deep read of a cell's whole value (shared)."""
@@ -262,7 +266,7 @@ def run_direct(
     if (
         (reads.entry[1] or reads.entry2[1])
         if isinstance(reads, TwoReads)
-        else type(reads) is not OneRead and any(entry[1] for entry in reads.values())
+        else type(reads) is not OneRead and any(map(_SHALLOW, reads.values()))
     ):
         # A link on the way (a shallow read of its place): the walk a transaction would
         # make now decides (kept while nothing on it moves: the lifts of one element
