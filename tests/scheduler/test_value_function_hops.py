@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import cells
-from cells import RUN_NONE, Link, Path, Space
+from cells import RUN_NONE, DocKey, Link, Path, Space
 from cells._store import RUN_WIDTH, run_request
 from scheduler import Node, Scheduler
 
@@ -351,3 +351,95 @@ def test_a_walk_kept_for_one_node_serves_another_only_while_nothing_on_it_moves(
     items.key(1).key("title").set("a1")
     sch.settle()
     assert (out1.get(), out2.get()) == ("<a1>", "a1")
+
+
+def _runs_spy(sp: Space) -> list[list[Any]]:
+    """The run logs the store is given from now on (each a list of entries' fields)."""
+    logs: list[list[Any]] = []
+    store = sp.replica.store
+    submit_runs = store.submit_runs
+
+    def spy(listener: Any, session_id: str, runs: list[Any]) -> bool:
+        logs.append(list(runs))
+        return submit_runs(listener, session_id, runs)
+
+    store.submit_runs = spy  # type: ignore[method-assign]
+    return logs
+
+
+def _entry_reads(sp: Space, logs: list[list[Any]], out: cells.Cell) -> list[Any]:
+    """The reads of the last direct run's entry that wrote `out` (key, path, shallow)."""
+    entries = [
+        runs[i : i + RUN_WIDTH]
+        for runs in logs
+        for i in range(0, len(runs), RUN_WIDTH)
+        if runs[i + 1] is not None and runs[i + 7] == out.doc_key
+    ]
+    request = run_request(sp.replica.session_id, entries[-1], 0)
+    return [(c.key, c.path, c.shallow) for c in request.reads]
+
+
+def test_two_inputs_through_one_link_read_its_place_once_and_share_a_kept_walk(
+    sp: Space, sch: Scheduler
+) -> None:
+    # Two derives over the same two fields through one link (a card's `words` and
+    # `score` over element["title"] and element["body"]): each run's entry reads the
+    # link's place once, as the transaction logs it (fails with the walks' reads only
+    # concatenated in `walk_inputs`: the hop twice); the second derive of a drain takes
+    # the first's walk of each field, which an edit, a move of the element and a
+    # re-pointed link make stale (fails with `plain_chain` handing back a kept walk
+    # without its version check: the second edit would read the first's title).
+    items, arg = sp.cell("items"), sp.cell("arg")
+    items.set([{"title": "a", "body": "x"}, {"title": "b", "body": "y"}])
+    arg.set({"element": _items_link(items, "#1")})
+    fields = [arg.key("element").key("title"), arg.key("element").key("body")]
+    out1, out2 = sp.cell("o1"), sp.cell("o2")
+    sch.derive(out1, fields, _join)
+    sch.derive(out2, fields, lambda t, b: f"{b}/{t}")
+    sch.sink(out1, lambda _: None)
+    sch.sink(out2, lambda _: None)
+    logs = _runs_spy(sp)
+    direct = sch.stats.direct_commits
+    for title in ("b1", "b2"):
+        items.key(1).key("title").set(title)
+        sch.settle()
+        assert (out1.get(), out2.get()) == (f"{title}|y", f"y/{title}")
+    assert sch.stats.direct_commits - direct == 4
+    assert [
+        (arg.doc_key, ("value", "element"), True),
+        (items.doc_key, ("value", "#1", "title"), False),
+        (items.doc_key, ("value", "#1", "body"), False),
+    ] == _entry_reads(sp, logs, out2)
+    items.insert(0, {"title": "z", "body": "w"})  # "#1" moves to position 2
+    items.key(2).key("body").set("y2")
+    sch.settle()
+    assert (out1.get(), out2.get()) == ("b2|y2", "y2/b2")
+    arg.set({"element": _items_link(items, "#0")})  # re-pointed
+    sch.settle()
+    assert (out1.get(), out2.get()) == ("a|x", "x/a")
+    items.key(1).key("title").set("a1")  # "#0", now at position 1
+    sch.settle()
+    assert (out1.get(), out2.get()) == ("a1|x", "x/a1")
+    sp.replica.pump()
+    assert {"value": "x/a1"} == sp.replica.store.read_durable(out2.doc_key)
+
+
+def test_a_walk_through_a_document_its_identity_does_not_reach_is_the_transactions(
+    sp: Space,
+) -> None:
+    # A link into an internal document: the transaction's walk refuses it (`_guard`),
+    # so the direct run's walk must not go there either (fails with `plain_chain`'s
+    # `reaches` check removed: the walk reads the internal document's value).
+    authority = sp.replica.claim_authority()
+    internal = DocKey("d", "cw:x")
+    tx = sp.replica.edit(sp.identity, authority=authority)
+    tx.write(internal, ("value",), {"title": "secret"})
+    tx.commit()
+    arg = sp.cell("arg")
+    arg.set({"element": Link("d", "cw:x", "space", ())})
+    mine = sp.cell("mine")
+    mine.set({"title": "mine"})
+    assert sp.replica.plain_chain(arg.key("element").key("title").link(), sp.identity) is None
+    arg.set({"element": mine.link()})
+    walk = sp.replica.plain_chain(arg.key("element").key("title").link(), sp.identity)
+    assert walk is not None and ("mine",) == walk[4]
