@@ -1059,6 +1059,24 @@ class Replica:
         docs = self._docs
         key = DocKey(link.space, link.id) if link.scope == "space" else link.key(identity)
         path = link.path
+        if not path:
+            # A whole value (a lift's read of another lift's output, which moves with every
+            # run of that lift: never kept): a plain one is the walk, with no loop; else
+            # the loop below decides (a link there, a container, a document not in hand).
+            rec = docs.get(key)
+            if rec is not None and type(rec.visible) is dict:
+                found = rec.visible.get(VALUE, MISSING)
+                t = type(found)
+                if (t is int or t is str or t is float or t is bool or found is None) and (
+                    (key.scope == "space" and not "cw:" <= key.id < "cw;") or reaches(identity, key)
+                ):
+                    return (
+                        {(key, _VALUE_PATH, False): rec},
+                        (rec,),
+                        (rec.version,),
+                        (key,),
+                        (found,),
+                    )
         reads: dict[tuple[DocKey, Path, bool], DocRecord] = {}
         recs: tuple[DocRecord, ...] = ()
         keys: tuple[DocKey, ...] = ()
