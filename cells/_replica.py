@@ -179,14 +179,16 @@ Walk = tuple[
     tuple[DocKey, ...],
     tuple[Any, ...],
 ]
-"""`Replica.plain_chain`'s walk of one link, as a transaction's walk makes it now: its
+"""`Replica.plain_chain`'s walk of one link, as a transaction's walk makes it now: (0) its
 reads, in the order a transaction logs them (per read its document, full-document path
 and whether shallow: each hop's place shallow, then the final place deep), each with its
-document's record; the records walked, in order, with their versions then and their
-keys; and the plain value at the end (None for absent), in a 1-tuple.
+document's record; (1) the records walked, in order, (2) their versions then and (3)
+their keys; (4) the plain value at the end (None for absent), in a 1-tuple.
 `Replica.walk_inputs`: several walks in one, the reads of all (each once, in first-read
-order), the records, versions, keys and values of each in turn. Never changed once made (a kept
-walk is handed to every caller)."""
+order), the records, versions, keys and values of each in turn. Never changed once made
+(a kept walk is handed to every caller). (Tuples and a dict, concatenated and updated:
+lining walks up with `zip` and `chain.from_iterable`, or keying reads by `DocKey` more
+often, cost more CPU instructions than the bytecodes they saved, see docs/performance.md.)"""
 
 _VERSION: Final = operator.attrgetter("version")
 """A record's version (mapped over a walk's records in C: one check of them all)."""

@@ -213,9 +213,9 @@ def _over_lifts(pattern: Pattern, inputs: Any) -> bool:
     An argument is read through the link its run's argument document holds (to the
     caller's cell, or a map's element: the card's lifts), which a direct run follows
     as the transaction does (`Replica.plain_chain`, `scheduler._direct.walk_matches`:
-    each hop's place a shallow read). A nested pattern's, a list's or a `when`'s output holds links to
-    results (a container at the end: never a plain value), so a lift over it stays a
-    plain `_Lift`, decided per pattern node at no cost per run."""
+    each hop's place a shallow read). A nested pattern's, a list's or a `when`'s output
+    holds links to results (a container at the end: never a plain value), so a lift
+    over it stays a plain `_Lift`, decided per pattern node at no cost per run."""
     args = inputs.get("args") if type(inputs) is dict else None
     if type(args) is not list or not args or inputs.get("kwargs"):
         return False
