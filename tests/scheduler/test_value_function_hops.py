@@ -199,6 +199,20 @@ def test_a_hop_that_goes_away_leaves_the_read_set_and_nothing_runs_on_it(
     assert ["<a>", "<b>"] == seen
 
 
+def _runs_spy(sp: Space) -> list[list[Any]]:
+    """The run logs the store is given from now on (each a list of entries' fields)."""
+    logs: list[list[Any]] = []
+    store = sp.replica.store
+    submit_runs = store.submit_runs
+
+    def spy(listener: Any, session_id: str, runs: list[Any]) -> bool:
+        logs.append(list(runs))
+        return submit_runs(listener, session_id, runs)
+
+    store.submit_runs = spy  # type: ignore[method-assign]
+    return logs
+
+
 def _four_reads(
     sp: Space, sch: Scheduler, foreign: tuple[Path, Any]
 ) -> tuple[cells.Cell, Node, list[list[Any]]]:
@@ -230,15 +244,7 @@ def _four_reads(
     sch.derive(b, [a], b_fn)
     sch.sink(y, lambda _: None)
     sch.sink(b, lambda _: None)
-    logs: list[list[Any]] = []
-    store = sp.replica.store
-    submit_runs = store.submit_runs
-
-    def spy(listener: Any, session_id: str, runs: list[Any]) -> bool:
-        logs.append(list(runs))
-        return submit_runs(listener, session_id, runs)
-
-    store.submit_runs = spy  # type: ignore[method-assign]
+    logs = _runs_spy(sp)
     t1.key("title").set("one!")
     a.set(2)
     return y, ny, logs
@@ -351,20 +357,6 @@ def test_a_walk_kept_for_one_node_serves_another_only_while_nothing_on_it_moves(
     items.key(1).key("title").set("a1")
     sch.settle()
     assert (out1.get(), out2.get()) == ("<a1>", "a1")
-
-
-def _runs_spy(sp: Space) -> list[list[Any]]:
-    """The run logs the store is given from now on (each a list of entries' fields)."""
-    logs: list[list[Any]] = []
-    store = sp.replica.store
-    submit_runs = store.submit_runs
-
-    def spy(listener: Any, session_id: str, runs: list[Any]) -> bool:
-        logs.append(list(runs))
-        return submit_runs(listener, session_id, runs)
-
-    store.submit_runs = spy  # type: ignore[method-assign]
-    return logs
 
 
 def _entry_reads(sp: Space, logs: list[list[Any]], out: cells.Cell) -> list[Any]:
