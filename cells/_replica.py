@@ -1273,7 +1273,7 @@ class Replica:
                 new = compute(value)
             finally:
                 self._open_txs -= 1
-            if records.get(rkey) is not rec or rec.version != version:
+            if rec.version != version:  # (a key's record is never replaced: see below)
                 self.stats.local_stale += 1
                 stale = InconsistentBasisError(stale_message(rkey))
                 return CommitResult(Outcome.STALE_BASIS, stale)

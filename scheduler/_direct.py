@@ -263,10 +263,12 @@ def run_direct(
         return RUN_NONE  # several outputs
     inputs = fn.inputs
     reads = node.reads
-    if (
+    # (`type` checks: no read set class has a subclass, and an `isinstance` of a
+    # `Mapping` subclass is a call into `ABCMeta.__instancecheck__` per run.)
+    if type(reads) is not OneRead and (
         (reads.entry[1] or reads.entry2[1])
-        if isinstance(reads, TwoReads)
-        else type(reads) is not OneRead and any(map(_SHALLOW, reads.values()))
+        if type(reads) is TwoReads
+        else any(map(_SHALLOW, reads.values()))
     ):
         # A link on the way (a shallow read of its place): the walk a transaction would
         # make now decides (kept while nothing on it moves: the lifts of one element
