@@ -199,7 +199,7 @@ class Dispatch:
             # Its handler was removed: dropped now, as the events queued for it were.
             self.drop(ev, "dropped", CellweaveError(f"{handler!r} was removed"))
             return ev
-        self._host.events.queue.add(ev)
+        self._host.events.enqueue(ev)
         if origin is not None:
             self._host.lineage.record_event(origin, ev)
         self._host._request_pass()
@@ -207,7 +207,7 @@ class Dispatch:
 
     def drop(self, ev: QueuedEvent, status: Any, error: BaseException | None) -> None:
         if ev.status == "queued":
-            self._host.events.queue.discard(ev)
+            self._host.events.dequeue(ev)
         ev.status = status
         ev.error = error
         if ev.on_settle is not None:
@@ -271,7 +271,7 @@ class Dispatch:
             self._host.remove(node)
 
     def _dispatch(self, ev: QueuedEvent) -> None:
-        self._host.events.queue.discard(ev)
+        self._host.events.dequeue(ev)
         ev.status = "dispatched"
         handler = ev.handler
         tx = self._host.replica.edit(ev.actor or handler.identity, source=handler)
@@ -387,7 +387,7 @@ class Dispatch:
                 ev.attempts += 1
                 ev.not_before = now + retry_delay(ev.attempts)
                 ev.status = "queued"
-                self._host.events.queue.add(ev)  # keeps its first-enqueue place
+                self._host.events.enqueue(ev)  # keeps its first-enqueue place
                 return
             err = CommitConvergenceError(
                 f"{ev!r} kept failing on a stale basis for {RETRY_WINDOW} s ({ev.attempts} retries)"

@@ -23,7 +23,8 @@ origin commits; if the origin fails, its queued descendants are dropped and
 every stop recorded against it runs (`Lineage.record_stop`).
 
 Invariants (checked by `_check`)
-- the lane is sorted by enqueue seq and holds only queued events;
+- the lane is sorted by enqueue seq and holds only queued events; `waiting` says
+  whether it holds one;
 - at most one handler per stream.
 """
 
@@ -187,6 +188,10 @@ class EventLane:
         """Streams whose handler was removed and none bound since: the removed handler
         with its function let go (newest last, at most `MAX_RETIRED`)."""
         self.queue: SortedKeyList[QueuedEvent, int] = SortedKeyList(key=_event_seq)
+        """Change it only through `enqueue` and `dequeue` (they keep `waiting`)."""
+        self.waiting = False
+        """Whether `queue` holds an event: asked on every settle and commit, where a
+        `SortedKeyList`'s truth (its `__len__`) is a Python call."""
         self._seqs = itertools.count()
         self._nonce = os.urandom(8).hex()  # (what secrets.token_hex does, without its import)
         self._minted = itertools.count()
@@ -196,6 +201,16 @@ class EventLane:
 
     def next_seq(self) -> int:
         return next(self._seqs)
+
+    def enqueue(self, ev: QueuedEvent) -> None:
+        self.queue.add(ev)
+        self.waiting = True
+
+    def dequeue(self, ev: QueuedEvent) -> None:
+        """Take `ev` out of the queue if it is there."""
+        queue = self.queue
+        queue.discard(ev)
+        self.waiting = bool(queue)
 
     def head(self) -> QueuedEvent | None:
         return self.queue[0] if self.queue else None
@@ -212,6 +227,7 @@ class EventLane:
             del retired[next(iter(retired))]
 
     def _check(self) -> None:
+        assert self.waiting == bool(self.queue)
         seqs = [e.seq for e in self.queue]
         assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
         assert all(e.status == "queued" for e in self.queue)

@@ -500,7 +500,7 @@ class Passes:
                 else:
                     pumped = False
                     # (No queued event: nothing to dispatch, and no clock read for it.)
-                    if not self.events.queue or not self._dispatch.dispatch_next():
+                    if not self.events.waiting or not self._dispatch.dispatch_next():
                         break
         finally:
             self._settling = False
@@ -884,7 +884,7 @@ class Passes:
         # Nothing could run (a write nobody live reads, a verdict nobody waits on): no
         # pass to pay for. Checked first: this runs on every commit. (`_may_have_work`,
         # inlined, the cheapest test first.)
-        if not (self._candidates or len(mailbox) or self.events.queue):
+        if not (self._candidates or len(mailbox) or self.events.waiting):
             return
         loop = running_loop()
         if loop is None or self._pass_loop is loop:
@@ -909,13 +909,13 @@ class Passes:
         if from_loop and not self._settling and not self._closed:
             if self._may_have_work():
                 self.settle()
-        else:
+        elif not self._settling:  # (`_request_pass` does nothing in a settle: no call)
             self._request_pass()
 
     def _may_have_work(self) -> bool:
         """Could a settle do anything now? (A candidate, a queued event, a delivery.)
         False means certainly not: a verdict nobody waits on costs no pass. O(1)."""
-        return bool(self._candidates or self.events.queue or len(self.replica.mailbox))
+        return bool(self._candidates or self.events.waiting or len(self.replica.mailbox))
 
     def _auto_pass(self) -> None:
         """The pass `_request_pass` scheduled: a `settle()` (which raises no node or

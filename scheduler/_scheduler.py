@@ -376,7 +376,7 @@ class Scheduler(Passes):
             self.replica.in_flight()
             or len(self.replica.mailbox)
             or self.runnable()
-            or self.events.queue
+            or self.events.waiting
             or self.work
         )
 

@@ -53,6 +53,9 @@ class Timers:
     _host: Host
     _gated: SortedList[tuple[float, int, Node]] = attrs.field(factory=SortedList, init=False)
     """(eligible_at, ordinal, node) of every registered node with a time gate."""
+    _any_gated: bool = attrs.field(default=False, init=False)
+    """Whether `_gated` holds a node (kept by its changes): asked on every settle,
+    where a `SortedList`'s truth (its `__len__`) is a Python call."""
     _timer: asyncio.TimerHandle | None = attrs.field(default=None, init=False)
     _timer_at: float = attrs.field(default=0.0, init=False)
     _timer_loop: asyncio.AbstractEventLoop | None = attrs.field(default=None, init=False)
@@ -103,11 +106,14 @@ class Timers:
                 gated.remove((old, node.ordinal, node))
             if new:
                 gated.add((new, node.ordinal, node))
+            self._any_gated = bool(gated)
 
     def forget(self, node: Node) -> None:
         """`node` is being unregistered: drop it from the gated list. O(log gated)."""
         if node.eligible_at:
-            self._gated.discard((node.eligible_at, node.ordinal, node))
+            gated = self._gated
+            gated.discard((node.eligible_at, node.ordinal, node))
+            self._any_gated = bool(gated)
 
     def _waiting(self, now: float) -> Iterable[Node]:
         """Live invalid nodes whose gate is later than `now`, earliest first."""
@@ -130,7 +136,7 @@ class Timers:
         clock = host.clock
         if not isinstance(clock, SystemClock):
             return  # a manual clock: the test advances it and calls settle()
-        if not self._gated and not host.events.queue:
+        if not self._any_gated and not host.events.waiting:
             return  # nothing waits on time (the usual settle): no clock read
         now = clock.now()
         # (The first waiting node is the earliest: the list is ordered by gate.)
@@ -168,5 +174,6 @@ class Timers:
     def _check(self, nodes: Iterable[Node]) -> None:
         gated = {n: at for n in nodes if (at := n.eligible_at)}
         assert len(gated) == len(self._gated), (gated, list(self._gated))
+        assert self._any_gated == bool(self._gated)
         for at, ordinal, n in self._gated:
             assert gated.get(n) == at and n.ordinal == ordinal, (n, at)
