@@ -493,7 +493,8 @@ class Passes:
             for _ in range(MAX_PASSES_PER_SETTLE):
                 if not pumped:
                     self.replica.pump()
-                seeds = self.runnable()
+                # (`runnable`'s first test, inlined: no call when nothing is a candidate.)
+                seeds = self.runnable() if self._candidates else []
                 if seeds:
                     self._pass(seeds)
                     pumped = True  # a pass ends with a pump
@@ -527,7 +528,7 @@ class Passes:
         for _ in range(MAX_ITERS):
             self._drain(seeds, ran)
             self.replica.pump()
-            seeds = self.runnable()
+            seeds = self.runnable() if self._candidates else []  # (no call for none)
             if not seeds:
                 break
         else:
