@@ -173,13 +173,6 @@ _LAZY_WAKE_S: Final = 0.05
 when its submitter ran no event loop (`WriterStore._submit_evaluation`). Each timed
 wake-up takes the GIL from a thread that may be evaluating (and, on a loaded machine,
 can keep it for a time slice): measured at 2 ms, one commit in 20 waited a time slice."""
-_HELP_WRITES: Final = 16
-"""A waiting thread evaluates a queued commit of at most this many writes (`_help`); a
-larger one is the writer thread's, woken for it at once. Measured on this machine's 2
-cores: a 100-document commit evaluated on the thread that made it cost about 1.5 times
-the CPU it costs on the writer thread (850 against 550 µs; the writer keeps SQLite's
-and the store's working set on a core of its own, the caller its own), where a
-one-document commit costs about 30 % less on the waiting thread (no hand-over)."""
 _LAZY_ROUNDS: Final = 20
 """Timed sleeps in a row with nothing to do (1 s) before the writer sleeps until woken."""
 
@@ -195,14 +188,15 @@ class WriterStore(StoreBase):
     closed (`_closed_message`) and classifies evaluation failures (`_unevaluated`).
 
     Waiting threads help (`helps_waiters`): a thread blocked in `Pending.wait()` on a
-    session of this store evaluates the queued commits of at most `_HELP_WRITES` writes
-    itself (`_help`, the session mailbox's `helper`) instead of sleeping while the
-    writer thread does them; a submit from a thread running no loop does not wake the
-    writer for such a commit. Evaluations still run one at a time in queue order: an
-    item is taken off the queue only by a thread holding `_write_lock`, and evaluated
-    before it lets go. A small synchronous commit so costs no hand-over to the writer
-    thread and back (two thread switches: about a third of a one-document SQLite
-    commit's CPU, `bench.sqlite_durable`). Only the waiting thread runs
+    session of this store evaluates the queued commits itself (`_help`, the session
+    mailbox's `helper`) instead of sleeping while the writer thread does them; a submit
+    from a thread running no loop does not wake the writer. Evaluations still run one at
+    a time in queue order: an item is taken off the queue only by a thread holding
+    `_write_lock`, and evaluated before it lets go. A synchronous commit so costs no
+    hand-over to the writer thread and back (two thread switches: about a third of a
+    one-document SQLite commit's CPU, and of a 100-document one's process CPU about a
+    third on tmpfs when the two threads ran on different cores, `bench.sqlite_durable`).
+    Only the waiting thread runs
     signal handlers, so an interrupt can stop an evaluation anywhere there: the backend
     then finds out whether the commit was applied and answers it (`_interrupted`).
     """
@@ -282,12 +276,7 @@ class WriterStore(StoreBase):
                 self._writer.start()
             self._queued += 1
             self._queue.append((listener, request))
-            if (
-                self._writer_untimed
-                or not self.helps_waiters
-                or len(request.writes) > _HELP_WRITES
-                or running_loop() is not None
-            ):
+            if self._writer_untimed or not self.helps_waiters or running_loop() is not None:
                 self._work.notify()
             # (Else no wake-up: the writer is evaluating, or asleep for at most
             # `_LAZY_WAKE_S`, and the submitting thread, running no loop, usually waits
@@ -338,8 +327,6 @@ class WriterStore(StoreBase):
                 break
             try:
                 try:
-                    if not blocking and len(queue[0][1].writes) > _HELP_WRITES:
-                        break  # (the writer thread's: see `_HELP_WRITES`)
                     item = queue.popleft()
                 except IndexError:
                     break

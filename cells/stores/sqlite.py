@@ -83,11 +83,11 @@ Threading
 - Commits are queued FIFO (`_submit_evaluation`) and evaluated one at a time, in
   order, under `_write_lock`, which also serializes every fan-out (so each mailbox
   hears commits in seq order). A thread blocked in `Pending.wait()` evaluates the
-  queued commits of at most 16 writes itself (`WriterStore._help`): such a synchronous
-  commit costs no hand-over to another thread and back. The writer thread evaluates
-  the rest: at once larger commits and what a thread running an event loop submits
-  (the loop must not block on the file), within 50 ms (`_sql._LAZY_WAKE_S`) what
-  nobody waits for. An interrupt (only a waiting thread runs signal
+  queued commits itself (`WriterStore._help`), however many writes they have: a
+  synchronous commit costs no hand-over to another thread and back. The writer thread
+  evaluates the rest: at once what a thread running an event loop submits (the loop
+  must not block on the file), within 50 ms (`_sql._LAZY_WAKE_S`) what nobody waits
+  for. An interrupt (only a waiting thread runs signal
   handlers) is answered as the commit ended, applied or not (`_interrupted`). A test
   gate's `accept()` evaluates on the caller's thread: it first waits for the queue to
   drain (per-session FIFO), then shares the one writer connection.
