@@ -986,12 +986,13 @@ class Replica:
         A write equal to the value there is elided, or kept as a shadow write when the
         document has a pending layer (`ops_for`), as the general path does.
         """
-        # (key, record, path, value, the document after it; None for a shadow write)
-        staged: list[tuple[DocKey, DocRecord, Path, Value, dict[str, Value] | None]] = []
+        # (key, record, paths written (one), value, the document after it; None for a
+        # shadow write)
+        staged: list[tuple[DocKey, DocRecord, tuple[Path], Value, dict[str, Value] | None]] = []
         for key, td in docs.items():
             written = td.written
-            if written is None or td.read or len(written) != 1:
-                return False
+            if type(written) is not tuple or td.read or len(written) != 1:
+                return False  # (one write is a 1-tuple, `Transaction.write`)
             path = written[0]
             if path != _VALUE_PATH and (len(path) != 1 or type(path[0]) is not str):
                 return False  # (a cell's whole value, the usual write, in one comparison)
@@ -1009,28 +1010,38 @@ class Replica:
                 if rec.layers:
                     # A shadow write: it changes nothing now, but must survive a pending
                     # layer's failure and land after it in the durable order.
-                    staged.append((key, rec, path, new, None))
+                    staged.append((key, rec, written, new, None))
                 continue  # (else: equal, nothing pending under it: nothing to stage)
-            staged.append((key, rec, path, new, working))
+            staged.append((key, rec, written, new, working))
         if not staged:
             self.stats.commits_elided += 1
             tx._settle(_OK)
             return True
         seq = self._next_seq
         self._next_seq = seq + 1
+        # Each visible change is a `Change` for whoever hears the commit (`_send`); with
+        # nobody to hear it (a replica alone), `_send`'s count without the objects.
+        heard = self._commit_hook is not None or bool(self._subscribers)
         changes: list[Change] = []
+        changed = False
         writes: list[Write] = []
-        for key, rec, path, new, after in staged:
-            layer = Layer(seq, path, new)
+        for key, rec, written, new, after in staged:
+            path = written[0]
             if not rec.layers:
-                rec.layers = (layer,)
+                rec.layers = (Layer(seq, path, new),)
             else:
-                push_layer(rec, layer)
+                push_layer(rec, Layer(seq, path, new))
             if after is not None:
-                changes.append(Change(key, rec.visible, after, (path,)))
+                if heard:
+                    # (`written` is the paths tuple the change names: the one path.)
+                    changes.append(Change(key, rec.visible, after, written))
+                else:
+                    changed = True
                 rec.visible = after
                 rec.version += 1
             writes.append(Write(key, path, new))
+        if changed:
+            self.stats.notifications += 1
         request = CommitRequest(self.session_id, seq, (), (), tuple(writes), _NO_KEYS)
         self._send(tx, seq, request, tuple(changes))
         return True

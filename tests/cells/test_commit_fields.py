@@ -33,14 +33,16 @@ CASES = [
 TAKEN = {"created": False, "read": False, "deeper": False}
 
 
-def _write_only_commit(case: str) -> tuple[object, ...]:
+def _write_only_commit(case: str, *, heard: bool = True) -> tuple[object, ...]:
     """One transaction of `case`'s writes on documents A, B, C (each {"value": ...}); what
     anyone can observe of it: outcome, notifications, held requests, durable and visible
-    values, counted work."""
+    values, counted work. `heard`: a subscriber hears the replica's notifications (else
+    nobody does: the replica only counts them)."""
     store = MemoryStore()
     replica = Replica(store, session_id="me")
     seen: list[Notification] = []
-    replica.subscribe(seen.append)
+    if heard:
+        replica.subscribe(seen.append)
     setup = replica.edit(ME)
     for key, n in ((A, 1), (B, 2), (C, 3)):
         setup.write(key, (), {"value": n, "keep": True})
@@ -101,9 +103,10 @@ def _write_only_commit(case: str) -> tuple[object, ...]:
     )
 
 
+@pytest.mark.parametrize("heard", [True, False], ids=["heard", "alone"])
 @pytest.mark.parametrize("case", CASES)
 def test_a_write_only_commit_does_what_the_general_path_does(
-    case: str, monkeypatch: pytest.MonkeyPatch
+    case: str, heard: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     taken: list[bool] = []
     fast = Replica._commit_fields
@@ -114,9 +117,9 @@ def test_a_write_only_commit_does_what_the_general_path_does(
         return took
 
     monkeypatch.setattr(Replica, "_commit_fields", recording)
-    shortcut = _write_only_commit(case)
+    shortcut = _write_only_commit(case, heard=heard)
     assert taken, "the commit never reached `_commit_fields`"
     assert taken[-1] is TAKEN.get(case, True)
     monkeypatch.setattr(Replica, "_commit_fields", lambda self, *args: False)
-    general = _write_only_commit(case)
+    general = _write_only_commit(case, heard=heard)
     assert general == shortcut
