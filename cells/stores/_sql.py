@@ -196,9 +196,9 @@ class WriterStore(StoreBase):
     hand-over to the writer thread and back (two thread switches: about a third of a
     one-document SQLite commit's CPU, and of a 100-document one's process CPU about a
     third on tmpfs when the two threads ran on different cores, `bench.sqlite_durable`).
-    Only the waiting thread runs
-    signal handlers, so an interrupt can stop an evaluation anywhere there: the backend
-    then finds out whether the commit was applied and answers it (`_interrupted`).
+    Only the waiting thread runs signal handlers, so an interrupt can stop an evaluation
+    anywhere there: the backend then finds out whether the commit was applied and
+    answers it (`_interrupted`).
     """
 
     helps_waiters: bool = False
