@@ -47,6 +47,8 @@ steps = st.lists(
 def small_window(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     with monkeypatch.context() as m:
         m.setattr(cells.stores.memory, "REVISIONS_KEPT", KEPT)
+        # (`MemoryStore`'s hot paths read the cap as a module constant made at import.)
+        m.setattr(cells.stores.memory, "_HISTORY_CAP", 2 * KEPT)
         m.setattr(cells.stores.sqlite, "REVISIONS_KEPT", KEPT)
         yield
 
