@@ -64,10 +64,12 @@ class Notification(msgspec.Struct, frozen=True):
     reason: BaseException | None = None
 
 
-CommitHook: TypeAlias = Callable[[Change, object], None]
+CommitHook: TypeAlias = Callable[[Change, object, bool], None]
 """A subscriber's entry for one change of a local commit (`Replica.subscribe`'s
-`on_commit`): the change and who made it (its transaction's `source`), no
-`Notification` around them."""
+`on_commit`): the change, who made it (its transaction's `source`) and whether the
+commit moved the value at the change's one path (`moved`: the replica compared it
+there and found it changed, so a read of exactly that place changed with no
+comparison; False says nothing), no `Notification` around them."""
 
 
 class Layer(msgspec.Struct, gc=False):

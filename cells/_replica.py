@@ -482,11 +482,15 @@ class Replica:
     ) -> Callable[[], None]:
         """Receive every notification; returns a function that unsubscribes.
 
-        `on_commit(change, by)`, when given, is the same subscriber's entry for each
-        change of a local commit (a "commit" notification, its changes one by one, `by`
-        being its transaction's `source`): while `fn` is the only subscriber the replica
-        calls it instead of `fn`, with no `Notification` made (a node's commit in a
-        drain and a `Cell.set` each made one); it must do what `fn` does for them."""
+        `on_commit(change, by, moved)`, when given, is the same subscriber's entry for
+        each change of a local commit (a "commit" notification, its changes one by one,
+        `by` being its transaction's `source`): while `fn` is the only subscriber the
+        replica calls it instead of `fn`, with no `Notification` made (a node's commit in
+        a drain and a `Cell.set` each made one); it must do what `fn` does for them.
+        `moved` is True for a change whose one path is a top-level field of a dict
+        document whose value there the commit moved (the replica compared the two: a
+        drain's node commit, `_send_run`), so every read of exactly that place sees a
+        change with no comparison; False says nothing about it."""
         check_callable(fn, where="Replica.subscribe()", name="fn")
         if on_commit is not None:
             check_callable(on_commit, where="Replica.subscribe()", name="on_commit")
@@ -1835,7 +1839,7 @@ class Replica:
                     self.stats.notifications += 1
                     by = tx.source
                     for change in changes:
-                        hook(change, by)
+                        hook(change, by, False)
                 elif not self._subscribers:  # (a replica alone: counted, nobody to hear it)
                     self.stats.notifications += 1
                 else:
@@ -1856,7 +1860,10 @@ class Replica:
         flight and notified the same way, but kept as run log `entry` (see RUN_WIDTH)
         instead of a request, for the store to evaluate with the drain's other commits
         (`StoreBase.submit_runs`) and answer in one delivery (`accept_runs`). A direct
-        run's (`SentRun`) has no transaction to empty."""
+        run's (`SentRun`) has no transaction to empty. `change` moved the value at its
+        one path, a top-level field of a dict document: each caller (`_commit_usual`,
+        `_commit_field`, `run_field`) compared the two and elided an equal write (or
+        left a shadow write to the general path), so its hook hears `moved`."""
         if isinstance(tx, Transaction):
             tx._docs = {}  # (as in `_send`)
             tx.reads = _SENT_LOG
@@ -1867,7 +1874,8 @@ class Replica:
             hook = self._commit_hook
             if hook is not None:  # (the one subscriber, a scheduler: no Notification)
                 stats.notifications += 1
-                hook(change, tx.source)
+                # (Every run log entry's change moved its one field: see `subscribe`.)
+                hook(change, tx.source, True)
             elif not self._subscribers:  # (a replica alone: counted, with nobody to hand it to)
                 stats.notifications += 1
             else:
@@ -1895,7 +1903,7 @@ class Replica:
             hook = self._commit_hook
             if hook is not None:  # (the one subscriber, a scheduler: no Notification)
                 stats.notifications += 1
-                hook(change, tx.source)
+                hook(change, tx.source, False)
             elif not self._subscribers:  # (a replica alone: counted, with nobody to hand it to)
                 stats.notifications += 1
             else:

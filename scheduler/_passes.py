@@ -289,12 +289,14 @@ class Passes:
         for change in nf.changes:
             on_change(change, suppress)
 
-    def _on_change(self, change: Change, suppress: object) -> None:
+    def _on_change(self, change: Change, suppress: object, moved: bool = False) -> None:
         """Invalidate the readers of one document `change` whose read value changed (but
         `suppress`, the node whose own commit it is). The replica's `on_commit` for a local
         commit's change (no `Notification` made: a node's commit in a drain, a
-        `Cell.set`), and each change of every other notification."""
-        hits = self.index.match(change)
+        `Cell.set`), and each change of every other notification. `moved`: the commit
+        moved the value at the change's one path (`Replica.subscribe`), so its readers
+        there are found with no comparison (`ReaderIndex.match_moved`)."""
+        hits = self.index.match_moved(change) if moved else self.index.match(change)
         if hits:
             tracked = self._tracked
             if tracked:

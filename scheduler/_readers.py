@@ -850,6 +850,38 @@ class ReaderIndex:
             hits.extend(self._matching(readers, before, after, True))
         return hits
 
+    def match_moved(self, change: Change) -> list[Node]:
+        """`match` of a change whose commit moved the value at its one path (a top-level
+        field: `Replica.subscribe`'s `moved`, a drain's node commit). A document read
+        there and nowhere else by every reader, each reading it deep (a node's output,
+        read whole by the nodes and the sink that read it: the usual document), has all
+        its readers triggered with no comparison of values: that comparison is the one
+        the replica made. Anything else is `match`. The same verdicts and comparison
+        count as `match` (`tests/scheduler/test_readers.py`)."""
+        key = change.key
+        deep = self.deep.get(key)
+        if deep is None:
+            if key not in self.shallow and key not in self.tries:
+                return []  # nobody reads it (a result only pulled, a lift's staging)
+        elif key not in self.shallow:  # (no trie then: the invariants)
+            place = change.paths[0]  # type: ignore[index]
+            if type(deep) is not dict:
+                # One reader (a chain's every link): its read set's deep paths of `key`.
+                node: Node = deep  # type: ignore[assignment]
+                reads = node.reads
+                paths = (reads.entry if type(reads) is OneRead else reads[key])[0]
+                if len(paths) == 1 and paths[0] == place:
+                    self.comparisons += 1
+                    return [node]
+            elif len(deep) < TRIE_READERS:
+                # All read it the same way (one shared paths tuple), asked in C.
+                ways = list(deep.values())
+                paths = ways[0]
+                if len(paths) == 1 and paths[0] == place and ways.count(paths) == len(ways):
+                    self.comparisons += len(ways)
+                    return list(deep)
+        return self.match(change)
+
     def _match_along(
         self, trie: _Trie, before: object, after: object, paths: tuple[Path, ...]
     ) -> list[Node]:

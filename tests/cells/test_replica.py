@@ -292,7 +292,9 @@ def test_a_lone_subscribers_commit_hook_hears_local_commits_with_no_notification
     hooked: list[tuple[DocKey, Any, Any, object]] = []
     r.subscribe(
         lambda nf: heard.append(nf.kind),
-        on_commit=lambda change, by: hooked.append((change.key, change.before, change.after, by)),
+        on_commit=lambda change, by, moved: hooked.append(
+            (change.key, change.before, change.after, by)
+        ),
     )
 
     def commit(value: int) -> None:
@@ -324,6 +326,46 @@ def test_a_lone_subscribers_commit_hook_hears_local_commits_with_no_notification
     assert r.stats.notifications == 4
     with pytest.raises(CellweaveError, match="on_commit"):
         r.subscribe(heard.append, on_commit=1)  # type: ignore[arg-type]
+
+
+def test_a_drains_usual_commit_tells_the_commit_hook_it_moved_its_one_field() -> None:
+    """The hook's `moved`: True for a run log entry's change (a drain's usual commit,
+    which wrote one top-level field and moved the value there: an equal write is elided
+    before it), False for every other local commit's (a `Cell.set`, a whole-document
+    write), which says nothing about it."""
+    store = MemoryStore()
+    r = Replica(store)
+    hooked: list[tuple[DocKey, Any, bool]] = []
+    r.subscribe(
+        lambda nf: None,
+        on_commit=lambda change, by, moved: hooked.append((change.key, change.paths, moved)),
+    )
+    src, out = DocKey("sp", "src"), DocKey("sp", "out")
+    for key in (src, out):
+        tx = r.edit(ME)
+        tx.write(key, (), {"value": 0})
+        tx.commit()
+    while r.pump():
+        pass
+    assert [moved for _key, _paths, moved in hooked] == [False, False]
+
+    def run(value: int) -> None:
+        r.begin_batch()
+        tx = r.edit(ME)
+        tx.write(out, ("value",), tx.read(src, ("value",)) + value)
+        tx.commit()
+        r.end_batch()
+        while r.pump():
+            pass
+
+    run(1)
+    assert hooked[-1] == (out, (("value",),), True)
+    run(1)  # equal: elided, no change at all
+    assert len(hooked) == 3
+    tx = r.edit(ME)
+    tx.write(src, ("value",), 5)
+    tx.commit()
+    assert hooked[-1] == (src, (("value",),), False)
 
 
 def test_unsubscribe_stops_notifications(w: World) -> None:

@@ -419,3 +419,69 @@ def test_readers_that_all_read_a_document_the_same_way_get_the_general_verdict()
     assert [whole, field, other] == index.match(
         Change(KEY, {"value": {"x": 1}}, {"value": {"x": 2}})
     )
+
+
+def test_a_moved_change_gets_the_verdicts_and_comparison_count_of_match() -> None:
+    # `match_moved`: a change whose commit moved the value at its one path (a drain's
+    # node commit) triggers a document's readers that all read exactly there, deep,
+    # with no comparison of values; every other document goes through `match`. For
+    # each way of reading a document (and after a reader's read set changed or a
+    # reader left), the readers and the comparison count are `match`'s.
+    place = ("value",)
+    moves: list[tuple[Any, Any]] = [
+        ({"value": 1, "other": 1}, {"value": 2, "other": 1}),
+        ({"value": {"x": 1, "y": 1}}, {"value": {"x": 1, "y": 2}}),
+        ({"value": {"x": 1}}, {"value": {"x": 2}}),
+        ({"value": [1]}, {"value": [1, 2]}),
+        ({"other": 1}, {"value": 0, "other": 1}),  # absent, then present
+        ({"value": "a"}, {}),
+    ]
+    for before, after in moves:  # (each moved the value at the place: the precondition)
+        assert changed_at(before, after, place, shallow=False)
+    ways: list[list[list[tuple[Any, bool]]]] = [
+        [],  # nobody reads it
+        [[(place, False)]],  # one reader there (a chain's link)
+        [[(place, False)]] * 3,  # a few, the same way (a node's output)
+        [[(("other",), False)]],  # one reader elsewhere: never hit
+        [[(place, False)], [(("other",), False)]],
+        [[(place, False)], [(("value", "x"), False)]],  # one deeper
+        [[(place, False)], [(place, True)]],  # one shallow
+        [[(place, True)]],
+        [[(place, False), (("other",), False)]],  # one reader, two places
+        [[(place, False)]] * TRIE_READERS,  # a trie
+    ]
+    for readers_ways in ways:
+        index = ReaderIndex()
+        readers = [_reader(index, f"r{i}", *w) for i, w in enumerate(readers_ways)]
+        changes = [Change(KEY, before, after, (place,)) for before, after in moves]
+        for step in range(3):
+            if step == 1 and readers:
+                # A reader's read set changes (to read elsewhere) ...
+                index.apply(readers[0], compact_reads([(KEY, ("other",), False)]))
+            if step == 2 and readers:
+                index.remove(readers[-1])  # ... and a reader leaves.
+            index._check(readers)
+            for change in changes:
+                start = index.comparisons
+                expected = index.match(change)
+                counted = index.comparisons - start
+                start = index.comparisons
+                got = index.match_moved(change)
+                assert (got, index.comparisons - start) == (expected, counted), (
+                    readers_ways,
+                    step,
+                    change,
+                )
+    # (Not vacuous: the shortcut compares nothing, so told that an unchanged value
+    # moved it still triggers its readers; `match` would not. Once another reader reads
+    # elsewhere, `match` decides; after it left and one reader reads another document,
+    # the shortcut triggers only the other.)
+    index = ReaderIndex()
+    there = [_reader(index, f"r{i}", (place, False)) for i in range(2)]
+    unmoved = Change(KEY, {"value": 1}, {"value": 1}, (place,))
+    assert there == index.match_moved(unmoved) and [] == index.match(unmoved)
+    elsewhere = _reader(index, "elsewhere", (("other",), False))
+    assert [] == index.match_moved(unmoved)
+    index.remove(elsewhere)
+    index.apply(there[0], compact_reads([(DocKey("sp", "another"), place, False)]))
+    assert [there[1]] == index.match_moved(unmoved)
