@@ -9,6 +9,7 @@ import pytest
 import cells
 from cells import CellweaveError, Space
 from scheduler import NodeError, Scheduler
+from scheduler._readers import _Alike
 
 
 def test_derive_computes_from_its_inputs_and_follows_them(sp: Space, sch: Scheduler) -> None:
@@ -542,3 +543,71 @@ def test_a_direct_derive_s_plan_goes_when_its_read_set_changes_in_place(
     a.set(30)
     sch.settle()
     assert (seen[-1], sch.stats.direct_commits - direct) == (32, 2)
+
+
+def test_readers_alike_of_a_derive_follow_its_moves_read_set_changes_and_foreign_commits(
+    sp: Space, sch: Scheduler
+) -> None:
+    # `mid`'s document is read whole by three readers (two derives and a node that
+    # reads it or another cell): the reader index holds them as one `_Alike`, and each
+    # direct commit of `mid` hands them over with no comparison (`match_moved`). A
+    # reader whose read set leaves `mid`, a removed reader, and a foreign commit that
+    # replaces `mid`'s document (compared as any integrated change) are followed.
+    src, mid, flag, spare = sp.cell("src"), sp.cell("mid"), sp.cell("flag"), sp.cell("spare")
+    src.set(1)
+    flag.set(True)
+    spare.set(0)
+    nm = sch.derive(mid, [src], lambda v: v + 1)
+    r1, r2, r3 = sp.cell("r1"), sp.cell("r2"), sp.cell("r3")
+    n1 = sch.derive(r1, [mid], lambda v: v * 2)
+    n2 = sch.derive(r2, [mid], lambda v: v * 3)
+
+    def pick(tx: cells.Transaction) -> None:
+        chosen = mid if cells.read_value(tx, flag.link()) else spare
+        tx.write(r3.doc_key, ("value",), cells.read_value(tx, chosen.link()))
+
+    n3 = sch.register(pick, identity=sp.identity, outputs=[(r3.doc_key, ("value",))])
+    seen: list[Any] = []
+    for out in (r1, r2, r3):
+        sch.sink(out, seen.append)
+    assert (4, 6, 2) == (r1.get(), r2.get(), r3.get())
+    held = sch.index.deep[mid.doc_key]
+    assert isinstance(held, _Alike) and {n1, n2, n3} == set(held.nodes)
+
+    def runs() -> tuple[int, ...]:
+        return (nm.runs, n1.runs, n2.runs, n3.runs)
+
+    assert (1, 1, 1, 1) == runs()
+    src.set(5)
+    sch.settle()
+    assert (6, 12, 18, 6) == (mid.get(), r1.get(), r2.get(), r3.get())
+    assert (2, 2, 2, 2) == runs()
+    # `pick` reads `spare` from now on: a move of `mid` no longer runs it.
+    flag.set(False)
+    sch.settle()
+    assert (2, 2, 2, 3) == runs() and 0 == r3.get()
+    src.set(7)
+    sch.settle()
+    assert (3, 3, 3, 3) == runs() and (16, 24) == (r1.get(), r2.get())
+    # A foreign commit replacing `mid`'s document: its readers run on its value ...
+    other = Space(cells.Replica(sp.replica.store), "d")
+    tx = other.edit()
+    tx.write(mid.doc_key, (), {"value": 100})
+    tx.commit()
+    other.replica.pump()
+    sp.replica.sync([mid.doc_key])
+    sch.settle()
+    assert (3, 4, 4, 3) == runs() and (200, 300) == (r1.get(), r2.get())
+    # ... and not when the value they read stays (another field of it changed).
+    tx = other.edit()
+    tx.write(mid.doc_key, (), {"value": 100, "note": "x"})
+    tx.commit()
+    other.replica.pump()
+    sp.replica.sync([mid.doc_key])
+    sch.settle()
+    assert (3, 4, 4, 3) == runs()
+    # A removed reader is not run; the one left is run alone.
+    sch.remove(n2)
+    src.set(9)
+    sch.settle()
+    assert (4, 5, 4, 3) == runs() and 20 == r1.get()

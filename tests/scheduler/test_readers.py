@@ -5,8 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from cells import ELEMENT_IDS, Change, DocKey, Identity, element_ids, ids_key, set_path
-from scheduler._node import Node
-from scheduler._readers import TRIE_READERS, ReaderIndex, changed_at, compact_reads
+from scheduler._node import Node, lean_reads
+from scheduler._readers import (
+    TRIE_READERS,
+    ReaderIndex,
+    _Alike,
+    _entries,
+    changed_at,
+    compact_reads,
+)
 
 KEY = DocKey("sp", "doc", "space", "p", "s")
 
@@ -391,23 +398,34 @@ def test_readers_that_all_read_a_document_the_same_way_get_the_general_verdict()
         ({}, {"value": 0}),  # absent, then present
         ({"value": 1}, None),  # the document gone
     ]
-    for ways in ([(("value",), False)], [(("value", "x"), False)], [(("value",), True)]):
+    for ways, mixed in (
+        ([(("value",), False)], False),
+        ([(("value",), False)], True),  # held in a dict: a reader read another way first
+        ([(("value", "x"), False)], False),
+        ([(("value",), True)], False),
+    ):
         index = ReaderIndex()
         readers = [_reader(index, f"r{i}", *ways) for i in range(3)]
-        table = index.shallow if ways[0][1] else index.deep
-        held = table[KEY]
-        assert isinstance(held, dict)
+        if mixed:
+            index.apply(readers[1], compact_reads([(KEY, ("other",), False)]))
+            index.apply(readers[1], compact_reads([(KEY, *way) for way in ways]))
+        kind = 1 if ways[0][1] else 0
+        held = (index.shallow if kind else index.deep)[KEY]
+        # (Deep readers alike are held as one `_Alike`, unless they were not alike once.)
+        assert isinstance(held, dict if kind or mixed else _Alike)
+        each = list(_entries(held, KEY, kind))
         for before, after in cases:
-            expected = index._matching(held.items(), before, after, ways[0][1])
+            expected = index._matching(each, before, after, ways[0][1])
             start = index.comparisons
             got = index.match(Change(KEY, before, after, None))
             counted = index.comparisons - start
             start = index.comparisons
-            index._matching(held.items(), before, after, ways[0][1])
+            index._matching(each, before, after, ways[0][1])
             assert (got, counted) == (expected, index.comparisons - start), (ways, before, after)
         # (Not vacuous: every reader is hit by some case, and none by another.)
-        hit = [index.match(Change(KEY, before, after)) for before, after in cases]
-        assert readers in hit and [] in hit
+        hit = [sorted(index.match(Change(KEY, before, after)), key=str) for before, after in cases]
+        assert sorted(readers, key=str) in hit and [] in hit
+        index._check(readers)
     # Readers that read it in two ways are matched one by one, as before.
     index = ReaderIndex()
     whole = _reader(index, "whole", (("value",), False))
@@ -443,6 +461,8 @@ def test_a_moved_change_gets_the_verdicts_and_comparison_count_of_match() -> Non
         [[(place, False)]],  # one reader there (a chain's link)
         [[(place, False)]] * 3,  # a few, the same way (a node's output)
         [[(("other",), False)]],  # one reader elsewhere: never hit
+        [[(("other",), False)]] * 2,  # a few alike, elsewhere
+        [[(("value", "x"), False)]] * 3,  # a few alike, deeper
         [[(place, False)], [(("other",), False)]],
         [[(place, False)], [(("value", "x"), False)]],  # one deeper
         [[(place, False)], [(place, True)]],  # one shallow
@@ -466,7 +486,7 @@ def test_a_moved_change_gets_the_verdicts_and_comparison_count_of_match() -> Non
                 expected = index.match(change)
                 counted = index.comparisons - start
                 start = index.comparisons
-                got = index.match_moved(change)
+                got = list(index.match_moved(change))
                 assert (got, index.comparisons - start) == (expected, counted), (
                     readers_ways,
                     step,
@@ -479,9 +499,63 @@ def test_a_moved_change_gets_the_verdicts_and_comparison_count_of_match() -> Non
     index = ReaderIndex()
     there = [_reader(index, f"r{i}", (place, False)) for i in range(2)]
     unmoved = Change(KEY, {"value": 1}, {"value": 1}, (place,))
-    assert there == index.match_moved(unmoved) and [] == index.match(unmoved)
+    assert there == list(index.match_moved(unmoved)) and [] == index.match(unmoved)
     elsewhere = _reader(index, "elsewhere", (("other",), False))
     assert [] == index.match_moved(unmoved)
     index.remove(elsewhere)
     index.apply(there[0], compact_reads([(DocKey("sp", "another"), place, False)]))
-    assert [there[1]] == index.match_moved(unmoved)
+    assert [there[1]] == list(index.match_moved(unmoved))
+
+
+def test_deep_readers_alike_are_held_once_and_follow_joins_changes_and_removals() -> None:
+    # Two or more deep readers of a document that read it the same way are held as one
+    # `_Alike` (a node's output, read by the nodes and the sink after it), which a
+    # change known to have moved the value there hands back as it is. It follows every
+    # change of its readers: a reader whose read set changes leaves it (the rest go to
+    # a dict, in their order), a removed reader leaves it, and one left is held alone.
+    place = ("value",)
+    moved = Change(KEY, {"value": 1}, {"value": 2}, (place,))
+    index = ReaderIndex()
+    r = [_reader(index, f"r{i}", (place, False)) for i in range(3)]
+    held = index.deep[KEY]
+    assert isinstance(held, _Alike) and held.nodes == tuple(r)
+    assert r == list(index.match_moved(moved)) == index.match(moved)
+    assert index.readers_of(KEY) == set(r) and index.a_reader(KEY) is r[0]
+    index._check(r)
+    # A reader's read set changes: it reads elsewhere in the document ...
+    index.apply(r[1], compact_reads([(KEY, ("other",), False)]))
+    mixed = index.deep[KEY]
+    assert isinstance(mixed, dict) and list(mixed) == r
+    assert [r[0], r[2]] == list(index.match_moved(moved)) == index.match(moved)
+    index._check(r)
+    # ... or another document only.
+    index = ReaderIndex()
+    r = [_reader(index, f"r{i}", (place, False)) for i in range(3)]
+    index.apply(r[0], compact_reads([(DocKey("sp", "another"), place, False)]))
+    held = index.deep[KEY]
+    assert isinstance(held, _Alike) and held.nodes == (r[1], r[2])
+    assert [r[1], r[2]] == list(index.match_moved(moved)) == index.match(moved)
+    index._check(r)
+    # A reader removed; then one reader left is held as itself.
+    index.remove(r[1])
+    assert index.deep[KEY] is r[2]
+    assert [r[2]] == list(index.match_moved(moved)) == index.match(moved)
+    index.remove(r[2])
+    assert KEY not in index.deep and [] == list(index.match_moved(moved))
+    index._check([r[0]])
+    # Readers alike that become many get a trie like any others.
+    index = ReaderIndex()
+    many = [_reader(index, f"m{i}", (place, False)) for i in range(TRIE_READERS)]
+    assert KEY not in index.deep and KEY in index.tries
+    assert many == sorted(index.match_moved(moved), key=many.index)
+    index._check(many)
+    # A read set shared by readers alike (`_shared`) is found through the `_Alike`.
+    index = ReaderIndex()
+    r = [
+        Node(lambda _tx: None, "computation", 0, Identity("p", "s"), (), f"r{i}") for i in range(3)
+    ]
+    for node in r:
+        index.apply(node, lean_reads(compact_reads([(KEY, place, False)])))
+    assert isinstance(index.deep[KEY], _Alike)
+    assert r[0].reads is r[1].reads is r[2].reads
+    index._check(r)
