@@ -924,7 +924,7 @@ class ReaderIndex:
         deep = self.deep.get(key)
         if deep is None:
             if key not in self.shallow and key not in self.tries:
-                return []  # nobody reads it (a result only pulled, a lift's staging)
+                return []  # no node reads it
         elif key not in self.shallow:  # (no trie then: the invariants)
             # Its one written path, as a paths tuple: a reader's deep paths of `key`
             # equal to it read exactly there (one comparison of tuples, in C).
