@@ -241,6 +241,14 @@ def _plain_at(doc: Any, path: Path) -> Any:
     t = type(value)
     if t is int or t is str or t is float or t is bool or value is None:
         return value
+    return _plain_input(value)
+
+
+def _plain_input(value: Any) -> Any:
+    """`_plain_at` of a stored `value` that is not a scalar (the walk made): a
+    container's copy (`_copied`, or `_NOT_PLAIN` if a link is inside), None for MISSING
+    (an absent key), `_NOT_PLAIN` for anything else (a link)."""
+    t = type(value)
     if t is dict or t is list:
         return _copied(value)
     return None if value is MISSING else _NOT_PLAIN  # (else a link)
@@ -319,7 +327,7 @@ class FieldPlan:
     depend on the documents' state. Kept by its caller for as long as its read set is the
     one `tag` names (for a node: its read set object). Immutable."""
 
-    __slots__ = ("identity", "paths", "places", "tag", "wkey", "wpath")
+    __slots__ = ("identity", "pairs", "paths", "places", "tag", "wkey", "wpath")
 
     def __init__(
         self,
@@ -334,6 +342,16 @@ class FieldPlan:
             [_WHOLE_DEEP if path == _VALUE_PATH else (path, False) for _, path in places]
         )
         """Per place its (path, shallow) pair, as the run log entry carries it."""
+        keys = {key for key, _ in places}
+        self.pairs: tuple[tuple[DocKey, str | int], ...] | None = (
+            tuple([(key, path[0]) for key, path in places])
+            if len(keys) == len(places) and all([len(path) == 1 for _, path in places])
+            else None
+        )
+        """Per place its document and field (its path's one step) when each place is a
+        top-level field of a document of its own (the usual join: each input a whole
+        cell); else None. `run_field` then reads each input with no check of its path
+        and no test for a document read again (two inputs: with no loop)."""
         self.wkey = wkey
         self.wpath = wpath
         self.identity = identity
@@ -1293,6 +1311,61 @@ class Replica:
                 stale = InconsistentBasisError(stale_message(rkey))
                 return CommitResult(Outcome.STALE_BASIS, stale)
             bases: Any = ()  # (none: the one-read entry)
+        elif (
+            walked is None
+            and plan is not None
+            and plan.pairs is not None
+            and len(places) == 2
+            and plan.places is places
+            and plan.wkey is wkey
+            and plan.identity is identity
+        ):
+            # Two whole cells (cellx's joins): the loop below written out for two
+            # documents of their own, with no list per run (measured: about a third
+            # of the loop's time).
+            (key1, field1), (key2, field2) = plan.pairs
+            rec1 = records.get(key1)
+            rec2 = records.get(key2)
+            if rec1 is None or rec2 is None:
+                return RUN_NONE
+            visible = rec1.visible
+            visible2 = rec2.visible
+            if type(visible) is not dict or type(visible2) is not dict:
+                return RUN_NONE  # (packed, or not a dict: the transaction decides)
+            value = visible.get(field1, MISSING)
+            t = type(value)
+            if not (t is int or t is str or t is float or t is bool or value is None):
+                value = _plain_input(value)
+                if value is _NOT_PLAIN:
+                    return RUN_NONE
+            value2 = visible2.get(field2, MISSING)
+            t = type(value2)
+            if not (t is int or t is str or t is float or t is bool or value2 is None):
+                value2 = _plain_input(value2)
+                if value2 is _NOT_PLAIN:
+                    return RUN_NONE
+            version = rec1.version
+            version2 = rec2.version
+            bases = (key1, rec1.confirmed_seq, key2, rec2.confirmed_seq)
+            layers = rec1.layers
+            deps = ((layers[0].seq,) if len(layers) == 1 else _deps(layers)) if layers else ()
+            layers = rec2.layers
+            if layers:
+                deps += (layers[0].seq,) if len(layers) == 1 else _deps(layers)
+            paths: Any = plan.paths
+            opened = self._open_txs
+            if not opened and not self._in_flight:
+                self._busy_since = self._mark()
+            self._open_txs = opened + 1
+            try:
+                new = compute(value, value2)
+            finally:
+                self._open_txs -= 1
+            if rec1.version != version or rec2.version != version2:
+                self.stats.local_stale += 1
+                moved = key1 if rec1.version != version else key2
+                stale = InconsistentBasisError(stale_message(moved))
+                return CommitResult(Outcome.STALE_BASIS, stale)
         else:
             values: Any  # (the function's arguments)
             if walked is not None:
@@ -1301,7 +1374,7 @@ class Replica:
                 if wkey in keys:
                     return RUN_NONE  # (a place in the written document: the transaction's)
                 bases = []  # per read: its document and basis seq (the entry's `basis`)
-                paths: Any = []  # per read: its path, whether shallow
+                paths = []  # per read: its path, whether shallow
                 deps = ()
                 last: Any = None
                 seq = 0
@@ -1318,9 +1391,6 @@ class Replica:
                     bases += (rkey, seq)
                     paths.append((path, shallow))
             else:
-                values = []
-                bases = []  # per read: its document and basis seq (the entry's `basis`)
-                held: list[Any] = []  # per document read: its record, version, key (stale check)
                 # A plan (`field_plan`) of these places, this output and this identity made
                 # the checks of the keys alone (each read's `reaches`, not the output).
                 planned = (
@@ -1329,59 +1399,97 @@ class Replica:
                     and plan.wkey is wkey
                     and plan.identity is identity
                 )
-                # Per read: its path, whether shallow (a plan's are made already).
-                paths = plan.paths if planned else []  # type: ignore[union-attr]
-                deps = ()
-                last = None
-                seq = 0
-                rec = wrec  # (set by the first read: `last` is None then)
-                for each in places:
-                    rkey = each[0]
-                    if rkey != last:
-                        # (A document read again, next to its last read: the same record,
-                        # checks, basis and deps.)
+                values = []
+                bases = []  # per read: its document and basis seq (the entry's `basis`)
+                held: list[Any] | None = None  # per document read: its record, version, key
+                pairs = plan.pairs if planned else None  # type: ignore[union-attr]
+                if pairs is not None:
+                    # Each input a top-level field of a document of its own (a join of
+                    # whole cells, `FieldPlan.pairs`): the loop below with no test for a
+                    # document read again and no check of a path, the records and their
+                    # versions in two lists (measured: about three quarters of its time).
+                    read_recs: list[DocRecord] = []
+                    read_versions: list[int] = []
+                    deps = ()
+                    for rkey, field in pairs:
                         rec = records.get(rkey)
                         if rec is None:
                             return RUN_NONE
-                        if not planned and (
-                            rkey == wkey
-                            or (
-                                (rkey.scope != "space" or "cw:" <= rkey.id < "cw;")
-                                and not reaches(identity, rkey)
-                            )
-                        ):
-                            return RUN_NONE
-                        seq = rec.confirmed_seq
-                        held += (rec, rec.version, rkey)
-                        layers = rec.layers
-                        if layers:
-                            # Only concatenated: the store asks whether a revision's commit is
-                            # among them, so neither order nor a repeat matters (`run_request`
-                            # sorts them for a request), as for a two-read entry.
-                            deps += (layers[0].seq,) if len(layers) == 1 else _deps(layers)
-                        last = rkey
-                    bases += (rkey, seq)
-                    path = each[1]
-                    visible = rec.visible
-                    if not planned:
-                        paths.append((path, False))
-                    if len(path) == 1 and type(visible) is dict:
-                        value = visible.get(path[0], MISSING)
+                        visible = rec.visible
+                        if type(visible) is not dict:
+                            return RUN_NONE  # (packed, or not a dict: the transaction decides)
+                        value = visible.get(field, MISSING)
                         t = type(value)
                         if not (t is int or t is str or t is float or t is bool or value is None):
-                            if t is dict or t is list:
-                                value = _copied(value)
-                                if value is _NOT_PLAIN:
-                                    return RUN_NONE
-                            elif value is not MISSING:
+                            value = _plain_input(value)
+                            if value is _NOT_PLAIN:
                                 return RUN_NONE
-                            else:
-                                value = None
-                    else:
-                        value = _plain_at(visible, path)
-                        if value is _NOT_PLAIN:
-                            return RUN_NONE
-                    values.append(value)
+                        values.append(value)
+                        bases += (rkey, rec.confirmed_seq)
+                        read_recs.append(rec)
+                        read_versions.append(rec.version)
+                        layers = rec.layers
+                        if layers:
+                            # (Concatenated, as below.)
+                            deps += (layers[0].seq,) if len(layers) == 1 else _deps(layers)
+                    paths = plan.paths  # type: ignore[union-attr]
+                else:
+                    held = []
+                    # Per read: its path, whether shallow (a plan's are made already).
+                    paths = plan.paths if planned else []  # type: ignore[union-attr]
+                    deps = ()
+                    last = None
+                    seq = 0
+                    rec = wrec  # (set by the first read: `last` is None then)
+                    for each in places:
+                        rkey = each[0]
+                        if rkey != last:
+                            # (A document read again, next to its last read: the same record,
+                            # checks, basis and deps.)
+                            rec = records.get(rkey)
+                            if rec is None:
+                                return RUN_NONE
+                            if not planned and (
+                                rkey == wkey
+                                or (
+                                    (rkey.scope != "space" or "cw:" <= rkey.id < "cw;")
+                                    and not reaches(identity, rkey)
+                                )
+                            ):
+                                return RUN_NONE
+                            seq = rec.confirmed_seq
+                            held += (rec, rec.version, rkey)
+                            layers = rec.layers
+                            if layers:
+                                # Only concatenated: the store asks whether a revision's commit is
+                                # among them, so neither order nor a repeat matters (`run_request`
+                                # sorts them for a request), as for a two-read entry.
+                                deps += (layers[0].seq,) if len(layers) == 1 else _deps(layers)
+                            last = rkey
+                        bases += (rkey, seq)
+                        path = each[1]
+                        visible = rec.visible
+                        if not planned:
+                            paths.append((path, False))
+                        if len(path) == 1 and type(visible) is dict:
+                            value = visible.get(path[0], MISSING)
+                            t = type(value)
+                            if not (
+                                t is int or t is str or t is float or t is bool or value is None
+                            ):
+                                if t is dict or t is list:
+                                    value = _copied(value)
+                                    if value is _NOT_PLAIN:
+                                        return RUN_NONE
+                                elif value is not MISSING:
+                                    return RUN_NONE
+                                else:
+                                    value = None
+                        else:
+                            value = _plain_at(visible, path)
+                            if value is _NOT_PLAIN:
+                                return RUN_NONE
+                        values.append(value)
             opened = self._open_txs
             if not opened and not self._in_flight:
                 self._busy_since = self._mark()
@@ -1398,9 +1506,15 @@ class Replica:
                     self.stats.local_stale += 1
                     stale = InconsistentBasisError(stale_message(moved))
                     return CommitResult(Outcome.STALE_BASIS, stale)
-            else:
+            elif held is None:
                 # (A key's record is never replaced: `_docs` only gains records. So, as
                 # `Transaction`'s `basis_moved`, a read's version alone says it moved.)
+                for i, read in enumerate(read_recs):
+                    if read.version != read_versions[i]:
+                        self.stats.local_stale += 1
+                        stale = InconsistentBasisError(stale_message(places[i][0]))
+                        return CommitResult(Outcome.STALE_BASIS, stale)
+            else:
                 triples = iter(held)
                 for read, version, moved in zip(triples, triples, triples, strict=True):
                     if read.version != version:

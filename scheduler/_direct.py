@@ -261,14 +261,29 @@ def run_direct(
             return RUN_NONE  # deeper than a top-level field
     else:
         return RUN_NONE  # several outputs
-    inputs = fn.inputs
     reads = node.reads
+    inputs = fn.inputs
     # (`type` checks: no read set class has a subclass, and an `isinstance` of a
     # `Mapping` subclass is a call into `ABCMeta.__instancecheck__` per run.)
-    if type(reads) is not OneRead and (
+    if type(reads) is OneRead and type(inputs) is Link:
+        # One input (the usual node): `direct_places` without its calls. (First: a one-read
+        # set has no shallow read to walk here, and a one-input node keeps no plan.)
+        key = reads.key
+        if key.id != inputs.id or key.space != inputs.space or key.scope != inputs.scope:
+            return RUN_NONE  # (`_names`, inlined)
+        if not inputs.path:
+            if reads.entry != _WHOLE_READ:
+                return RUN_NONE
+            places = ((key, VALUE_PATH),)
+        else:
+            path = ("value", *inputs.path)
+            if not _only(reads.entry, path):
+                return RUN_NONE
+            places = ((key, path),)
+    elif (
         (reads.entry[1] or reads.entry2[1])
         if type(reads) is TwoReads
-        else any(map(_SHALLOW, reads.values()))
+        else type(reads) is not OneRead and any(map(_SHALLOW, reads.values()))
     ):
         # A link on the way (a shallow read of its place): the walk a transaction would
         # make now decides (kept while nothing on it moves: the lifts of one element
@@ -286,44 +301,31 @@ def run_direct(
             fn.accepts if fn.accepts_hooked else None, fn.wrote if fn.hooked else None,
             walked,
         )  # fmt: skip
-    elif type(inputs) is Link and type(reads) is OneRead:
-        # One input (the usual node): `direct_places` without its calls.
-        key = reads.key
-        if key.id != inputs.id or key.space != inputs.space or key.scope != inputs.scope:
-            return RUN_NONE  # (`_names`, inlined)
-        if not inputs.path:
-            if reads.entry != _WHOLE_READ:
-                return RUN_NONE
-            places = ((key, VALUE_PATH),)
-        else:
-            path = ("value", *inputs.path)
-            if not _only(reads.entry, path):
-                return RUN_NONE
-            places = ((key, path),)
+    elif (plan := fn.plan) is not None and plan.tag is reads:
+        # A join's plan of this read set object (`keeps_plan`, made below): its places are
+        # the read set's, each deep (no shallow read: a walk above), checked then (a read
+        # set changed in place drops it); `run_field` trusts it only for its own output
+        # and identity.
+        return replica.run_field(
+            plan.places, wkey, wpath, fn.compute, node.identity, node, on_failure,
+            fn.accepts if fn.accepts_hooked else None, fn.wrote if fn.hooked else None,
+            None, plan,
+        )  # fmt: skip
     else:
-        plan = fn.plan
-        if plan is None or plan.tag is not reads:
-            found = direct_places(node, inputs)
-            if found is None:
+        found = direct_places(node, inputs)
+        if found is None:
+            return RUN_NONE
+        places = found
+        if fn.keeps_plan and len(places) > 1:
+            # Checked once per read set from now on (the read set object is the tag: a new
+            # one, or `Graph.replace_reads` changing it in place, drops the plan). A join's
+            # only: one input's checks above cost about what a plan saves, and a plan would
+            # cost every one-input node about 170 bytes.
+            # (This run makes the checks itself: the plan serves from the next one on.)
+            plan = replica.field_plan(places, wkey, wpath, node.identity, reads)
+            cast(Any, fn).plan = plan  # (its slot: `keeps_plan`)
+            if plan is None:
                 return RUN_NONE
-            places, plan = found, None
-            if fn.keeps_plan and len(places) > 1:
-                # Checked once per read set from now on (the read set object is the tag:
-                # a new one, or `Graph.replace_reads` changing it in place, drops the
-                # plan). A join's only: one input's checks above cost about what a plan
-                # saves, and a plan would cost every one-input node about 170 bytes.
-                plan = replica.field_plan(places, wkey, wpath, node.identity, reads)
-                cast(Any, fn).plan = plan  # (its slot: `keeps_plan`)
-                if plan is None:
-                    return RUN_NONE
-        if plan is not None:
-            # A plan of this read set (kept, or made just now): its places and the checks
-            # of the keys hold (`keeps_plan`).
-            return replica.run_field(
-                plan.places, wkey, wpath, fn.compute, node.identity, node, on_failure,
-                fn.accepts if fn.accepts_hooked else None, fn.wrote if fn.hooked else None,
-                None, plan,
-            )  # fmt: skip
     identity = node.identity
     if fn.hooked:
         return replica.run_field(

@@ -611,3 +611,81 @@ def test_readers_alike_of_a_derive_follow_its_moves_read_set_changes_and_foreign
     src.set(9)
     sch.settle()
     assert (4, 5, 4, 3) == runs() and 20 == r1.get()
+
+
+@pytest.mark.parametrize(("width", "moved"), [(2, 0), (2, 1), (3, 0), (3, 1), (3, 2)])
+def test_a_direct_join_whose_input_moves_while_it_computes_through_its_plan_reruns(
+    sp: Space, sch: Scheduler, width: int, moved: int
+) -> None:
+    # A join of whole cells runs through its kept plan (`FieldPlan.pairs`: two inputs
+    # written out, more in a loop); any one of its inputs changed under the running
+    # function makes the run stale: its commit is not made, and the node runs again.
+    ins = [sp.cell(f"in{i}") for i in range(width)]
+    for cell in ins:
+        cell.set(1)
+    bumped: list[int] = []
+
+    def fn(*vs: int) -> int:
+        if vs[0] == 3 and not bumped:
+            bumped.append(1)
+            tx = sp.edit()
+            tx.write(ins[moved].doc_key, ("value",), 10 + vs[moved])
+            tx.commit()
+        return sum(vs)
+
+    out = sp.cell("out")
+    node = sch.derive(out, ins, fn)
+    seen: list[Any] = []
+    sch.sink(out, seen.append)
+    ins[0].set(2)
+    sch.settle()  # a direct run, which keeps the plan
+    plan = node.fn.plan  # type: ignore[attr-defined]
+    assert plan is not None and plan.pairs is not None
+    runs, stale = node.runs, sch.stats.stale_reruns
+    ins[0].set(3)
+    sch.settle()
+    assert [width, width + 1, width + 12] == seen  # (the moved input is 10 more)
+    assert (2, 1) == (node.runs - runs, sch.stats.stale_reruns - stale)
+    sp.replica.pump()
+    assert {"value": seen[-1]} == sp.replica.store.read_durable(out.doc_key)
+
+
+@pytest.mark.parametrize("at", [0, 2])
+def test_a_direct_join_of_three_through_its_plan_gets_its_own_copy_of_a_container(
+    sp: Space, sch: Scheduler, at: int
+) -> None:
+    # A container input of a join of three, read through its kept plan: the function
+    # gets its own copy (nothing stored changes when it changes it), and a link inside
+    # makes the run the transaction's, which follows it.
+    ins = [sp.cell(f"in{i}") for i in range(3)]
+    target = sp.cell("t")
+    target.set(100)
+    for i, cell in enumerate(ins):
+        cell.set([1, 2] if i == at else 1)
+
+    def fn(*vs: Any) -> int:
+        box = vs[at]
+        total: int = sum(box) + sum(v for i, v in enumerate(vs) if i != at)
+        box.append(7)  # the function's own copy
+        return total
+
+    out = sp.cell("out")
+    node = sch.derive(out, ins, fn)
+    seen: list[Any] = []
+    sch.sink(out, seen.append)
+    other = ins[1 if at == 0 else 0]
+    other.set(2)
+    sch.settle()  # a direct run, which keeps the plan
+    assert node.fn.plan is not None  # type: ignore[attr-defined]
+    direct = sch.stats.direct_commits
+    other.set(3)
+    sch.settle()
+    assert [5, 6, 7] == seen
+    assert 1 == sch.stats.direct_commits - direct
+    assert [1, 2] == ins[at].get()
+    ins[at].set([1, target.link()])  # a link inside: the transaction's
+    sch.settle()
+    assert 1 == sch.stats.direct_commits - direct
+    assert 105 == seen[-1]
+    sp.replica.pump()
+    assert {"value": [1, target.link()]} == sp.replica.store.read_durable(ins[at].doc_key)
