@@ -42,10 +42,6 @@ def running_loop() -> asyncio.AbstractEventLoop | None:
     return None if module is None else module._get_running_loop()
 
 
-def _lock_condition() -> threading.Condition:
-    return threading.Condition(threading.Lock())
-
-
 @attrs.define(eq=False, repr=False)
 class Mailbox:
     """A thread-safe FIFO of callbacks, drained on the thread that drives the replica.
@@ -62,7 +58,13 @@ class Mailbox:
     _items: collections.deque[Callable[[], None]] = attrs.field(
         init=False, factory=collections.deque
     )
-    _cond: threading.Condition = attrs.field(init=False, factory=_lock_condition)
+    _lock: threading.Lock = attrs.field(init=False, factory=threading.Lock)
+    """What `_cond` waits on, taken directly (`with self._lock`) where nothing waits or is
+    notified: `Condition.__enter__` and `__exit__` are Python calls (two frames per `with`,
+    on every edit's post and await), the lock's own are C."""
+    _cond: threading.Condition = attrs.field(
+        init=False, default=attrs.Factory(lambda self: threading.Condition(self._lock), True)
+    )
     _loop: asyncio.AbstractEventLoop | None = attrs.field(init=False, default=None)
     _scheduled: bool = attrs.field(init=False, default=False)
     _draining: bool = attrs.field(init=False, default=False)
@@ -108,7 +110,9 @@ class Mailbox:
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         """Drain on `loop` from now on (called whenever someone awaits inside a loop)."""
-        with self._cond:
+        if self._loop is loop and not self._items:
+            return  # (attached, nothing to schedule: what the lock's block would leave)
+        with self._lock:
             self._loop = loop
             if self._items:
                 self._schedule_locked()
@@ -119,13 +123,13 @@ class Mailbox:
         its poster read `quiet`)."""
         self.quiet = False
         if self._items and self._loop is not None and not self._scheduled:
-            with self._cond:
+            with self._lock:
                 self._schedule_locked()
 
     def post(self, fn: Callable[[], None]) -> None:
         self._items.append(fn)
         if (self._loop is not None and not self._scheduled and not self.quiet) or self._waiters:
-            with self._cond:
+            with self._lock:
                 self._schedule_locked()
                 if self._waiters:
                     self._cond.notify_all()
@@ -195,7 +199,7 @@ class Mailbox:
             self._draining = False
         if items and self._loop is not None:
             # Posted from another thread while we were finishing: make sure it is seen.
-            with self._cond:
+            with self._lock:
                 self._schedule_locked()
         after = self.after_drain
         if ran and after is not None:

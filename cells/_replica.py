@@ -1105,6 +1105,7 @@ class Replica:
                 if (t is int or t is str or t is float or t is bool or found is None) and (
                     (key.scope == "space" and not "cw:" <= key.id < "cw;") or reaches(identity, key)
                 ):
+                    key = rec.key or key  # (the held key: see the loop)
                     return (
                         {(key, _VALUE_PATH, False): rec},
                         (rec,),
@@ -1121,6 +1122,11 @@ class Replica:
                 return None
             if (key.scope != "space" or "cw:" <= key.id < "cw;") and not reaches(identity, key):
                 return None  # (the transaction refuses it: `_guard`)
+            # The key object the replica holds (the one the node's read set, the run log and
+            # the store's tables hold): the walk's reads are compared with those and looked
+            # up by them, and an equal copy made from a link is compared field by field
+            # where the held one is found by identity (and its hash not recomputed).
+            key = rec.key or key
             doc = rec.visible
             recs += (rec,)
             keys += (key,)

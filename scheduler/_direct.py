@@ -227,14 +227,17 @@ def walk_matches(reads: ReadSet, log: Collection[tuple[DocKey, Path, bool]]) -> 
     if type(reads) is TwoReads:
         # (The usual lift over its element: its argument's link, then the element's
         # document. No `get` call per read; the count without `values()`.)
+        # (The walk's keys are the replica's held ones, as the read set's: tested by
+        # identity first, with no field-by-field comparison.)
         key, entry, key2, entry2 = reads.key, reads.entry, reads.key2, reads.entry2
         for rkey, path, shallow in log:
-            if rkey == key:
+            if rkey is key or rkey == key:
                 if path not in entry[shallow]:  # (entry[True]: its shallow paths)
                     return False
-            elif rkey != key2 or path not in entry2[shallow]:
+            elif (rkey is not key2 and rkey != key2) or path not in entry2[shallow]:
                 return False
-        return len(log) == sum(map(len, entry + entry2))  # (its four tuples of paths)
+        # (Its four tuples of paths, counted with no tuple made.)
+        return len(log) == len(entry[0]) + len(entry[1]) + len(entry2[0]) + len(entry2[1])
     get = reads.get
     for rkey, path, shallow in log:
         found = get(rkey)
