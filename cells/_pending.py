@@ -113,6 +113,10 @@ class Mailbox:
         if self._loop is loop and not self._items:
             return  # (attached, nothing to schedule: what the lock's block would leave)
         with self._lock:
+            if self._loop is not loop:
+                # (A drain queued on the loop before, if any, is not this loop's: the flag
+                # would keep every post from queueing one here.)
+                self._scheduled = False
             self._loop = loop
             if self._items:
                 self._schedule_locked()
@@ -164,6 +168,12 @@ class Mailbox:
             self._loop = None
 
     def _drain_on_loop(self) -> None:
+        # Only here does the flag go down: it says a drain is queued on the loop, and a
+        # drain by hand (a pump, an await of a pending result) leaves that one queued. Had
+        # it cleared the flag, every post after it queued another: a user's edit and its
+        # await queued one per edit (an asyncio handle made, then run on the next loop
+        # turn to find nothing), where now one loop turn's posts share one.
+        self._scheduled = False
         self._from_loop = True
         self.drain()
 
@@ -174,8 +184,6 @@ class Mailbox:
             # finds it empty: about three per edit of the `lists edit` rows): what the
             # path below leaves, with none of its steps.
             self._from_loop = False
-            if not self._draining:
-                self._scheduled = False
             return 0
         from_loop, self._from_loop = self._from_loop, False
         if self._draining:
@@ -184,7 +192,6 @@ class Mailbox:
         if before is not None:
             before()
         self._draining = True
-        self._scheduled = False
         ran = 0
         items = self._items
         try:
