@@ -372,12 +372,14 @@ class Scheduler(Passes):
     # ------------------------------------------------------------------ waiting
     def busy(self) -> bool:
         """Something is runnable, a verdict or load is in flight, or a delivery is queued."""
+        work = self.work
         return bool(
             self.replica.in_flight()
             or len(self.replica.mailbox)
-            or self.runnable()
+            or (self._candidates and self.runnable())  # (no call when nothing is a candidate)
             or self.events.waiting
-            or self.work
+            or work.inflight  # (`bool(work)`, inlined: asked after every pull's settle)
+            or work.busy
         )
 
     async def idle(self) -> None:
