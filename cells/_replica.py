@@ -376,9 +376,10 @@ class Replica:
         self.store = store
         self.mailbox = Mailbox()
         self._docs: dict[DocKey, DocRecord] = {}
-        self._chains: dict[tuple[Link, Identity], Walk] = {}
-        """`plain_chain`'s walks kept: per (link, identity) its walk through at least one
-        hop, with the records walked and their versions (at most `_CHAINS_KEPT`)."""
+        self._chains: dict[Link, tuple[Identity, Walk]] = {}
+        """`plain_chain`'s walks kept: per link, the identity of its last walk through at
+        least one hop and that walk, with the records walked and their versions (at most
+        `_CHAINS_KEPT`)."""
         # A tuple, replaced on (un)subscribe: a notification iterates it without a copy,
         # and a subscriber that unsubscribes during one does not disturb the loop.
         self._subscribers: tuple[Callable[[Notification], None], ...] = ()
@@ -1088,9 +1089,11 @@ class Replica:
         each of them walked as many times as lifts read it. Its check is one C-level
         comparison of the versions."""
         chains = self._chains
-        kept = chains.get((link, identity))
-        if kept is not None and tuple(map(_VERSION, kept[1])) == kept[2]:
-            return kept  # (no document on the way moved: the same walk)
+        kept = chains.get(link)  # (by the link alone: no tuple made, no identity hashed)
+        if kept is not None and (kept[0] is identity or kept[0] == identity):
+            walked = kept[1]
+            if tuple(map(_VERSION, walked[1])) == walked[2]:
+                return walked  # (no document on the way moved: the same walk)
         docs = self._docs
         key = DocKey(link.space, link.id) if link.scope == "space" else link.key(identity)
         path = link.path
@@ -1142,15 +1145,15 @@ class Replica:
                     if found is not MISSING:
                         return None  # a container: the transaction copies it
                     found = None
-                reads[key, (VALUE, *path) if path else _VALUE_PATH, False] = rec
+                reads[key, _VALUE_PATH + path, False] = rec  # (one tuple made, not a list)
                 walk: Walk = (reads, recs, tuple(map(_VERSION, recs)), keys, (found,))
                 if len(recs) > 1:  # (a walk in one document is about as cheap as its check)
                     if len(chains) >= _CHAINS_KEPT:
                         chains.clear()
-                    chains[link, identity] = walk
+                    chains[link] = (identity, walk)  # (another identity's walk replaced)
                 return walk
             at, target = found
-            reads[key, (VALUE, *path[:at]), True] = rec
+            reads[key, _VALUE_PATH + path[:at], True] = rec
             path = target.path + path[at:] if at < len(path) else target.path
             key = (
                 DocKey(target.space, target.id) if target.scope == "space" else target.key(identity)
@@ -1709,12 +1712,12 @@ class Replica:
             for hop_key, _, _ in hops:
                 if hop_key == key:
                     return None  # a document met twice: its reads are compacted
-            hops.append((key, rec, ("value", *path[:at])))
+            hops.append((key, rec, _VALUE_PATH + path[:at]))
             key = DocKey(target.space, target.id)
             path = target.path + path[at:]
         else:
             return None  # a long chain (or a cycle): the transaction follows or reports it
-        full = ("value", *path)
+        full = _VALUE_PATH + path
         if len(full) > MAX_DEPTH + 1:
             return None
         if hops is not None:

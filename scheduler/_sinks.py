@@ -174,7 +174,7 @@ def _ahead(
             break
         at, target = found
         hops.append((key, doc))
-        reads.append((key, ("value", *path[:at]), True))
+        reads.append((key, _VALUE_PATH + path[:at], True))  # (one tuple made, not a list)
         # The place the link leads to, as the key and path of the `Link` it makes (no
         # link object per hop: its checks were a third of the walk).
         path = target.path + path[at:] if at < len(path) else target.path
@@ -184,7 +184,7 @@ def _ahead(
         return [declared(cell)[0], *reads], None
     walk = (hops, key, path, doc, found)
     # (No link on the way: the cell's own place, `declared(cell)`.)
-    reads.append((key, ("value", *path) if path else _VALUE_PATH, False))
+    reads.append((key, _VALUE_PATH + path, False))
     return reads, walk
 
 

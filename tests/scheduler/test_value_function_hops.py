@@ -435,3 +435,22 @@ def test_a_walk_through_a_document_its_identity_does_not_reach_is_the_transactio
     arg.set({"element": mine.link()})
     walk = sp.replica.plain_chain(arg.key("element").key("title").link(), sp.identity)
     assert walk is not None and ("mine",) == walk[4]
+
+
+def test_a_kept_walk_serves_only_the_identity_that_walked_it(sp: Space) -> None:
+    # A shared document's link into a user-scoped one leads each identity to its own
+    # instance: the walk kept for one (`plain_chain`, kept by link) is never handed to
+    # another (fails with the kept walk's identity check removed: b gets a's title).
+    a, b = sp.identity, cells.Identity("someone-else", "s2")
+    note = Link("d", "note", "user", ())
+    for who, title in ((a, "a's"), (b, "b's")):
+        tx = sp.replica.edit(who)
+        tx.write(note.key(who), ("value",), {"title": title})
+        tx.commit()
+    arg = sp.cell("arg")
+    arg.set({"element": note})
+    link = arg.key("element").key("title").link()
+    for _ in range(2):
+        for who, title in ((a, "a's"), (b, "b's")):
+            walk = sp.replica.plain_chain(link, who)
+            assert walk is not None and (title,) == walk[4]
