@@ -223,3 +223,38 @@ def test_a_sink_created_inside_the_loop_attaches_the_replica_to_it() -> None:
         assert [1, 2] == seen
 
     run(main)
+
+
+def test_a_loop_closed_with_a_drain_queued_leaves_settle_the_pump_and_the_next_loop_works() -> None:
+    # The loop the replica drained on is closed while a drain is queued on it (never
+    # run): without a loop `settle()` is the pump again, and on the next loop another
+    # session's commit reaches the sinks with no call, as on a replica that never had one.
+    store = MemoryStore()
+    sp, sch = world(store)
+    other = Space(store, "flow")
+    x = sp.cell("x")
+    x.set(1)
+    doubler(sp, sch, "x", "d")
+    seen: list[Any] = []
+    sch.sink(sp.cell("d"), seen.append)
+    box = sp.replica.mailbox
+    gone = asyncio.new_event_loop()
+    box.attach(gone)
+    x.set(2)  # its verdict is posted, and a drain queued on `gone`
+    assert 1 == len(box)
+    gone.close()
+    x.set(3)
+    assert [2] == seen
+    sch.settle()
+    assert [2, 6] == seen
+    assert 0 == len(box)
+
+    async def main() -> None:
+        x.set(4)
+        await asyncio.sleep(0)
+        assert [2, 6, 8] == seen
+        other.cell("x").set(21)  # reaches this replica through its mailbox only
+        await asyncio.sleep(0)
+        assert [2, 6, 8, 42] == seen
+
+    run(main)
