@@ -508,8 +508,9 @@ class Replica:
         a drain and a `Cell.set` each made one); it must do what `fn` does for them.
         `moved` is True for a change whose one path is a top-level field of a dict
         document whose value there the commit moved (the replica compared the two: a
-        drain's node commit, `_send_run`), so every read of exactly that place sees a
-        change with no comparison; False says nothing about it."""
+        drain's node commit, `_send_run`; a commit sent as a run log entry outside a
+        batch, `_send_entry`: a `Cell.set` of a whole cell), so every read of exactly that
+        place sees a change with no comparison; False says nothing about it."""
         check_callable(fn, where="Replica.subscribe()", name="fn")
         if on_commit is not None:
             check_callable(on_commit, where="Replica.subscribe()", name="on_commit")
@@ -2026,7 +2027,10 @@ class Replica:
             hook = self._commit_hook
             if hook is not None:  # (the one subscriber, a scheduler: no Notification)
                 stats.notifications += 1
-                hook(change, tx.source, False)
+                # Every caller compared the value at the entry's one path and sent only a
+                # moved one (`_commit_usual`'s shape, `_moved_leaf`, `write_at`): a
+                # `Cell.set` of a whole cell (one top-level field) moved it (`subscribe`).
+                hook(change, tx.source, len(entry[8]) == 1)
             elif not self._subscribers:  # (a replica alone: counted, with nobody to hand it to)
                 stats.notifications += 1
             else:

@@ -329,10 +329,11 @@ def test_a_lone_subscribers_commit_hook_hears_local_commits_with_no_notification
 
 
 def test_a_drains_usual_commit_tells_the_commit_hook_it_moved_its_one_field() -> None:
-    """The hook's `moved`: True for a run log entry's change (a drain's usual commit,
-    which wrote one top-level field and moved the value there: an equal write is elided
-    before it), False for every other local commit's (a `Cell.set`, a whole-document
-    write), which says nothing about it."""
+    """The hook's `moved`: True for a run log entry's change that wrote one top-level
+    field and moved the value there (a drain's usual commit, and a `Cell.set` of a whole
+    cell outside a drain, `_send_entry`: an equal write is elided before either), False
+    for every other local commit's (a whole-document write, a deeper write), which says
+    nothing about it."""
     store = MemoryStore()
     r = Replica(store)
     hooked: list[tuple[DocKey, Any, bool]] = []
@@ -363,9 +364,15 @@ def test_a_drains_usual_commit_tells_the_commit_hook_it_moved_its_one_field() ->
     run(1)  # equal: elided, no change at all
     assert len(hooked) == 3
     tx = r.edit(ME)
-    tx.write(src, ("value",), 5)
+    tx.write(src, ("value",), {"n": 5})
     tx.commit()
-    assert hooked[-1] == (src, (("value",),), False)
+    assert hooked[-1] == (src, (("value",),), True)  # outside a drain: `_send_entry`
+    while r.pump():
+        pass
+    tx = r.edit(ME)
+    tx.write(src, ("value", "n"), 6)
+    tx.commit()
+    assert hooked[-1:] == [(src, (("value", "n"),), False)]  # deeper: says nothing
 
 
 def test_unsubscribe_stops_notifications(w: World) -> None:
