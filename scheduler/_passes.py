@@ -537,7 +537,7 @@ class Passes:
             self._timers.defer(seeds)
         if self._deliveries:
             deliver_all(self._deliveries, self._fail)
-        now = self.clock.now()
+        now: float | None = None  # (read for a gated node only: most passes have none)
         over: list[Node] | None = None
         for n in ran:
             # (One loop over the pass's runs, not two: it costs per node update.)
@@ -547,8 +547,11 @@ class Passes:
                 over.append(n)  # deferred below: `defer` reads none of what this resets
             n.pass_runs = 0
             gates = n._gates
-            if gates is not None and n.status == "clean" and n.eligible_at <= now:
-                gates.backoff_streak = 0
+            if gates is not None and n.status == "clean":
+                if now is None:
+                    now = self.clock.now()
+                if n.eligible_at <= now:
+                    gates.backoff_streak = 0
             if n.provisional and n.runs > 0:
                 was = n.is_live
                 n.provisional = False
@@ -563,10 +566,18 @@ class Passes:
         heap = self._heap
         in_heap = self._in_heap
         pushed = len(heap)
-        for n in seeds:  # `_push`, inlined (one heapify instead of a push per seed)
-            if n not in in_heap:
-                in_heap.add(n)
-                heap.append((n.height, n.ordinal, n))
+        if pushed or in_heap:
+            for n in seeds:  # `_push`, inlined (one heapify instead of a push per seed)
+                if n not in in_heap:
+                    in_heap.add(n)
+                    heap.append((n.height, n.ordinal, n))
+        else:
+            # The usual start (a drain ends with both emptied, and none nests): the seeds
+            # (`runnable()`'s, each once) are the heap, with no membership test each.
+            in_heap.update(seeds)
+            append = heap.append
+            for n in seeds:
+                append((n.height, n.ordinal, n))
         heapq.heapify(heap)
         self.stats.heap_pushes += len(heap) - pushed
         size = len(heap)
