@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from replica_support import taken_by
 
 from cells import MISSING, DocKey, Identity, MemoryStore, Notification, Outcome, Replica
 
@@ -108,15 +109,7 @@ def _write_only_commit(case: str, *, heard: bool = True) -> tuple[object, ...]:
 def test_a_write_only_commit_does_what_the_general_path_does(
     case: str, heard: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    taken: list[bool] = []
-    fast = Replica._commit_fields
-
-    def recording(self: Replica, *args: Any) -> bool:
-        took = fast(self, *args)
-        taken.append(took)
-        return took
-
-    monkeypatch.setattr(Replica, "_commit_fields", recording)
+    taken = taken_by(monkeypatch, "_commit_fields")
     shortcut = _write_only_commit(case, heard=heard)
     assert taken, "the commit never reached `_commit_fields`"
     assert taken[-1] is TAKEN.get(case, True)

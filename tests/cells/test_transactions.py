@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from replica_support import taken_by
 
 from cells import (
     MISSING,
@@ -492,15 +493,7 @@ def test_a_two_input_one_field_commit_does_what_the_general_path_does(
 ) -> None:
     # `Replica._commit_reads` shortcuts the general commit path for this shape: with it
     # and without it, everything observable must be the same.
-    taken: list[bool] = []
-    fast = Replica._commit_reads
-
-    def recording(self: Replica, *args: Any) -> bool:
-        took = fast(self, *args)
-        taken.append(took)
-        return took
-
-    monkeypatch.setattr(Replica, "_commit_reads", recording)
+    taken = taken_by(monkeypatch, "_commit_reads")
     shortcut = _two_input_commit(case)
     assert taken[-1] is (case != "equal-pending")  # a shadow write goes the general way
     monkeypatch.setattr(Replica, "_commit_reads", lambda self, *args: False)
