@@ -42,7 +42,8 @@ Layout (format version 6): what one commit writes is close together
   many. Documents due for pruning are pruned together: their
   revisions to delete are found by one read of the stretch of log rows they lie in
   when it is mostly theirs (documents written by the same commits) and holds no large
-  commit's parts, else walked back entry by entry (each row and part read once per
+  commit's parts (each row's documents as the writer remembers them, `_written`, if it
+  committed the row), else walked back entry by entry (each row and part read once per
   pruning: O(entries pruned), at most 2 * 128 entries decoded per one deleted); each
   log row (and part) loses that many from its `live` count, the rows and parts left
   with none are deleted, and the documents are given their floors. The verdict names
@@ -146,7 +147,7 @@ import os
 import pathlib
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final, TypeVar
 
 import msgspec
@@ -739,6 +740,14 @@ _k = key_params
 
 _KNOWN_KEPT: Final = 1024
 """Documents whose head row the writer keeps (`SQLiteStore._known`)."""
+_WRITTEN_KEPT: Final = 1 << 15
+"""Entries (and rows) of the writer's own newest log rows whose documents it keeps
+(`SQLiteStore._written`): 324 commits of 100 documents, past the 2 * REVISIONS_KEPT + 1
+a document written by every commit prunes back to; 8 bytes each, or less when
+consecutive commits write the same documents (then they share one list)."""
+_WRITTEN_FROM: Final = 8
+"""Log rows of at least this many entries have their documents kept (`_written`): a
+smaller one is decoded in less than keeping it costs every commit."""
 
 _MAX_ROWS: Final = 128
 """Rows per multi-row statement (`_execute_rows`): at most 4 parameters a row and 3
@@ -1038,6 +1047,15 @@ class SQLiteStore(WriterStore):
         `log` row) (`_logged_row`; at most about `_LOGGED_KEPT` entries, the oldest read
         first out). Under `_lock`."""
         self._logged_entries = 0
+        self._written: dict[int, list[Any]] = {}
+        """The documents (numbers) of the log rows of at least `_WRITTEN_FROM` entries
+        this store's writer committed, by seq (`_remember`; the newest, at most
+        `_WRITTEN_KEPT` entries; a commit writing the same documents as the one before
+        shares its list): what the usual pruning counts in a stretch of rows without
+        decoding their entries. A row never changes what it says (a seq is never
+        reused), so what is kept stays true while the row exists. Under `_write_lock`."""
+        self._written_entries = 0
+        self._written_last: list[Any] = []
         self._committing: tuple[int, str, Verdict] | None = None
         """(seq, session key, verdict) of the commit whose COMMIT is being run, from
         just before it; for `_interrupted` to tell whether it was applied. Under
@@ -1523,11 +1541,13 @@ class SQLiteStore(WriterStore):
                         self._apply(conn, request, number, top + 1, staged)
                 seq = top + 1
                 rows: dict[DocKey, _Known] = {}
+                written: list[Any] | None = None
                 if staged is None:  # (rejected: nothing written)
                     verdict = Verdict(None, error=error)
                     cur.execute("ROLLBACK")
                 else:
                     docs, base_seqs, rows = staged[0], staged[1], staged[2]
+                    written = staged[4][::2]  # (the log row's documents)
                     verdict = Verdict(seq, docs, base_seqs=base_seqs)
                     self._committing = (seq, session_key, verdict)
                     cur.execute("COMMIT")
@@ -1540,7 +1560,7 @@ class SQLiteStore(WriterStore):
             accepted = staged is not None
             if accepted and number is not None:
                 self._session_numbers[session_key] = number
-                self._remember(seq, rows)
+                self._remember(seq, rows, written)
             self._sessions.resolve(session_key, request.local_seq, rejected=not accepted)
             if behind:
                 self._deliver(behind)
@@ -1578,7 +1598,7 @@ class SQLiteStore(WriterStore):
         verdict = Verdict(seq, docs, base_seqs=base_seqs)
         self._committing = (seq, session_key, verdict)
         cur.execute("COMMIT")
-        self._remember(seq, rows)
+        self._remember(seq, rows)  # (its row's one entry is decoded in no time: not kept)
         return verdict
 
     def _evaluate_read(
@@ -1777,8 +1797,11 @@ class SQLiteStore(WriterStore):
             heads.update(self._heads(conn, missing))
         return heads
 
-    def _remember(self, seq: int, rows: dict[DocKey, _Known]) -> None:
-        """After COMMIT: the head rows the commit at `seq` left. The documents first
+    def _remember(
+        self, seq: int, rows: dict[DocKey, _Known], docs: list[Any] | None = None
+    ) -> None:
+        """After COMMIT: the head rows the commit at `seq` left, and the documents its log
+        row names (`docs`, numbers: `_written`; None, not known). The documents first
         remembered longest ago go first (a document written again keeps its place: moving
         it to the end cost a `pop` per document, about 6 us of a 100-document commit; a
         document that goes while still written is read once more, by `_heads`)."""
@@ -1791,6 +1814,18 @@ class SQLiteStore(WriterStore):
             for old in list(itertools.islice(known, excess)):
                 del known[old]
         self._known_top = seq
+        if docs is not None and _WRITTEN_FROM <= len(docs) <= _PART:  # (past it: parts)
+            written = self._written
+            last = self._written_last
+            if last == docs:
+                docs = last  # (the same documents as the commit before: one list)
+            written[seq] = self._written_last = docs
+            self._written_entries += len(docs) + 1
+            if self._written_entries > _WRITTEN_KEPT:
+                # The oldest quarter, in one pass (deleting `next(iter(...))` in a loop
+                # steps over every slot deleted before it).
+                for gone in list(itertools.islice(written, len(written) // 4 + 1)):
+                    self._written_entries -= len(written.pop(gone)) + 1
 
     @staticmethod
     def _heads(conn: sqlite3.Connection, keys: list[DocKey]) -> dict[DocKey, _Head]:
@@ -1859,8 +1894,8 @@ class SQLiteStore(WriterStore):
                 due.append(doc)
         return docs, base_seqs, rows, entries, updates, due
 
-    @staticmethod
     def _apply(
+        self,
         conn: sqlite3.Connection,
         request: CommitRequest,
         session: int,
@@ -1921,14 +1956,13 @@ class SQLiteStore(WriterStore):
                 [(*_k(key), seq) for key in request.create_only],
             )
         if due:
-            gone = SQLiteStore._prune(conn, due)
+            gone = self._prune(conn, due)
             for key, (doc, _, count, value, plain) in rows.items():
                 if doc in gone:
                     rows[key] = (doc, seq, count - gone[doc], value, plain)
         return True
 
-    @staticmethod
-    def _prune(conn: sqlite3.Connection, docs: list[int]) -> dict[int, int]:
+    def _prune(self, conn: sqlite3.Connection, docs: list[int]) -> dict[int, int]:
         """Keep the newest `REVISIONS_KEPT` revisions of each of `docs` (document numbers)
         that has more than twice that many (as `MemoryStore` does); returns how many
         revisions of each document were deleted.
@@ -1939,14 +1973,16 @@ class SQLiteStore(WriterStore):
         revisions to delete are that one and those before it down to the old floor,
         REVISIONS_KEPT + 1 of them. Usually (documents written by the same commits, each
         just past 2 * REVISIONS_KEPT) they lie in a stretch of log rows mostly theirs,
-        read in one statement; otherwise each document's are walked back entry by
-        entry. Each row is read and decoded once per pruning. A row left with no live
-        entry is deleted, the others get their new `live` count. Deletes happen once per
-        REVISIONS_KEPT commits of a document, so the amortized cost per commit is O(1)
-        entries. A head whose count or `next_floor` does not fit (a file upgraded from
-        version 1, which never pruned) is pruned by walking all its revisions from the
-        newest. A count that does not fit, or a walk that misses a revision above the
-        floor, raises `InternalError` (rolling the commit back).
+        read in one statement, each row's documents as this writer remembers them if it
+        committed the row (`_written`), else decoded; otherwise each document's are
+        walked back entry by entry. Each row is read and decoded at most once per
+        pruning. A row left with no live entry is deleted, the others get their new
+        `live` count. Deletes happen once per REVISIONS_KEPT commits of a document, so
+        the amortized cost per commit is O(1) entries. A head whose count or
+        `next_floor` does not fit (a file upgraded from version 1, which never pruned)
+        is pruned by walking all its revisions from the newest. A count that does not
+        fit, or a walk that misses a revision above the floor, raises `InternalError`
+        (rolling the commit back).
         """
         kept = REVISIONS_KEPT
         fewer: dict[int, int] = {}  # log row's seq: entries it loses
@@ -1978,18 +2014,42 @@ class SQLiteStore(WriterStore):
                 usual = {}  # (sparse, or holding a large commit's parts: walked)
             else:
                 deleted = dict.fromkeys(usual, 0)
+                # Each row's documents: as this writer remembers them (`_written`), else
+                # read and decoded. When every pruned document's stretch is the whole
+                # one (the usual batch: documents written by the same commits), every
+                # row in it is inside each of their stretches, and the rows that name
+                # the same documents (one list) are counted once for all of them.
+                written = self._written
+                whole = len(set(usual.values())) == 1
+                lists: dict[int, tuple[list[Any], list[Any], int]] = {}
+                docs_at: Iterable[Any] | None
                 for at, live, text in conn.execute(
                     "SELECT seq, live, entries FROM log WHERE seq > ? AND seq <= ?", (low, high)
                 ):
                     live_of[at] = live
+                    docs_at = written.get(at) if written else None
+                    if docs_at is None:
+                        docs_at = map(_by_doc, _decode_stubs(text))
+                    elif whole:
+                        counted = lists.get(id(docs_at))
+                        if counted is None:
+                            mine = [doc for doc in docs_at if doc in usual]
+                            counted = (docs_at, mine, 0)
+                        lists[id(docs_at)] = (docs_at, counted[1], counted[2] + 1)
+                        if counted[1]:
+                            fewer[at] = len(counted[1])
+                        continue
                     n = 0
-                    for doc, _, _ in _decode_stubs(text):
+                    for doc in docs_at:
                         window = usual.get(doc)
                         if window is not None and window[0] < at <= window[1]:
                             deleted[doc] += 1
                             n += 1
                     if n:
                         fewer[at] = n
+                for _, mine, times in lists.values():
+                    for doc in mine:
+                        deleted[doc] += times
                 for doc, (_, next_floor) in usual.items():
                     if deleted[doc] != kept + 1:
                         raise InternalError(

@@ -6,11 +6,13 @@ the committing replica adopts its own layers instead of re-folding the documents
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path as FsPath
 from typing import Any
 
+import msgspec
 import pytest
 from sqlite_support import Make, open_stores
 
@@ -235,7 +237,7 @@ def test_documents_due_together_are_pruned_together(
     assert [last] * len(every) == [store.read_durable(k)["value"] for k in every]
 
 
-@pytest.mark.parametrize("layout", ["together", "round robin"])
+@pytest.mark.parametrize("layout", ["together", "together, half forgotten", "round robin"])
 def test_pruning_scans_a_dense_stretch_of_rows_and_walks_a_sparse_one(
     monkeypatch: pytest.MonkeyPatch, stores: Make, db: FsPath, layout: str
 ) -> None:
@@ -244,27 +246,47 @@ def test_pruning_scans_a_dense_stretch_of_rows_and_walks_a_sparse_one(
     # oldest revisions are spread among others' (three written in turn: two thirds of
     # the stretch are the others') is walked back entry by entry instead. Either way
     # every invariant holds after each commit, each document keeps its window, and the
-    # rows whose entries were all pruned are gone.
+    # rows whose entries were all pruned are gone. The scan counts the documents of the
+    # rows this writer committed as it remembers them (`_written`), decoding no entries;
+    # a row it does not remember (every other commit's, forgotten here, as a row another
+    # writer committed is never known) is decoded.
+    together = layout.startswith("together")
     kept = 2
     monkeypatch.setattr(cells.stores.sqlite, "REVISIONS_KEPT", kept)
     store = stores(db)
     space = Space(store, "c")
-    docs = [space.get_cell(f"doc-{i}").doc_key for i in range(20 if layout == "together" else 3)]
+    docs = [space.get_cell(f"doc-{i}").doc_key for i in range(20 if together else 3)]
     assert store._wconn is not None
     heard: list[str] = []
     store._wconn.set_trace_callback(heard.append)
-    commits = 6 * kept + 3 if layout == "together" else 3 * (6 * kept + 3)
+    decode = cells.stores.sqlite._decode_stubs
+    decoded: list[int] = []
+
+    def counting(text: str) -> Any:
+        out = decode(text)
+        decoded.append(len(out))
+        return out
+
+    commits = 6 * kept + 3 if together else 3 * (6 * kept + 3)
     for n in range(commits):
         tx = space.edit()
-        for doc in docs if layout == "together" else [docs[n % 3]]:
+        for doc in docs if together else [docs[n % 3]]:
             tx.write(doc, ("value",), n)
+        monkeypatch.setattr(cells.stores.sqlite, "_decode_stubs", counting)
         assert tx.commit().wait(WAIT).ok
+        monkeypatch.setattr(cells.stores.sqlite, "_decode_stubs", decode)
         store._check()  # counts, floors, next floors and chains after every commit
+        if layout == "together, half forgotten" and n % 2:
+            del store._written[next(reversed(store._written))]  # (this commit's row)
     store._wconn.set_trace_callback(None)
     scans = [s for s in heard if s.startswith("SELECT seq, live, entries FROM log WHERE")]
     walks = [s for s in heard if s.startswith("SELECT live, entries FROM log WHERE seq =")]
     if layout == "together":
-        assert (4, 0) == (len(scans), len(walks))  # (at commits 5, 8, 11 and 14: 2k+1 + i(k+1))
+        assert (4, 0, []) == (len(scans), len(walks), decoded)  # (at commits 5, 8, 11, 14)
+    elif together:
+        # (Each scan of 3 rows: 1 or 2 of them forgotten, decoded.)
+        assert (4, 0) == (len(scans), len(walks))
+        assert 4 <= len(decoded) <= 8 and set(decoded) == {len(docs)}
     else:
         assert 0 == len(scans) and len(walks) >= 3 * 3
     conn = sqlite3.connect(db)
@@ -274,13 +296,45 @@ def test_pruning_scans_a_dense_stretch_of_rows_and_walks_a_sparse_one(
     finally:
         conn.close()
     assert all(kept <= c <= 2 * kept for (c,) in counts), counts
-    assert left <= 2 * kept * (1 if layout == "together" else 3) + 1
-    last = (
-        [commits - 1] * len(docs)
-        if layout == "together"
-        else [commits - 3, commits - 2, commits - 1]
-    )
+    assert left <= 2 * kept * (1 if together else 3) + 1
+    last = [commits - 1] * len(docs) if together else [commits - 3, commits - 2, commits - 1]
     assert last == [store.read_durable(k)["value"] for k in docs]
+
+
+def test_the_writer_remembers_the_documents_of_its_newest_log_rows_within_a_cap(
+    monkeypatch: pytest.MonkeyPatch, stores: Make, db: FsPath
+) -> None:
+    # `_written` (what the usual pruning counts instead of reading log rows) holds the
+    # documents of each row of at least `_WRITTEN_FROM` entries this writer committed,
+    # the newest kept: at most `_WRITTEN_KEPT` entries and rows, the oldest quarter
+    # dropped at once past it. Consecutive commits of the same documents share one
+    # list; each list is what the row says.
+    monkeypatch.setattr(cells.stores.sqlite, "_WRITTEN_KEPT", 40)
+    monkeypatch.setattr(cells.stores.sqlite, "_WRITTEN_FROM", 2)
+    monkeypatch.setattr(cells.stores.sqlite, "REVISIONS_KEPT", 2)
+    store = stores(db)
+    space = Space(store, "c")
+    docs = [space.get_cell(f"doc-{i}").doc_key for i in range(4)]
+    for n in range(30):
+        tx = space.edit()
+        for doc in docs if n % 10 < 5 else docs[:1] if n % 10 < 7 else docs[:2]:
+            tx.write(doc, ("value",), n)
+        assert tx.commit().wait(WAIT).ok
+        written = store._written
+        assert store._written_entries == sum(len(d) + 1 for d in written.values()) <= 40
+        store._check()
+    assert max(written) == 30 and len(written) >= 5
+    assert {2, 4} == {len(d) for d in written.values()}  # (one document: not kept)
+    lists = list(written.values())
+    assert all(a is b for a, b in itertools.pairwise(lists) if a == b)
+    conn = sqlite3.connect(db)
+    try:
+        for seq, docs_at in written.items():
+            row = conn.execute("SELECT entries FROM log WHERE seq = ?", (seq,)).fetchone()
+            if row is not None:
+                assert sorted(docs_at) == sorted(e[0] for e in msgspec.json.decode(row[0]))
+    finally:
+        conn.close()
 
 
 def reading(sid: str, n: int, read: DocKey, basis: int, written: DocKey) -> CommitRequest:

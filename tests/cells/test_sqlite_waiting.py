@@ -40,7 +40,7 @@ class Recording(SQLiteStore):
         finally:
             self.evaluated.set()
 
-    def _apply(self, *args: Any, **kwargs: Any) -> bool:  # type: ignore[override]
+    def _apply(self, *args: Any, **kwargs: Any) -> bool:
         if self.interrupt_before:
             self.interrupt_before = False
             raise KeyboardInterrupt
@@ -52,11 +52,11 @@ class Recording(SQLiteStore):
             raise KeyboardInterrupt
         return super()._commit_one(*args)
 
-    def _remember(self, seq: int, rows: Any) -> None:
+    def _remember(self, seq: int, rows: Any, docs: Any = None) -> None:
         if self.interrupt_after:
             self.interrupt_after = False
             raise KeyboardInterrupt
-        super()._remember(seq, rows)
+        super()._remember(seq, rows, docs)
 
 
 @pytest.fixture
