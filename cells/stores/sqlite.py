@@ -1717,11 +1717,11 @@ class SQLiteStore(WriterStore):
             if type(current) is not dict or type(field) is not str:
                 return None
             value = w.value
+            new = current.copy()  # (`{**current, field: value}` costs twice as much)
             if value is MISSING:
-                new = dict(current)
                 new.pop(field, None)
             else:
-                new = {**current, field: value}
+                new[field] = value
                 plain = plain and type(value) in PLAIN_FIELDS and field != "/"
             docs[key] = new
             base_seqs[key] = last
