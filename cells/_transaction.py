@@ -577,7 +577,7 @@ class Transaction:
             working = td.working
             if field is not None and type(working) is dict:
                 # One field of a dict (the usual write): `set_path`'s own shortcut.
-                working = dict(working)
+                working = working.copy()  # (`dict(working)` costs a third more)
                 if v is MISSING:
                     working.pop(field, None)
                 else:
