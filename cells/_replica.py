@@ -173,22 +173,23 @@ RUN_DONE = 1
 
 
 Walk = tuple[
-    dict[tuple[DocKey, Path, bool], DocRecord],
     tuple[DocRecord, ...],
     tuple[int, ...],
     tuple[DocKey, ...],
+    tuple[tuple[Path, bool], ...],
     tuple[Any, ...],
 ]
-"""`Replica.plain_chain`'s walk of one link, as a transaction's walk makes it now: (0) its
-reads, in the order a transaction logs them (per read its document, full-document path
-and whether shallow: each hop's place shallow, then the final place deep), each with its
-document's record; (1) the records walked, in order, (2) their versions then and (3)
-their keys; (4) the plain value at the end (None for absent), in a 1-tuple.
-`Replica.walk_inputs`: several walks in one, the reads of all (each once, in first-read
-order), the records, versions, keys and values of each in turn. Never changed once made
-(a kept walk is handed to every caller). (Tuples and a dict, concatenated and updated:
-lining walks up with `zip` and `chain.from_iterable`, or keying reads by `DocKey` more
-often, cost more CPU instructions than the bytecodes they saved, see docs/performance.md.)"""
+"""`Replica.plain_chain`'s walk of one link, as a transaction's walk makes it now: per
+read, in the order a transaction logs them (each hop's place shallow, then the final
+place deep), (0) its document's record, (1) that record's version then, (2) its key and
+(3) its (full-document path, shallow) pair, as a run log entry carries it; (4) the plain
+value at the end (None for absent), in a 1-tuple. The four are aligned: read i is in
+record i. `Replica.walk_inputs`: several walks in one, each distinct read once (in
+first-read order, still aligned), the values of each walk in turn. Never changed once
+made (a kept walk is handed to every caller, and its pairs go into run log entries as
+they are). (Tuples, concatenated: a dict of the reads per walk, lining walks up with
+`zip` and `chain.from_iterable`, or keying reads by `DocKey` more often, cost more CPU
+instructions than they saved, see docs/performance.md.)"""
 
 _VERSION: Final = operator.attrgetter("version")
 """A record's version (mapped over a walk's records in C: one check of them all)."""
@@ -317,6 +318,8 @@ class RunComputed:
 _WHOLE_DEEP: Final = (_VALUE_PATH, False)
 """A deep read of a document's whole value, as a run log entry's (path, shallow) pair
 (one shared object for the plans)."""
+_WHOLE_PAIRS: Final = (_WHOLE_DEEP,)
+"""The pairs of a `Walk` of one whole plain value (`Replica.plain_chain`: shared)."""
 
 
 class FieldPlan:
@@ -1093,7 +1096,7 @@ class Replica:
         kept = chains.get(link)  # (by the link alone: no tuple made, no identity hashed)
         if kept is not None and (kept[0] is identity or kept[0] == identity):
             walked = kept[1]
-            if tuple(map(_VERSION, walked[1])) == walked[2]:
+            if tuple(map(_VERSION, walked[0])) == walked[1]:
                 return walked  # (no document on the way moved: the same walk)
         docs = self._docs
         key = DocKey(link.space, link.id) if link.scope == "space" else link.key(identity)
@@ -1109,17 +1112,10 @@ class Replica:
                 if (t is int or t is str or t is float or t is bool or found is None) and (
                     (key.scope == "space" and not "cw:" <= key.id < "cw;") or reaches(identity, key)
                 ):
-                    key = rec.key or key  # (the held key: see the loop)
-                    return (
-                        {(key, _VALUE_PATH, False): rec},
-                        (rec,),
-                        (rec.version,),
-                        (key,),
-                        (found,),
-                    )
-        reads: dict[tuple[DocKey, Path, bool], DocRecord] = {}
+                    return (rec,), (rec.version,), (rec.key or key,), _WHOLE_PAIRS, (found,)
         recs: tuple[DocRecord, ...] = ()
         keys: tuple[DocKey, ...] = ()
+        pairs: tuple[tuple[Path, bool], ...] = ()
         for _ in range(MAX_HOPS + 1):
             rec = docs.get(key)
             if rec is None or type(rec.visible) is not dict:
@@ -1146,15 +1142,17 @@ class Replica:
                     if found is not MISSING:
                         return None  # a container: the transaction copies it
                     found = None
-                reads[key, _VALUE_PATH + path, False] = rec  # (one tuple made, not a list)
-                walk: Walk = (reads, recs, tuple(map(_VERSION, recs)), keys, (found,))
+                pairs += ((_VALUE_PATH + path, False),)
+                walk: Walk = (recs, tuple(map(_VERSION, recs)), keys, pairs, (found,))
                 if len(recs) > 1:  # (a walk in one document is about as cheap as its check)
                     if len(chains) >= _CHAINS_KEPT:
                         chains.clear()
                     chains[link] = (identity, walk)  # (another identity's walk replaced)
                 return walk
+            # (A hop's read is never one this walk made before: the same place again
+            # follows the same link, a cycle, which ends past `MAX_HOPS` with None.)
             at, target = found
-            reads[key, _VALUE_PATH + path[:at], True] = rec
+            pairs += ((_VALUE_PATH + path[:at], True),)
             path = target.path + path[at:] if at < len(path) else target.path
             key = (
                 DocKey(target.space, target.id) if target.scope == "space" else target.key(identity)
@@ -1162,25 +1160,42 @@ class Replica:
         return None
 
     def walk_inputs(self, links: tuple[Link, ...], identity: Identity) -> Walk | None:
-        """The walks of `links` (`plain_chain`) in one: the reads of all, each once in the
+        """The walks of `links` (`plain_chain`) in one: each distinct read once, in the
         order a transaction reading the links in turn logs them (a read it made already
-        is not logged again), the records, versions, keys and values of each walk in
-        turn (the values in the links' order). None if one is. O(walks)."""
-        reads: dict[tuple[DocKey, Path, bool], DocRecord] = {}
+        is not logged again), with its record, version, key and pair (aligned, as in
+        one walk); the values of each walk in turn (in the links' order). None if one
+        is. O(reads · distinct documents)."""
         recs: tuple[DocRecord, ...] = ()
         versions: tuple[int, ...] = ()
         keys: tuple[DocKey, ...] = ()
+        pairs: tuple[tuple[Path, bool], ...] = ()
         values: tuple[Any, ...] = ()
         for link in links:
             walk = self.plain_chain(link, identity)
             if walk is None:
                 return None
-            reads.update(walk[0])  # (a read again keeps its first place)
-            recs += walk[1]
-            versions += walk[2]
-            keys += walk[3]
+            wkeys = walk[2]
+            if not keys or (len(wkeys) == 1 and wkeys[0] not in keys):
+                # (The first walk, or a whole value in a document not read yet: nothing
+                # read again. Keys are the replica's held objects: found by identity.)
+                recs += walk[0]
+                versions += walk[1]
+                keys += wkeys
+                pairs += walk[3]
+            else:
+                wrecs, wversions, _, wpairs, _ = walk
+                for i, key in enumerate(wkeys):
+                    pair = wpairs[i]
+                    for j, held in enumerate(keys):
+                        if (held is key or held == key) and pairs[j] == pair:
+                            break  # (read already: `Transaction` logs it once)
+                    else:
+                        recs += (wrecs[i],)
+                        versions += (wversions[i],)
+                        keys += (key,)
+                        pairs += (pair,)
             values += walk[4]
-        return reads, recs, versions, keys, values
+        return recs, versions, keys, pairs, values
 
     def field_plan(
         self,
@@ -1380,26 +1395,30 @@ class Replica:
             values: Any  # (the function's arguments)
             if walked is not None:
                 # Through links (`plain_chain`): the walk's reads and values, taken just now.
-                reads, recs, versions, keys, values = walked
+                recs, versions, keys, paths, values = walked
                 if wkey in keys:
                     return RUN_NONE  # (a place in the written document: the transaction's)
-                bases = []  # per read: its document and basis seq (the entry's `basis`)
-                paths = []  # per read: its path, whether shallow
                 deps = ()
-                last: Any = None
-                seq = 0
-                for (rkey, path, shallow), rec in reads.items():
-                    if rec is not last:
-                        # (A document read again, next to its last read: the same basis and
-                        # deps; a walk reads a hop's document, then the one it leads to.)
-                        seq = rec.confirmed_seq
+                if len(recs) == 2:
+                    # (The usual card lift: its argument's link, then the element's
+                    # document. Its basis per read, with no loop.)
+                    rec, rec2 = recs
+                    bases = (keys[0], rec.confirmed_seq, keys[1], rec2.confirmed_seq)
+                    layers = rec.layers
+                    if layers:
+                        deps = (layers[0].seq,) if len(layers) == 1 else _deps(layers)
+                    layers = rec2.layers
+                    if layers:  # (only concatenated, as below)
+                        deps += (layers[0].seq,) if len(layers) == 1 else _deps(layers)
+                else:
+                    bases = []  # per read: its document and basis seq (the entry's `basis`)
+                    for i, rec in enumerate(recs):
                         layers = rec.layers
                         if layers:
-                            # (Only concatenated, as below: `run_request` sorts them.)
+                            # (Only concatenated, as below: `run_request` sorts them, and a
+                            # document read twice adds them twice, which changes nothing.)
                             deps += (layers[0].seq,) if len(layers) == 1 else _deps(layers)
-                        last = rec
-                    bases += (rkey, seq)
-                    paths.append((path, shallow))
+                        bases += (keys[i], rec.confirmed_seq)
             else:
                 # A plan (`field_plan`) of these places, this output and this identity made
                 # the checks of the keys alone (each read's `reaches`, not the output).

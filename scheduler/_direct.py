@@ -39,7 +39,7 @@ Not here: when a node runs (`_passes`), or what a derive is (`_sinks`).
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from itertools import chain as _chain
 from typing import Any, ClassVar, Final, cast
 
@@ -219,10 +219,13 @@ def direct_places(
     return tuple(out)
 
 
-def walk_matches(reads: ReadSet, log: Collection[tuple[DocKey, Path, bool]]) -> bool:
-    """Whether `log`, the distinct reads a transaction's walk to a node's inputs would log
-    now (`Replica.plain_chain`, `Replica.walk_inputs`: each hop's place shallow, each
-    input's place deep), is exactly the node's read set `reads`: each read in it, and as
+def walk_matches(
+    reads: ReadSet, keys: tuple[DocKey, ...], pairs: tuple[tuple[Path, bool], ...]
+) -> bool:
+    """Whether the distinct reads a transaction's walk to a node's inputs would log now
+    (`Replica.plain_chain`, `Replica.walk_inputs`: per read its document's key in `keys`
+    and its (path, shallow) pair in `pairs`, aligned; each hop's place shallow, each
+    input's place deep) are exactly the node's read set `reads`: each read in it, and as
     many as it holds (what `compact_reads` of the log would make). O(reads)."""
     if type(reads) is TwoReads:
         # (The usual lift over its element: its argument's link, then the element's
@@ -230,21 +233,23 @@ def walk_matches(reads: ReadSet, log: Collection[tuple[DocKey, Path, bool]]) -> 
         # (The walk's keys are the replica's held ones, as the read set's: tested by
         # identity first, with no field-by-field comparison.)
         key, entry, key2, entry2 = reads.key, reads.entry, reads.key2, reads.entry2
-        for rkey, path, shallow in log:
+        for i, rkey in enumerate(keys):
+            path, shallow = pairs[i]
             if rkey is key or rkey == key:
                 if path not in entry[shallow]:  # (entry[True]: its shallow paths)
                     return False
             elif (rkey is not key2 and rkey != key2) or path not in entry2[shallow]:
                 return False
         # (Its four tuples of paths, counted with no tuple made.)
-        return len(log) == len(entry[0]) + len(entry[1]) + len(entry2[0]) + len(entry2[1])
+        return len(keys) == len(entry[0]) + len(entry[1]) + len(entry2[0]) + len(entry2[1])
     get = reads.get
-    for rkey, path, shallow in log:
+    for i, rkey in enumerate(keys):
         found = get(rkey)
+        path, shallow = pairs[i]
         if found is None or path not in found[shallow]:
             return False
     # (Counted in C: each entry's deep and shallow tuples' lengths, no loop in Python.)
-    return len(log) == sum(map(len, _chain.from_iterable(reads.values())))
+    return len(keys) == sum(map(len, _chain.from_iterable(reads.values())))
 
 
 def run_direct(
@@ -297,7 +302,7 @@ def run_direct(
             walked = replica.walk_inputs(inputs, node.identity)
         else:
             return RUN_NONE  # (a run that keeps itself off this path)
-        if walked is None or not walk_matches(reads, walked[0]):
+        if walked is None or not walk_matches(reads, walked[2], walked[3]):
             return RUN_NONE  # a link re-pointed since the last run: the transaction's
         return replica.run_field(
             (), wkey, wpath, fn.compute, node.identity, node, on_failure,
