@@ -1101,18 +1101,6 @@ class Replica:
         docs = self._docs
         key = DocKey(link.space, link.id) if link.scope == "space" else link.key(identity)
         path = link.path
-        if not path:
-            # A whole value (a lift's read of another lift's output, which moves with every
-            # run of that lift: never kept): a plain one is the walk, with no loop; else
-            # the loop below decides (a link there, a container, a document not in hand).
-            rec = docs.get(key)
-            if rec is not None and type(rec.visible) is dict:
-                found = rec.visible.get(VALUE, MISSING)
-                t = type(found)
-                if (t is int or t is str or t is float or t is bool or found is None) and (
-                    (key.scope == "space" and not "cw:" <= key.id < "cw;") or reaches(identity, key)
-                ):
-                    return (rec,), (rec.version,), (rec.key or key,), _WHOLE_PAIRS, (found,)
         recs: tuple[DocRecord, ...] = ()
         keys: tuple[DocKey, ...] = ()
         pairs: tuple[tuple[Path, bool], ...] = ()
@@ -1170,30 +1158,44 @@ class Replica:
         keys: tuple[DocKey, ...] = ()
         pairs: tuple[tuple[Path, bool], ...] = ()
         values: tuple[Any, ...] = ()
+        docs = self._docs
         for link in links:
+            if not link.path and link.scope == "space" and not "cw:" <= link.id < "cw;":
+                # A whole value of a shared document (a lift's read of another lift's
+                # output, which moves with every run of that lift: never kept): a plain
+                # one is its walk, one deep read, taken here with no walk made; else
+                # `plain_chain` decides (a link there, a container, a document not in hand).
+                key = DocKey(link.space, link.id)
+                rec = docs.get(key)
+                if rec is not None and type(rec.visible) is dict:
+                    found = rec.visible.get(VALUE, MISSING)
+                    t = type(found)
+                    if t is int or t is str or t is float or t is bool or found is None:
+                        key = rec.key or key  # (the held key: see `plain_chain`)
+                        if key not in keys:  # (else `plain_chain`: a read made already?)
+                            recs += (rec,)
+                            versions += (rec.version,)
+                            keys += (key,)
+                            pairs += _WHOLE_PAIRS
+                            values += (found,)
+                            continue
             walk = self.plain_chain(link, identity)
             if walk is None:
                 return None
-            wkeys = walk[2]
-            if not keys or (len(wkeys) == 1 and wkeys[0] not in keys):
-                # (The first walk, or a whole value in a document not read yet: nothing
-                # read again. Keys are the replica's held objects: found by identity.)
-                recs += walk[0]
-                versions += walk[1]
-                keys += wkeys
-                pairs += walk[3]
-            else:
-                wrecs, wversions, _, wpairs, _ = walk
-                for i, key in enumerate(wkeys):
-                    pair = wpairs[i]
-                    for j, held in enumerate(keys):
-                        if (held is key or held == key) and pairs[j] == pair:
-                            break  # (read already: `Transaction` logs it once)
-                    else:
-                        recs += (wrecs[i],)
-                        versions += (wversions[i],)
-                        keys += (key,)
-                        pairs += (pair,)
+            if not keys:  # (the first walk: nothing read again)
+                recs, versions, keys, pairs, values = walk
+                continue
+            wrecs, wversions, wkeys, wpairs, _ = walk
+            for i, key in enumerate(wkeys):
+                pair = wpairs[i]
+                for j, held in enumerate(keys):
+                    if (held is key or held == key) and pairs[j] == pair:
+                        break  # (read already: `Transaction` logs it once)
+                else:
+                    recs += (wrecs[i],)
+                    versions += (wversions[i],)
+                    keys += (key,)
+                    pairs += (pair,)
             values += walk[4]
         return recs, versions, keys, pairs, values
 

@@ -416,6 +416,37 @@ def test_two_inputs_through_one_link_read_its_place_once_and_share_a_kept_walk(
     assert {"value": "x/a1"} == sp.replica.store.read_durable(out2.doc_key)
 
 
+def test_whole_values_beside_a_hop_are_read_once_each_as_the_transaction_logs_them(
+    sp: Space, sch: Scheduler
+) -> None:
+    # A card's `label`: a field through the argument's link, then whole values of other
+    # cells (`Replica.walk_inputs` takes a plain whole value with no walk made). The
+    # same whole value twice is one read, as the transaction logs it, so the run stays
+    # direct (fails with the whole value appended again: the walk then holds a read
+    # more than the read set, and every run is a transaction); its entry reads each
+    # place once, and a new value of either input reaches the output.
+    items, arg, n = sp.cell("items"), sp.cell("arg"), sp.cell("n")
+    items.set([{"title": "a"}])
+    arg.set({"element": _items_link(items, "#0")})
+    n.set(1)
+    out = sp.cell("out")
+    sch.derive(out, [arg.key("element").key("title"), n, n], _join)
+    sch.sink(out, lambda _: None)
+    logs = _runs_spy(sp)
+    direct = sch.stats.direct_commits
+    for k, title in enumerate(("b", "c"), start=2):
+        items.key(0).key("title").set(title)
+        n.set(k)
+        sch.settle()
+        assert out.get() == f"{title}|{k}|{k}"
+    assert sch.stats.direct_commits - direct == 2
+    assert [
+        (arg.doc_key, ("value", "element"), True),
+        (items.doc_key, ("value", "#0", "title"), False),
+        (n.doc_key, ("value",), False),
+    ] == _entry_reads(sp, logs, out)
+
+
 def test_a_walk_through_a_document_its_identity_does_not_reach_is_the_transactions(
     sp: Space,
 ) -> None:
