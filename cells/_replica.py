@@ -1186,12 +1186,15 @@ class Replica:
                 recs, versions, keys, pairs, values = walk
                 continue
             wrecs, wversions, wkeys, wpairs, _ = walk
-            for i, key in enumerate(wkeys):
-                pair = wpairs[i]
-                for j, held in enumerate(keys):
-                    if (held is key or held == key) and pairs[j] == pair:
-                        break  # (read already: `Transaction` logs it once)
-                else:
+            for i, pair in enumerate(wpairs):
+                key = wkeys[i]
+                seen = False
+                if pair in pairs:  # (in C, no key compared: most reads differ in their pair)
+                    for j, held in enumerate(keys):
+                        if pairs[j] == pair and (held is key or held == key):
+                            seen = True  # (read already: `Transaction` logs it once)
+                            break
+                if not seen:
                     recs += (wrecs[i],)
                     versions += (wversions[i],)
                     keys += (key,)
