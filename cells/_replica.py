@@ -1137,8 +1137,10 @@ class Replica:
                         chains.clear()
                     chains[link] = (identity, walk)  # (another identity's walk replaced)
                 return walk
-            # (A hop's read is never one this walk made before: the same place again
-            # follows the same link, a cycle, which ends past `MAX_HOPS` with None.)
+            # (A hop's read is not looked for among this walk's: a walk that passes the
+            # same place twice, through links that lead back to it with another path, is
+            # rare, and its read there twice is one read more than the node's read set
+            # holds: `walk_matches` says no, and a transaction runs it.)
             at, target = found
             pairs += ((_VALUE_PATH + path[:at], True),)
             path = target.path + path[at:] if at < len(path) else target.path
