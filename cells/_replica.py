@@ -569,6 +569,16 @@ class Replica:
         held = rec.key
         return key if held is None else held
 
+    def held_record(self, key: DocKey) -> DocRecord | None:
+        """The record this replica holds for `key`'s document, or None (no record: nothing
+        is loaded, no load starts). O(1), no argument check. Read only, for a caller that
+        walks documents now and checks later that none moved (a pull's walk,
+        `scheduler._sinks._ahead`): its `version` changes exactly when its visible value
+        does, and a key's record is never replaced, so comparing versions needs no
+        lookup; `key` is the key object to keep (`held_key`; None until loaded);
+        `visible` is bytes while packed (`peek` decodes it)."""
+        return self._docs.get(key)
+
     def is_loaded(self, key: DocKey) -> bool:
         rec = self._docs.get(key)
         return rec is not None and rec.key is not None

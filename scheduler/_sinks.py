@@ -19,6 +19,7 @@ Not here: when nodes run, or observations (`_observe`, built on `sink`).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Final
 
@@ -129,11 +130,16 @@ PULL_HOPS: Final = 8
 """How many links `_ahead` follows (a longer chain: the pull's read finds the rest)."""
 
 
-_Walk = tuple[list[tuple[DocKey, Any]], DocKey, Path, Any, Any]
-"""What `_ahead` walked when its walk ended at a place: each document a followed link
-sat in, with the visible value it had then; the place the walk ended at (its document
-and value-relative path); that document as it was then, and the value the walk found
-at the place in it (`walk_path`)."""
+_Walk = tuple[tuple[Any, ...], tuple[int, ...], Any, int, DocKey, Path, Any, Any]
+"""What `_ahead` walked when its walk ended at a place: the records of the documents a
+followed link sat in (`Replica.held_record`) and their versions then; the record of the
+document the walk ended at and its version then, its key, and the place's value-relative
+path there; that document as it was then, and the value the walk found at the place in it
+(`walk_path`). (Records and versions, not documents: `_Pull.read` checks that none moved
+with one comparison in C and no lookup, where a `peek` per document was a call each.)"""
+
+_VERSION: Final = operator.attrgetter("version")
+"""A record's version (mapped over a walk's records in C)."""
 
 
 def _ahead(
@@ -151,29 +157,37 @@ def _ahead(
     When a link does move first, the read reaches other places and the pull holds
     their writers and settles again (`_Pull.read`). Without a link on the way this
     is `declared(cell)`; with one, exactly what the read logs (so the pull compares
-    the log with it and finds nothing new to hold)."""
+    the log with it and finds nothing new to hold). Each place's key is the one the
+    replica holds (`held_key`): the graph's tables hold that object, so a lookup finds
+    it by identity rather than comparing its five fields."""
     replica = host.replica
-    peek = replica.peek
+    held = replica.held_record
     path = link.path
     # (`cell.doc_key`, as each hop's key is made below: no call for a shared document)
     key = DocKey(link.space, link.id) if link.scope == "space" else link.key(identity)
     reads: list[tuple[DocKey, Path, bool]] = []
-    hops: list[tuple[DocKey, Any]] = []
+    recs: tuple[Any, ...] = ()
     for _hop in range(PULL_HOPS):
         # (`reaches`, called only for a key it may refuse: a shared document's is True.)
         if (key.scope != "space" or "cw:" <= key.id < "cw;") and not reaches(identity, key):
             # A document the pull's reads may be refused (or need authority): its run
             # decides; the walk makes no writer of it run first.
             return [declared(cell)[0], *reads], None
-        doc = peek(key)  # (held: no argument check, no record made)
-        if doc is None:
-            doc = replica.visible(key)
+        rec: Any = held(key)  # (no argument check, no record made)
+        if rec is None:
+            doc = replica.visible(key)  # (a load starts: MISSING until it answers)
+            rec = held(key)
+        else:
+            doc = rec.visible
+            if type(doc) is bytes:  # (packed while idle: decoded)
+                doc = replica.peek(key)
+            key = rec.key or key
         # (`first_link`'s own walk, one call: a tuple only for a link found.)
         found = walk_path(doc.get("value", MISSING) if type(doc) is dict else MISSING, path, doc)
         if type(found) is not tuple:
             break
         at, target = found
-        hops.append((key, doc))
+        recs += (rec,)
         reads.append((key, _VALUE_PATH + path[:at], True))  # (one tuple made, not a list)
         # The place the link leads to, as the key and path of the `Link` it makes (no
         # link object per hop: its checks were a third of the walk).
@@ -182,7 +196,7 @@ def _ahead(
     else:
         # Still links after PULL_HOPS of them: the run finds the rest (or the cycle).
         return [declared(cell)[0], *reads], None
-    walk = (hops, key, path, doc, found)
+    walk = (recs, tuple(map(_VERSION, recs)), rec, rec.version, key, path, doc, found)
     # (No link on the way: the cell's own place, `declared(cell)`.)
     reads.append((key, _VALUE_PATH + path, False))
     return reads, walk
@@ -286,16 +300,14 @@ class _Pull(Hold):
             return _AGAIN
         walk = self.walk
         if walk is not None and graph.added == self.added:
-            peek = self.host.replica.peek
-            hops, key, path, doc, value = walk
-            for hop_key, hop_doc in hops:
-                if peek(hop_key) is not hop_doc:
-                    break
-            else:
-                now = peek(key)
-                if now is not doc:
+            recs, versions, rec, version, key, path, doc, value = walk
+            # (No document a link sat in moved: one comparison of their versions, in C.)
+            if not recs or tuple(map(_VERSION, recs)) == versions:
+                if rec.version != version:
                     # (Changed by the settle: walked again, one walk for link and value.)
-                    doc = now
+                    doc = rec.visible
+                    if type(doc) is bytes:  # (packed meanwhile: decoded)
+                        doc = self.host.replica.peek(key)
                     if type(doc) is dict:
                         value = doc.get("value", MISSING)
                         if path:
