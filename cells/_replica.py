@@ -1735,6 +1735,11 @@ class Replica:
             rec = records.get(key)
             if rec is None or rec.key is None or type(rec.visible) is not dict:
                 return None  # not loaded (a load to wait for), or packed
+            # The key object the replica holds (`held_key`): the layer, the change, the
+            # entry and the store's, the reader index's and the verdict's lookups find
+            # it by identity, where an equal copy made from the link is compared field
+            # by field at each.
+            key = rec.key
             doc = rec.visible
             found = _first_link(doc.get("value", MISSING), path, doc)
             if type(found) is not tuple:
