@@ -641,7 +641,7 @@ def _handler(
         # a handler writes the user's cell, not over the link the argument holds.
         kwargs = {
             name: (
-                Cell(runner.replica, tx.identity, resolve(tx, tree), tx=tx, host=runner.host)
+                Cell(runner.replica, tx.identity, resolve(tx, tree), host=runner.host).with_tx(tx)
                 if type(tree) is Link
                 else materialize(tx, tree)
             )
