@@ -28,7 +28,7 @@ from cells import (
     same_value,
     splice_ends,
 )
-from scheduler._node import Node
+from scheduler._node import FunctionNode, Node
 from scheduler._readers import ReaderIndex, compact_reads
 
 FIELD = st.sampled_from([0, 1, True, 1.0, "x"])
@@ -102,7 +102,9 @@ def test_a_splice_triggers_every_reader_it_changed(
             "position": ("value", at % (n + 1)),
             "list": ("value",),
         }[kind]
-        node = Node(lambda _tx: None, "computation", i, Identity("p", "s"), (), f"n{i}")
+        node = FunctionNode(
+            lambda _tx: None, "computation", i, Identity("p", "s"), (), label=f"n{i}"
+        )
         index.apply(node, compact_reads([(key, path, shallow)]))
         readers.append((node, path, shallow))
     index.match(Change(key, before, before))  # builds the trie when well read

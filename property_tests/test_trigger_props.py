@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import scheduler._readers as readers_module
 from cells import ELEMENT_IDS, ELEMENT_KINDS, MISSING, Change, DocKey, Identity, ids_key, set_path
-from scheduler._node import Node
+from scheduler._node import FunctionNode
 from scheduler._readers import ReaderIndex, changed_at, compact_reads
 
 KEYS = st.sampled_from(["a", "b", "c"])
@@ -217,7 +217,9 @@ def _index_with(readers: list[list[tuple[Any, bool]]], key: Any) -> tuple[Any, l
     index = ReaderIndex()
     nodes = []
     for i, reads in enumerate(readers):
-        node = Node(lambda _tx: None, "computation", i, Identity("p", "s"), (), f"n{i}")
+        node = FunctionNode(
+            lambda _tx: None, "computation", i, Identity("p", "s"), (), label=f"n{i}"
+        )
         index.apply(node, compact_reads((key, path, shallow) for path, shallow in reads))
         nodes.append(node)
     return index, nodes

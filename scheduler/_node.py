@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import types
 from collections.abc import Callable, Iterator, Mapping
-from typing import Final, Literal, TypeAlias, TypeVar, overload
+from typing import ClassVar, Final, Literal, TypeAlias, TypeVar, overload
 
 import attrs
 
@@ -243,8 +243,6 @@ class Node:
     bytes, a 1-tuple around that 48 more), the one `(key, path)` pair itself for one
     elsewhere, else the tuple of pairs; `all_outputs` reads each form back. (Not an
     attrs converter: that makes attrs hook every attribute write of the node.)"""
-    _label: str | None
-    """The label given at registration; None: `str(fn)` says it when asked (`label`)."""
     status: Status = "never-ran"
     reads: ReadSet = NO_READS
     declared: ReadSet | None = None
@@ -266,6 +264,19 @@ class Node:
     eligible_at: float = 0.0
     """max(debounce_ready_at, throttle_ready_at, backoff_until): the one time gate."""
     _gates: Gates | None = None
+
+    # `_label` is a slot of `FunctionNode` (what `register` makes unless told
+    # otherwise) and a class attribute of the node classes whose nodes need none of
+    # their own (`DeriveNode`: "derive", its function carries a label given; `Sink`:
+    # None, it names itself): nothing on the run path reads it. Tried and not done for
+    # fields the run path reads: `kind` as a class attribute of `DeriveNode` and `Sink`
+    # (CPython 3.11 does not specialize an instance's read of a class attribute: cellx
+    # with a sink per node ran 4 to 5 % slower, for the same bytecodes), and
+    # `DeriveNode` split into a one-input class without `plan` and a join class with it
+    # (a site that sees two classes of node in turn keeps neither specialized: cellx 8
+    # to 12 % slower).
+    _label: ClassVar[str | None] = None
+    """The label given at registration; None: `str(fn)` says it when asked (`label`)."""
 
     def __repr__(self) -> str:
         outputs = self.outputs
@@ -380,3 +391,11 @@ class Node:
         return self.registered and (
             self.live_refs > 0 or self.kind == "effect" or self.provisional or self.demand > 0
         )
+
+
+@attrs.define(eq=False, slots=True, repr=False, weakref_slot=False)
+class FunctionNode(Node):
+    """The node of a function registered with `register`: `Node`'s fields and the label
+    given there, if any (not a node class that runs itself: `DeriveNode`, `Sink`)."""
+
+    _label: str | None = attrs.field(kw_only=True, alias="label")  # type: ignore[misc]

@@ -72,6 +72,7 @@ from ._failure_state import Failures
 from ._graph import Graph
 from ._host import MAX_PASSES_PER_SETTLE, Delivery, Statistics
 from ._node import (
+    FunctionNode,
     Node,
     NodeKind,
     OneRead,
@@ -185,7 +186,7 @@ class Passes:
         label: str | None = None,
         parent: Node | None = None,
         reads: Iterable[tuple[DocKey, Path, bool]] = (),
-        make: Callable[..., Node] = Node,
+        make: Callable[..., Node] = FunctionNode,
     ) -> Node:
         """Add a node. A computation does nothing until demand reaches it; an effect is live now.
 
@@ -199,7 +200,9 @@ class Passes:
         even when its last run did not read them, so a conditional read sees a
         current value the first time (no wasted run). A change to a declared
         place the last run did not read does not re-run the node. `make` builds the
-        node from `Node`'s fields (a subclass's constructor: `derive`'s `DeriveNode`).
+        node from `Node`'s fields, positional, and `label=` (None: the node's class
+        or function names it), as `FunctionNode` takes them (a subclass's
+        constructor: `derive`'s `DeriveNode`, whose class says its label).
         """
         if kind not in ("computation", "effect"):
             raise InvalidArgumentError(
@@ -217,7 +220,7 @@ class Passes:
             # The replica's key object where it has the document (one key per document,
             # not one more per writer: `Replica.held_key`).
             one_output(tuple([(held(key), path) for key, path in outputs])),
-            label
+            label=label
             or (None if isinstance(fn, SelfLabelled) else str(getattr(fn, "__qualname__", "node"))),
         )
         if (

@@ -19,6 +19,7 @@ Not here: when nodes run, or observations (`_observe`, built on `sink`).
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Final
@@ -62,7 +63,7 @@ def add_sink(host: Host, cell: Cell, fn: Any, kind: type[Sink]) -> Callable[[], 
         identity=cell.identity,
         kind="effect",
         reads=declared(cell),
-        make=lambda *args: kind(*args, scheduler=host, link=link, callback=fn),
+        make=lambda *args, label: kind(*args, scheduler=host, link=link, callback=fn),
     )
     host.settle()
     # A bound method, not a closure over `host` and the node (about 150 bytes less per
@@ -97,16 +98,30 @@ def derive(
     path = ("value", *out.path) if out.path else _VALUE_PATH
     links = tuple(c.link() for c in inputs)
     one = links[0] if len(links) == 1 else links
+    # The label given, if any, goes with the function (`DeriveNode.label`): the node
+    # keeps no slot for it, and names itself "derive" (a formatted label cost 74 bytes
+    # per node: its repr names the document it writes).
+    compute = fn if not label else _Labelled(fn, label)
     return host.register(
         _derive_run,  # (replaced by the node itself: see `DeriveNode`)
         identity=out.identity,
         outputs=((key, path),),
         reads=[declared(c)[0] for c in inputs],
-        # One shared default label (a formatted one cost 74 bytes per node): the
-        # node's repr names the document it writes.
-        label=label or "derive",
-        make=lambda *args: DeriveNode(*args, compute=fn, inputs=one),
+        label=label or DeriveNode._label,
+        make=lambda *args, label: DeriveNode(*args, compute=compute, inputs=one),
     )
+
+
+class _Labelled(functools.partial[Any]):
+    """A labelled derive's function: the user's, called with no argument added (a
+    `partial`: called in C, no frame of its own), and the label given (`label`)."""
+
+    label: str
+
+    def __new__(cls, fn: Callable[..., Any], label: str) -> _Labelled:
+        self = super().__new__(cls, fn)
+        self.label = label
+        return self
 
 
 def _derive_run(tx: Transaction) -> None:
@@ -421,17 +436,25 @@ class DeriveNode(Node, ValueFunction):
     Two slots more on the node rather than a function object of its own: a closure
     (its tuple and three cells) cost about 340 bytes, a separate slotted callable
     64. `inputs` is the one input's `Link` itself when there is one (no tuple), else
-    a tuple of links.
+    a tuple of links. No label slot: the class's label is "derive", and a label given
+    to `derive` is carried by `compute` (`_Labelled`).
     """
 
     compute: Callable[..., Any] = attrs.field(kw_only=True)
     inputs: Link | tuple[Link, ...] = attrs.field(kw_only=True)
+    _label: ClassVar[str | None] = "derive"
     keeps_plan: ClassVar[bool] = True
     plan: FieldPlan | None = attrs.field(default=None, init=False)
     """`ValueFunction.plan`: its direct run's places, checked once per read set."""
 
     def __attrs_post_init__(self) -> None:
         self.fn = self
+
+    @property
+    def label(self) -> str:
+        """The label `derive` was given (its function carries it), else "derive"."""
+        compute = self.compute
+        return compute.label if type(compute) is _Labelled else "derive"
 
     def __call__(self, tx: Transaction) -> None:
         inputs = self.inputs

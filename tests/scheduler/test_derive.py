@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pytest
@@ -689,3 +690,27 @@ def test_a_direct_join_of_three_through_its_plan_gets_its_own_copy_of_a_containe
     assert 105 == seen[-1]
     sp.replica.pump()
     assert {"value": [1, target.link()]} == sp.replica.store.read_durable(ins[at].doc_key)
+
+
+def test_a_derive_node_and_a_sink_hold_no_label_of_their_own(sp: Space, sch: Scheduler) -> None:
+    # Neither keeps a label string: their classes say it (a derive: "derive", a sink
+    # names itself), a label given to `derive` goes with its function. No slot for one
+    # (8 bytes a node); each still says its label, and a labelled derive runs as any.
+    a, b = sp.cell("a"), sp.cell("b")
+    a.set(1)
+    b.set(2)
+    usual = sch.derive(sp.cell("usual"), [a], lambda x: x + 1)
+    labelled = sch.derive(sp.cell("labelled"), [a, b], lambda x, y: x + y, label="sum")
+    assert ("derive", "sum") == (usual.label, labelled.label)
+    assert "'sum'" in repr(labelled) and "'derive'" in repr(usual)
+    cancel = sch.sink(sp.cell("labelled"), lambda _v: None)
+    sink = cancel.__self__  # type: ignore[attr-defined]
+    assert f"sink {sp.cell('labelled').link()}" == sink.label
+    for node in (usual, labelled, sink):
+        slots = {s for t in type(node).__mro__ for s in getattr(t, "__slots__", ())}
+        assert "_label" not in slots, type(node)
+    assert sys.getsizeof(usual) == sys.getsizeof(labelled) == sys.getsizeof(object()) + 16 + 21 * 8
+    assert [2, 3] == [sch.pull_now(sp.cell(n)) for n in ("usual", "labelled")]
+    a.set(5)
+    sch.settle()
+    assert [6, 7] == [sch.pull_now(sp.cell(n)) for n in ("usual", "labelled")]

@@ -104,10 +104,10 @@ def test_a_node_answers_its_declared_outputs_as_declared(count: int) -> None:
     # One output is kept bare (no 1-tuple around it): `outputs` gives the same tuple
     # back for every count, including two outputs (a pair of pairs, not one pair).
     from cells import Identity
-    from scheduler._node import Node
+    from scheduler._node import FunctionNode
 
     declared = tuple((DocKey("s", f"o{i}"), ("value", i)) for i in range(count))
-    node = Node(lambda _tx: None, "computation", 0, Identity("p", "s"), declared, "n")
+    node = FunctionNode(lambda _tx: None, "computation", 0, Identity("p", "s"), declared, label="n")
     assert node.outputs == declared
 
 
@@ -121,10 +121,12 @@ def test_a_node_keeps_one_value_output_as_its_key_and_answers_it_as_declared(
     # One output at the cell's value is kept as the key alone (no pair around it); every
     # form reads back as the declared tuple, and `all_outputs` undoes `one_output`.
     from cells import Identity
-    from scheduler._node import Node, all_outputs, one_output
+    from scheduler._node import FunctionNode, all_outputs, one_output
 
     declared = tuple((DocKey("s", f"o{i}"), p) for i, p in enumerate(paths))
-    node = Node(lambda _tx: None, "computation", 0, Identity("p", "s"), one_output(declared), "n")
+    node = FunctionNode(
+        lambda _tx: None, "computation", 0, Identity("p", "s"), one_output(declared), label="n"
+    )
     assert node.outputs == declared
     assert all_outputs(one_output(declared)) == declared
     if paths == [("value",)]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from cells import ELEMENT_IDS, Change, DocKey, Identity, element_ids, ids_key, set_path
-from scheduler._node import Node, lean_reads
+from scheduler._node import FunctionNode, Node, lean_reads
 from scheduler._readers import (
     TRIE_READERS,
     ReaderIndex,
@@ -19,7 +19,7 @@ KEY = DocKey("sp", "doc", "space", "p", "s")
 
 
 def _reader(index: ReaderIndex, name: str, *reads: tuple[Any, bool]) -> Node:
-    node = Node(lambda _tx: None, "computation", 0, Identity("p", "s"), (), name)
+    node = FunctionNode(lambda _tx: None, "computation", 0, Identity("p", "s"), (), label=name)
     index.apply(node, compact_reads((KEY, path, shallow) for path, shallow in reads))
     return node
 
@@ -258,7 +258,7 @@ def test_a_well_read_document_keeps_its_readers_in_its_trie_alone() -> None:
     from scheduler._node import lean_reads
 
     def lean(name: str) -> Node:
-        node = Node(lambda _tx: None, "computation", 0, Identity("p", "s"), (), name)
+        node = FunctionNode(lambda _tx: None, "computation", 0, Identity("p", "s"), (), label=name)
         index.apply(node, lean_reads(compact_reads([(KEY, ("value",), False)])))
         return node
 
@@ -552,7 +552,8 @@ def test_deep_readers_alike_are_held_once_and_follow_joins_changes_and_removals(
     # A read set shared by readers alike (`_shared`) is found through the `_Alike`.
     index = ReaderIndex()
     r = [
-        Node(lambda _tx: None, "computation", 0, Identity("p", "s"), (), f"r{i}") for i in range(3)
+        FunctionNode(lambda _tx: None, "computation", 0, Identity("p", "s"), (), label=f"r{i}")
+        for i in range(3)
     ]
     for node in r:
         index.apply(node, lean_reads(compact_reads([(KEY, place, False)])))
