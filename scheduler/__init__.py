@@ -26,6 +26,7 @@ from ._failures import MAX_ERRORS as MAX_ERRORS
 from ._failures import ErrorRecord as ErrorRecord
 from ._graph import Graph as Graph
 from ._host import Statistics as Statistics
+from ._node import FunctionNode as FunctionNode
 from ._node import Node as Node
 from ._passes import MAX_ITERS as MAX_ITERS
 from ._passes import PASS_RUN_BUDGET as PASS_RUN_BUDGET
@@ -48,6 +49,7 @@ __all__ = [
     "Clock",
     "CommitConvergenceError",
     "ErrorRecord",
+    "FunctionNode",
     "Graph",
     "Handler",
     "HandlerError",
