@@ -64,6 +64,11 @@ _SHALLOW: Final = operator.itemgetter(1)
 _WHOLE_READ: Final = ((VALUE_PATH,), ())
 """The read set entry of one deep read of a cell's whole value (shared)."""
 
+VALUE_FUNCTION_TYPES: Final[set[type]] = set()
+"""Every subclass of `ValueFunction` (each adds itself: `__init_subclass__`). A node's
+run asks ``type(fn) in VALUE_FUNCTION_TYPES``, one set lookup, where `isinstance` walks
+the class's bases in a C function the rest of a small drain does not use."""
+
 
 class ValueFunction:
     """What a node function provides to be run directly (see the module docstring).
@@ -116,6 +121,7 @@ class ValueFunction:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        VALUE_FUNCTION_TYPES.add(cls)
         base = ValueFunction
         cls.accepts_hooked = cls.accepts is not base.accepts
         cls.hooked = cls.accepts_hooked or cls.wrote is not base.wrote

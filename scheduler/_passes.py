@@ -65,7 +65,7 @@ from cells import (
 from ._async import AsyncWork
 from ._async_runs import AsyncRuns
 from ._clock import Clock
-from ._direct import ValueFunction, given, run_direct
+from ._direct import VALUE_FUNCTION_TYPES, given, run_direct
 from ._dispatch import Dispatch
 from ._events import EventLane
 from ._failure_state import Failures
@@ -96,6 +96,9 @@ PASS_RUN_BUDGET: Final = 10
 """Runs of one node per pass before it is deferred."""
 _DIRECT_SINKS: Final = frozenset((Sink, PatchSink))
 """Node types `_run` may run without a transaction (`Sink.run_direct`)."""
+_KEPT_TABLE: Final = 64
+"""The largest drain (nodes taken off its heap) after which `_drain` keeps its membership
+set's table for the next one: 64 keep at most a 256-slot table (4 KB)."""
 MAX_REACTIVE_RETRIES: Final = 10
 """Retries of a node whose commit failed for a reason other than a stale basis."""
 
@@ -495,7 +498,11 @@ class Passes:
         mailbox.quiet = True
         try:
             pumped = False
-            for _ in range(MAX_PASSES_PER_SETTLE):
+            # (A counted `while`, not `for _ in range(...)`: no range object per settle, and
+            # one C path fewer in a small update's path, see docs/performance.md.)
+            passes = 0
+            while passes < MAX_PASSES_PER_SETTLE:
+                passes += 1
                 if not pumped:
                     self.replica.pump()
                 # (`runnable`'s first test, inlined: no call when nothing is a candidate.)
@@ -529,15 +536,20 @@ class Passes:
 
     def _pass(self, seeds: list[Node]) -> None:
         self.stats.passes += 1
-        ran: dict[Node, None] = {}
-        for _ in range(MAX_ITERS):
+        # Every run of the pass, in order, a node once per run (the loop below is
+        # idempotent per node): a list, not a dict, so a small pass makes no table.
+        ran: list[Node] = []
+        drains = 0
+        while True:
             self._drain(seeds, ran)
             self.replica.pump()
             seeds = self.runnable() if self._candidates else []  # (no call for none)
             if not seeds:
                 break
-        else:
-            self._timers.defer(seeds)
+            drains += 1
+            if drains == MAX_ITERS:
+                self._timers.defer(seeds)
+                break
         if self._deliveries:
             deliver_all(self._deliveries, self._fail)
         now: float | None = None  # (read for a gated node only: most passes have none)
@@ -564,7 +576,7 @@ class Passes:
         if not self._candidates:
             self._candidates = {}  # a dict never shrinks: drop the pass's table
 
-    def _drain(self, seeds: list[Node], ran: dict[Node, None]) -> None:
+    def _drain(self, seeds: list[Node], ran: list[Node]) -> None:
         self.stats.drains += 1
         heap = self._heap
         in_heap = self._in_heap
@@ -589,13 +601,18 @@ class Passes:
         # hand-over and one verdict delivery instead of one per run. Verdicts are
         # delivered by the pump after the drain either way.
         replica = self.replica
+        sinks = self._sinks_due
         replica.begin_batch()
         try:
             now = self._drain_started = self.clock.now()
             heappop = heapq.heappop
             run = self._run
+            ran_append = ran.append
             candidates = self._candidates
-            sinks = self._sinks_due
+            stats = self.stats
+            work = self.work
+            failed = self._failed
+            value_functions = VALUE_FUNCTION_TYPES
             while True:
                 while heap:
                     height, _, node = heappop(heap)
@@ -617,8 +634,36 @@ class Passes:
                         and node.pass_runs < PASS_RUN_BUDGET
                     ):  # runnable (as in `runnable()`), inlined: runs once per node update
                         continue
-                    run(node)
-                    ran[node] = None
+                    fn = node.fn
+                    if (
+                        type(fn) in value_functions  # (`isinstance(fn, ValueFunction)`)
+                        and node._gates is None
+                        and node.kind != "effect"
+                        and not work.by_owner
+                    ):
+                        # `_run` of a value function (a derive, a lift) whose last run read
+                        # its inputs' plain values, inlined (a small drain's every run, and
+                        # a frame per node update of a long one): read, compute and commit
+                        # with no transaction (`_direct.run_direct`, `Replica.run_field`).
+                        node.status = "clean"  # (before the run, as `_run` says)
+                        node.pass_runs += 1
+                        node.runs += 1
+                        node.last_run = now
+                        stats.runs_computation += 1
+                        try:
+                            # (`fn` is a ValueFunction: its type is one, tested above.)
+                            done = run_direct(node, fn, replica, failed)  # type: ignore[arg-type]
+                        except Exception as exc:
+                            self._fail(node, exc)
+                        else:
+                            if done is RUN_DONE:
+                                stats.commits += 1
+                                stats.direct_commits += 1
+                            else:
+                                run(node, done)  # declined: the transaction's (or stale)
+                    else:
+                        run(node)
+                    ran_append(node)
                     size += 1
                     status: str = node.status  # (what the run left: not what was checked)
                     if status == "clean":
@@ -630,12 +675,20 @@ class Passes:
                 size += self._read_sinks(sinks)  # (a sink it cannot read goes on the heap)
         finally:
             self._draining = False
-            self._heap.clear()
-            self._in_heap.clear()
-            self._sinks_due.clear()
+            # (Emptied already when the drain ended as usual. The membership set keeps its
+            # table then, for the next drain to fill with no resize, unless a large drain
+            # grew it: a set never shrinks but by `clear`.)
+            if heap:
+                heap.clear()
+            if in_heap or size > _KEPT_TABLE:
+                in_heap.clear()
+            if sinks:
+                sinks.clear()
             replica.end_batch()
-        self.stats.last_work_set = size
-        self.stats.max_work_set = max(self.stats.max_work_set, size)
+        stats = self.stats
+        stats.last_work_set = size
+        if size > stats.max_work_set:
+            stats.max_work_set = size
 
     def _read_sinks(self, sinks: list[Node]) -> int:
         """Run the sinks `_on_notification` set aside in this drain (direct sinks: their
@@ -685,59 +738,55 @@ class Passes:
         sinks.clear()
         return ran
 
-    def _run(self, node: Node) -> None:
-        node.status = "clean"  # before the run: foreign changes during it re-invalidate
-        node.pass_runs += 1
-        node.runs += 1
-        node.last_run = self._drain_started  # (no clock call per run)
-        gates = node._gates
-        if gates is not None and gates.throttle:
-            gates.throttle_ready_at = self.clock.now() + gates.throttle
-            self._timers.update(node)
+    def _run(self, node: Node, declined: int | CommitResult | RunComputed | None = None) -> None:
+        """Run `node` (taken off the drain's heap, runnable). `declined`: `_drain` ran it
+        as a value function already (`run_direct`, its bookkeeping made) and got this
+        instead of `RUN_DONE`: a stale result, or its run in a transaction."""
         stats = self.stats
         replica = self.replica
         fn = node.fn  # (a direct derive whose write needs a transaction replaces it)
-        if node.kind == "effect":
-            stats.runs_effect += 1
-            if (
-                type(node) in _DIRECT_SINKS
-                and node.direct  # type: ignore[attr-defined]
-                and gates is None
-                and not replica.closed
-                and not self.work.by_owner
-            ):
-                # A sink whose last run read its cell's whole value, with no link at
-                # or in it: read it from the replica, with no transaction (see
-                # `Sink.run_direct`). A sink per
-                # node (cellx, broad) paid a transaction, a read log and an elided
-                # commit per update for this.
-                try:
-                    if node.run_direct(replica):  # type: ignore[attr-defined]
-                        return
-                except Exception as exc:
-                    self._fail(node, exc)
-                    return
+        gates = node._gates
+        if declined is not None:
+            if type(declined) is CommitResult:
+                stats.commits += 1
+                self._on_commit(node, declined)  # stale: re-run, as a transaction's
+                return
+            if type(declined) is RunComputed:
+                # Its write, in a transaction (`fn` is the ValueFunction `_drain` ran).
+                fn = given(fn, declined.value)  # type: ignore[arg-type]
+            # (Else `RUN_NONE`: not this shape now, the transaction run decides.)
         else:
-            stats.runs_computation += 1
-            if isinstance(fn, ValueFunction) and gates is None and not self.work.by_owner:
-                # A value function (a derive, a lift) whose last run read its inputs'
-                # plain values: read, compute and commit with no transaction
-                # (`_direct.run_direct`, `Replica.run_field`); anything else runs in one.
-                try:
-                    done = run_direct(node, fn, replica, self._failed)
-                except Exception as exc:
-                    self._fail(node, exc)
-                    return
-                if done is RUN_DONE:
-                    stats.commits += 1
-                    stats.direct_commits += 1
-                    return
-                if type(done) is CommitResult:
-                    stats.commits += 1
-                    self._on_commit(node, done)  # stale: re-run, as a transaction's
-                    return
-                if type(done) is RunComputed:
-                    fn = given(fn, done.value)  # its write, in a transaction
+            node.status = "clean"  # before the run: foreign changes during it re-invalidate
+            node.pass_runs += 1
+            node.runs += 1
+            node.last_run = self._drain_started  # (no clock call per run)
+            if gates is not None and gates.throttle:
+                gates.throttle_ready_at = self.clock.now() + gates.throttle
+                self._timers.update(node)
+            if node.kind == "effect":
+                stats.runs_effect += 1
+                if (
+                    type(node) in _DIRECT_SINKS
+                    and node.direct  # type: ignore[attr-defined]
+                    and gates is None
+                    and not replica.closed
+                    and not self.work.by_owner
+                ):
+                    # A sink whose last run read its cell's whole value, with no link at
+                    # or in it: read it from the replica, with no transaction (see
+                    # `Sink.run_direct`). A sink per
+                    # node (cellx, broad) paid a transaction, a read log and an elided
+                    # commit per update for this.
+                    try:
+                        if node.run_direct(replica):  # type: ignore[attr-defined]
+                            return
+                    except Exception as exc:
+                        self._fail(node, exc)
+                        return
+            else:
+                # (A value function whose run may be direct never comes here: `_drain`
+                # runs it, and passes what the replica declined as `declined`.)
+                stats.runs_computation += 1
         if replica.closed:
             raise TransactionError(f"replica {replica.session_id} is closed")  # as `edit` says
         tx = Transaction(replica, node.identity, source=node)  # `replica.edit`, without the call

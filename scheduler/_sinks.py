@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar, Final
 
 import attrs
@@ -688,8 +688,13 @@ def deliver_all(deliveries: dict[Delivery, None], fail: Callable[[Node, Exceptio
     sink's function that raises fails its node (`fail`).
     """
     while deliveries:
-        batch = deliveries.copy()
-        deliveries.clear()  # (a sink's function may write: its re-runs land here)
+        batch: Iterable[Delivery]
+        if len(deliveries) == 1:
+            # One sink (the usual pass): taken out, with no copy of the table.
+            batch = (deliveries.popitem()[0],)
+        else:
+            batch = deliveries.copy()
+            deliveries.clear()  # (a sink's function may write: its re-runs land here)
         for sink in batch:
             if sink.registered:  # (the sink's own: it is its node)
                 try:

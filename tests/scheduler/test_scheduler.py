@@ -1343,3 +1343,32 @@ def test_graph_nodes_are_the_registered_nodes_once_each_in_registration_order(
     assert [a, d] == list(env.sch.graph.nodes)
     assert b not in env.sch.graph.nodes and sink not in env.sch.graph.nodes
     assert 2 == len(env.sch.graph.nodes)
+
+
+def test_a_small_drain_keeps_its_membership_table_and_a_large_one_drops_it(env: Env) -> None:
+    # A drain empties its membership set (`_in_heap`) as it takes nodes off the heap.
+    # Clearing the emptied set would free the table the next drain's seeds fill again
+    # (a resize per small drain), so a drain of up to `_KEPT_TABLE` nodes keeps it; a
+    # larger one drops it, as a set never shrinks otherwise.
+    empty = sys.getsizeof(set())
+
+    def fan(name: str, width: int) -> Cell:
+        src = env.source(name, 0)
+        for i in range(width):
+            out = env.sp.cell(f"{name}{i}")
+            env.sch.derive(out, [src], lambda v: v + 1)
+            env.sch.sink(out, lambda v: None)
+        env.sch.settle()
+        return src
+
+    small = fan("small", 10)
+    small.set(1)
+    env.sch.settle()
+    assert not env.sch._in_heap
+    assert sys.getsizeof(env.sch._in_heap) > empty
+    large = fan("large", 100)
+    large.set(1)
+    env.sch.settle()
+    assert not env.sch._in_heap
+    assert sys.getsizeof(env.sch._in_heap) == empty
+    env.check()
