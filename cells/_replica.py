@@ -647,34 +647,47 @@ class Replica:
         """Close the batch opened by the matching `begin_batch()` and send it."""
         if self._batch_depth <= 0:
             raise TransactionError(f"replica {self.session_id}: end_batch() without begin_batch()")
-        self._batch_depth -= 1
-        if self._batch_depth == 0:
-            try:
-                self.flush_batch()
-            finally:
-                self._batch = None
-                self._runs = None
-                self.mailbox.before_drain = None
+        depth = self._batch_depth - 1
+        self._batch_depth = depth
+        if depth == 0:
+            # `flush_batch` of the outermost batch, inlined (every drain of a scheduler
+            # ends here): closed first, then what it held is sent, as that leaves it.
+            batch = self._batch
+            runs = self._runs
+            self._batch = None
+            self._runs = None
+            self.mailbox.before_drain = None
+            if batch:
+                self._send_batch(batch)
+            if runs and not self.store.submit_runs(self, self.session_id, runs):
+                self._runs_as_requests(runs)  # (`_submit_runs`, inlined)
 
     def flush_batch(self) -> None:
         """Send the requests held in the open batch now (the batch stays open)."""
         batch = self._batch
         if batch:
             self._batch = [] if self._batch_depth else None
-            if len(batch) == 1:
-                self.store.submit(self, batch[0])
-            else:
-                self.store.submit_batch(self, batch)
+            self._send_batch(batch)
         runs = self._runs
         if runs:
             self._runs = [] if self._batch_depth else None
             self._submit_runs(runs)
 
+    def _send_batch(self, batch: list[CommitRequest]) -> None:
+        """Hand a batch's requests to the store (one alone as itself)."""
+        if len(batch) == 1:
+            self.store.submit(self, batch[0])
+        else:
+            self.store.submit_batch(self, batch)
+
     def _submit_runs(self, runs: list[Any]) -> None:
         """Hand a run log to the store; as requests if it takes none now."""
+        if not self.store.submit_runs(self, self.session_id, runs):
+            self._runs_as_requests(runs)
+
+    def _runs_as_requests(self, runs: list[Any]) -> None:
+        """Hand a run log the store did not take (`submit_runs`) to it as requests."""
         store = self.store
-        if store.submit_runs(self, self.session_id, runs):
-            return
         sid = self.session_id
         requests = [run_request(sid, runs, i) for i in range(0, len(runs), RUN_WIDTH)]
         if len(requests) == 1:
@@ -2198,7 +2211,8 @@ class Replica:
         accepted = 0  # (counted into `stats` once, at the end)
         n = len(runs)
         i = start
-        j = start // RUN_WIDTH * 3
+        # (Its verdicts' index: no division for the usual delivery, from the start.)
+        j = start // RUN_WIDTH * 3 if start else 0
         try:
             while i < n:
                 # (Indexed, not unpacked: `zip` over the log and its verdicts is fewer

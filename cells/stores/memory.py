@@ -61,7 +61,7 @@ from .._store import (
     validate_commit,
 )
 from .._values import MISSING, Value, element_writes, set_elements, set_path
-from ..errors import ConflictError, InvalidValueError
+from ..errors import ConflictError, InternalError, InvalidValueError
 
 PRUNE_BATCH = 64
 """A quiet session prunes history once at least this many revisions (and one per
@@ -337,6 +337,9 @@ class MemoryStore(StoreBase):
             or type(self)._evaluate is not MemoryStore._evaluate
         ):
             return False  # held or hooked: every commit goes through `submit` as a request
+        entries = len(runs) // RUN_WIDTH
+        if entries * RUN_WIDTH != len(runs):
+            raise InternalError(f"a run log of {len(runs)} items, not entries of {RUN_WIDTH}")
         results: list[Any] = []
         heads = self._heads
         general = self._evaluate_general
@@ -355,11 +358,13 @@ class MemoryStore(StoreBase):
             last_path: Path | None = None  # the path `paths` was made for
             paths: tuple[Path, ...] = ()
             it = iter(runs)
-            # (One entry per step, unpacked from the tuple `zip` reuses: no slice per entry.)
+            # (One entry per step, unpacked from the tuple `zip` reuses: no slice per entry.
+            # Its RUN_WIDTH iterators written out, its length checked above: no tuple made,
+            # no keyword parsed, no C path used only here per drain.)
             for (
                 sent, local_seq, rkey, basis, rpath, shallow, deps, key, path, new, baseline,
                 working,
-            ) in zip(*(it,) * RUN_WIDTH, strict=True):  # fmt: skip
+            ) in zip(it, it, it, it, it, it, it, it, it, it, it, it):  # noqa: B905  # fmt: skip
                 if local_seq is None:  # a request of its own
                     self._seq = seq
                     resolutions.low = low
@@ -373,15 +378,20 @@ class MemoryStore(StoreBase):
                     low = resolutions.low
                     continue
                 # `_apply_one`'s checks, inlined (see there); `ok` False: ask the general path.
-                # Every dep resolved and none rejected (one `max` when none is pending):
-                if deps and (max(deps) > low or rejected):
-                    ok = True
-                    for dep in deps:
-                        if (dep > low and dep not in above) or dep in rejected:
-                            ok = False
-                            break
-                else:
-                    ok = True
+                # Every dep resolved and none rejected (a loop of comparisons, not a `max`:
+                # no C function called for it).
+                ok = True
+                if deps:
+                    if rejected:
+                        for dep in deps:
+                            if (dep > low and dep not in above) or dep in rejected:
+                                ok = False
+                                break
+                    else:
+                        for dep in deps:
+                            if dep > low and dep not in above:
+                                ok = False
+                                break
                 # (Deps are looked up in a set when many, and only where a revision after
                 # a basis is: `_apply_one`'s `built_on`.)
                 if not ok:
@@ -469,8 +479,8 @@ class MemoryStore(StoreBase):
                 results += (seq, head.seq, value)
             self._seq = seq
             resolutions.low = low
-            self._prune_in -= len(runs) // RUN_WIDTH - slow  # (the general path counts its own)
-        self.commits_evaluated += len(runs) // RUN_WIDTH
+            self._prune_in -= entries - slow  # (the general path counts its own)
+        self.commits_evaluated += entries
         listener.mailbox.post(partial(listener.accept_runs, runs, results, 0))
         if len(self._listeners) > 1:
             self._broadcast_runs(session_id, runs, results)
@@ -623,9 +633,13 @@ class MemoryStore(StoreBase):
         general path decides, from the entry's claims (`run_request`)."""
         revisions = self._revisions
         floors = self._floors
-        for i in range(0, len(bases), 2):
-            # (Indexed: `zip` over the pairs is fewer bytecodes but more time, measured.)
+        n = len(bases)
+        i = 0
+        while i < n:
+            # (Indexed: `zip` over the pairs is fewer bytecodes but more time, measured; a
+            # counted `while`, not a `range`: no range object per entry.)
             rkey, basis = bases[i], bases[i + 1]
+            i += 2
             revs = revisions.get(rkey)
             if revs is None:
                 # No revision left: the head's seq is the floor (see `_revisions_since`).

@@ -13,6 +13,7 @@ from cells import (
     ConflictError,
     DocKey,
     Identity,
+    InternalError,
     MemoryStore,
     Notification,
     Outcome,
@@ -22,6 +23,7 @@ from cells import (
     StoreError,
     TransactionError,
 )
+from cells._store import RUN_WIDTH
 
 ME = Identity("local", "local")
 DOC = DocKey("sp", "doc")
@@ -280,6 +282,17 @@ def test_commits_evaluated_counts_every_evaluation(w: World) -> None:
     assert w.store.commits_evaluated == 2
     w.pump()
     assert w.store.read_durable(DOC) == 3
+
+
+def test_a_run_log_not_made_of_whole_entries_is_an_internal_error(w: World) -> None:
+    # A run log is RUN_WIDTH items per commit (the replica makes it so): one that is not
+    # is a bug, refused before any entry of it is evaluated.
+    w.put(DOC, 1)
+    evaluated = w.store.commits_evaluated
+    with pytest.raises(InternalError, match="not entries of 12"):
+        w.store.submit_runs(w.a, w.a.session_id, [None] * (RUN_WIDTH + 1))
+    assert w.store.commits_evaluated == evaluated
+    assert w.store.read_durable(DOC) == 1
 
 
 def test_read_durable_of_an_absent_document_is_missing(w: World) -> None:
