@@ -1568,14 +1568,18 @@ class Replica:
             elif held is None:
                 # (A key's record is never replaced: `_docs` only gains records. So, as
                 # `Transaction`'s `basis_moved`, a read's version alone says it moved.)
-                for i, read in enumerate(read_recs):
-                    if read.version != read_versions[i]:
+                # (`zip` of lists made together above, one item per place: no `enumerate`,
+                # a C path a diamond's op used only here.)
+                for read, version, place in zip(read_recs, read_versions, places):  # noqa: B905
+                    if read.version != version:
                         self.stats.local_stale += 1
-                        stale = InconsistentBasisError(stale_message(places[i][0]))
+                        stale = InconsistentBasisError(stale_message(place[0]))
                         return CommitResult(Outcome.STALE_BASIS, stale)
             else:
+                # (`held` gains whole triples only, above: `strict` would check what its
+                # one writer makes, at the cost of the keyword parser per run.)
                 triples = iter(held)
-                for read, version, moved in zip(triples, triples, triples, strict=True):
+                for read, version, moved in zip(triples, triples, triples):  # noqa: B905
                     if read.version != version:
                         self.stats.local_stale += 1
                         stale = InconsistentBasisError(stale_message(moved))
@@ -1599,7 +1603,7 @@ class Replica:
             if wrote is not None:
                 wrote(new)
             return RUN_DONE
-        working = dict(wvisible)
+        working = wvisible.copy()  # (an exact dict: no `dict` call, its argument parsed)
         working[field] = new
         seq = self._next_seq
         self._next_seq = seq + 1
@@ -1742,7 +1746,9 @@ class Replica:
         key = DocKey(link.space, link.id)
         path = link.path
         hops: list[tuple[DocKey, DocRecord, Path]] | None = None
-        for _hop in range(WRITE_AT_HOPS):
+        left = WRITE_AT_HOPS  # (a counted `while`: no range object per write)
+        while left:
+            left -= 1
             if "cw:" <= key.id < "cw;":
                 return None  # (internal: the transaction refuses it)
             rec = records.get(key)
@@ -1826,10 +1832,12 @@ class Replica:
             if gathered is not None:
                 deps = tuple(sorted(set(gathered)))
             reads = tuple(claims)
-        # What `Transaction.__init__` and `commit()` leave, for a transaction never open.
-        if not self._open_txs and not self._in_flight:
-            self._busy_since = self._mark()
-        tx = Transaction._sent_run(self, identity, None, None)
+        # What `Transaction.__init__` (counted open: a quiet replica's busy spell starts)
+        # and `commit()` (no longer open) leave: made by its class's call, not
+        # `_sent_run`'s `__new__` (a type attribute lookup and a C path used only here).
+        tx = Transaction(self, identity)
+        self._open_txs -= 1
+        tx.status = "committing"
         pending: Pending[CommitResult] = Pending(self.mailbox)
         tx._pending = pending
         self._send_write(tx, key, rec, full, new, visible, working, reads, deps)
@@ -2042,7 +2050,7 @@ class Replica:
         one path, a top-level field of a dict document: each caller (`_commit_usual`,
         `_commit_field`, `run_field`) compared the two and elided an equal write (or
         left a shadow write to the general path), so its hook hears `moved`."""
-        if isinstance(tx, Transaction):
+        if type(tx) is not SentRun:  # (a `Transaction`: no subtype walk for a `SentRun`)
             tx._docs = {}  # (as in `_send`)
             tx.reads = _SENT_LOG
         self._in_flight[seq] = tx

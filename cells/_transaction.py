@@ -23,7 +23,7 @@ import os
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import CodeType, TracebackType
-from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, final
 
 import msgspec
 
@@ -198,6 +198,7 @@ def _deps(layers: Sequence[Layer]) -> tuple[int, ...]:
     return tuple([lay.seq for lay in layers])
 
 
+@final  # (no subclass: `type(tx) is SentRun` is its test, `_send_run`)
 class SentRun(msgspec.Struct):
     """A node run the replica committed with no transaction (`Replica.run_field`), in
     flight: who ran it (`source`, which its commit's notification names, as a
