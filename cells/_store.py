@@ -29,7 +29,7 @@ import itertools
 import operator
 import threading
 from collections.abc import Callable, Collection, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, final
 
 import attrs
 import msgspec
@@ -135,6 +135,7 @@ class DocState(msgspec.Struct, frozen=True, gc=False):
     """The document, or MISSING."""
 
 
+@final  # (no subclass: a `MemoryStore` tells it from a list by `type(revs)`)
 class Revision(msgspec.Struct, frozen=True, gc=False):
     seq: int
     session_id: str

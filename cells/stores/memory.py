@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 
@@ -83,6 +83,16 @@ _ONE_PATH_KEPT = 256
 
 class MemoryStore(StoreBase):
     """An in-memory store; `MemoryStore()` takes no arguments."""
+
+    _hooked: ClassVar[bool] = False
+    """Whether the class overrides `_evaluate` (a subclass that counts or injects
+    faults): then every commit goes through it. Set once per class, as it is made
+    (`__init_subclass__`): a commit reads a class attribute instead of comparing two
+    attributes looked up on types (about 12 L1i misses per op of `diamond 5`)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._hooked = cls._evaluate is not MemoryStore._evaluate
 
     def __init__(self) -> None:
         super().__init__()
@@ -273,7 +283,7 @@ class MemoryStore(StoreBase):
         if self._verdict_gate is not None or self.closed:
             super().submit(listener, request)  # held by the gate, or refused: closed
             return
-        if type(self)._evaluate is not MemoryStore._evaluate:
+        if self._hooked:
             # A subclass hooks `_evaluate` (to count or to inject faults): go through it.
             self._evaluate_and_answer(listener, request)
             return
@@ -302,7 +312,7 @@ class MemoryStore(StoreBase):
     def _submit_batch_evaluation(
         self, listener: SessionListener, requests: Sequence[CommitRequest]
     ) -> None:
-        if type(self)._evaluate is not MemoryStore._evaluate:
+        if self._hooked:
             # A subclass hooks `_evaluate` (to count or to inject faults): every commit
             # must go through it, one delivery each.
             super()._submit_batch_evaluation(listener, requests)
@@ -331,11 +341,7 @@ class MemoryStore(StoreBase):
         made from this store's current one (`baseline` is the head's value: the
         replica's `working` is then exactly what `set_path` would make here).
         """
-        if (
-            self._verdict_gate is not None
-            or self.closed
-            or type(self)._evaluate is not MemoryStore._evaluate
-        ):
+        if self._verdict_gate is not None or self.closed or self._hooked:
             return False  # held or hooked: every commit goes through `submit` as a request
         entries = len(runs) // RUN_WIDTH
         if entries * RUN_WIDTH != len(runs):
@@ -407,7 +413,7 @@ class MemoryStore(StoreBase):
                     if revs is None:
                         head = heads.get(rkey)
                         ok = head is None or basis >= head.seq
-                    elif isinstance(revs, list):
+                    elif type(revs) is not Revision:  # (a list: `Revision` is final)
                         j = len(revs) - 1
                         if revs[j].seq > basis:
                             built_on = deps if len(deps) <= 8 else frozenset(deps)
@@ -466,7 +472,7 @@ class MemoryStore(StoreBase):
                     if head.seq:
                         floors[key] = head.seq  # its history was pruned: keep that floor
                     revisions[key] = revision
-                elif isinstance(revs, list) and len(revs) < _HISTORY_CAP:
+                elif type(revs) is not Revision and len(revs) < _HISTORY_CAP:
                     revs.append(revision)
                 else:
                     self._add_revision(key, revision, head.seq)
@@ -497,11 +503,7 @@ class MemoryStore(StoreBase):
         decides an entry (as `_apply_one` decides its request), with no request, claim
         or write object and no run log. Anything the general path must decide is
         declined before anything changes."""
-        if (
-            self._verdict_gate is not None
-            or self.closed
-            or type(self)._evaluate is not MemoryStore._evaluate
-        ):
+        if self._verdict_gate is not None or self.closed or self._hooked:
             return False  # held or hooked: the request goes through `submit`
         _, local_seq, rkey, basis, _, _, deps, key, path, new, baseline, working = entry
         with self._lock:
@@ -534,7 +536,7 @@ class MemoryStore(StoreBase):
                     head = heads.get(rkey)
                     if head is not None and basis < head.seq:
                         return False
-            elif isinstance(revs, list):
+            elif type(revs) is not Revision:  # (a list: no subtype walk; `Revision` is final)
                 j = len(revs) - 1
                 while j >= 0 and revs[j].seq > basis:
                     rev = revs[j]
@@ -574,7 +576,7 @@ class MemoryStore(StoreBase):
                 if head.seq:
                     floors[key] = head.seq  # its history was pruned: keep that floor
                 revisions[key] = revision
-            elif isinstance(revs, list) and len(revs) < _HISTORY_CAP:
+            elif type(revs) is not Revision and len(revs) < _HISTORY_CAP:
                 revs.append(revision)
             else:
                 self._add_revision(key, revision, head.seq)
@@ -646,7 +648,7 @@ class MemoryStore(StoreBase):
                 head = self._heads.get(rkey)
                 if head is not None and basis < head.seq:
                     return False
-            elif isinstance(revs, list):
+            elif type(revs) is not Revision:  # (a list: no subtype walk; `Revision` is final)
                 j = len(revs) - 1
                 if revs[j].seq > basis:
                     while j >= 0 and revs[j].seq > basis:
