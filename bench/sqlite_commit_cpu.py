@@ -10,8 +10,8 @@ time (``time.thread_time``):
 - the store's SQL: every ``execute`` / ``executemany`` on the writer connection (a
   proxy times each call: SQLite's work and the `sqlite3` module's binding; not the
   Python that builds the parameters), and how many statements that was;
-- the store's whole evaluation (`_evaluate`: the statements and the Python around
-  them), on whichever thread ran it (a 100-document commit on the writer thread, a
+- the store's whole evaluation (`_evaluate_lists`, what `_evaluate` is made of: the
+  statements and the Python around them), on whichever thread ran it (a 100-document commit on the writer thread, a
   one-document one on the waiting caller's: then it is also inside the caller's
   ``wait``);
 - the caller's thread: the writes (``cell.with_tx(tx).set``), ``commit()`` (the
@@ -78,7 +78,7 @@ def measure(directory: str, commits: int, documents: int) -> str:
     store._wconn = timed  # type: ignore[assignment]
     store._wcur = timed.cursor()  # type: ignore[assignment]
     evaluated = [0]
-    evaluate = store._evaluate
+    evaluate = store._evaluate_lists
 
     def timed_evaluate(request: Any) -> Any:
         start = time.thread_time_ns()
@@ -87,7 +87,7 @@ def measure(directory: str, commits: int, documents: int) -> str:
         finally:
             evaluated[0] += time.thread_time_ns() - start
 
-    store._evaluate = timed_evaluate  # type: ignore[method-assign]
+    store._evaluate_lists = timed_evaluate  # type: ignore[method-assign]
     space = Space(store, "bench")
     try:
         _grow_wal(path)

@@ -33,7 +33,7 @@ from __future__ import annotations
 import collections
 import operator
 import sys
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from functools import partial
 from types import FrameType
 from typing import Any, Final
@@ -2317,6 +2317,50 @@ class Replica:
         if not in_flight and not self._open_txs and self.store._prune_in <= 0:
             self.store.quiesced(self)  # (nothing open, nothing in flight: it may prune)
 
+    def on_accepted_many(
+        self, request: CommitRequest, seq: int, values: list[Value], base_seqs: list[int]
+    ) -> None:
+        """`on_verdict` for an accepted commit whose writes each name a different document,
+        without a `Verdict`: each write's document, in order, adopts its layer as
+        `_apply_verdict` adopts it (no lookup by `DocKey` but the record's); from the first
+        that is not the usual case (its layer not the oldest, or not on the state the
+        store applied it to) on, `_apply_verdict` decides the rest."""
+        local_seq = request.local_seq
+        sent = self._in_flight.pop(local_seq, None)
+        if sent is None:
+            return  # replica was closed meanwhile; nothing to settle
+        tx = Transaction._of_run(self, sent) if isinstance(sent, SentRun) else sent
+        if seq > self._heard:
+            self._heard = seq
+        records = self._docs
+        writes = request.writes
+        for i, w in enumerate(writes):
+            key = w.key
+            rec = records[key]
+            layers = rec.layers
+            if not (layers and layers[0].seq == local_seq and base_seqs[i] == rec.confirmed_seq):
+                keys = [x.key for x in writes]
+                verdict = Verdict(
+                    seq,
+                    dict(zip(keys, values, strict=True)),
+                    base_seqs=dict(zip(keys, base_seqs, strict=True)),
+                )
+                self._apply_verdict(tx, request, verdict, keys[i:])
+                break
+            if type(layers) is tuple:  # (one layer: `adopt_oldest_layer` inlined)
+                rec.layers = ()
+                rec.confirmed = rec.visible = values[i]
+                rec.confirmed_seq = seq
+                if rec.key is None:
+                    rec.key = key
+            else:
+                adopt_oldest_layer(rec, key, layers, values[i], seq)
+        else:
+            self.stats.accepted += 1
+            tx._settle(CommitResult(_OK_OUTCOME, None, seq))
+        if not self._in_flight and not self._open_txs and self.store._prune_in <= 0:
+            self.store.quiesced(self)  # (nothing open, nothing in flight: it may prune)
+
     def on_verdict(self, request: CommitRequest, verdict: Verdict) -> None:
         sent = self._in_flight.pop(request.local_seq, None)
         if sent is None:
@@ -2330,7 +2374,15 @@ class Replica:
         if not self._in_flight and not self._open_txs and self.store._prune_in <= 0:
             self.store.quiesced(self)  # (nothing open, nothing in flight: it may prune)
 
-    def _apply_verdict(self, tx: Transaction, request: CommitRequest, verdict: Verdict) -> None:
+    def _apply_verdict(
+        self,
+        tx: Transaction,
+        request: CommitRequest,
+        verdict: Verdict,
+        keys: Sequence[DocKey] | None = None,
+    ) -> None:
+        """Apply `verdict` of `request` to the documents it wrote (`keys`: those left to
+        apply it to, when `on_accepted_many` adopted the others), then settle `tx`."""
         changes: list[Change] = []
         seq = verdict.seq if verdict.error is None else None
         writes = request.writes
@@ -2338,7 +2390,9 @@ class Replica:
         base_seq = verdict.base_seqs.get
         values = verdict.docs
         records = self._docs
-        for key in (writes[0].key,) if len(writes) == 1 else request.keys_in_order():
+        if keys is None:
+            keys = (writes[0].key,) if len(writes) == 1 else request.keys_in_order()
+        for key in keys:
             rec = records[key]
             layers = rec.layers
             if (

@@ -211,6 +211,14 @@ class SessionListener(Protocol):
         new `value`, applied on its state at `base_seq` (`Verdict(seq, {key: value},
         base_seqs={key: base_seq})` without the dicts)."""
 
+    def on_accepted_many(
+        self, request: CommitRequest, seq: int, values: list[Value], base_seqs: list[int]
+    ) -> None:
+        """The verdict accepting a commit whose writes each name a different document
+        (two or more): `seq`, and per write, in order, its document's new value, applied
+        on its state at that base seq (`Verdict(seq, docs, base_seqs=...)` without the
+        dicts)."""
+
     def on_foreign(self, seq: int, docs: dict[DocKey, Value]) -> None: ...
     def accept_runs(self, runs: list[Any], results: list[Any], start: int) -> None:
         """The verdicts of a run log (`StoreBase.submit_runs`), from entry index `start`

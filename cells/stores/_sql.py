@@ -25,8 +25,8 @@ import collections
 import functools
 import threading
 import uuid
-from collections.abc import Iterable
-from typing import Final
+from collections.abc import Callable, Iterable
+from typing import ClassVar, Final
 
 import msgspec
 
@@ -121,6 +121,29 @@ def revisions_from_rows(
         decoded: list[list[str | int]] = msgspec.json.decode(paths)
         out.append(Revision(int(rseq), own, int(local_seq), tuple(tuple(p) for p in decoded)))
     return out
+
+
+class Acceptance(msgspec.Struct, frozen=True):
+    """An accepted commit as a backend's evaluation gives it (`WriterStore._evaluate_lists`),
+    without the `Verdict`'s dictionaries keyed by `DocKey`: its `seq`, and per written
+    document, in the order of their first writes (`CommitRequest.keys_in_order`), its new
+    value and the seq of the state it applied on. Where every write names a different
+    document (the usual batch), that is write order, and the committing replica adopts
+    them so (`SessionListener.on_accepted_many`); the dictionaries are made only for
+    another listener's fan-out or the general verdict (`verdict`)."""
+
+    seq: int
+    values: list[Value]
+    base_seqs: list[int]
+
+    def verdict(self, request: CommitRequest) -> Verdict:
+        """The same answer as a `Verdict`."""
+        keys = request.keys_in_order()
+        return Verdict(
+            self.seq,
+            dict(zip(keys, self.values, strict=True)),
+            base_seqs=dict(zip(keys, self.base_seqs, strict=True)),
+        )
 
 
 class SessionVerdicts:
@@ -367,13 +390,31 @@ class WriterStore(StoreBase):
         with self._write_lock:
             self._answer_evaluation(listener, request)
 
+    _lists_of: ClassVar[Callable[..., Verdict] | None] = None
+    """The backend's own `_evaluate` when it has `_evaluate_lists` (else None): a store
+    whose `_evaluate` is another one (a subclass, a test or a bench hooking it to count
+    or to inject faults, in its class or on the instance) is evaluated through it."""
+
+    def _evaluate_lists(self, request: CommitRequest) -> Verdict | Acceptance:
+        """`_evaluate`, giving an accepted commit as an `Acceptance` if the backend can
+        (no dictionaries by `DocKey`). Default: `_evaluate`."""
+        return self._evaluate(request)
+
     def _answer_evaluation(self, listener: SessionListener, request: CommitRequest) -> None:
         """Evaluate `request` and post its verdict and fan-out. Under `_write_lock`."""
+        cls = type(self)
         try:
-            verdict = self._evaluate(request)
+            verdict: Verdict | Acceptance
+            if cls._evaluate is cls._lists_of and "_evaluate" not in self.__dict__:
+                verdict = self._evaluate_lists(request)
+            else:
+                verdict = self._evaluate(request)
             self.commits_evaluated += 1
         except Exception as exc:  # the submitter hears of every failure, never only a log
             verdict = Verdict(None, error=self._unevaluated(request, exc))
+        if isinstance(verdict, Acceptance):
+            self._answer_acceptance(listener, request, verdict)
+            return
         seq = verdict.seq
         if seq is not None and len(request.writes) == 1 and len(verdict.base_seqs) == 1:
             # An accepted one-write commit (the usual) is answered with `on_accepted`, as
@@ -388,6 +429,38 @@ class WriterStore(StoreBase):
             self._answer(listener, request, verdict)
         if verdict.error is None and seq is not None:
             self._broadcast(request.session_id, seq, verdict.docs)
+
+    def _answer_acceptance(
+        self, listener: SessionListener, request: CommitRequest, accepted: Acceptance
+    ) -> None:
+        """Post the verdict of an accepted commit and its fan-out: `on_accepted` for one
+        write, `on_accepted_many` when every write names a different document (values and
+        base seqs in write order: no dictionaries on either side), else a `Verdict`. The
+        fan-out's dictionary is made only when another session listens."""
+        writes = request.writes
+        values = accepted.values
+        seq = accepted.seq
+        if len(values) != len(writes) or not writes:  # (a document written twice; none)
+            verdict = accepted.verdict(request)
+            self._answer(listener, request, verdict)
+            self._broadcast(request.session_id, seq, verdict.docs)
+            return
+        if len(values) == 1:
+            listener.mailbox.post(
+                functools.partial(
+                    listener.on_accepted, request, seq, accepted.base_seqs[0], values[0]
+                )
+            )
+        else:
+            listener.mailbox.post(
+                functools.partial(
+                    listener.on_accepted_many, request, seq, values, accepted.base_seqs
+                )
+            )
+        listeners = self._listeners
+        if len(listeners) > 1 or request.session_id not in listeners:
+            docs = {w.key: value for w, value in zip(writes, values, strict=True)}
+            self._broadcast(request.session_id, seq, docs)
 
     def _start_closing(self) -> tuple[bool, threading.Thread | None]:
         """Mark closed and queue the writer's stop behind every queued commit (they are all

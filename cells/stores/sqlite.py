@@ -181,6 +181,7 @@ from ._claims_sql import schema as claims_schema
 from ._sql import (
     KEY_COLUMNS,
     PLAIN_FIELDS,
+    Acceptance,
     SessionVerdicts,
     WriterStore,
     decode_value,
@@ -665,15 +666,16 @@ when the only field that was not plain is removed)."""
 _Entry = tuple[int, int, "list[Path] | tuple[Path]"]
 """A log row's entry for one document: (doc number, previous revision's seq, paths)."""
 _Staged = tuple[
-    dict[DocKey, Value],
-    dict[DocKey, int],
+    list[Value],
+    list[int],
     dict[DocKey, _Known],
     list[_Entry],
     list[object],
     list[int],
 ]
-"""What a commit writes, ready for its statements: each document's new value, the seq of
-the state it applies on (0: never written), its head row as the commit leaves it (before
+"""What a commit writes, ready for its statements: each document's new value and the seq
+of the state it applies on (0: never written), in the order of their first writes (an
+`Acceptance`'s lists), its head row as the commit leaves it (before
 pruning), the log row's entries, the head updates (doc number, stored value; flat) and
 the documents due for pruning."""
 _CHUNK: Final = 150
@@ -1056,8 +1058,8 @@ class SQLiteStore(WriterStore):
         reused), so what is kept stays true while the row exists. Under `_write_lock`."""
         self._written_entries = 0
         self._written_last: list[Any] = []
-        self._committing: tuple[int, str, Verdict] | None = None
-        """(seq, session key, verdict) of the commit whose COMMIT is being run, from
+        self._committing: tuple[int, str, Acceptance] | None = None
+        """(seq, session key, acceptance) of the commit whose COMMIT is being run, from
         just before it; for `_interrupted` to tell whether it was applied. Under
         `_write_lock`."""
 
@@ -1492,7 +1494,16 @@ class SQLiteStore(WriterStore):
         return err
 
     def _evaluate(self, request: CommitRequest) -> Verdict:
-        """Validate and apply `request` in one transaction; returns after COMMIT.
+        """Validate and apply `request` in one transaction; returns after COMMIT
+        (`_evaluate_lists`, its acceptance as a `Verdict`)."""
+        verdict = self._evaluate_lists(request)
+        return verdict.verdict(request) if isinstance(verdict, Acceptance) else verdict
+
+    _lists_of = _evaluate
+
+    def _evaluate_lists(self, request: CommitRequest) -> Verdict | Acceptance:
+        """Validate and apply `request` in one transaction; returns after COMMIT, an
+        accepted commit as an `Acceptance`.
 
         Also fans out other writers' commits this store had not delivered yet
         (they precede this one's seq). Safe from any thread.
@@ -1542,13 +1553,14 @@ class SQLiteStore(WriterStore):
                 seq = top + 1
                 rows: dict[DocKey, _Known] = {}
                 written: list[Any] | None = None
+                verdict: Verdict | Acceptance
                 if staged is None:  # (rejected: nothing written)
                     verdict = Verdict(None, error=error)
                     cur.execute("ROLLBACK")
                 else:
-                    docs, base_seqs, rows = staged[0], staged[1], staged[2]
+                    rows = staged[2]
                     written = staged[4][::2]  # (the log row's documents)
-                    verdict = Verdict(seq, docs, base_seqs=base_seqs)
+                    verdict = Acceptance(seq, staged[0], staged[1])
                     self._committing = (seq, session_key, verdict)
                     cur.execute("COMMIT")
             except BaseException:
@@ -1574,7 +1586,7 @@ class SQLiteStore(WriterStore):
         request: CommitRequest,
         session_key: str,
         number: int,
-    ) -> Verdict | None:
+    ) -> Acceptance | None:
         """`_evaluate`'s usual commit (`_plainly_valid`, its session `number`ed) when it
         writes one document, staged by `_stage_known` and written by its two statements
         (`_apply`'s general steps and `_evaluate`'s bookkeeping left out: bench.opcodes
@@ -1586,7 +1598,7 @@ class SQLiteStore(WriterStore):
         staged = self._stage_known(request.writes, seq)
         if staged is None:
             return None
-        docs, base_seqs, rows, entries, updates, due = staged
+        values, base_seqs, rows, entries, updates, due = staged
         if not cur.execute(_UPDATE_HEAD, (seq, REVISIONS_KEPT, *updates)).rowcount:
             self._known_version = -1
             return None  # (another writer committed since `_known_top`: nothing was written)
@@ -1595,7 +1607,7 @@ class SQLiteStore(WriterStore):
             gone = self._prune(conn, due)
             ((key, (doc, _, count, value, plain)),) = rows.items()
             rows[key] = (doc, seq, count - gone[doc], value, plain)
-        verdict = Verdict(seq, docs, base_seqs=base_seqs)
+        verdict = Acceptance(seq, values, base_seqs)
         self._committing = (seq, session_key, verdict)
         cur.execute("COMMIT")
         self._remember(seq, rows)  # (its row's one entry is decoded in no time: not kept)
@@ -1676,7 +1688,7 @@ class SQLiteStore(WriterStore):
                     (committing[0],),
                 ).fetchone()
                 if row is not None and tuple(row) == (session_key, request.local_seq):
-                    verdict = committing[2]
+                    verdict = committing[2].verdict(request)
         except sqlite3.Error:
             return  # cannot tell whether it was applied: no verdict rather than a wrong one
         if verdict is None:
@@ -1701,8 +1713,8 @@ class SQLiteStore(WriterStore):
         any removed), and is encoded by `msgspec` alone (no check of its fields)."""
         known = self._known
         over = 2 * REVISIONS_KEPT
-        docs: dict[DocKey, Value] = {}
-        base_seqs: dict[DocKey, int] = {}
+        values: list[Value] = []
+        base_seqs: list[int] = []
         rows: dict[DocKey, _Known] = {}
         entries: list[_Entry] = []
         updates: list[object] = []
@@ -1723,16 +1735,16 @@ class SQLiteStore(WriterStore):
             else:
                 new[field] = value
                 plain = plain and type(value) in PLAIN_FIELDS and field != "/"
-            docs[key] = new
-            base_seqs[key] = last
+            values.append(new)
+            base_seqs.append(last)
             rows[key] = (doc, seq, count + 1, new, plain)
             entries.append((doc, last, (path,)))
             updates += (doc, _encode(new).decode() if plain else encode_value(new))
             if count >= over:
                 due.append(doc)
-        if len(docs) != len(writes):
+        if len(rows) != len(writes):
             return None  # (a document written twice: `_stage` applies the writes in turn)
-        return docs, base_seqs, rows, entries, updates, due
+        return values, base_seqs, rows, entries, updates, due
 
     def _stage(
         self, conn: sqlite3.Connection, writes: tuple[Write, ...]
@@ -1878,7 +1890,7 @@ class SQLiteStore(WriterStore):
                 **heads,
                 **{key: (doc, 0, 0, None) for doc, key in zip(numbers, new, strict=True)},
             }
-        base_seqs: dict[DocKey, int] = {}
+        base_seqs: list[int] = []
         rows: dict[DocKey, _Known] = {}
         entries: list[_Entry] = []
         updates: list[object] = []
@@ -1886,13 +1898,13 @@ class SQLiteStore(WriterStore):
         over = 2 * REVISIONS_KEPT
         for key, value in docs.items():
             doc, last, count, _ = heads[key]
-            base_seqs[key] = last
+            base_seqs.append(last)
             rows[key] = (doc, seq, count + 1, value, plain_dict(value))
             entries.append((doc, last, paths[key]))
             updates += (doc, encode_value(value))
             if count >= over:
                 due.append(doc)
-        return docs, base_seqs, rows, entries, updates, due
+        return list(docs.values()), base_seqs, rows, entries, updates, due
 
     def _apply(
         self,

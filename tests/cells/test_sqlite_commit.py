@@ -51,6 +51,19 @@ class Verdicts:
         key = request.writes[0].key
         self.got.append(Verdict(seq, {key: value}, base_seqs={key: base_seq}))
 
+    def on_accepted_many(
+        self, request: CommitRequest, seq: int, values: list[Value], base_seqs: list[int]
+    ) -> None:
+        keys = [w.key for w in request.writes]
+        assert len(set(keys)) == len(keys) == len(values) == len(base_seqs)
+        self.got.append(
+            Verdict(
+                seq,
+                dict(zip(keys, values, strict=True)),
+                base_seqs=dict(zip(keys, base_seqs, strict=True)),
+            )
+        )
+
     def on_foreign(self, seq: int, docs: dict[DocKey, Value]) -> None:
         pass
 
@@ -97,11 +110,11 @@ def test_a_verdict_names_the_state_each_written_document_was_applied_on(
     assert {z: {"value": 3}, x: {"value": 3}, y: {"value": 3}} == third.docs
 
 
-def test_an_accepted_one_write_commit_is_answered_without_a_verdict(
-    stores: Make, db: FsPath
-) -> None:
-    # As `MemoryStore` answers it: `on_accepted` (seq, base seq, value), so the replica
-    # adopts its layer without `on_verdict`'s path; anything else gets its `Verdict`.
+def test_an_accepted_commit_is_answered_without_a_verdict(stores: Make, db: FsPath) -> None:
+    # One write as `MemoryStore` answers it: `on_accepted` (seq, base seq, value), so the
+    # replica adopts its layer without `on_verdict`'s path; writes each to a different
+    # document with `on_accepted_many` (values and base seqs in write order); anything
+    # else (a rejection, a document written twice) gets its `Verdict`.
     store = stores(db)
     answers: list[tuple[str, int | None]] = []
 
@@ -117,10 +130,18 @@ def test_an_accepted_one_write_commit_is_answered_without_a_verdict(
             assert (key("x"), {"value": 1}, 0) == (request.writes[0].key, value, base_seq)
             super().on_accepted(request, seq, base_seq, value)
 
+        def on_accepted_many(
+            self, request: CommitRequest, seq: int, values: list[Value], base_seqs: list[int]
+        ) -> None:
+            answers.append(("accepted many", seq))
+            super().on_accepted_many(request, seq, values, base_seqs)
+
     listener = Answers()
     sid = store.connect(listener)
     commit(store, listener, sid, 1, key("x"))
-    commit(store, listener, sid, 2, key("x"), key("y"))
+    many = commit(store, listener, sid, 2, key("y"), key("x"))
+    assert {key("y"): 0, key("x"): 1} == many.base_seqs
+    assert {key("y"): {"value": 2}, key("x"): {"value": 2}} == many.docs
     stale = ReadClaim(key("y"), ("value",), False, 0)  # (y was written at seq 2)
     store.submit(
         listener,
@@ -128,7 +149,17 @@ def test_an_accepted_one_write_commit_is_answered_without_a_verdict(
     )
     assert store.flush(WAIT)
     listener.mailbox.drain()
-    assert [("accepted", 1), ("verdict", 2), ("verdict", None)] == answers
+    twice = (Write(key("x"), ("value",), 4), Write(key("x"), ("other",), 4))
+    store.submit(listener, CommitRequest(sid, 4, (), (), twice, frozenset()))
+    assert store.flush(WAIT)
+    listener.mailbox.drain()
+    assert {key("x"): {"value": 4, "other": 4}} == listener.got[-1].docs
+    assert [
+        ("accepted", 1),
+        ("accepted many", 2),
+        ("verdict", None),
+        ("verdict", 3),  # (the rejection took no seq)
+    ] == answers
 
 
 def test_the_committing_replica_adopts_a_batch_verdict_without_refolding(

@@ -93,6 +93,11 @@ class Recorder:
     def on_accepted(self, request: CommitRequest, seq: int, base_seq: int, value: Value) -> None:
         raise AssertionError("not used: a recorder commits nothing")
 
+    def on_accepted_many(
+        self, request: CommitRequest, seq: int, values: list[Value], base_seqs: list[int]
+    ) -> None:
+        raise AssertionError("not used: a recorder commits nothing")
+
     def accept_runs(self, runs: list[Any], results: list[Any], start: int) -> None:
         raise AssertionError("not used: a recorder commits nothing")
 
