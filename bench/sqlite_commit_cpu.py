@@ -11,9 +11,9 @@ time (``time.thread_time``):
   proxy times each call: SQLite's work and the `sqlite3` module's binding; not the
   Python that builds the parameters), and how many statements that was;
 - the store's whole evaluation (`_evaluate_lists`, what `_evaluate` is made of: the
-  statements and the Python around them), on whichever thread ran it (a 100-document commit on the writer thread, a
-  one-document one on the waiting caller's: then it is also inside the caller's
-  ``wait``);
+  statements and the Python around them), on whichever thread ran it (a 100-document
+  commit on the writer thread, a one-document one on the waiting caller's: then it is
+  also inside the caller's ``wait``);
 - the caller's thread: the writes (``cell.with_tx(tx).set``), ``commit()`` (the
   local commit and the request), and ``wait()`` with the verdict processed.
 

@@ -413,8 +413,35 @@ class WriterStore(StoreBase):
         except Exception as exc:  # the submitter hears of every failure, never only a log
             verdict = Verdict(None, error=self._unevaluated(request, exc))
         if isinstance(verdict, Acceptance):
-            self._answer_acceptance(listener, request, verdict)
-            return
+            # An accepted commit as the backend gives it, without dictionaries: one write
+            # is answered with `on_accepted` (as `MemoryStore` answers it), writes each
+            # to a different document with `on_accepted_many` (values and base seqs in
+            # write order), so the replica adopts its layers without `on_verdict`'s
+            # lookups by `DocKey`; the fan-out's dictionary is made only when another
+            # session listens. A document written twice gets its `Verdict`.
+            writes = request.writes
+            values = verdict.values
+            n = len(writes)
+            if n == len(values) and n:
+                at = verdict.seq
+                if n == 1:
+                    listener.mailbox.post(
+                        functools.partial(
+                            listener.on_accepted, request, at, verdict.base_seqs[0], values[0]
+                        )
+                    )
+                else:
+                    listener.mailbox.post(
+                        functools.partial(
+                            listener.on_accepted_many, request, at, values, verdict.base_seqs
+                        )
+                    )
+                listeners = self._listeners
+                if len(listeners) > 1 or request.session_id not in listeners:
+                    docs = {w.key: value for w, value in zip(writes, values, strict=True)}
+                    self._broadcast(request.session_id, at, docs)
+                return
+            verdict = verdict.verdict(request)
         seq = verdict.seq
         if seq is not None and len(request.writes) == 1 and len(verdict.base_seqs) == 1:
             # An accepted one-write commit (the usual) is answered with `on_accepted`, as
@@ -429,38 +456,6 @@ class WriterStore(StoreBase):
             self._answer(listener, request, verdict)
         if verdict.error is None and seq is not None:
             self._broadcast(request.session_id, seq, verdict.docs)
-
-    def _answer_acceptance(
-        self, listener: SessionListener, request: CommitRequest, accepted: Acceptance
-    ) -> None:
-        """Post the verdict of an accepted commit and its fan-out: `on_accepted` for one
-        write, `on_accepted_many` when every write names a different document (values and
-        base seqs in write order: no dictionaries on either side), else a `Verdict`. The
-        fan-out's dictionary is made only when another session listens."""
-        writes = request.writes
-        values = accepted.values
-        seq = accepted.seq
-        if len(values) != len(writes) or not writes:  # (a document written twice; none)
-            verdict = accepted.verdict(request)
-            self._answer(listener, request, verdict)
-            self._broadcast(request.session_id, seq, verdict.docs)
-            return
-        if len(values) == 1:
-            listener.mailbox.post(
-                functools.partial(
-                    listener.on_accepted, request, seq, accepted.base_seqs[0], values[0]
-                )
-            )
-        else:
-            listener.mailbox.post(
-                functools.partial(
-                    listener.on_accepted_many, request, seq, values, accepted.base_seqs
-                )
-            )
-        listeners = self._listeners
-        if len(listeners) > 1 or request.session_id not in listeners:
-            docs = {w.key: value for w, value in zip(writes, values, strict=True)}
-            self._broadcast(request.session_id, seq, docs)
 
     def _start_closing(self) -> tuple[bool, threading.Thread | None]:
         """Mark closed and queue the writer's stop behind every queued commit (they are all
