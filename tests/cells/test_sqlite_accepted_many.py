@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from sqlite_support import Make, open_stores
 
-from cells import MISSING, DocKey, Identity, Notification, Replica
+from cells import MISSING, DocKey, Identity, Notification, Replica, SQLiteStore
 from cells._store import CommitRequest, Verdict
 
 ME = Identity("local", "local")
@@ -56,11 +56,11 @@ def _state(replica: Replica, keys: tuple[DocKey, ...]) -> list[object]:
     return out
 
 
-def _run(case: str, make: Make, path: FsPath) -> tuple[object, ...]:
-    """`case`'s commits on a fresh file; everything anyone can observe of them."""
+def _set_up(make: Make, path: FsPath) -> tuple[SQLiteStore, Replica, list[Notification]]:
+    """A store on a fresh file, a replica that has committed A, B and C (each {"value": n,
+    "keep": True}), and what its subscriber hears."""
     store = make(path)
     replica = Replica(store, session_id="me")
-    other = Replica(store, session_id="other") if case == "foreign" else None
     seen: list[Notification] = []
     replica.subscribe(seen.append)
     setup = replica.edit(ME)
@@ -69,6 +69,13 @@ def _run(case: str, make: Make, path: FsPath) -> tuple[object, ...]:
     setup.commit()
     assert store.flush(WAIT)
     replica.pump()
+    return store, replica, seen
+
+
+def _run(case: str, make: Make, path: FsPath) -> tuple[object, ...]:
+    """`case`'s commits on a fresh file; everything anyone can observe of them."""
+    store, replica, seen = _set_up(make, path)
+    other = Replica(store, session_id="other") if case == "foreign" else None
     if other is not None:
         other.sync((A, B, C))
         assert store.flush(WAIT)
@@ -156,16 +163,7 @@ def _not_on_its_base(make: Make, path: FsPath, *, old: bool) -> tuple[object, ..
     """A commit of C, A, B answered with A's base seq not the replica's confirmed one
     (the store applied A's write on a state the replica has not heard of): C is adopted,
     A and B are decided as `on_verdict` decides them."""
-    store = make(path)
-    replica = Replica(store, session_id="me")
-    seen: list[Notification] = []
-    replica.subscribe(seen.append)
-    setup = replica.edit(ME)
-    for key, n in ((A, 1), (B, 2), (C, 3)):
-        setup.write(key, (), {"value": n, "keep": True})
-    setup.commit()
-    assert store.flush(WAIT)
-    replica.pump()
+    store, replica, seen = _set_up(make, path)
     seen.clear()
     gate = store.testing.hold_verdicts()
     tx = replica.edit(ME)
@@ -198,4 +196,6 @@ def test_a_document_not_on_the_state_its_write_applied_on_is_decided_as_its_verd
     new = _not_on_its_base(stores, tmp_path / "new.db", old=False)
     assert new == _not_on_its_base(stores, tmp_path / "old.db", old=True)
     # (A's stored value, not its layer's, is what the replica now holds, and says so.)
-    assert ("integrate", [(A, {"value": 10, "keep": True}, {"value": 10, "keep": 9})]) in new[1]
+    notes = new[1]
+    assert isinstance(notes, list)
+    assert ("integrate", [(A, {"value": 10, "keep": True}, {"value": 10, "keep": 9})]) in notes
