@@ -192,8 +192,10 @@ they are). (Tuples, concatenated: a dict of the reads per walk, lining walks up 
 instructions than they saved, see docs/performance.md.)"""
 
 _VERSION: Final = operator.attrgetter("version")
-_KEY: Final = operator.attrgetter("key")
 """A record's version (mapped over a walk's records in C: one check of them all)."""
+
+_KEY: Final = operator.attrgetter("key")
+"""A write's document (mapped over a commit's writes in C: `on_accepted_many`)."""
 
 _CHAINS_KEPT = 256
 """`Replica.plain_chain` keeps at most this many walks (then starts again): the walks of
