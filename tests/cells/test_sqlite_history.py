@@ -22,6 +22,7 @@ import cells.stores.sqlite
 from cells import (
     MISSING,
     ConflictError,
+    CorruptStoreError,
     DocKey,
     Link,
     MemoryStore,
@@ -560,7 +561,7 @@ def open_upgraded(stores: Make, db: FsPath, commits: int, before: History) -> SQ
     assert before[churned][0] is not None  # pruned twice, and more than kept since
     assert REVISIONS_KEPT < len(before[churned][1]) <= 2 * REVISIONS_KEPT
     store = stores(db)
-    assert "6" == str(VERSION) == meta_version(db)
+    assert "7" == str(VERSION) == meta_version(db)
     store._check()
     assert commits == store.seq
     assert {"value": {"x": 1}} == store.read_durable(once)
@@ -941,3 +942,54 @@ def test_a_failed_version_5_upgrade_leaves_the_file_as_it_was(db: FsPath) -> Non
         assert content == list(conn.iterdump())
     finally:
         conn.close()
+
+
+def test_a_version_6_file_is_read_as_it_is_when_opened(stores: Make, db: FsPath) -> None:
+    # Version 7 writes the paths of an entry that wrote a cell's whole value as `0`
+    # (`[["value"]]`); a version 6 file's entries are read as they are: opening it
+    # changes only its version number, every basis meets what it met, and its own
+    # entries and the new ones (`0`) are walked alike.
+    commits = old_commits()
+    write_v5_file(db, commits)
+    before = v3_history(db, f"SELECT h.doc, h.floor, {_PK} FROM head h JOIN document USING (doc)")
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("BEGIN")
+    for stmt in cells.stores.sqlite._upgrade_5_to_6(cells.stores.sqlite._PART):
+        conn.execute(stmt)
+    conn.execute("UPDATE meta SET value = '6' WHERE key = 'version'")
+    conn.execute("COMMIT")
+    entries = conn.execute("SELECT seq, entries FROM log ORDER BY seq").fetchall()
+    conn.close()
+    assert any('[["value"]]' in text for _, text in entries)  # (a version 6 entry of it)
+    store = open_upgraded(stores, db, len(commits), before)  # (and its invariants)
+    conn = store._reader_conn()
+    assert entries == conn.execute("SELECT seq, entries FROM log ORDER BY seq").fetchall()
+    assert_every_basis_meets(store, before, len(commits), v4_session)
+    (once,) = keys("once")
+    once_seq = len(commits) + 1
+    assert Space(store, "h").get_cell("once").set({"x": 2}).wait(WAIT).ok
+    doc = conn.execute(f"SELECT doc FROM document WHERE {_MATCH}", key_params(once)).fetchone()[0]
+    assert [[doc, 1, 0]] == json.loads(
+        conn.execute("SELECT entries FROM log WHERE seq = ?", (once_seq,)).fetchone()[0]
+    )
+    got = store._revisions_since(store._reader_conn(), "s", "s@1", once, 0)
+    assert [(1, (("value",),)), (once_seq, (("value",),))] == [(r.seq, r.paths) for r in got]
+    store._check()
+
+
+def test_an_entry_whose_paths_are_neither_a_list_nor_0_is_corrupt(db: FsPath) -> None:
+    store = SQLiteStore(db, poll_interval=0)
+    try:
+        cell = Space(store, "h").get_cell("x")
+        for n in range(2):
+            assert cell.set(n).wait(WAIT).ok
+        conn = sqlite3.connect(db)
+        conn.execute("UPDATE log SET entries = replace(entries, ',0]', ',5]') WHERE seq = 2")
+        conn.commit()
+        conn.close()
+        with pytest.raises(AssertionError, match="previous revision or paths"):
+            store._check()
+        with pytest.raises(CorruptStoreError, match="5"):
+            store._revisions_since(store._reader_conn(), "s", "s@1", cell.doc_key, 0)
+    finally:
+        store.close()
