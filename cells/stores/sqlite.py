@@ -1745,16 +1745,23 @@ class SQLiteStore(WriterStore):
         add_value, add_base = values.append, base_seqs.append  # (bound: a bytecode less each)
         rows: dict[DocKey, _Known] = {}
         entries: list[_Entry] = []
+        add_entry = entries.append
         updates: list[object] = []
         due: list[int] = []
+        paths: tuple[Path] | int
         for w in writes:
             key, path = w.key, w.path
             got = known.get(key)
-            if got is None or len(path) != 1:
+            if got is None:
+                return None
+            if path == _VALUE_PATH:  # (a cell's whole value: the usual write, format 7's 0)
+                field, paths = "value", _VALUE_ONLY
+            elif len(path) == 1 and type(path[0]) is str:
+                field, paths = path[0], (path,)
+            else:
                 return None
             doc, last, count, current, plain = got
-            field = path[0]
-            if type(current) is not dict or type(field) is not str:
+            if type(current) is not dict:
                 return None
             value = w.value
             new = current.copy()  # (`{**current, field: value}` costs twice as much)
@@ -1766,7 +1773,7 @@ class SQLiteStore(WriterStore):
             add_value(new)
             add_base(last)
             rows[key] = (doc, seq, count + 1, new, plain)
-            entries.append((doc, last, _VALUE_ONLY if field == "value" else (path,)))
+            add_entry((doc, last, paths))
             updates += (doc, _encode(new).decode() if plain else encode_value(new))
             if count >= over:
                 due.append(doc)
