@@ -15,14 +15,13 @@ Layout (format version 7): what one commit writes is close together
   document written, paths `0` for a cell's whole value; none for a commit that only
   claimed). A 100-document commit so writes one row of about 1.2 KB where version 5
   wrote 100 rows, each repeating its commit's seq, session and local seq and taking an
-  id. A commit of more than `_PART`
-  (128) documents keeps its entries sorted by document number: the first 128 in its
-  row, the rest in `log_part` rows of at most 128, keyed by (seq, the part's first
-  document), so no row holds more than 128 entries. A conflict check walks a
-  document's revisions back from its head's seq, entry by entry (one primary-key
-  lookup and one row of at most 128 entries decoded per revision newer than the read's
-  basis, plus one index lookup and part when the entry is in a part; none when the
-  document was not written since: the usual case).
+  id. A commit of more than `_PART` (128) documents keeps its entries sorted by
+  document number: the first 128 in its row, the rest in `log_part` rows of at most
+  128, keyed by (seq, the part's first document), so no row holds more than 128
+  entries. A conflict check walks a document's revisions back from its head's seq,
+  entry by entry (one primary-key lookup and one row of at most 128 entries decoded
+  per revision newer than the read's basis, plus one index lookup and part when the
+  entry is in a part; none when the document was not written since: the usual case).
 - `head` holds what a commit updates, in place: the value, the last revision's seq,
   and what a commit needs to decide about history without a query (the kept
   revision count, the floor, the seq of the newest revision its next pruning
@@ -219,10 +218,11 @@ their next floor by seq. A 100-document commit writes one row where version 5 wr
 (about 1.5 log pages where it wrote 3.6). A commit of more than 128 documents keeps its
 entries past the first 128 (by document number) in `log_part` rows of at most 128 each.
 7: an entry's paths may be `0`, standing for `[["value"]]` (one write of a cell's whole
-value: the usual entry, 11 bytes shorter, so a 100-document commit's log row takes about
+value: the usual entry, 10 bytes shorter, so a 100-document commit's log row takes about
 1.2 KB where it took 2.5 and three rows share a page); entries written by version 6 keep
-their paths as they are. An older cellweave would fail to decode a `0`: it refuses the
-file for its version instead.
+their paths as they are. An older cellweave refuses a version 7 file (a newer format);
+one of version 6 still holding a file open when it is upgraded fails a commit whose
+conflict check meets a `0` (its decoder expects a list): it never misreads one.
 Opening a version 1 to 6 file upgrades it in one transaction (`_upgrade`; from version 6,
 only the version number changes)."""
 
