@@ -23,7 +23,9 @@ from ._address import Identity as Identity
 from ._address import Link as Link
 from ._address import Linkable as Linkable
 from ._address import Path as Path
+from ._address import Place as Place
 from ._address import Scope as Scope
+from ._address import as_link as as_link
 from ._address import check_scope as check_scope
 from ._address import instance_key as instance_key
 from ._args import check_arg as check_arg
@@ -151,6 +153,7 @@ __all__ = [
     "OwnershipError",
     "Path",
     "Pending",
+    "Place",
     "PostgresStore",
     "PreconditionFailedError",
     "Replica",
@@ -164,6 +167,7 @@ __all__ = [
     "TransactionAborted",
     "TransactionError",
     "VerdictGate",
+    "as_link",
     "canonical_bytes",
     "cause_of",
     "check_arg",

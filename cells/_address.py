@@ -17,7 +17,7 @@ Invariants
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Final, Literal, Protocol, TypeAlias, runtime_checkable
+from typing import Any, ClassVar, Final, Literal, Protocol, TypeAlias, final, runtime_checkable
 
 import msgspec
 
@@ -47,6 +47,7 @@ class Identity(msgspec.Struct, frozen=True, gc=False):
                 )
 
 
+@final  # (no subclass: a `Place` is told by `type()`, see `as_link`)
 class DocKey(msgspec.Struct, frozen=True, gc=False):
     """The physical key of one document instance.
 
@@ -61,6 +62,19 @@ class DocKey(msgspec.Struct, frozen=True, gc=False):
     scope: Scope = "space"
     principal: str = ""
     session: str = ""
+
+    path: ClassVar[Path] = ()
+    """As a `Place` (a cell of a whole shared document holds its key): the place is the
+    document's whole value, so its value-relative path is empty, as a `Link`'s to it.
+    (A class attribute, not a field: no byte per key.)"""
+
+    def key(self, identity: Identity) -> DocKey:
+        """As a `Place`: the physical document it names for `identity`, itself (`Link.key`)."""
+        return self
+
+    def child(self, *path: PathElem) -> Link:
+        """As a `Place`: the link to `path` in its document's value (`Link.child`)."""
+        return Link(self.space, self.id, self.scope, path)
 
     @property
     def scope_key(self) -> str:
@@ -188,6 +202,26 @@ class Link(msgspec.Struct, frozen=True, gc=False):
 
 _copy_link: Callable[[Link], Link] = Link.__copy__  # type: ignore[attr-defined]
 """A link's copy (msgspec's, in C: no `__post_init__`), for `Link.child`."""
+
+
+Place: TypeAlias = Link | DocKey
+"""Where a cell is: a `Link`, or, for a cell of a whole shared document (scope
+"space", empty path), that document's `DocKey`, which names the same place for every
+identity (`as_link`). A cell holding the key the replica, the scheduler and the store
+share keeps no `Link` of its own (48 bytes a cell)."""
+
+_WHOLE_LINK: Final = Link("_", "_")
+
+
+def as_link(place: Place) -> Link:
+    """`place` as a `Link`: itself, or the link to the whole shared document a key
+    names (made now, unchecked: the key was checked when made). O(1)."""
+    if type(place) is Link:
+        return place
+    link = _copy_link(_WHOLE_LINK)
+    _force_setattr(link, "space", place.space)
+    _force_setattr(link, "id", place.id)
+    return link
 
 
 @runtime_checkable

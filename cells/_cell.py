@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ._address import DocKey, Identity, Link, Path, PathElem, check_path
+from ._address import DocKey, Identity, Link, Path, PathElem, Place, as_link, check_path
 from ._args import bad_arg, check_arg, check_callable
 from ._codec import describe_id, entity_id
 from ._display import mimebundle
@@ -59,42 +59,53 @@ class CellHost(Protocol):
 class Cell:
     """A place in a document, seen by one identity. Made by a `Space` or a `Runtime`."""
 
-    __slots__ = ("_host", "_identity", "_link", "_replica")
+    __slots__ = ("_at", "_host", "_identity", "_replica")
 
     _tx: Transaction | None = None
     """The transaction the cell is bound to (`with_tx`): a slot of `_BoundCell` only. A
     cell bound to none, nearly every cell a program keeps, reads this None and holds no
     slot for it (64 bytes a cell instead of 72, 80 as allocated)."""
 
+    _at: Place
+    """Where the cell is: its `Link`, or for a cell of a whole shared document its
+    document's `DocKey` (`Place`; `Space.cell` makes these): the key object the
+    replica, the scheduler's nodes and the store then share, so the cell holds no link
+    of its own (48 bytes a cell) and a write or a read of it makes no key. `link()`
+    makes the link when asked."""
+
     def __init__(
         self,
         replica: Replica,
         identity: Identity,
-        link: Link,
+        link: Place,
         *,
         host: CellHost | None = None,
     ) -> None:
+        if type(link) is DocKey and link.scope != "space":
+            raise InvalidArgumentError(
+                f"Cell: a key names a cell's place only at scope 'space', got {link}"
+            )
         self._replica = replica
         self._identity = identity
-        self._link = link
+        self._at = link
         self._host = host
 
     # -- address
     @property
     def space(self) -> str:
-        return self._link.space
+        return self._at.space
 
     @property
     def id(self) -> str:
-        return self._link.id
+        return self._at.id
 
     @property
     def scope(self) -> Scope:
-        return self._link.scope
+        return self._at.scope
 
     @property
     def path(self) -> Path:
-        return self._link.path
+        return self._at.path
 
     @property
     def identity(self) -> Identity:
@@ -102,8 +113,9 @@ class Cell:
 
     @property
     def doc_key(self) -> DocKey:
-        """The physical document instance this cell's identity selects."""
-        return self._link.key(self._identity)
+        """The physical document instance this cell's identity selects (for a cell of a
+        whole shared document, the key object it holds)."""
+        return self._at.key(self._identity)
 
     @property
     def tx(self) -> Transaction | None:
@@ -115,13 +127,20 @@ class Cell:
         return self._replica
 
     def link(self) -> Link:
-        return self._link
+        at = self._at
+        return at if type(at) is Link else as_link(at)
+
+    def place(self) -> Place:
+        """Where the cell is as it holds it (`Place`): its link, or the key of the whole
+        shared document it is (no link made). For a holder that keeps a cell's place
+        (a `derive` node its inputs): `read_value` reads either."""
+        return self._at
 
     def __repr__(self) -> str:
         # Named by the cause it was made from, when this process knows it (a dict
         # lookup, no store read): `Cell('notes', scope='user', space='default')`.
         bound = " (in tx)" if self._tx is not None else ""
-        link = self._link
+        link = as_link(self._at)
         cause = describe_id(link.id)
         if cause is None:
             return f"Cell({link}{bound})"
@@ -139,10 +158,12 @@ class Cell:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Cell):
             return NotImplemented
-        return self._link == other._link and self._identity == other._identity
+        # (Compared and hashed as links: a cell holding a key equals one holding the
+        # link to the same place.)
+        return as_link(self._at) == as_link(other._at) and self._identity == other._identity
 
     def __hash__(self) -> int:
-        return hash((self._link, self._identity))
+        return hash((as_link(self._at), self._identity))
 
     def _derive(self, link: Link) -> Cell:
         """The cell at `link`, for the same identity, host and transaction."""
@@ -155,7 +176,7 @@ class Cell:
         try:
             # The link checks every element of its path (`Link.__post_init__`): checked
             # once, not a second time here first (a UI makes a cell per edit and per pull).
-            link = self._link.child(*path)
+            link = self._at.child(*path)
         except CellweaveError:
             # Only here is the message (and so the cell's repr) made: formatting it was
             # half of `key`.
@@ -166,7 +187,7 @@ class Cell:
         cell = _new_cell(Cell)
         cell._replica = self._replica
         cell._identity = self._identity
-        cell._link = link
+        cell._at = link
         cell._host = self._host
         return cell
 
@@ -192,7 +213,7 @@ class Cell:
         cell = _new_cell(_BoundCell)
         cell._replica = self._replica
         cell._identity = self._identity
-        cell._link = self._link
+        cell._at = self._at
         cell._tx = tx
         cell._host = self._host
         return cell
@@ -206,15 +227,16 @@ class Cell:
         tx = self._tx  # (`_reader`, inlined: a UI reads per edit)
         if tx is None:
             tx = self._replica.reader(self._identity)
-        return thaw(read_value(tx, self._link))
+        return thaw(read_value(tx, self._at))
 
     def resolve(self) -> Cell:
         """Follow links to the cell they end at (a host may end earlier: a runtime's
         cell stops at a pattern run's result, see `CellHost.resolve`)."""
         host = self._host
+        link = as_link(self._at)
         if host is not None:
-            return self._derive(host.resolve(self._reader(), self._link))
-        return self._derive(resolve(self._reader(), self._link))
+            return self._derive(host.resolve(self._reader(), link))
+        return self._derive(resolve(self._reader(), link))
 
     # -- writes
     def _write(
@@ -225,14 +247,14 @@ class Cell:
         if tx is None:
             tx = self._replica._open_tx(self._identity)  # committed below
         try:
-            link = self._link
+            at = self._at
             staged = False
-            if not link.path and link.scope == "space":
+            if not at.path and at.scope == "space":
                 # A whole cell of a shared document (the usual write): `resolve`, and
                 # the key of its result, without their calls when no link must be
                 # followed. (The probe is made either way: it refuses an internal
                 # document the same way.)
-                key = DocKey(link.space, link.id)
+                key = at if type(at) is DocKey else DocKey(at.space, at.id)
                 rec = tx._replica._docs.get(key) if key not in tx._docs else None
                 if (
                     rec is not None
@@ -251,7 +273,7 @@ class Cell:
             if not staged:
                 # set()/delete() replace a link stored at the cell itself; update() and
                 # push() write *below* the cell, so they follow such a link to its target.
-                target = resolve(tx, link, follow_last=follow_last)
+                target = resolve(tx, as_link(at), follow_last=follow_last)
                 stage(tx, target.key(self._identity), (VALUE, *target.path))
         except BaseException:
             if own:
@@ -265,22 +287,24 @@ class Cell:
         """Write `value` here. Returns the pending result of the transaction it went into."""
         if isinstance(value, Cell):  # a link to it: its documents must be in this store
             check_same_store(value, (self._tx or self).replica, f"{self!r}.set()")
-        link = self._link
-        if not link.path and link.scope == "space":
+        at = self._at
+        if not at.path and at.scope == "space":
             # A whole cell of a shared document (the usual write): `set` replaces a link
             # stored at the cell itself, so nothing is followed and nothing needs
             # reading first; `_write`'s stage, without its calls and its probe.
             # (`Transaction.write` refuses an internal document at its first access.)
             tx = self._tx
             if tx is not None:
-                tx.write(DocKey(link.space, link.id), _VALUE_PATH, value)
+                tx.write(DocKey(at.space, at.id), _VALUE_PATH, value)
                 return tx.done()
-            pending = self._replica.write_at(self._identity, link, value)
+            pending = self._replica.write_at(self._identity, at, value)
             if pending is not None:
                 return pending
             tx = self._replica._open_tx(self._identity)
             try:
-                tx.write(DocKey(link.space, link.id), _VALUE_PATH, value)
+                # (A key held is the key written: the one the replica's record keeps when
+                # this write is the document's first, as `write_at` declines then.)
+                tx.write(at if type(at) is DocKey else DocKey(at.space, at.id), _VALUE_PATH, value)
             except BaseException:
                 tx.abort("write failed")
                 raise
@@ -288,7 +312,7 @@ class Cell:
         if self._tx is None:
             # A path below a cell (a list element, a field through a link): committed
             # with no transaction when its shape allows (`Replica.write_at`).
-            pending = self._replica.write_at(self._identity, link, value)
+            pending = self._replica.write_at(self._identity, at, value)
             if pending is not None:
                 return pending
         return self._write(lambda tx, key, path: tx.write(key, path, value))
@@ -475,7 +499,14 @@ class Space:
         check_arg(id, str, where="Space.cell()", name="id", accepts="a str (a document id)")
         check_arg(path, tuple, where=f"Space.cell({id!r})", name="path", accepts="a tuple")
         check_scope(scope, where=f"cell {id!r}")
-        return Cell(self.replica, self.identity, Link(self.space, id, scope, path), host=self.host)
+        # A whole shared document's cell holds its key (`Place`): the key the replica,
+        # the scheduler and the store then share, and no link.
+        at: Place = (
+            DocKey(self.space, id)
+            if scope == "space" and not path
+            else Link(self.space, id, scope, path)
+        )
+        return Cell(self.replica, self.identity, at, host=self.host)
 
     def get_cell(
         self, cause: Any, *, scope: Scope = "space", tx: Transaction | None = None

@@ -15,7 +15,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Final
 
-from ._address import DocKey, Link, Path
+from ._address import DocKey, Link, Path, as_link
 from ._codec import describe
 from ._transaction import Transaction, TxDoc, _deps
 from ._values import (
@@ -205,8 +205,9 @@ _NO_ACTIVE: frozenset[tuple[object, Path]] = frozenset()
 _UNREAD: Final = object()
 
 
-def read_value(tx: Transaction, link: Link, *, log: bool = True) -> Value:
+def read_value(tx: Transaction, link: Link | DocKey, *, log: bool = True) -> Value:
     """The value at `link`, with links inside it followed (a list of links reads as values).
+    `link` may be a shared document's key (a `Place`: its whole value).
 
     MISSING only if the value at `link` itself is absent: a followed link inside it
     whose target is absent drops its key from a dict and reads as None in a list.
@@ -224,7 +225,8 @@ def read_value(tx: Transaction, link: Link, *, log: bool = True) -> Value:
             return value
     if not link.path and link.scope == "space":
         # `_read` and `_resolve` for the most common link (a whole cell of a shared
-        # document) when no link sits there, without their two calls.
+        # document) when no link sits there, without their two calls. (A key given is
+        # such a place, `DocKey.path`.)
         key = DocKey(link.space, link.id)
         td = tx._docs.get(key)
         if td is not None:
@@ -274,7 +276,9 @@ def read_value(tx: Transaction, link: Link, *, log: bool = True) -> Value:
                 else:
                     memo[link] = value
             return value
-    final, key, value = _walk(tx, link, True)
+        if type(link) is DocKey:
+            link = as_link(link)  # (a key given, a link there: walked as the link to it)
+    final, key, value = _walk(tx, link, True)  # type: ignore[arg-type]  # (a `Link` now)
     path = final.path
     seen = memo is not None or key in tx._docs
     if value is _UNWALKED:
@@ -294,7 +298,9 @@ def read_value(tx: Transaction, link: Link, *, log: bool = True) -> Value:
     return value
 
 
-def _remember(tx: Transaction, memo: dict[Link, Value] | None, link: Link, value: Value) -> None:
+def _remember(
+    tx: Transaction, memo: dict[Link | DocKey, Value] | None, link: Link | DocKey, value: Value
+) -> None:
     if memo is None:
         tx._values = {link: value}
     else:

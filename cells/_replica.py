@@ -382,7 +382,7 @@ class Replica:
         self.store = store
         self.mailbox = Mailbox()
         self._docs: dict[DocKey, DocRecord] = {}
-        self._chains: dict[Link, tuple[Identity, Walk]] = {}
+        self._chains: dict[Link | DocKey, tuple[Identity, Walk]] = {}
         """`plain_chain`'s walks kept: per link, the identity of its last walk through at
         least one hop and that walk, with the records walked and their versions (at most
         `_CHAINS_KEPT`)."""
@@ -1099,7 +1099,7 @@ class Replica:
         self._send(tx, seq, request, tuple(changes))
         return True
 
-    def plain_chain(self, link: Link, identity: Identity) -> Walk | None:
+    def plain_chain(self, link: Link | DocKey, identity: Identity) -> Walk | None:
         """The walk a transaction of `identity` makes to read `link` in this replica as it
         is now (`_links._walk`, reading nothing), as a `Walk`: the reads it logs (a
         shallow read of each hop's place, the full-document path of the link there; a
@@ -1175,7 +1175,7 @@ class Replica:
             )
         return None
 
-    def walk_inputs(self, links: tuple[Link, ...], identity: Identity) -> Walk | None:
+    def walk_inputs(self, links: tuple[Link | DocKey, ...], identity: Identity) -> Walk | None:
         """The walks of `links` (`plain_chain`) in one: each distinct read once, in the
         order a transaction reading the links in turn logs them (a read it made already
         is not logged again), with its record, version, key and pair (aligned, as in
@@ -1187,7 +1187,7 @@ class Replica:
         pairs: tuple[tuple[Path, bool], ...] = ()
         values: tuple[Any, ...] = ()
         docs = self._docs
-        for link in links:
+        for link in links:  # (a `DocKey` among them reads as a link: `DocKey.path`)
             if not link.path and link.scope == "space" and not "cw:" <= link.id < "cw;":
                 # A whole value of a shared document (a lift's read of another lift's
                 # output, which moves with every run of that lift: never kept): a plain
@@ -1715,8 +1715,11 @@ class Replica:
             (tx, seq, None, reads, None, None, deps, key, path, new, visible, working),
         )
 
-    def write_at(self, identity: Identity, link: Link, value: Any) -> Pending[CommitResult] | None:
-        """`Cell.set(value)` of a cell at `link` for `identity`, with no transaction: the
+    def write_at(
+        self, identity: Identity, link: Link | DocKey, value: Any
+    ) -> Pending[CommitResult] | None:
+        """`Cell.set(value)` of a cell at `link` (or a shared document's key, the whole
+        document: a `Place`) for `identity`, with no transaction: the
         pending result, or None with nothing done (not this shape: the caller writes
         through a transaction, which decides the rest and raises what is wrong).
 
@@ -1746,7 +1749,7 @@ class Replica:
         ):
             return None
         records = self._docs
-        key = DocKey(link.space, link.id)
+        key = DocKey(link.space, link.id)  # (a key given: a copy, `rec.key` below)
         path = link.path
         hops: list[tuple[DocKey, DocRecord, Path]] | None = None
         left = WRITE_AT_HOPS  # (a counted `while`: no range object per write)

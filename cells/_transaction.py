@@ -285,7 +285,7 @@ class Transaction:
         self._on_failure: SettleCallback | None = None
         self._post_commit: list[Callable[[], None]] | None = None
         self._pending: Pending[CommitResult] | None = None  # made when someone asks
-        self._values: dict[Link, Value] | None = None
+        self._values: dict[Link | DocKey, Value] | None = None
         """`read_value`'s results by link, made at the first read of a document read
         before; emptied by every write (see `read_value`) and when the transaction
         leaves "open"."""

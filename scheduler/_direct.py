@@ -48,8 +48,8 @@ from cells import (
     CommitResult,
     DocKey,
     FieldPlan,
-    Link,
     Path,
+    Place,
     Replica,
     RunComputed,
     Transaction,
@@ -77,7 +77,9 @@ class ValueFunction:
 
     - ``inputs``: the `Link` it reads (one input), or a tuple of them, in the order
       `compute` takes their values. Each is resolved for the node's identity
-      (`Link.key`); a run reads each through `read_value`, and nothing else.
+      (`Link.key`); a run reads each through `read_value`, and nothing else. An input
+      may be a `Place`: a shared document's `DocKey` for its whole value (what a cell
+      of one holds, `Cell.place`: a `derive` node keeps it, no link made).
     - ``compute(*values)``: the result from the inputs' values, as its transaction
       run computes it (an absent value is None). An attribute holding a callable or
       a method.
@@ -114,9 +116,10 @@ class ValueFunction:
     compute: Callable[..., Any]
 
     @property
-    def inputs(self) -> Link | tuple[Link, ...]:
-        """The `Link` it reads, or a tuple of them, in the order `compute` takes their
-        values (a subclass's attribute or property: read-only here, so either fits)."""
+    def inputs(self) -> Place | tuple[Place, ...]:
+        """The `Link` (or `Place`) it reads, or a tuple of them, in the order `compute`
+        takes their values (a subclass's attribute or property: read-only here, so
+        either fits)."""
         raise NotImplementedError
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -138,7 +141,7 @@ class ValueFunction:
         raise NotImplementedError
 
 
-def _names(key: DocKey, link: Link) -> bool:
+def _names(key: DocKey, link: Place) -> bool:
     """Whether `key` is the document `link` names for the node's identity, given that
     `Replica.run_field` then asks `reaches` of `key`: a scoped key with the link's
     space, id and scope that the identity reaches has the identity's principal (and,
@@ -146,7 +149,7 @@ def _names(key: DocKey, link: Link) -> bool:
     return key.id == link.id and key.space == link.space and key.scope == link.scope
 
 
-def _place(link: Link) -> Path:
+def _place(link: Place) -> Path:
     """Where a read of `link` reads in its document (no link on the way)."""
     return ("value", *link.path) if link.path else VALUE_PATH
 
@@ -160,14 +163,14 @@ def _only(entry: Any, path: Path) -> bool:
 
 
 def direct_places(
-    node: Node, inputs: Link | tuple[Link, ...]
+    node: Node, inputs: Place | tuple[Place, ...]
 ) -> tuple[tuple[DocKey, Path], ...] | None:
     """The places (document, path) of `inputs`, in order, when `node`'s read set is
     exactly one deep read of each (several inputs in one document: that document's deep
     paths, nothing shallow); else None. O(k)."""
     reads = node.reads
     identity = node.identity
-    links: tuple[Link, ...] = (inputs,) if isinstance(inputs, Link) else inputs
+    links: tuple[Place, ...] = inputs if isinstance(inputs, tuple) else (inputs,)
     if len(links) == 2 and type(reads) is TwoReads:
         # Two inputs in two documents (cellx's joins): no dict of expected paths.
         a, b = links
@@ -279,9 +282,10 @@ def run_direct(
     inputs = fn.inputs
     # (`type` checks: no read set class has a subclass, and an `isinstance` of a
     # `Mapping` subclass is a call into `ABCMeta.__instancecheck__` per run.)
-    if type(reads) is OneRead and type(inputs) is Link:
+    if type(reads) is OneRead and not isinstance(inputs, tuple):
         # One input (the usual node): `direct_places` without its calls. (First: a one-read
-        # set has no shallow read to walk here, and a one-input node keeps no plan.)
+        # set has no shallow read to walk here, and a one-input node keeps no plan.) A
+        # `Link`, or a `DocKey` read as its link (`DocKey.path`).
         key = reads.key
         if key.id != inputs.id or key.space != inputs.space or key.scope != inputs.scope:
             return RUN_NONE  # (`_names`, inlined)
@@ -302,7 +306,7 @@ def run_direct(
         # A link on the way (a shallow read of its place): the walk a transaction would
         # make now decides (kept while nothing on it moves: the lifts of one element
         # walk its link once between them).
-        if isinstance(inputs, Link):
+        if not isinstance(inputs, tuple):
             walked = replica.plain_chain(inputs, node.identity)
         elif inputs:
             walked = replica.walk_inputs(inputs, node.identity)
@@ -356,7 +360,7 @@ def given(fn: ValueFunction, value: Any) -> Callable[[Transaction], None]:
 
     def run(tx: Transaction) -> None:
         inputs = fn.inputs
-        for link in (inputs,) if isinstance(inputs, Link) else inputs:
+        for link in inputs if isinstance(inputs, tuple) else (inputs,):
             read_value(tx, link)  # the reads `run_direct` made, logged: the read set
         fn.put(tx, value)
 

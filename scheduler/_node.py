@@ -161,9 +161,9 @@ def all_outputs(outs: Outs) -> tuple[Output, ...]:
     """The declared outputs `outs` (as `one_output` keeps them) as a tuple of pairs."""
     if type(outs) is DocKey:
         return ((outs, VALUE_PATH),)
-    if outs and type(outs[0]) is DocKey:  # type: ignore[index]
-        return (outs,)  # type: ignore[return-value]
-    return outs  # type: ignore[return-value]
+    if outs and type(outs[0]) is DocKey:
+        return (outs,)
+    return outs
 
 
 def _is_only(entry: ReadEntry, path: Path, shallow: bool) -> bool:
@@ -291,7 +291,7 @@ class Node:
         outs = self._outs  # (`all_outputs`, inlined: read-set changes ask this often)
         if type(outs) is DocKey:
             return ((outs, VALUE_PATH),)
-        return (outs,) if outs and type(outs[0]) is DocKey else outs  # type: ignore[return-value,index]
+        return (outs,) if outs and type(outs[0]) is DocKey else outs
 
     @property
     def label(self) -> str:

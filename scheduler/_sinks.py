@@ -36,6 +36,7 @@ from cells import (
     Link,
     Materializer,
     Path,
+    Place,
     Transaction,
     patch_ops,
     patch_ops_at,
@@ -96,8 +97,10 @@ def derive(
             )
     key = out.doc_key
     path = ("value", *out.path) if out.path else _VALUE_PATH
-    links = tuple(c.link() for c in inputs)
-    one = links[0] if len(links) == 1 else links
+    # Each input's place as its cell holds it (`Cell.place`): a cell of a whole shared
+    # document holds its key, so the node keeps that key and no link is made.
+    places = tuple(c.place() for c in inputs)
+    one = places[0] if len(places) == 1 else places
     # The label given, if any, goes with the function (`DeriveNode.label`): the node
     # keeps no slot for it, and names itself "derive" (a formatted label cost 74 bytes
     # per node: its repr names the document it writes).
@@ -158,7 +161,7 @@ _VERSION: Final = operator.attrgetter("version")
 
 
 def _ahead(
-    host: Host, cell: Cell, link: Link, identity: Identity
+    host: Host, cell: Cell, link: Place, identity: Identity
 ) -> tuple[list[tuple[DocKey, Path, bool]], _Walk | None]:
     """What a pull's read logs if no link on the way moves before it reads: the place
     of each link it follows (shallow, as `read_value` logs it) and the place they
@@ -257,7 +260,7 @@ class _Pull(Hold):
         self.host = host
         self.graph = graph = host.graph
         self.identity = identity = cell.identity
-        self.link = link = cell.link()
+        self.link = link = cell.place()  # (a key reads as its link: `DocKey.path`)
         self.ahead, self.walk = _ahead(host, cell, link, identity)
         """What the next read is expected to log: the writers of these places are held;
         and the walk that found it (see `read`)."""
@@ -435,13 +438,15 @@ class DeriveNode(Node, ValueFunction):
 
     Two slots more on the node rather than a function object of its own: a closure
     (its tuple and three cells) cost about 340 bytes, a separate slotted callable
-    64. `inputs` is the one input's `Link` itself when there is one (no tuple), else
-    a tuple of links. No label slot: the class's label is "derive", and a label given
-    to `derive` is carried by `compute` (`_Labelled`).
+    64. `inputs` is the one input's place itself when there is one (no tuple), else
+    a tuple of them: each its cell's `Place` (`Cell.place`), a `Link`, or the `DocKey`
+    of a whole shared document (no link made: 48 bytes a node). No label slot: the
+    class's label is "derive", and a label given to `derive` is carried by `compute`
+    (`_Labelled`).
     """
 
     compute: Callable[..., Any] = attrs.field(kw_only=True)
-    inputs: Link | tuple[Link, ...] = attrs.field(kw_only=True)
+    inputs: Place | tuple[Place, ...] = attrs.field(kw_only=True)
     _label: ClassVar[str | None] = "derive"
     keeps_plan: ClassVar[bool] = True
     plan: FieldPlan | None = attrs.field(default=None, init=False)
@@ -470,7 +475,7 @@ class DeriveNode(Node, ValueFunction):
         if type(outs) is DocKey:
             tx.write(outs, _VALUE_PATH, value)
         else:
-            key, path = outs  # type: ignore[misc]
+            key, path = outs
             tx.write(key, path, value)  # type: ignore[arg-type]
 
 

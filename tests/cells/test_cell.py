@@ -13,6 +13,8 @@ from cells import (
     MISSING,
     Cell,
     CellweaveError,
+    DocKey,
+    InvalidArgumentError,
     InvalidValueError,
     Link,
     MemoryStore,
@@ -74,6 +76,32 @@ def test_a_cell_knows_its_address(w: World) -> None:
         cell.doc_key.principal,
     ) == ("sp", "doc", "user", "local")
     assert repr(cell) == "Cell(<sp/user/doc['a']>)"
+
+
+def test_a_cell_of_a_whole_shared_document_holds_its_key(w: World) -> None:
+    # It holds the `DocKey` the replica (and a scheduler's nodes, and the store) then
+    # share, and no `Link` of its own (48 bytes a cell): its link is made when asked, and
+    # it is the same cell as one made from that link, reading and writing alike.
+    cell = w.sp.cell("doc")
+    key = cell.doc_key
+    assert key is cell.doc_key and key is cell.place() and DocKey("sp", "doc") == key
+    assert Link("sp", "doc") == cell.link() and cell.link() is not cell.link()
+    same = Cell(w.replica, cell.identity, Link("sp", "doc"))
+    assert same == cell and hash(same) == hash(cell) and Link("sp", "doc") == same.place()
+    assert repr(same) == repr(cell) == "Cell(<sp/space/doc>)"
+    w.set(cell, {"a": 1})
+    record = w.replica.held_record(key)
+    assert record is not None and record.key is key  # the replica keeps the cell's key
+    assert {"a": 1} == cell.get() == same.get() and 1 == cell.key("a").get()
+    assert Link("sp", "doc", "space", ("a",)) == cell.key("a").place() == cell["a"].link()
+    w.set(same.key("a"), 2)
+    cell.update({"b": 3})
+    w.replica.pump()
+    assert {"a": 2, "b": 3} == w.stored(cell) and cell.resolve() == cell
+    for other in (w.sp.cell("doc", scope="user"), w.sp.cell("doc", path=("a",))):
+        assert type(other.place()) is Link
+    with pytest.raises(InvalidArgumentError, match="only at scope 'space'"):
+        Cell(w.replica, cell.identity, DocKey("sp", "doc", "user", "local"))
 
 
 def test_key_and_getitem_reach_nested_places(w: World) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import cells
-from cells import CellweaveError, Space
+from cells import Cell, CellweaveError, DocKey, Link, Space
 from scheduler import NodeError, Scheduler
 from scheduler._readers import _Alike
 
@@ -255,6 +255,44 @@ def test_a_direct_derive_follows_a_link_that_appears_at_its_input(
     sch.settle()
     assert 1 == sch.stats.direct_commits - direct
     assert [2, 41, 51, 4, 5] == seen
+
+
+@pytest.mark.parametrize("held", ["key", "link"])
+def test_a_derive_keeps_its_input_cell_s_place_and_runs_alike_over_either(
+    sp: Space, sch: Scheduler, held: str
+) -> None:
+    # A cell of a whole shared document holds its key (`Cell.place`): a derive over it
+    # keeps that key as its input (no link made per node); over a cell holding a link,
+    # the link. Either runs directly, hears a link that appears at its input and follows
+    # it, and runs directly again once the input is plain.
+    def cell(name: str) -> Cell:
+        made = sp.cell(name)
+        return made if held == "key" else Cell(sp.replica, sp.identity, made.link())
+
+    a, target, out = cell("a"), cell("t"), cell("out")
+    a.set(1)
+    target.set(40)
+    node = sch.derive(out, [a], lambda v: v + 1)
+    assert node.inputs is a.place()  # type: ignore[attr-defined]
+    assert type(a.place()) is (DocKey if held == "key" else Link)
+    join = sch.derive(cell("sum"), [a, out], lambda x, y: x + y)
+    assert join.inputs[0] is a.place()  # type: ignore[attr-defined]
+    seen: list[Any] = []
+    sch.sink(out, seen.append)
+    sch.sink(cell("sum"), seen.append)
+    a.set(2)
+    sch.settle()
+    direct = sch.stats.direct_commits
+    a.set(target.link())
+    sch.settle()
+    target.set(50)  # read through the link now: the node must hear it
+    sch.settle()
+    a.set(3)  # plain again
+    sch.settle()
+    a.set(4)
+    sch.settle()
+    assert [2, 3, 3, 5, 41, 81, 51, 101, 4, 7, 5, 9] == seen
+    assert 4 == sch.stats.direct_commits - direct
 
 
 def test_a_direct_derive_hands_values_to_normalise_to_a_transaction(
