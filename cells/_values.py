@@ -393,7 +393,7 @@ def set_path(root: Value, path: Path, new: Value, *, where: str = "write") -> Va
         elem = path[0]
         if type(elem) is str:
             # One field of a dict (the usual cell write): `_set` without the call.
-            out = dict(root)
+            out = root.copy()  # (not `dict(root)`: see `_VALUE_DOC`)
             if new is MISSING:
                 out.pop(elem, None)
             else:
@@ -551,7 +551,7 @@ def _along(node: Value, head: Path, i: int, new: Value) -> Value:
     copying the dicts on the way."""
     if i == len(head):
         return new
-    out = dict(node)
+    out = node.copy()  # (not `dict(node)`: see `_VALUE_DOC`)
     out[head[i]] = _along(node[head[i]], head, i + 1, new)
     return out
 
@@ -661,6 +661,29 @@ def _reuse(node: list[Any], index: int, delete: int, added: Any) -> list[Any] | 
     return spare
 
 
+class _ValueDocKeys:
+    """Its instances' attribute table is the key table `_VALUE_DOC` shares (below)."""
+
+    value: object
+
+
+for _ in range(64):  # (each instance made shrinks the room kept for more attributes)
+    _ValueDocKeys()
+_value_doc_keys = _ValueDocKeys()
+_value_doc_keys.value = None
+
+_VALUE_DOC: Final[dict[str, Any]] = _value_doc_keys.__dict__
+"""A document's value dict, `{"value": None}`, whose copies (`dict.copy`) share its key
+table: a stored document is nearly always `{"value": ...}`, and the smallest dict CPython
+makes of its own holds a table for five keys (184 bytes in all); a copy of this one holds
+a reference to the shared table and room for one value (80 bytes: CPython's key-sharing
+dicts, PEP 412). It is a plain `dict` in every other way: a key added to a copy gives that
+copy a table of its own, and so does `dict(copy)` (272 bytes: so documents are copied with
+`.copy()`, which keeps the sharing). Built from an instance's attributes after enough
+instances were made for CPython to keep room for no key beyond "value"
+(`_ValueDocKeys`); an interpreter that shares no key table makes ordinary dicts of it."""
+
+
 def _set(node: Value, path: Path, i: int, new: Value, where: str) -> Value:
     elem = path[i]
     last = i == len(path) - 1
@@ -675,7 +698,9 @@ def _set(node: Value, path: Path, i: int, new: Value, where: str) -> Value:
                 path=path[:i],
                 value=elem,
             )
-        node = {}
+        # A document's first value (`{"value": new}`): a copy of `_VALUE_DOC`, which
+        # shares its key table (80 bytes, not 184).
+        node = _VALUE_DOC if last and i == 0 and elem == "value" else {}
         t = dict
     if t is dict:
         if type(elem) is not str:
@@ -684,7 +709,7 @@ def _set(node: Value, path: Path, i: int, new: Value, where: str) -> Value:
                 path=path[:i],
                 value=elem,
             )
-        out = dict(node)
+        out = node.copy()  # (not `dict(node)`: see `_VALUE_DOC`)
         if last:
             if new is MISSING:
                 out.pop(elem, None)

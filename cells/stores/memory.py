@@ -439,7 +439,7 @@ class MemoryStore(StoreBase):
                     if current is baseline:
                         value = working  # what the copy below would make: no copy
                     elif type(current) is dict:
-                        value = dict(current)
+                        value = current.copy()
                         if new is MISSING:
                             value.pop(path[0], None)
                         else:
@@ -556,7 +556,7 @@ class MemoryStore(StoreBase):
             elif len(path) != 1:
                 return False  # (`set_path` on another state: the general path decides)
             elif type(current) is dict:
-                value = dict(current)
+                value = current.copy()
                 if new is MISSING:
                     value.pop(path[0], None)
                 else:
@@ -731,7 +731,7 @@ class MemoryStore(StoreBase):
         if len(path) == 1 and type(current) is dict and type(path[0]) is str:
             # One field of an existing dict document (`set_path`'s own shortcut, and
             # it creates no level, so it is its own revision path).
-            value = dict(current)
+            value = current.copy()
             if new is MISSING:
                 value.pop(path[0], None)
             else:

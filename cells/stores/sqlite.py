@@ -1807,7 +1807,7 @@ class SQLiteStore(WriterStore):
             if len(path) == 1 and type(current) is dict and type(field := path[0]) is str:
                 # One field of a dict (a cell's write): `set_path`'s copy, inlined; the
                 # revision records the path itself (`revision_path` of it).
-                new = dict(current)
+                new = current.copy()
                 if value is MISSING:
                     new.pop(field, None)
                 else:

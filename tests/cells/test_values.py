@@ -7,6 +7,7 @@ import copy
 import enum
 import math
 import pickle
+import sys
 from typing import Any
 
 import pytest
@@ -16,6 +17,8 @@ from cells import (
     CorruptStoreError,
     InvalidValueError,
     Link,
+    MemoryStore,
+    Space,
     decode_json,
     encode_json,
     get_path,
@@ -303,6 +306,37 @@ def test_set_path_copies_only_along_the_path_and_never_mutates() -> None:
     assert out["other"] is root["other"]
     assert out["a"]["keep"] is root["a"]["keep"]
     assert out["a"] is not root["a"]
+
+
+def test_a_document_s_value_dict_shares_its_key_table_and_is_a_plain_dict() -> None:
+    # A document's first value, `{"value": v}`, is a copy of `_values._VALUE_DOC` and
+    # shares its key table (80 bytes, not 184), and so is each later version a write
+    # makes of it, in the replica and in the store. It is a plain dict in every other
+    # way: it compares, encodes and pickles as one; a key added or removed changes only
+    # the copy made.
+    doc = set_path(MISSING, ("value",), 5)
+    plain = {"value": 5}
+    assert type(doc) is dict and plain == doc
+    assert sys.getsizeof(doc) < sys.getsizeof(plain)
+    later = set_path(doc, ("value",), 6)
+    assert {"value": 6} == later and {"value": 5} == doc
+    assert sys.getsizeof(later) == sys.getsizeof(doc)
+    assert encode_json(later) == encode_json({"value": 6})
+    assert pickle.loads(pickle.dumps(later)) == later == copy.deepcopy(later)
+    assert {"value": 6, "other": 1} == set_path(later, ("other",), 1)
+    gone = set_path(later, ("value",), MISSING)
+    assert {} == gone and {"value": 6} == later
+    assert {"value": 7} == set_path(gone, ("value",), 7)
+    assert {"value": {"a": 1}} == set_path(MISSING, ("value", "a"), 1)
+    store = MemoryStore()
+    sp = Space(store, "sp")
+    cell = sp.cell("doc")
+    for value in (1, 2, {"a": 3}):
+        cell.set(value)
+        sp.replica.pump()
+        stored = store.read_durable(cell.doc_key)
+        assert {"value": value} == stored and sys.getsizeof(stored) == sys.getsizeof(doc)
+        assert sp.replica.peek(cell.doc_key) is stored  # (one object: the replica's)
 
 
 def test_set_path_creates_missing_dict_levels() -> None:
