@@ -1629,7 +1629,7 @@ class SQLiteStore(WriterStore):
         if not cur.execute(_UPDATE_HEAD, (seq, REVISIONS_KEPT, *updates)).rowcount:
             self._known_version = -1
             return None  # (another writer committed since `_known_top`: nothing was written)
-        cur.execute(_INSERT_LOG, (seq, number, request.local_seq, 1, _encode(entries)))
+        cur.execute(_INSERT_LOG, (seq, number, request.local_seq, 1, _encode(entries).decode()))
         if due:
             gone = self._prune(conn, due)
             ((key, (doc, _, count, value, plain)),) = rows.items()
@@ -1991,14 +1991,16 @@ class SQLiteStore(WriterStore):
             conn.executemany(
                 _INSERT_LOG_PART,
                 [
-                    (seq, part[0][0], len(part), _encode(part))
+                    (seq, part[0][0], len(part), _encode(part).decode())
                     for part in (
                         entries[start : start + _PART]
                         for start in range(_PART, len(entries), _PART)
                     )
                 ],
             )
-        conn.execute(_INSERT_LOG, (seq, session, request.local_seq, len(entries), _encode(first)))
+        conn.execute(
+            _INSERT_LOG, (seq, session, request.local_seq, len(entries), _encode(first).decode())
+        )
         if request.create_only:
             conn.executemany(
                 f"INSERT OR IGNORE INTO claimed ({_KEY_COLS}, seq) VALUES (?, ?, ?, ?, ?, ?)",
@@ -2381,9 +2383,9 @@ class SQLiteStore(WriterStore):
         )
         # Every entry, with its part (0: the log row's own).
         entries = (
-            f"(SELECT l.seq, 0 AS part, {fields} FROM log l, json_each(l.entries) e"
+            f"(SELECT l.seq, 0 AS part, {fields} FROM log l, json_each(CAST(l.entries AS TEXT)) e"
             f" UNION ALL SELECT p.seq, p.first AS part, {fields}"
-            " FROM log_part p, json_each(p.entries) e)"
+            " FROM log_part p, json_each(CAST(p.entries AS TEXT)) e)"
         )
         # The entries not pruned: above their document's floor.
         kept = (
@@ -2402,14 +2404,14 @@ class SQLiteStore(WriterStore):
             "a log row names no session",
         )
         yield (
-            "SELECT COUNT(*) FROM log l WHERE json_valid(l.entries) = 0"
-            " OR json_type(l.entries) != 'array'",
+            "SELECT COUNT(*) FROM log l WHERE json_valid(CAST(l.entries AS TEXT)) = 0"
+            " OR json_type(CAST(l.entries AS TEXT)) != 'array'",
             "a log row's entries are not a JSON array",
         )
         yield (
             # A commit that wrote no document has a row with no entry, and a claim.
-            "SELECT COUNT(*) FROM log l WHERE json_array_length(l.entries) = 0 AND (l.live != 0"
-            " OR NOT EXISTS (SELECT 1 FROM claimed c WHERE c.seq = l.seq))",
+            "SELECT COUNT(*) FROM log l WHERE json_array_length(CAST(l.entries AS TEXT)) = 0"
+            " AND (l.live != 0 OR NOT EXISTS (SELECT 1 FROM claimed c WHERE c.seq = l.seq))",
             "a log row naming no document counts a live entry, or names no claim",
         )
         yield (
@@ -2428,9 +2430,11 @@ class SQLiteStore(WriterStore):
             "a log part has no log row",
         )
         yield (
-            f"SELECT (SELECT COUNT(*) FROM log WHERE json_array_length(entries) > {_PART})"
-            " + (SELECT COUNT(*) FROM log_part WHERE json_valid(entries) = 0"
-            f" OR json_type(entries) != 'array' OR json_array_length(entries) > {_PART})",
+            "SELECT (SELECT COUNT(*) FROM log"
+            f" WHERE json_array_length(CAST(entries AS TEXT)) > {_PART})"
+            " + (SELECT COUNT(*) FROM log_part WHERE json_valid(CAST(entries AS TEXT)) = 0"
+            " OR json_type(CAST(entries AS TEXT)) != 'array'"
+            f" OR json_array_length(CAST(entries AS TEXT)) > {_PART})",
             f"a log row or part holds more than {_PART} entries, or not a JSON array",
         )
         yield (
@@ -2441,7 +2445,8 @@ class SQLiteStore(WriterStore):
             "a log part's entry is not in the part a walk looks in",
         )
         yield (
-            "SELECT COUNT(*) FROM log l WHERE l.live = 0 AND json_array_length(l.entries) > 0"
+            "SELECT COUNT(*) FROM log l WHERE l.live = 0"
+            " AND json_array_length(CAST(l.entries AS TEXT)) > 0"
             " AND l.seq != (SELECT MAX(seq) FROM log)",
             "a log row whose entries were all pruned was kept",
         )

@@ -216,6 +216,38 @@ def test_a_poller_hears_of_every_document_of_a_commit_kept_in_parts(
     assert list(range(300)) == [watching.get_cell(name).get() for name in names]
 
 
+def test_log_entries_are_stored_as_text_and_checked_as_text(stores: Make, db: FsPath) -> None:
+    # A log row's (and part's) entries are JSON text, bound as `str`: SQLite 3.45 and
+    # later read a BLOB given to a JSON function as its binary JSON (JSONB), so entries
+    # stored as a BLOB would make `_check`'s `json_each` fail or misread them. One
+    # document (the known path), 100 (one row) and 300 (a row and two parts).
+    store = stores(db)
+    space = Space(store, "h")
+    assert space.get_cell("one").set(1).wait(WAIT).ok
+    for count in (100, 300):
+        tx = space.edit()
+        for i in range(count):
+            tx.write(space.get_cell(f"doc-{i}").doc_key, ("value",), count)
+        assert tx.commit().wait(WAIT).ok
+    conn = sqlite3.connect(db)
+    try:
+        kinds = conn.execute(
+            "SELECT typeof(entries) FROM log UNION ALL SELECT typeof(entries) FROM log_part"
+        ).fetchall()
+        assert 2 == rows(db, "log_part")
+        assert {("text",)} == set(kinds) and len(kinds) >= 5, kinds
+        store._check()
+        # A file written before (entries bound as bytes: BLOBs) is still checked as text.
+        with conn:
+            conn.execute("UPDATE log SET entries = CAST(entries AS BLOB)")
+            conn.execute("UPDATE log_part SET entries = CAST(entries AS BLOB)")
+        assert {"blob"} == {k for (k,) in conn.execute("SELECT typeof(entries) FROM log")}
+    finally:
+        conn.close()
+    store._check()
+    assert 300 == space.get_cell("doc-0").get()
+
+
 def test_commits_built_on_many_pending_layers_resolve_after_pruning(
     stores: Make, db: FsPath
 ) -> None:
