@@ -296,7 +296,8 @@ class Cell:
             tx = self._tx
             if tx is not None:
                 tx.write(DocKey(at.space, at.id), _VALUE_PATH, value)
-                return tx.done()
+                pending = tx._pending  # (`done`, without its call once made: a batch's writes)
+                return pending if pending is not None else tx.done()
             pending = self._replica.write_at(self._identity, at, value)
             if pending is not None:
                 return pending

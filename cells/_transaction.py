@@ -537,6 +537,13 @@ class Transaction:
             self._require_open(f"write {describe(key)}")
         if type(path) is not tuple:
             raise _bad_path(path, "write")
+        t = type(value)
+        # (What `normalize` returns as it is, without the call.)
+        plain = (
+            (t is int and MIN_INT <= value <= MAX_INT)
+            or (t is str and value.isascii())
+            or value is None
+        )
         td = self._docs.get(key)
         if td is None:
             if type(key) is not DocKey:
@@ -551,6 +558,18 @@ class Transaction:
             visible = rec.visible
             if type(visible) is bytes:  # packed while idle (`Replica.pack`)
                 visible = replica._unpack(key, rec)
+            if plain and path == _WHOLE_VALUE and type(visible) is dict:
+                # A cell's whole value, a plain scalar, at the document's first access
+                # (`Cell.set` in a batch: the usual write): its view made with its
+                # working copy and its one written path at once.
+                working = visible.copy()
+                working["value"] = value
+                self._docs[key] = TxDoc(
+                    visible, rec.version, rec.confirmed_seq, (), working, False, False,
+                    None, (path,),
+                )  # fmt: skip
+                self._values = None  # a value read before may have changed
+                return
             td = TxDoc(visible, rec.version, rec.confirmed_seq, (), visible)
             self._docs[key] = td
         try:
@@ -566,13 +585,8 @@ class Transaction:
                 if len(path) > MAX_DEPTH + 1:
                     _check_depth(path, where="write")
                 field = path[0] if len(path) == 1 and type(path[0]) is str else None
-            t = type(value)
-            if (
-                (t is int and MIN_INT <= value <= MAX_INT)
-                or (t is str and value.isascii())
-                or value is None
-            ):
-                v = value  # what normalize returns for these, without the call
+            if plain:
+                v = value
             else:
                 v = value if value is MISSING else normalize(value, where="write", depth=len(path))
             working = td.working
