@@ -340,6 +340,11 @@ def run_direct(
             # only: one input's checks above cost about what a plan saves, and a plan would
             # cost every one-input node about 170 bytes.
             # (This run makes the checks itself: the plan serves from the next one on.)
+            # Its places keep the replica's key objects (`held_key`), not the ones made
+            # from the links above: each update looks its documents up by them (the
+            # records, the store's heads), and an equal copy is compared field by field.
+            held = replica.held_key
+            places = tuple([(held(key), path) for key, path in places])
             plan = replica.field_plan(places, wkey, wpath, node.identity, reads)
             cast(Any, fn).plan = plan  # (its slot: `keeps_plan`)
             if plan is None:

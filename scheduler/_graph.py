@@ -373,6 +373,8 @@ class Graph:
         t = type(reads)
         if t is OneRead or t is TwoReads:
             reads = self._held_keys(node, reads)
+        elif t is dict:
+            reads = self._held_dict(node, reads)  # type: ignore[arg-type]
         old_reads = node.reads
         touched = self.index.apply(node, reads)
         if not touched:
@@ -477,6 +479,22 @@ class Graph:
         if k1 is reads.key and k2 is reads.key2:
             return reads
         return TwoReads(k1, reads.entry, k2, reads.entry2)
+
+    def _held_dict(self, node: Node, reads: dict[DocKey, ReadEntry]) -> dict[DocKey, ReadEntry]:
+        """`_held_keys` for a read set of three or more documents (a dict `compact_reads`
+        made for this node): the same entries, keyed by the key objects already held. A
+        join's every update looks its documents up by these keys (the reader index, the
+        replica's records, the store's heads): an equal copy costs a comparison of its
+        five fields per lookup (`Struct_richcompare`), the held object none."""
+        held = self._held_key
+        same = True
+        out: dict[DocKey, ReadEntry] = {}
+        for key, entry in reads.items():
+            k = held(node, key)
+            if k is not key:
+                same = False
+            out[k] = entry
+        return reads if same else out
 
     def _held_key(self, node: Node, key: DocKey) -> DocKey:
         """An object equal to `key` that `node`'s read sets (last and declared), another

@@ -752,3 +752,31 @@ def test_a_derive_node_and_a_sink_hold_no_label_of_their_own(sp: Space, sch: Sch
     a.set(5)
     sch.settle()
     assert [6, 7] == [sch.pull_now(sp.cell(n)) for n in ("usual", "labelled")]
+
+
+def test_a_join_s_read_set_and_kept_plan_hold_the_replica_s_key_objects(
+    sp: Space, sch: Scheduler
+) -> None:
+    # A join of three or more documents keeps, in its read set (a dict) and in its kept
+    # plan, the key objects the replica holds (`Replica.held_key`), not the equal copies
+    # its links made: every update looks its documents up by them (the reader index,
+    # the records, the store's heads), and a copy is compared field by field each time.
+    a, b, c, total = (sp.cell(n) for n in ("a", "b", "c", "total"))
+    for cell in (a, b, c):
+        cell.set(1)
+    node = sch.derive(total, [a, b, c], lambda x, y, z: x + y + z)
+    seen: list[Any] = []
+    sch.sink(total, seen.append)
+    a.set(2)  # a direct run: the plan is made
+    sch.settle()
+    a.set(3)  # through the plan
+    sch.settle()
+    assert seen[-1] == 5
+    held = sp.replica.held_key
+    reads = node.reads
+    assert type(reads) is dict and len(reads) == 3
+    assert all(key is held(key) for key in reads)
+    plan = node.fn.plan  # type: ignore[attr-defined]
+    assert plan is not None and plan.tag is reads
+    assert all(key is held(key) for key, _ in plan.places)
+    assert [key for key, _ in plan.places] == [cell.doc_key for cell in (a, b, c)]
