@@ -922,10 +922,12 @@ class ReaderIndex:
         count as `match` (`tests/scheduler/test_readers.py`)."""
         key = change.key
         deep = self.deep.get(key)
+        shallow = self.shallow
         if deep is None:
-            if key not in self.shallow and key not in self.tries:
+            if key not in shallow and key not in self.tries:
                 return []  # no node reads it
-        elif key not in self.shallow:  # (no trie then: the invariants)
+        elif not shallow or key not in shallow:  # (no trie then: the invariants)
+            # (An empty table is not asked: a lookup hashes the key, five fields.)
             # Its one written path, as a paths tuple: a reader's deep paths of `key`
             # equal to it read exactly there (one comparison of tuples, in C).
             written = change.paths
