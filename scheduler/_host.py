@@ -35,7 +35,8 @@ MAX_PASSES_PER_SETTLE: Final = 10_000
 
 @attrs.define
 class Statistics:
-    """Counted work. Observes, never decides."""
+    """Counted work. Observes, never decides. Exact between drains: a drain adds its
+    direct runs (`runs_computation`, `commits`, `direct_commits`) when it ends."""
 
     passes: int = 0
     drains: int = 0

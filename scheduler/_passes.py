@@ -602,6 +602,11 @@ class Passes:
         # delivered by the pump after the drain either way.
         replica = self.replica
         sinks = self._sinks_due
+        # A direct run's counts (`stats.runs_computation`, `commits`, `direct_commits`),
+        # kept here and added when the drain ends: an attribute's `+= 1` past 256 makes
+        # an int object (three per direct run), a local's stays a cached small int.
+        computed = committed = 0
+        stats = self.stats
         replica.begin_batch()
         try:
             now = self._drain_started = self.clock.now()
@@ -609,7 +614,6 @@ class Passes:
             run = self._run
             ran_append = ran.append
             candidates = self._candidates
-            stats = self.stats
             work = self.work
             failed = self._failed
             value_functions = VALUE_FUNCTION_TYPES
@@ -649,7 +653,7 @@ class Passes:
                         node.pass_runs += 1
                         node.runs += 1
                         node.last_run = now
-                        stats.runs_computation += 1
+                        computed += 1
                         try:
                             # (`fn` is a ValueFunction: its type is one, tested above.)
                             done = run_direct(node, fn, replica, failed)  # type: ignore[arg-type]
@@ -657,8 +661,7 @@ class Passes:
                             self._fail(node, exc)
                         else:
                             if done is RUN_DONE:
-                                stats.commits += 1
-                                stats.direct_commits += 1
+                                committed += 1
                             else:
                                 run(node, done)  # declined: the transaction's (or stale)
                     else:
@@ -675,6 +678,10 @@ class Passes:
                 size += self._read_sinks(sinks)  # (a sink it cannot read goes on the heap)
         finally:
             self._draining = False
+            if computed:
+                stats.runs_computation += computed
+                stats.commits += committed
+                stats.direct_commits += committed
             # (Emptied already when the drain ended as usual. The membership set keeps its
             # table then, for the next drain to fill with no resize, unless a large drain
             # grew it: a set never shrinks but by `clear`.)
@@ -685,7 +692,6 @@ class Passes:
             if sinks:
                 sinks.clear()
             replica.end_batch()
-        stats = self.stats
         stats.last_work_set = size
         if size > stats.max_work_set:
             stats.max_work_set = size
