@@ -61,7 +61,12 @@ Releasing a child
   longer holds the element that child belongs to" -> observed, not re-derived:
   a reconcile is a scheduler pass, so the machine hands the model each element
   child a coordinator launched (`coordinator_installed`, launch "element") or
-  released (`coordinator_released`) since the last step. What the model checks
+  released (`coordinator_released`) since the last step: the releases before the
+  model's FIFO runs (a coordinator's teardown releases inside the mailbox step that
+  ends its list result), the launches after it (a reconcile runs in the pass after
+  the mailbox drain, so a start resumed in that drain found the child unregistered,
+  and claims only when it settles; see the machine's `_observe_coordinators`).
+  What the model checks
   of them: a coordinator's release never ends a child holding a lifetime (a
   violation), never touches a child a start installed (the registrations would
   differ), and at the end the element children running are exactly those the

@@ -56,7 +56,7 @@ from collections import Counter
 from typing import Any, ClassVar
 
 from address_oracle import base_container, child_link, element_keys, page_id, pattern_doc, whole
-from hypothesis import event, settings
+from hypothesis import currently_in_test_context, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from ownership_model import MAttempt, MGate, MPage, MTx, RunnerModel, StoreModel, World
@@ -462,30 +462,43 @@ class OwnershipMachine(RuleBasedStateMachine):
         self._drain()
 
     def _drain(self) -> None:
-        """Run the models' FIFOs, each after taking in what its runtime's list
-        coordinators did (`_observe_coordinators`)."""
+        """Run the models' FIFOs, taking in what each runtime's list coordinators did
+        where the runtime did it (`_observe_coordinators`): their releases before the
+        FIFO, their launches after it."""
         if not hasattr(self, "rt2"):
             return  # building the world: nothing is modelled yet
         for model, runner in ((self.m1, self.rt.runner), (self.m2, self.rt2.runner)):
-            self._observe_coordinators(model, runner)
+            self._observe_coordinators(model, runner, launches=False)
             model.drain()
+            self._observe_coordinators(model, runner, launches=True)
 
-    def _observe_coordinators(self, model: RunnerModel, runner: Runner) -> None:
+    def _observe_coordinators(self, model: RunnerModel, runner: Runner, *, launches: bool) -> None:
         """The model does not re-derive when a reconcile runs (a scheduler pass); it takes
-        the element children the coordinators launched and released since the last step
-        from the runtime, and checks what they may not do (end a lifetime, touch a child
-        a start installed): everything else about them is compared as usual."""
+        the element children the coordinators released (`launches` False) or launched
+        (True) since the last step from the runtime, and checks what they may not do (end
+        a lifetime, touch a child a start installed): everything else about them is
+        compared as usual.
+
+        When matters. A coordinator releases its children at once when its list result
+        ends (a stop, a rollback: often inside a mailbox step), so the model takes the
+        releases before it delivers its FIFO. A coordinator launches a child only in a
+        reconcile, which runs in the scheduler pass that follows the mailbox drain that
+        installed its list result (`Scheduler._on_drained`): a start whose load answer
+        came in that drain found the child unregistered, so the model takes the
+        launches after its FIFO. (Taken before it, a start of an element child that
+        resumed in the same drain as its list result's install found the child
+        registered in the model only, and claimed a lifetime the runtime's start, held
+        at its pattern load, had not claimed yet.)"""
         for name in ELEMENT_NAMES:
             reg = runner.registrations.get(self.keys[name])
-            ours = reg is not None and reg.launch.startswith("element of")
             mreg = model.regs.get(name)
-            bound = None if mreg is None else self.tokens.get(mreg.token)
-            if mreg is not None and mreg.launch == "element" and bound is not reg:
-                model.coordinator_released(name)
-                STATS["coordinator released an element child"] += 1
-                mreg = None
-            if mreg is None and ours:
-                assert reg is not None
+            if not launches:
+                bound = None if mreg is None else self.tokens.get(mreg.token)
+                if mreg is not None and mreg.launch == "element" and bound is not reg:
+                    model.coordinator_released(name)
+                    STATS["coordinator released an element child"] += 1
+                continue
+            if mreg is None and reg is not None and reg.launch.startswith("element of"):
                 assert id(reg) not in self.token_of, reg
                 new = model.coordinator_installed(name)
                 self.tokens[new.token] = reg
@@ -1035,7 +1048,8 @@ class OwnershipMachine(RuleBasedStateMachine):
         STATS["examples"] += 1
         STATS["steps"] += len(self.rules_run)
         INTERLEAVINGS.add(tuple(self.rules_run))
-        event(f"steps: {len(self.rules_run) // 10 * 10}-{len(self.rules_run) // 10 * 10 + 9}")
+        if currently_in_test_context():  # (not in a replay of found steps, below)
+            event(f"steps: {len(self.rules_run) // 10 * 10}-{len(self.rules_run) // 10 * 10 + 9}")
         _write_stats()
 
 
@@ -1122,3 +1136,75 @@ def test_the_machine_replays_identically() -> None:
     for i, (a, b) in enumerate(zip(first, second, strict=True)):
         assert a[0] == b[0], f"example {i}: the rules drawn differ"
         assert a[1:] == b[1:], f"example {i} ({len(a[0])} steps) behaved differently when replayed"
+
+
+# --------------------------------------------------------------------------- found examples
+
+
+class _Draws:
+    """A found example's draws for one rule's `data`, in the order the rule makes them."""
+
+    def __init__(self, *values: Any) -> None:
+        self.values = list(values)
+
+    def draw(self, strategy: Any, label: str | None = None) -> Any:
+        return self.values.pop(0)
+
+
+def _step(machine: OwnershipMachine, name: str, **arguments: Any) -> None:
+    """Run rule `name` as the search would, then compare the machine with the model."""
+    getattr(machine, name)(**arguments)
+    machine.agrees_with_the_model()
+
+
+def test_the_element_start_the_dev_profile_found_agrees_with_the_model() -> None:
+    """Found by the `dev` profile's random search (at least since bf54992), as it found
+    it: the model claimed a lifetime for M0[E0#0] the runtime had not claimed yet. The
+    steps on P0, the verdicts and the list edit play no part (the test below is the
+    hand-shrunk form)."""
+    machine = OwnershipMachine()
+    try:
+        _step(machine, "hold_verdicts")
+        _step(machine, "hold_load", doc="P0")
+        _step(machine, "release_verdicts")
+        _step(machine, "hold_verdicts")
+        _step(machine, "release_verdicts")
+        _step(machine, "end_load_hold", data=_Draws(0), fail=False)
+        element = _Draws("rt", "M0[E0#0]")
+        _step(machine, "start_held", data=element, stage="root sync", then="none")
+        _step(machine, "hold_load", doc="pat:OElem")
+        _step(machine, "start_held", data=_Draws("rt", "P0"), stage="root sync", then="none")
+        _step(machine, "edit_list", edit="insert", i=0, j=0, element="E0")
+        _step(machine, "start", data=_Draws("rt", "M0"), then="none")
+        _step(machine, "end_load_hold", data=_Draws(0), fail=False)
+    finally:
+        machine.teardown()  # the end-state checks (only if no step failed)
+
+
+def test_an_element_start_resumed_before_its_coordinator_launched_it_claims_at_its_settle() -> None:
+    """One load answer resumes the element child's start (held at its root sync) and then
+    M0's (held at its element pre-sync on the same document), which installs M0. The
+    child's start finds the child unregistered and waits on its pattern load; M0's
+    coordinator launches the child in the scheduler pass after that drain. So the child
+    runs for its coordinator while the start is in flight, and the start claims nothing
+    until it settles ("The lifetime is claimed when the start settles"). The machine
+    used to hand the model the coordinator's launch before the model's FIFO: the model's
+    start then found the child registered and claimed at once."""
+    machine = OwnershipMachine()
+    try:
+        element = _Draws("rt", "M0[E0#0]")
+        _step(machine, "start_held", data=element, stage="root sync", then="none")
+        _step(machine, "hold_load", doc="pat:OElem")
+        _step(machine, "start", data=_Draws("rt", "M0"), then="none")
+        _step(machine, "end_load_hold", data=_Draws(0), fail=False)  # the child's root
+        # The gap: the coordinator's child, and a start of it in flight claiming nothing.
+        assert "element" == machine.m1.regs["M0[E0#0]"].launch
+        assert {"M0"} == machine.m1.lifetimes
+        ((fut, att, _what),) = [s for s in machine.starts if s[1].start_doc == "M0[E0#0]"]
+        assert att.result is None
+        assert not fut.done()
+        _step(machine, "end_load_hold", data=_Draws(0), fail=False)  # the pattern load
+        assert {"M0", "M0[E0#0]"} == machine.m1.lifetimes
+        assert att.result is True
+    finally:
+        machine.teardown()
