@@ -14,6 +14,7 @@ import pytest
 from pattern_defs import (
     CALLS,
     AllThree,
+    Double,
     Filtered,
     Flattened,
     Indexed,
@@ -21,7 +22,7 @@ from pattern_defs import (
     Titles,
     Window,
 )
-from support import arun, coordinator, run_list
+from support import arun, coordinator, run_list, turns
 
 from cells import MemoryStore, Outcome
 from runner import PatternError, Runtime, pattern
@@ -769,6 +770,52 @@ def test_S17_a_map_element_being_opened_survives_its_parents_teardown() -> None:
             rt.stop(res)
             assert await started is True
             assert 1 == len(rt.registrations()) == len(rt.lifetimes())
+            rt._check()
+
+    arun(main)
+
+
+def test_S17_an_element_start_held_at_its_pattern_load_claims_when_it_settles() -> None:
+    """A start that found an element child unregistered, then waits on the child's pattern
+    load while the list result's coordinator launches that child, has claimed nothing yet:
+    "The lifetime is claimed when the start settles". In the gap the child runs for its
+    coordinator alone, and "a release declines while one is in flight": the list dropping
+    the element leaves the child to the start, which claims it when the load answers.
+    (Found by the ownership machine, whose model claimed at once: it took the
+    coordinator's launch before the load answer that preceded it.)"""
+
+    async def main() -> None:
+        store = MemoryStore()
+        async with Runtime(store) as rt:
+            items, res = await run_list(rt, Mapped, [1, 2, 3])
+            assert [2, 4, 6] == await res.key("out").pull()
+            slot = res.key("out").resolve().key(2)
+            child = rt.key(slot.resolve())
+            rt.stop(res)
+            await rt.idle()
+            assert frozenset() == rt.registrations()
+            gate = store.testing.hold_loads(
+                docs.pattern_link(rt.space, Double.identity).key(rt.identity)
+            )
+            started = rt.start(slot)  # finds the child unregistered; its pattern load waits
+            await turns()
+            assert 1 == gate.waiting()
+            assert await rt.start(res) is True  # its coordinator launches the child
+            assert [2, 4, 6] == await res.key("out").pull()
+            # The gap: the coordinator's child, and a start in flight that claimed nothing.
+            assert child in rt.registrations()
+            assert frozenset({rt.key(res)}) == rt.lifetimes()
+            assert not started.done()
+            items.set([1, 2])  # the coordinator's release of the child declines
+            assert [2, 4] == await res.key("out").pull()
+            assert child in rt.registrations()
+            assert child not in rt.lifetimes()
+            gate.release()
+            assert await started is True  # settled: it claims the lifetime now
+            await rt.idle()
+            assert {rt.key(res), child} == rt.lifetimes()
+            assert child in rt.registrations()  # a page now: the list no longer holds it
+            assert 1 + 3 == len(rt.registrations())  # the list result, two elements, the page
             rt._check()
 
     arun(main)
