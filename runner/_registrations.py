@@ -80,13 +80,15 @@ class Registration(CancelGroup):
         self.identities = Instances()
         """The identities its nodes run for (its instances), each with the cancel group of
         what that instance installed, in the order they joined."""
-        self._tracked: tuple[Any, ...] | list[Any] = ()
+        self._tracked: Any = ()
         """For inspection: the scheduler nodes and handlers its pattern's nodes
         registered (one per node and instance) while they exist, each after its
         pattern node's index: (index, node, index, node, ...) (see `tracked`). Flat:
-        a dict of lists cost about 250 bytes per registration; a tuple while it holds
-        at most one node (most registrations: a one-lift pattern, a list element), a
-        list from the second on (a one-pair list costs 16 bytes more)."""
+        a dict of lists cost about 250 bytes per registration; the node itself while it
+        is the only one and its pattern node's index is 0 (most registrations: a
+        one-lift pattern, a list element, a page; a one-pair tuple cost 56 bytes
+        more), else a tuple while it holds at most one node, a list from the second
+        on (a one-pair list costs 16 bytes more). A node is never a tuple or a list."""
 
     def __repr__(self) -> str:
         state = " ended" if self.ended else ""
@@ -130,14 +132,25 @@ class Registration(CancelGroup):
     def track(self, index: int, node: Any) -> None:
         """Remember `node` as an instance of its pattern's node `index`."""
         nodes = self._tracked
-        if type(nodes) is list:
+        t = type(nodes)
+        if t is list:
             nodes += (index, node)
+        elif t is not tuple:
+            self._tracked = [0, nodes, index, node]  # (a lone node is tracked under 0)
+        elif nodes:
+            self._tracked = [*nodes, index, node]
         else:
-            self._tracked = (index, node) if not nodes else [*nodes, index, node]
+            self._tracked = node if index == 0 else (index, node)
+
+    def _pairs(self) -> tuple[Any, ...] | list[Any]:
+        """What it tracks as (index, node, index, node, ...)."""
+        nodes = self._tracked
+        t = type(nodes)
+        return nodes if t is list or t is tuple else (0, nodes)
 
     def untrack(self, index: int, node: Any) -> None:
         """Forget `node` (tracked under `index`); nothing if it is not tracked. O(nodes)."""
-        nodes = self._tracked
+        nodes = self._pairs()
         for i in range(1, len(nodes), 2):
             if nodes[i] is node and nodes[i - 1] == index:
                 if type(nodes) is list:
@@ -148,14 +161,14 @@ class Registration(CancelGroup):
 
     def tracked(self, index: int) -> list[Any]:
         """The nodes tracked under the pattern's node `index`, oldest first."""
-        nodes = self._tracked
+        nodes = self._pairs()
         return [nodes[i + 1] for i in range(0, len(nodes), 2) if nodes[i] == index]
 
     @property
     def nodes(self) -> dict[int, list[Any]]:
         """The tracked nodes by their pattern node's index (a fresh dict; see `tracked`)."""
         out: dict[int, list[Any]] = {}
-        nodes = self._tracked
+        nodes = self._pairs()
         for i in range(0, len(nodes), 2):
             out.setdefault(nodes[i], []).append(nodes[i + 1])
         return out
