@@ -24,6 +24,9 @@ Only `cells`' public `entity_id` and `Link` are used.
   ...})`; it lives in the container's space, at the narrower of the container's
   scope and, for a link element, the link's scope.
 - A pattern's document: `entity_id({"pattern": identity})`, space scope.
+- A run's argument document: `entity_id({"argument": [result id, result scope]})`,
+  in the result's space and scope (a map element's child whose op folds its
+  argument keeps it in its result document and has none; a start still syncs it).
 - A page's id: `entity_id([space, id, scope, path])` of the link it names.
 
 These ids are persisted: a restarted runtime finds its documents only while
@@ -107,6 +110,11 @@ def child_link(kind: str, container: Link, key: ElementKey) -> Link:
 def pattern_doc(space: str, identity: str) -> Link:
     """The document holding a pattern's traced graph."""
     return Link(space, entity_id({"pattern": identity}))
+
+
+def argument_doc(result: Link) -> Link:
+    """The argument document a run at `result` derives (it may not exist: a folded one)."""
+    return Link(result.space, entity_id({"argument": [result.id, result.scope]}), result.scope)
 
 
 def page_id(link: Link) -> str:

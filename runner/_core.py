@@ -356,7 +356,14 @@ class Launcher(Protocol):
     """Element children a cold resume's pre-sync derived, for the first reconcile to take."""
 
     def stage_setup(
-        self, tx: Transaction, pattern: Pattern, argument: Any, result: Link, where: str
+        self,
+        tx: Transaction,
+        pattern: Pattern,
+        argument: Any,
+        result: Link,
+        where: str,
+        *,
+        fold: bool = False,
     ) -> None: ...
 
     def launch(

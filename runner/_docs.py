@@ -3,12 +3,15 @@
 A result document `R` (any `(space, id, scope)`) holds, besides its value:
 
 - `"pattern"`: the pattern's identity (`module:qualname`);
-- `"argument"`: a link to the run's argument document.
+- `"argument"`: a link to the run's argument document; or, for a list element's
+  child whose op folds its argument (`folds_argument`), the argument itself
+  (`{"element": link}`, never a link): that child has no argument document.
 
 Everything else a run owns derives deterministically from `R`'s canonical
 address, so a re-run, a second runtime and a restart find the same documents:
 
-- the argument document: `entity_id({"argument": [R.id, R.scope]})`;
+- the argument document: `entity_id({"argument": [R.id, R.scope]})` (none for a
+  folded argument, below);
 - node `i`'s output ("internal" cell `n{i}`): `entity_id({"internal": [R.id,
   R.scope], "node": i})`. For a nested pattern node this document *is* the
   child's result, so a child's id derives from its parent's output spot. A
@@ -30,11 +33,28 @@ and setup, start and the pre-sync ask for the same ones many times).
 
 All of a run's documents share `R`'s scope, so a user- or session-scoped run
 keeps its whole tree in that principal's (or session's) instance.
+
+Folded arguments. A map's element child gets the argument `{"element": e}`, where
+`e` is the element's link (a list of links) or a link *through the coordinator's
+own list input* to the element's id (an inline element: the list input's link with
+the id appended, so a list re-pointed elsewhere is followed by link resolution, as
+every reader follows a link). Either is a function of the child's identity (its
+id derives from the container and the element key), so it never changes while the
+child exists: when the op can take it as constants (`folds_argument`: no `index`
+parameter, untyped, lift nodes only, every argument binding under `element`), the
+coordinator stores it in the result document's `"argument"` field and
+instantiation binds `argument.element...` to `e` itself (`bind` with `argument`):
+no argument document (about 0.7 KB per element: its key, id, replica record,
+store head and value), and a lift reads its element with the same hops as before.
+A setup that changes the form (a user's `setup` of such a child with an argument
+document, or back) re-instantiates a registration running it in that runtime
+(`Runner.stage_setup`).
 """
 
 from __future__ import annotations
 
 import functools
+import weakref
 from typing import Any, Final
 
 import msgspec
@@ -50,7 +70,7 @@ from cells import (
     resolve,
 )
 
-from ._builder import Binding
+from ._builder import Binding, Pattern
 
 PATTERN: Final = "pattern"
 ARGUMENT: Final = "argument"
@@ -182,10 +202,47 @@ def _page_cause(target: Link) -> Any:
     return [target.space, target.id, target.scope, list(target.path)]
 
 
-def bind(tree: Any, result: Link) -> Any:
-    """A graph tree with each `Binding` replaced by the link it names for run `result`."""
+def folds_argument(pattern: Pattern) -> bool:
+    """Whether a list element's child of `pattern` keeps its argument in its result
+    document (see "Folded arguments" above): untyped (a typed argument is checked by a
+    node reading the argument document), no `index` parameter (an index changes as
+    its element moves), lift nodes only, and every argument binding at `element` or
+    under it (bound to the element's link, or a link with that path appended).
+    Decided once per pattern."""
+    folds = _FOLDS.get(pattern)
+    if folds is None:
+        graph = pattern.graph
+        folds = _FOLDS[pattern] = (
+            not pattern.signature.typed
+            and "index" not in pattern.params
+            and all(node.kind == "lift" for node in graph.nodes)
+            and all(
+                b.path[:1] == ("element",) for _w, b in graph.bindings() if b.cell == "argument"
+            )
+        )
+    return folds
+
+
+_FOLDS: weakref.WeakKeyDictionary[Pattern, bool] = weakref.WeakKeyDictionary()
+
+
+def folded(held: Any) -> dict[str, Any] | None:
+    """The folded argument a result document's `"argument"` field holds (`held`), or
+    None (a link to an argument document, or nothing)."""
+    return held if type(held) is dict else None
+
+
+def bind(tree: Any, result: Link, argument: dict[str, Any] | None = None) -> Any:
+    """A graph tree with each `Binding` replaced by the link it names for run `result`
+    (`argument`: the run's folded argument, whose `element` a binding under it names)."""
     t = type(tree)
     if t is Binding:
+        if tree.cell == "argument" and argument is not None:
+            element = argument["element"]
+            rest = tree.path[1:]
+            if not rest:
+                return element
+            return Link(element.space, element.id, element.scope, (*element.path, *rest))
         if tree.cell == "argument":
             base = argument_link(result)
         else:
@@ -194,9 +251,9 @@ def bind(tree: Any, result: Link) -> Any:
         # derived links have none of their own), not a copy per instance.
         return Link(base.space, base.id, base.scope, tree.path) if tree.path else base
     if t is dict:
-        return {k: bind(v, result) for k, v in tree.items()}
+        return {k: bind(v, result, argument) for k, v in tree.items()}
     if t is list:
-        return [bind(v, result) for v in tree]
+        return [bind(v, result, argument) for v in tree]
     return tree
 
 

@@ -101,9 +101,15 @@ def instantiate(
     first = len(reg.identities) == 1
     if pattern.signature.typed:
         check_node(runner, pattern, result, identity, group)
+    # A list element's folded argument (`docs.folds_argument`): its lifts read the element
+    # itself. (A pattern that can no longer take it reads the argument document until
+    # its coordinator sets it up again in that form, which re-instantiates it.)
+    argument = docs.folded(tx.peek(result.key(identity), _ARGUMENT_PATH))
+    if argument is not None and not docs.folds_argument(pattern):
+        argument = None
     for spec in pattern.graph.nodes:
         if spec.kind == "lift":
-            _lift(runner, reg, pattern, spec, result, identity, group)
+            _lift(runner, reg, pattern, spec, result, identity, group, argument)
         elif spec.kind == "pattern":
             _nested(runner, reg, pattern, spec, result, tx, group)
         elif spec.kind == "handler":
@@ -155,9 +161,10 @@ def _lift(
     result: Link,
     identity: Identity,
     group: CancelGroup,
+    argument: dict[str, Any] | None = None,
 ) -> None:
     shape = _shape(pattern, spec)
-    bound = docs.bind(spec.inputs, result)
+    bound = docs.bind(spec.inputs, result, argument)
     kind = _DirectLift if shape.direct else _Lift
     lift = kind(runner, reg, shape, bound, docs.internal_link(result, spec.index), identity)
     lift.node = runner.scheduler.register(
@@ -165,13 +172,24 @@ def _lift(
         identity=identity,
         outputs=((lift.out_key, _VALUE_PATH),),
         label=shape.label,
-        reads=declared_reads(bound, identity),
+        reads=declared_reads(bound, identity) if argument is None else _whole_docs(bound, identity),
     )
     # What the inputs record is keyed on (no key: never reused, see `_reuse`).
     if shape.code is not None:
         runner.reuse_book.add(lift.node, lift)
     reg.track(spec.index, lift.node)
     group.add(lift)  # (a `Teardown`: the group calls `lift.teardown`)
+
+
+def _whole_docs(bound: Any, identity: Identity) -> list[tuple[DocKey, tuple[Any, ...], bool]]:
+    """The reads a lift over a folded argument declares: the whole document of each link
+    (deep at its value), not the link's own path. A folded element's link ends at the
+    element's id, a path of its own per element, which the node keeps as its declared
+    read set (about 100 bytes per element, where the argument document's
+    `("value", "element")` was one read entry every element shared). Declared reads
+    only order and keep live (edges, which may over-approximate); the first run's
+    read set is what invalidates."""
+    return [(ln.key(identity), _VALUE_PATH, False) for ln in docs.links_in(bound)]
 
 
 class _LiftShape:
@@ -251,6 +269,7 @@ def _shape(pattern: Pattern, spec: NodeSpec) -> _LiftShape:
 
 _VALUE_PATH = (docs.VALUE,)
 """The path a lift writes (one shared tuple, not one per node)."""
+_ARGUMENT_PATH = (docs.ARGUMENT,)
 _NO_KWARGS: dict[str, Any] = {}
 """The keyword arguments of a lift called without any (shared: never written)."""
 

@@ -79,6 +79,7 @@ def asleep(
     entry: Entry,
     argument: dict[str, Any],
     key: DocKey,
+    fold: bool = False,
 ) -> Sleeper | None:
     """A `Sleeper` for `entry` when its child (result document `key`) can stay dormant in
     `tx`: that document holds `op`'s setup for `argument` and every lift's record vouches
@@ -90,12 +91,18 @@ def asleep(
         return None
     child = entry.child
     identity = tx.identity
-    arg = docs.argument_link(child)
-    if doc.get(docs.ARGUMENT, MISSING) != arg:
-        return None
-    if not value_equal(tx.peek(arg.key(identity), _VALUE_PATH), argument):
-        return None
-    if not value_equal(doc.get(docs.VALUE, MISSING), docs.bind(op.graph.result, child)):
+    if fold:
+        # Kept in the result document (`docs.folds_argument`).
+        if not value_equal(doc.get(docs.ARGUMENT, MISSING), argument):
+            return None
+    else:
+        arg = docs.argument_link(child)
+        if doc.get(docs.ARGUMENT, MISSING) != arg:
+            return None
+        if not value_equal(tx.peek(arg.key(identity), _VALUE_PATH), argument):
+            return None
+    folded = argument if fold else None
+    if not value_equal(doc.get(docs.VALUE, MISSING), docs.bind(op.graph.result, child, folded)):
         return None
     reads: Reads = []
     seen: list[Any] = []

@@ -201,6 +201,14 @@ class Coordinator:
         self.chain = (*reg.chain, reg.key)
         self.lifts = sleepable(self.op) if self.kind == "map" and self.functions is None else None
         """What a dormant child's check needs (`_list_dormant`); None: never dormant."""
+        self.fold = (
+            self.kind == "map"
+            and self.functions is None
+            and not self.uses_index
+            and docs.folds_argument(self.op)
+        )
+        """Its children keep their argument in their result documents, with an inline
+        element reached through `list_link` (`docs.folds_argument`)."""
         self.watches: dict[Identity, Watch] = {}
         """Per identity, the dormant children and the node watching what they read."""
         self._asleep: list[Sleeper] = []
@@ -534,7 +542,7 @@ class Coordinator:
             # New here, and maybe already in the store as this setup would leave it with
             # every output vouched for: leave it dormant (`_list_dormant`).
             argument = self._argument(entry, element)
-            sleeper = asleep(tx, self.op, self.lifts, entry, argument, child_key)
+            sleeper = asleep(tx, self.op, self.lifts, entry, argument, child_key, self.fold)
             if sleeper is not None:
                 entry.sleeper = sleeper
                 entry.owed = False
@@ -630,6 +638,13 @@ class Coordinator:
             state.aggregate = tx.peek(out_key, (docs.VALUE,))
 
     def _argument(self, entry: Entry, element: Link) -> dict[str, Any]:
+        if self.fold:
+            if len(entry.key) == 1:
+                # An inline element, `place.child(id)`: reached through the list input's
+                # own link instead, a function of the child's identity that a re-pointed
+                # list input leaves right (`docs`, "Folded arguments").
+                element = self.list_link.child(element.path[-1])
+            return {"element": element}
         argument: dict[str, Any] = {"element": element}
         if self.uses_index:
             argument["index"] = entry.index
@@ -653,7 +668,7 @@ class Coordinator:
             return
         if argument is None:
             argument = self._argument(entry, element)
-        self.runner.stage_setup(tx, self.op, argument, entry.child, self.label)
+        self.runner.stage_setup(tx, self.op, argument, entry.child, self.label, fold=self.fold)
         self.runner.launch(
             tx,
             self.op,

@@ -51,6 +51,7 @@ from cells import (
     Pending,
     Replica,
     Transaction,
+    value_equal,
 )
 from scheduler import Scheduler
 
@@ -103,11 +104,20 @@ class Runner(Ownership):
 
     # ------------------------------------------------------------------ setup
     def stage_setup(
-        self, tx: Transaction, pattern: Pattern, argument: Any, result: Link, where: str
+        self,
+        tx: Transaction,
+        pattern: Pattern,
+        argument: Any,
+        result: Link,
+        where: str,
+        *,
+        fold: bool = False,
     ) -> None:
         """Stage a run's setup writes in `tx`: argument, pattern identity, result projection.
 
-        Equal values are elided by the transaction, so staging again is cheap.
+        `fold`: a list element's argument kept in the result document, with no argument
+        document (`docs.folds_argument`; the coordinator decides). Equal values are
+        elided by the transaction, so staging again is cheap.
         """
         graph = pattern.graph
         identity = tx.identity
@@ -115,11 +125,27 @@ class Runner(Ownership):
         # the store and the nodes then keep the same one (56 bytes per copy).
         held = self.replica.held_key
         key = held(result.key(identity))
-        arg = docs.argument_link(result)
-        tx.write(held(arg.key(identity)), (docs.VALUE,), argument)
-        tx.write(key, (docs.PATTERN,), pattern.identity)
-        tx.write(key, (docs.ARGUMENT,), arg)
-        tx.write(key, (docs.VALUE,), docs.bind(graph.result, result))
+        before = tx.peek(key, (docs.ARGUMENT,))
+        if fold:
+            tx.write(key, (docs.PATTERN,), pattern.identity)
+            if type(before) is dict and value_equal(before, argument):
+                # The same argument: the one held stays (each instance binds its links,
+                # `instantiate`: one set of them for every identity that joins, not a
+                # copy of the element's link and path per identity).
+                argument = before
+            else:
+                tx.write(key, (docs.ARGUMENT,), argument)
+                if before is not MISSING:
+                    self._rebind_on_commit(tx, pattern, result)
+            tx.write(key, (docs.VALUE,), docs.bind(graph.result, result, argument))
+        else:
+            arg = docs.argument_link(result)
+            tx.write(held(arg.key(identity)), (docs.VALUE,), argument)
+            tx.write(key, (docs.PATTERN,), pattern.identity)
+            tx.write(key, (docs.ARGUMENT,), arg)
+            tx.write(key, (docs.VALUE,), docs.bind(graph.result, result))
+            if type(before) is dict:
+                self._rebind_on_commit(tx, pattern, result)
         for node in graph.nodes:
             if node.kind == "handler":
                 # A stream holds no data (events queue in the scheduler); None reads
@@ -133,6 +159,20 @@ class Runner(Ownership):
         pkey = plink.key(identity)
         if tx.peek(pkey, (docs.VALUE, "identity")) != pattern.identity:
             tx.write(pkey, (docs.VALUE,), graph.to_json())
+
+    def _rebind_on_commit(self, tx: Transaction, pattern: Pattern, result: Link) -> None:
+        """A setup that changes a folded argument's form (or value): once `tx` commits, a
+        registration running `result` here is instantiated again (`switch`), since its
+        nodes took the old argument as constants (`docs.folds_argument`). Another
+        runtime running it is not told, as for `switch_on_commit`'s pattern change."""
+        key = result.key(tx.identity)
+
+        def settled(_tx: Transaction, res: CommitResult) -> None:
+            reg = self.registrations.get(key)
+            if res.ok and reg is not None and reg.pattern == pattern.identity:
+                self.switch(reg, pattern, result)
+
+        tx.add_settle_callback(settled)
 
     def switch_on_commit(self, tx: Transaction, pattern: Pattern, result: Link) -> None:
         """`rt.setup` of `pattern` on `result`: once `tx` commits, a registration of the

@@ -64,11 +64,23 @@ async def linked_values(rt: Runtime, values: list[int]) -> list[Link]:
     return [c.link() for c in cells]
 
 
+def argument_key(rt: Runtime, child: Link) -> DocKey:
+    """The document an element child's setup writes its argument to: its result document
+    when its coordinator folds the argument (map: `docs.folds_argument`), else its
+    argument document."""
+    if coordinator(rt).fold:
+        return child.key(rt.identity)
+    return docs.argument_link(child).key(rt.identity)
+
+
 def durable_setup(store: MemoryStore, child: Link, identity: Identity) -> tuple[Any, Any]:
     """(pattern identity, argument) the store holds for an element child."""
     doc = store.read_durable(child.key(identity))
     if doc is MISSING:
         return MISSING, MISSING
+    folded = docs.folded(doc.get(docs.ARGUMENT, MISSING))
+    if folded is not None:
+        return doc.get(docs.PATTERN, MISSING), folded
     argument = store.read_durable(docs.argument_link(child).key(identity))
     return doc.get(docs.PATTERN, MISSING), (
         MISSING if argument is MISSING else argument.get(docs.VALUE, MISSING)
@@ -99,7 +111,7 @@ def test_S59_an_elements_setup_is_re_issued_after_a_stale_basis(kind: str, overl
                 items.set([a, b])
                 rt.settle()  # X1 creates b's entry and issues its setup
                 child = element(rt, b)
-                arg_key = docs.argument_link(child.child).key(rt.identity)
+                arg_key = argument_key(rt, child.child)
                 (x1,) = [gate.held()[i] for i in writing(gate, arg_key)]
                 if overlap == "alone":
                     gate.accept(writing(gate, items.doc_key)[0])
