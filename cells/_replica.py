@@ -197,6 +197,10 @@ _VERSION: Final = operator.attrgetter("version")
 _KEY: Final = operator.attrgetter("key")
 """A write's document (mapped over a commit's writes in C: `on_accepted_many`)."""
 
+_WKEY_BACK: Final = RUN_WIDTH - 7
+"""Where a run log entry's `wkey` (item 7, see RUN_WIDTH) is, counted back from the
+start of the next entry (`accept_runs` moves its index on before it reads the key)."""
+
 _CHAINS_KEPT = 256
 """`Replica.plain_chain` keeps at most this many walks (then starts again): the walks of
 the nodes of one drain, not of every link a replica has walked."""
@@ -1326,7 +1330,7 @@ class Replica:
             # One input (the usual node): the loop below without its lists.
             ((rkey, path),) = places
             rec = records.get(rkey)
-            if rec is None or rkey == wkey:
+            if rec is None or rec is wrec:  # (one record per key: no keys compared)
                 return RUN_NONE
             if (rkey.scope != "space" or "cw:" <= rkey.id < "cw;") and not reaches(identity, rkey):
                 return RUN_NONE  # (the transaction refuses it: `_guard`)
@@ -1512,7 +1516,7 @@ class Replica:
                             if rec is None:
                                 return RUN_NONE
                             if not planned and (
-                                rkey == wkey
+                                rec is wrec  # (the written document: one record per key)
                                 or (
                                     (rkey.scope != "space" or "cw:" <= rkey.id < "cw;")
                                     and not reaches(identity, rkey)
@@ -1610,14 +1614,15 @@ class Replica:
         working[field] = new
         seq = self._next_seq
         self._next_seq = seq + 1
+        # Its layer, in flight and in the run log: one object (see `SentRun`).
+        tx = SentRun(seq, wpath, new, (), identity, source, on_failure, wrec)
         if not wrec.layers:
-            wrec.layers = (Layer(seq, wpath, new),)
+            wrec.layers = (tx,)
         else:
-            push_layer(wrec, Layer(seq, wpath, new))
+            push_layer(wrec, tx)
         change = Change(wkey, wvisible, working, (wpath,))
         wrec.visible = working
         wrec.version += 1
-        tx = SentRun(identity, source, on_failure)
         if not bases:
             entry: tuple[Any, ...] = (
                 tx, seq, rkey, basis_seq, path, False, deps, wkey, wpath, new, wvisible, working,
@@ -1634,7 +1639,26 @@ class Replica:
                 tx, seq, None, tuple(bases), tuple(paths), True, deps, wkey, wpath, new,
                 wvisible, working,
             )  # fmt: skip
-        self._send_run(tx, seq, change, entry)
+        # `_send_run` of a direct run, inlined (a frame per node update): in flight, the
+        # hook told (the change moved its one field: compared above), the entry logged.
+        self._in_flight[seq] = tx
+        stats = self.stats
+        stats.commits_sent += 1
+        try:
+            hook = self._commit_hook
+            if hook is not None:  # (the one subscriber, a scheduler: no Notification)
+                stats.notifications += 1
+                hook(change, source, True)
+            elif not self._subscribers:  # (a replica alone: counted, with nobody to hand it to)
+                stats.notifications += 1
+            else:
+                self._notify(Notification("commit", (change,), tx))
+        finally:
+            runs = self._runs
+            if runs is not None:
+                runs += entry
+            else:  # (the batch ended meanwhile)
+                self._submit_runs(list(entry))
         if wrote is not None:
             wrote(new)
         return RUN_DONE
@@ -2237,19 +2261,19 @@ class Replica:
                 j += 3
                 sent = runs[i]
                 local_seq = runs[i + 1]
-                key = runs[i + 7]
                 i += RUN_WIDTH
                 tx: Transaction | None
                 if type(sent) is SentRun and seq is not None:
                     # A direct run accepted (`run_field`): nothing to call back or record,
                     # so only its layer to adopt, when it is its document's oldest and on
-                    # the state the store applied it to.
+                    # the state the store applied it to. Its record is the run's own (a
+                    # key's record is never replaced): no lookup by key; it is its layer.
                     tx = None
-                    rec = docs[key]
+                    rec = sent.record
                     layers = rec.layers
                     if not (
                         layers
-                        and layers[0].seq == local_seq
+                        and layers[0] is sent
                         and base_seq == rec.confirmed_seq
                         and in_flight.pop(local_seq, None) is sent
                     ):
@@ -2257,7 +2281,9 @@ class Replica:
                         request = run_request(self.session_id, runs, i - RUN_WIDTH)
                         self.on_accepted(request, seq, base_seq, value)
                         continue
+                    key = rec.key or runs[i - _WKEY_BACK]  # (loaded: its own; else the log's)
                 else:
+                    key = runs[i - _WKEY_BACK]
                     if seq is None:  # decided by the general path: (None, verdict, request)
                         self._heard = max(heard, self._heard)
                         self.on_verdict(value, base_seq)

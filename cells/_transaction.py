@@ -73,8 +73,10 @@ if INTERNAL_PREFIX != "cw:":  # pragma: no cover - a guard for whoever changes i
         " _replica; update them all"
     )
 
+from ._records import Layer
+
 if TYPE_CHECKING:
-    from ._records import DocRecord, Layer
+    from ._records import DocRecord
     from ._store import StoreBase
 
 
@@ -199,19 +201,25 @@ def _deps(layers: Sequence[Layer]) -> tuple[int, ...]:
 
 
 @final  # (no subclass: `type(tx) is SentRun` is its test, `_send_run`)
-class SentRun(msgspec.Struct):
+class SentRun(Layer, gc=True):
     """A node run the replica committed with no transaction (`Replica.run_field`), in
-    flight: who ran it (`source`, which its commit's notification names, as a
-    transaction's `source`), its identity and its `on_failure` callback. It stands in
-    the in-flight table and its run log entry where a `Transaction` would: the usual
-    verdict (accepted, its layer its document's oldest) settles it with nothing to
+    flight: its commit's layer (one write: `seq`, `path`, `value`), who ran it
+    (`source`, which its commit's notification names, as a transaction's `source`),
+    its identity, its `on_failure` callback and the written document's `record`. One
+    object per direct commit is its pending layer in `record.layers`, its entry in the
+    in-flight table and in the run log, where a layer and a `Transaction` would be: the
+    usual verdict (accepted, this layer its document's oldest) adopts it through
+    `record` (`Replica._docs`' own, never replaced: no lookup by key) with nothing to
     call or record (`Replica.accept_runs`); any other makes its transaction first
-    (`Transaction._of_run`), which settles as a transaction run's would. A Struct
-    (built in C, three fields) where the transaction was sixteen slots per commit."""
+    (`Transaction._of_run`), which settles as a transaction run's would, and reverts
+    it as any layer. Built in C, positionally (the defaults below are there only
+    because `Layer.rest` has one: every field is given). `gc=True`: it holds its
+    record (whose layers hold it) and its source."""
 
-    identity: Identity
-    source: object
-    on_failure: SettleCallback | None
+    identity: Identity = None  # type: ignore[assignment]
+    source: object = None
+    on_failure: SettleCallback | None = None
+    record: DocRecord = None  # type: ignore[assignment]
 
 
 class Transaction:

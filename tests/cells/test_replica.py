@@ -12,6 +12,7 @@ import pytest
 from cells import (
     MISSING,
     RUN_DONE,
+    RUN_NONE,
     CellweaveError,
     CommitResult,
     ConflictError,
@@ -1227,6 +1228,70 @@ def test_direct_runs_held_at_a_verdict_gate_settle_through_their_requests(w: Wor
     assert [{"v0": 1}, {}, {"v2": 1}] == [w.a.visible(key) for key in outs]
     assert [{"v0": 1}, {}, {"v2": 1}] == [w.store.read_durable(key) for key in outs]
     assert 0 == w.a.in_flight()
+
+
+def test_accepted_direct_runs_adopt_their_layers_through_their_own_records(
+    w: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The usual verdict of a direct run adopts its layer through the record its
+    # `SentRun` carries, with no lookup by key and no transaction made: two runs on one
+    # document (its layers a tuple, then a deque) and one on another, all accepted.
+    # The general path (`on_accepted`) gives the same values but makes the transaction.
+    w.put(DOC, {"n": 1})
+    w.put(OTHER, {"n": 2})
+    out = DocKey("sp", "out")
+    w.put(out, {})
+    w.put(FOURTH, {})
+    made: list[object] = []
+    of_run = Transaction._of_run.__func__  # type: ignore[attr-defined]
+
+    def spy(cls: type[Transaction], replica: Any, run: Any) -> Transaction:
+        made.append(run.source)
+        tx: Transaction = of_run(cls, replica, run)
+        return tx
+
+    monkeypatch.setattr(Transaction, "_of_run", classmethod(spy))
+    failed: list[tuple[Transaction, CommitResult]] = []
+    accepted = w.a.stats.accepted
+    w.a.begin_batch()
+    done = [
+        _direct_run(w.a, (DOC,), out, "a", failed),
+        _direct_run(w.a, (OTHER,), out, "b", failed),
+        _direct_run(w.a, (DOC, OTHER), FOURTH, "c", failed),
+    ]
+    w.a.end_batch()
+    w.pump()
+    assert [RUN_DONE] * 3 == done
+    assert [] == made == failed
+    assert {"a": 1, "b": 2} == w.store.read_durable(out) == w.a.visible(out)
+    assert {"c": 3} == w.store.read_durable(FOURTH) == w.a.visible(FOURTH)
+    for key in (out, FOURTH):
+        rec = w.a._docs[key]
+        assert () == rec.layers and rec.confirmed is rec.visible and rec.key == key
+    assert 0 == w.a.in_flight()
+    assert 3 == w.a.stats.accepted - accepted
+    w.check()
+
+
+def test_a_direct_run_that_reads_the_document_it_writes_is_the_transactions(w: World) -> None:
+    # A place in the written document is the transaction's (`run_field` declines it with
+    # nothing done): alone, and among other reads, found by the document's record.
+    w.put(DOC, {"n": 1})
+    out = DocKey("sp", "out")
+    w.put(out, {"n": 2})
+    failed: list[tuple[Transaction, CommitResult]] = []
+    w.a.begin_batch()
+    done = [
+        _direct_run(w.a, (out,), out, "one", failed),
+        _direct_run(w.a, (DOC, out), out, "two", failed),
+        _direct_run(w.a, (DOC, DOC, out), out, "three", failed),
+    ]
+    assert 0 == w.a.in_flight()
+    w.a.end_batch()
+    w.pump()
+    assert [RUN_NONE] * 3 == done
+    assert {"n": 2} == w.a.visible(out) == w.store.read_durable(out)
+    assert [] == failed
 
 
 def test_peek_starts_no_load_and_reads_what_visible_reads(w: World) -> None:
