@@ -14,9 +14,13 @@ Groups
     One op is one element. `map N=...`: `rt.run(tx, Board, ...)` + commit +
     the first full pull of `out` (every card computed), on a fresh runtime
     and store per sample whose task cells were written beforehand (untimed).
-    `cold resume`: a second `Runtime` on the same `MemoryStore` (or a new
-    `SQLiteStore` on the same file) starts the existing result, `await
-    rt.start(res)`, and pulls `out` in full. Baseline: the same cards
+    `cold resume`: the runtime that set the board up is closed (which writes
+    every card's inputs record); a second `Runtime` on the same `MemoryStore`
+    (or a new `SQLiteStore` on a copy of the closed file) starts the existing
+    result, `await rt.start(res)`, and pulls `out` in full. No card runs and
+    every element child stays dormant (`runner._list_dormant`): one
+    registration, the board's. The SQLite row then edits one task and pulls
+    `out` (untimed): exactly that card runs again. Baseline: the same cards
     computed by plain Python (the three functions called per task).
 ``lists edit``
     One op is one element's title edited (a path write: through the element's
@@ -84,7 +88,7 @@ from typing import Any
 
 import reaktiv
 
-from bench.harness import BenchError, Counts, Run, bench
+from bench.harness import BenchError, Counts, Finish, Run, bench
 from cells import MISSING, Cell, MemoryStore, SQLiteStore, StoreBase
 from runner import Runtime, lift, pattern
 
@@ -355,6 +359,8 @@ def _close_all() -> None:
     for value in _templates.values():
         if isinstance(value, _World):
             value.close()
+        elif isinstance(value, SQLiteStore):
+            value.close()  # the cold resume's copy (its runtime closed above)
     if "sqlite_dir" in _templates:
         shutil.rmtree(_templates["sqlite_dir"], ignore_errors=True)
     _templates.clear()
@@ -452,6 +458,7 @@ def _memory_template() -> _World:
     world = _templates.get("memory")
     if world is None:
         world = _templates["memory"] = _built_alone(BIG, MemoryStore())
+        world.close()  # the runtime that set it up is gone; its store stays
     assert isinstance(world, _World)
     return world
 
@@ -476,10 +483,50 @@ async def _resume(second: _World, first: _World) -> None:
     first.expect_all(got)
 
 
-def _resume_counts(second: _World, counted: Callable[[], dict[str, int]]) -> Counts:
-    counts = counted()
-    _expect(f"cold resume of {BIG}", counts, registrations=BIG + 1)
+def _dormant(world: _World) -> int:
+    """Element children a restart left dormant (no registration, node or run)."""
+    runner = world.rt.runner
+    return sum(len(w.sleepers()) for c in runner.coordinators for w in c.watches.values())
+
+
+def _expect_resumed(second: _World, counts: Counts) -> Counts:
+    """A resume of a board whose runtime closed: every card's stored result and
+    inputs record vouch for it, so no card runs and every element child stays
+    dormant (`runner._list_dormant`); only the board's run is installed."""
+    _expect(
+        f"cold resume of {BIG}",
+        dict(counts),
+        calls=0,
+        computations=1,  # the coordinator's one reconcile
+        reconciles=1,
+        registrations=1,  # the board's run
+    )
+    if (asleep := _dormant(second)) != BIG:
+        raise BenchError(f"cold resume of {BIG}: {asleep} element children dormant")
     return counts
+
+
+async def _edit_after_resume(second: _World, first: _World) -> None:
+    second.tasks = list(first.tasks)
+    second.cells = [second.rt.get_cell(("task", i)) for i in range(len(first.tasks))]
+    i = len(second.tasks) // 2
+    await second.edit(i, f"edited after resume at {i}")
+    second.expect_all(await second.res.key("out").pull())
+
+
+def _expect_edit_reaches(second: _World, first: _World) -> None:
+    """One element edited after the resume, then `out` pulled (untimed): the edit wakes
+    exactly its element's child, which runs its card once; the rest stay dormant."""
+    counted = second.counter()
+    second.drive(lambda: _edit_after_resume(second, first))
+    _expect(
+        f"an edit after the cold resume of {BIG}",
+        counted(),
+        calls=NODES_PER_CARD,
+        registrations=1,  # the edited element's child, woken
+    )
+    if (asleep := _dormant(second)) != BIG - 1:
+        raise BenchError(f"after one edit, {asleep} of {BIG} element children dormant")
 
 
 @bench(group="lists setup", name=f"cold resume N={BIG} (MemoryStore)", ops=BIG)
@@ -487,10 +534,12 @@ def cold_resume_memory() -> Run:
     first = _memory_template()
     second = _fresh(BIG, store=first.store)
 
-    def run() -> Counts:
+    def run() -> Finish:
         counted = second.counter()
         second.drive(lambda: _resume(second, first))
-        return _resume_counts(second, counted)
+        counts = counted()
+        # No edit here: it would change the shared store every later sample resumes.
+        return lambda: _expect_resumed(second, counts)
 
     return run
 
@@ -511,14 +560,28 @@ def _sqlite_template() -> tuple[_World, str]:
 def cold_resume_sqlite() -> Run:
     first, path = _sqlite_template()
     _clean_up()
-    store = SQLiteStore(path)
+    # Each sample reopens its own copy of the closed file: the untimed edit after the
+    # resume commits to it, and the next sample must find the file as it was closed.
+    if (previous := _templates.pop("resumed", None)) is not None:
+        previous.close()
+    _templates["copies"] = copies = _templates.get("copies", 0) + 1
+    copy = os.path.join(os.path.dirname(path), f"resumed-{copies}.db")
+    shutil.copyfile(path, copy)
+    store = _templates["resumed"] = SQLiteStore(copy)
     second = _World(BIG, store=store)
     _leftovers.append(second)
 
-    def run() -> Counts:
+    def run() -> Finish:
         counted = second.counter()
         second.drive(lambda: _resume(second, first))
-        return _resume_counts(second, counted)
+        counts = counted()
+
+        def finish() -> Counts:
+            _expect_resumed(second, counts)
+            _expect_edit_reaches(second, first)
+            return counts
+
+        return finish
 
     return run
 

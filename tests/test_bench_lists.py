@@ -1,0 +1,31 @@
+"""`python -m bench "lists setup"`: the cold resume rows check their own counts."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_cold_resume_rows_pass_their_counts_in_every_sample() -> None:
+    # Two samples: each one resumes the board as its runtime closed it, and the
+    # reopened SQLite file's row edits one element after the resume and pulls.
+    env = {**os.environ, "BENCH_SAMPLES": "2", "BENCH_LIST_SIZES": "10", "BENCH_CLOCK": "cpu"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "lists setup"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert 0 == done.returncode, done.stderr[-2000:]
+    rows = [line for line in done.stdout.splitlines() if "cold resume N=10 " in line]
+    assert 2 == len(rows), done.stdout
+    for row in rows:
+        assert "calls=0 " in row and "registrations=0.1 " in row, row
