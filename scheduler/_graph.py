@@ -588,11 +588,11 @@ class Graph:
         by_doc = self.writers_by_doc
         out: set[Node] = set()
         visits = 0
-        keys: list[DocKey] = []
+        keys: set[DocKey] = set()  # (a whole list's pull logs every element's document)
         for key, path, _shallow in log:
             if key in keys or (spots and key in spots):
                 return self.writers_feeding(compact_reads(log), identity)
-            keys.append(key)
+            keys.add(key)
             w = by_doc.get(key)
             if w is None:
                 continue
