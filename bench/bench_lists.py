@@ -598,7 +598,8 @@ def _edit_bench(n: int, kind: str) -> None:
         step = max(1, n // EDITS)
         positions = [(k * step + world.made) % n for k in range(EDITS)]
         world.made += 1
-        titles = [f"edited {world.made} at {i}" for i in positions]
+        # (Each edit a new title, also when N < EDITS edits an element twice a sample.)
+        titles = [f"edited {world.made}.{k} at {i}" for k, i in enumerate(positions)]
 
         async def main() -> None:
             for i, title in zip(positions, titles, strict=True):
@@ -938,8 +939,8 @@ def _peer_benches(n: int) -> None:
             made[0] += 1
             start = (CALLS[0], runs[0], fired[0])
             for k in range(EDITS):
-                i = (k * (n // EDITS) + made[0]) % n
-                new = {**signals[i](), "title": f"edited {made[0]} at {i}"}
+                i = (k * max(1, n // EDITS) + made[0]) % n  # (the positions cellweave's row edits)
+                new = {**signals[i](), "title": f"edited {made[0]}.{k} at {i}"}
                 signals[i].set(new)
                 if shown[i] != expected(new):
                     raise BenchError(f"reaktiv idiomatic: card {i} not shown")

@@ -1,4 +1,5 @@
-"""`python -m bench "lists setup"`: the cold resume rows check their own counts."""
+"""`python -m bench "lists setup"` and `"lists edit"` at a small N: every row passes the
+counts it checks (a row that fails them aborts the whole bench command)."""
 
 from __future__ import annotations
 
@@ -29,3 +30,26 @@ def test_cold_resume_rows_pass_their_counts_in_every_sample() -> None:
     assert 2 == len(rows), done.stdout
     for row in rows:
         assert "calls=0 " in row and "registrations=0.1 " in row, row
+
+
+def test_edit_rows_pass_their_counts_when_n_is_smaller_than_the_edits() -> None:
+    # N = 10 < EDITS (20): each sample edits every element twice, so each edit must write
+    # a title of its own on both sides (the same title twice is elided, not computed).
+    env = {**os.environ, "BENCH_SAMPLES": "1", "BENCH_LIST_SIZES": "10", "BENCH_CLOCK": "cpu"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "lists edit"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert 0 == done.returncode, done.stderr[-2000:]
+    rows = [line for line in done.stdout.splitlines() if "N=10 " in line]
+    assert len(rows) >= 8, done.stdout
+    edits = [row for row in rows if "cellweave scalar" in row or "cellweave path" in row]
+    assert 3 == len(edits), rows
+    for row in edits:
+        assert "computations=3 " in row and "calls=3 " in row, row
