@@ -179,15 +179,21 @@ def _served(full: bool, windowed: bool) -> Iterator[Any]:
     page.wait_for_selector("[data-ptr='/rows/0/title']")
     if full:
         # Re-watch the root asking for whole values on every change.
+        # Waits for the new watch's snapshot to be drawn (the shell draws a snapshot only
+        # for its current watch), not for the last message's type: other messages
+        # ("results", "events") may follow the snapshot, as they do for a short list.
         page.evaluate(
             """() => {
               const s = window.cellweave;
+              const draw = s.view.snapshot.bind(s.view);
+              window.benchSnapshots = 0;
+              s.view.snapshot = (value) => { draw(value); window.benchSnapshots += 1; };
               s.send({op: "unwatch", watch: s.watchId});
               s.watchId += 1;
               s.send({op: "watch", watch: s.watchId, cell: "root", full: true});
             }"""
         )
-        page.wait_for_function("() => document.body.getAttribute('data-seen') === 'snapshot'")
+        page.wait_for_function("() => window.benchSnapshots > 0")
         page.wait_for_selector("[data-ptr='/rows/0/title']")
     try:
         yield page
