@@ -11,13 +11,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_cold_resume_rows_pass_their_counts_in_every_sample() -> None:
-    # Two samples: each one resumes the board as its runtime closed it, and the
-    # reopened SQLite file's row edits one element after the resume and pulls.
-    env = {**os.environ, "BENCH_SAMPLES": "2", "BENCH_LIST_SIZES": "10", "BENCH_CLOCK": "cpu"}
+def _bench_rows(group: str, samples: int, row: str) -> list[str]:
+    """Run `python -m bench GROUP` at N = 10 with `samples` samples (CPU clock); assert
+    it exits 0 (a row failing its own counts aborts it); the output lines naming `row`."""
+    env = {
+        **os.environ,
+        "BENCH_SAMPLES": str(samples),
+        "BENCH_LIST_SIZES": "10",
+        "BENCH_CLOCK": "cpu",
+    }
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     done = subprocess.run(
-        [sys.executable, "-m", "bench", "lists setup"],
+        [sys.executable, "-m", "bench", group],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -26,8 +31,14 @@ def test_cold_resume_rows_pass_their_counts_in_every_sample() -> None:
         check=False,
     )
     assert 0 == done.returncode, done.stderr[-2000:]
-    rows = [line for line in done.stdout.splitlines() if "cold resume N=10 " in line]
-    assert 2 == len(rows), done.stdout
+    return [line for line in done.stdout.splitlines() if row in line]
+
+
+def test_cold_resume_rows_pass_their_counts_in_every_sample() -> None:
+    # Two samples: each one resumes the board as its runtime closed it, and the
+    # reopened SQLite file's row edits one element after the resume and pulls.
+    rows = _bench_rows("lists setup", 2, "cold resume N=10 ")
+    assert 2 == len(rows), rows
     for row in rows:
         assert "calls=0 " in row and "registrations=0.1 " in row, row
 
@@ -35,20 +46,8 @@ def test_cold_resume_rows_pass_their_counts_in_every_sample() -> None:
 def test_edit_rows_pass_their_counts_when_n_is_smaller_than_the_edits() -> None:
     # N = 10 < EDITS (20): each sample edits every element twice, so each edit must write
     # a title of its own on both sides (the same title twice is elided, not computed).
-    env = {**os.environ, "BENCH_SAMPLES": "1", "BENCH_LIST_SIZES": "10", "BENCH_CLOCK": "cpu"}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    done = subprocess.run(
-        [sys.executable, "-m", "bench", "lists edit"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert 0 == done.returncode, done.stderr[-2000:]
-    rows = [line for line in done.stdout.splitlines() if "N=10 " in line]
-    assert len(rows) >= 8, done.stdout
+    rows = _bench_rows("lists edit", 1, "N=10 ")
+    assert len(rows) >= 8, rows
     edits = [row for row in rows if "cellweave scalar" in row or "cellweave path" in row]
     assert 3 == len(edits), rows
     for row in edits:
